@@ -1,0 +1,275 @@
+package a2amqtt
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// jsonrpcVersion is the only JSON-RPC version A2A uses.
+const jsonrpcVersion = "2.0"
+
+// A2A v1.0 JSON-RPC method names (a2a-go keeps its copies internal).
+const (
+	MethodSendMessage          = "SendMessage"
+	MethodSendStreamingMessage = "SendStreamingMessage"
+	MethodGetTask              = "GetTask"
+	MethodListTasks            = "ListTasks"
+	MethodCancelTask           = "CancelTask"
+	MethodSubscribeToTask      = "SubscribeToTask"
+	MethodGetExtendedAgentCard = "GetExtendedAgentCard"
+)
+
+// Dialect is the A2A protocol version a request speaks.
+type Dialect int
+
+const (
+	// DialectV1 is A2A v1.0 (the profile's base): PascalCase methods,
+	// ProtoJSON enums.
+	DialectV1 Dialect = iota + 1
+	// DialectV03 is A2A v0.3 ("message/send", "input-required"), served
+	// through a2a-go's a2acompat/a2av0 handler.
+	DialectV03
+)
+
+func (d Dialect) String() string {
+	switch d {
+	case DialectV1:
+		return "a2a/1.0"
+	case DialectV03:
+		return "a2a/0.3"
+	}
+	return "unknown"
+}
+
+type methodInfo struct {
+	dialect Dialect
+	// send methods carry params.message (taskId/contextId/messageId).
+	send bool
+	// task methods carry params.id (a Task.id).
+	task bool
+}
+
+var methods = map[string]methodInfo{
+	MethodSendMessage:                  {dialect: DialectV1, send: true},
+	MethodSendStreamingMessage:         {dialect: DialectV1, send: true},
+	MethodGetTask:                      {dialect: DialectV1, task: true},
+	MethodListTasks:                    {dialect: DialectV1},
+	MethodCancelTask:                   {dialect: DialectV1, task: true},
+	MethodSubscribeToTask:              {dialect: DialectV1, task: true},
+	MethodGetExtendedAgentCard:         {dialect: DialectV1},
+	"GetTaskPushNotificationConfig":    {dialect: DialectV1},
+	"CreateTaskPushNotificationConfig": {dialect: DialectV1},
+	"ListTaskPushNotificationConfigs":  {dialect: DialectV1},
+	"DeleteTaskPushNotificationConfig": {dialect: DialectV1},
+
+	"message/send":                        {dialect: DialectV03, send: true},
+	"message/stream":                      {dialect: DialectV03, send: true},
+	"tasks/get":                           {dialect: DialectV03, task: true},
+	"tasks/cancel":                        {dialect: DialectV03, task: true},
+	"tasks/resubscribe":                   {dialect: DialectV03, task: true},
+	"tasks/pushNotificationConfig/get":    {dialect: DialectV03},
+	"tasks/pushNotificationConfig/set":    {dialect: DialectV03},
+	"tasks/pushNotificationConfig/list":   {dialect: DialectV03},
+	"tasks/pushNotificationConfig/delete": {dialect: DialectV03},
+	"agent/getAuthenticatedExtendedCard":  {dialect: DialectV03},
+}
+
+// rpcRequest is a JSON-RPC request as the requester sends it.
+type rpcRequest struct {
+	JSONRPC string `json:"jsonrpc"`
+	ID      string `json:"id"`
+	Method  string `json:"method"`
+	Params  any    `json:"params,omitempty"`
+}
+
+// rpcResponse is a JSON-RPC response as it travels on the reply topic.
+type rpcResponse struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      any             `json:"id"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *RPCError       `json:"error,omitempty"`
+}
+
+// encodeError renders a JSON-RPC error response; id is the request id (nil
+// when it could not be determined).
+func encodeError(id any, e *RPCError) []byte {
+	b, err := json.Marshal(rpcResponse{JSONRPC: jsonrpcVersion, ID: id, Error: e})
+	if err != nil {
+		// Only reachable with a non-JSON Data; drop data rather than fail.
+		b, _ = json.Marshal(rpcResponse{JSONRPC: jsonrpcVersion, ID: id, Error: &RPCError{Code: e.Code, Message: e.Message}})
+	}
+	return b
+}
+
+// InboundRequest is a decoded, binding-validated request.
+type InboundRequest struct {
+	ID        any
+	Method    string
+	Dialect   Dialect
+	Params    json.RawMessage
+	TaskID    string
+	ContextID string
+	MessageID string
+	// HasMessage is true for send methods with a params.message object.
+	HasMessage bool
+}
+
+// DecodeLimits bounds what the inbound decoder accepts.
+type DecodeLimits struct {
+	// MaxPayloadBytes rejects larger payloads before parsing them.
+	MaxPayloadBytes int
+	// RequireTaskID enforces the profile's requester-generated Task.id on
+	// A2A v1.0 send methods (v0.3 peers predate the profile and may omit it).
+	RequireTaskID bool
+}
+
+// DecodeError carries the JSON-RPC error to reply with and the request id
+// if it was recovered.
+type DecodeError struct {
+	ID  any
+	Err *RPCError
+}
+
+func (e *DecodeError) Error() string { return e.Err.Error() }
+
+// DecodeRequest parses and validates an inbound request payload. It never
+// panics: malformed, oversized or mistyped input yields a *DecodeError
+// holding the JSON-RPC error to send back (exported for the fuzz test and
+// for tools that want the same validation).
+func DecodeRequest(payload []byte, lim DecodeLimits) (*InboundRequest, error) {
+	if lim.MaxPayloadBytes > 0 && len(payload) > lim.MaxPayloadBytes {
+		return nil, &DecodeError{Err: invalidRequest(fmt.Sprintf("payload of %d bytes exceeds the %d byte limit", len(payload), lim.MaxPayloadBytes),
+			map[string]any{"limitBytes": lim.MaxPayloadBytes, "sizeBytes": len(payload)})}
+	}
+	trimmed := bytes.TrimSpace(payload)
+	if len(trimmed) == 0 {
+		return nil, &DecodeError{Err: rpcErrorFrom(fmt.Errorf("empty payload: %w", errParse))}
+	}
+	if !utf8.Valid(trimmed) {
+		return nil, &DecodeError{Err: rpcErrorFrom(fmt.Errorf("payload is not valid UTF-8: %w", errParse))}
+	}
+	if trimmed[0] == '[' {
+		// JSON-RPC batches have no meaning on a correlated MQTT reply path.
+		return nil, &DecodeError{Err: invalidRequest("JSON-RPC batch requests are not supported over MQTT", nil)}
+	}
+	var env struct {
+		JSONRPC *string         `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Method  *string         `json:"method"`
+		Params  json.RawMessage `json:"params"`
+	}
+	if err := json.Unmarshal(trimmed, &env); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return nil, &DecodeError{Err: invalidRequest("malformed JSON-RPC envelope: "+err.Error(), nil)}
+		}
+		return nil, &DecodeError{Err: rpcErrorFrom(fmt.Errorf("malformed JSON: %v: %w", err, errParse))}
+	}
+	id, ok := parseID(env.ID)
+	if !ok {
+		return nil, &DecodeError{Err: invalidRequest("JSON-RPC id must be a string, a number or null", nil)}
+	}
+	if env.JSONRPC == nil || *env.JSONRPC != jsonrpcVersion {
+		return nil, &DecodeError{ID: id, Err: invalidRequest(`"jsonrpc" must be "2.0"`, nil)}
+	}
+	if env.Method == nil || *env.Method == "" {
+		return nil, &DecodeError{ID: id, Err: invalidRequest(`"method" is required`, nil)}
+	}
+	info, known := methods[*env.Method]
+	if !known {
+		return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("method %q: %w", *env.Method, errMethodNotFound))}
+	}
+	req := &InboundRequest{ID: id, Method: *env.Method, Dialect: info.dialect, Params: env.Params}
+	if len(bytes.TrimSpace(env.Params)) > 0 && bytes.TrimSpace(env.Params)[0] != '{' && !bytes.Equal(bytes.TrimSpace(env.Params), []byte("null")) {
+		return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params must be an object: %w", errInvalidParams))}
+	}
+	switch {
+	case info.send:
+		var p struct {
+			Message *struct {
+				TaskID    *string `json:"taskId"`
+				ContextID *string `json:"contextId"`
+				MessageID *string `json:"messageId"`
+			} `json:"message"`
+		}
+		if len(env.Params) > 0 {
+			if err := json.Unmarshal(env.Params, &p); err != nil {
+				return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params: %v: %w", err, errInvalidParams))}
+			}
+		}
+		if p.Message == nil {
+			return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params.message is required: %w", errInvalidParams))}
+		}
+		req.HasMessage = true
+		if p.Message.TaskID != nil {
+			req.TaskID = *p.Message.TaskID
+		}
+		if p.Message.ContextID != nil {
+			req.ContextID = *p.Message.ContextID
+		}
+		if p.Message.MessageID != nil {
+			req.MessageID = *p.Message.MessageID
+		}
+		if req.TaskID == "" {
+			if lim.RequireTaskID && info.dialect == DialectV1 {
+				return nil, &DecodeError{ID: id, Err: NewBindingError(A2AErrorTransportProtocolError,
+					"missing Task.id (params.message.taskId): the MQTT binding requires a requester-generated UUIDv4")}
+			}
+		} else if !validTaskID(req.TaskID) {
+			return nil, &DecodeError{ID: id, Err: NewBindingError(A2AErrorTransportProtocolError,
+				fmt.Sprintf("malformed Task.id %q: the MQTT binding requires a UUID", truncate(req.TaskID, 64)))}
+		}
+	case info.task:
+		var p struct {
+			ID *string `json:"id"`
+		}
+		if len(env.Params) > 0 {
+			if err := json.Unmarshal(env.Params, &p); err != nil {
+				return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params: %v: %w", err, errInvalidParams))}
+			}
+		}
+		if p.ID != nil {
+			req.TaskID = *p.ID
+		}
+	}
+	return req, nil
+}
+
+// validTaskID accepts canonical UUID strings (36 characters). The profile
+// asks requesters for UUIDv4; other versions (a2a-go's own NewTaskID makes
+// v7) are accepted to stay interoperable, see docs/protocol.md.
+func validTaskID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	_, err := uuid.Parse(s)
+	return err == nil
+}
+
+func parseID(raw json.RawMessage) (any, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, true
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, false
+	}
+	switch v.(type) {
+	case string, float64:
+		return v, true
+	}
+	return nil, false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

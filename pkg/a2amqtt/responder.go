@@ -1,0 +1,381 @@
+package a2amqtt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+	"github.com/a2aproject/a2a-go/v2/a2asrv/taskstore"
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// ResponderOptions configures NewResponder.
+type ResponderOptions struct {
+	// Executor runs the agent. Required.
+	Executor a2asrv.AgentExecutor
+	// TaskStore holds tasks; defaults to an in-memory store. It is also
+	// what ContextTasks reads.
+	TaskStore taskstore.Store
+	// HandlerOptions are passed to a2asrv.NewHandler (the task store option
+	// is added by the responder).
+	HandlerOptions []a2asrv.RequestHandlerOption
+	// Pools are pool ids (in the agent's org/unit) to consume through a
+	// shared subscription, in addition to the direct request topic.
+	Pools []string
+	// MaxPayloadBytes rejects larger requests (default 1 MiB).
+	MaxPayloadBytes int
+	// MaxConcurrent bounds requests processed at once (default 64).
+	MaxConcurrent int
+	// QueueTimeout is how long a request may wait for a free slot before it
+	// is answered with -32004 responder_unavailable (default 5s).
+	QueueTimeout time.Duration
+	// AcceptMissingTaskID lets A2A v1.0 requests without message.taskId
+	// through (the server then generates one, as in core A2A). The profile
+	// requires requesters to send one, so the default rejects with -32005.
+	AcceptMissingTaskID bool
+	// DisableV03 stops answering A2A v0.3 methods (message/send, ...).
+	DisableV03 bool
+}
+
+// Responder serves an A2A agent on its request topic (and optional pools).
+type Responder struct {
+	conn   *Conn
+	opts   ResponderOptions
+	log    *slog.Logger
+	store  taskstore.Store
+	bridge *bridge
+	v1     http.Handler
+	v03    http.Handler
+	slots  chan struct{}
+	subs   []*Subscription
+
+	wg      sync.WaitGroup
+	closing atomic.Bool
+	closeMu sync.Mutex
+}
+
+// sharedStoreUser is the task-store owner for every MQTT request: the
+// profile has no per-requester authentication at this layer, and
+// ContextTasks must see all tasks of a context.
+const sharedStoreUser = "a2a-mqtt"
+
+// NewTaskStore returns the in-memory task store the responder uses by
+// default (a2a-go's, with listing enabled for unauthenticated callers).
+func NewTaskStore() taskstore.Store {
+	return taskstore.NewInMemory(&taskstore.InMemoryStoreConfig{
+		Authenticator: func(context.Context) (string, error) { return sharedStoreUser, nil },
+	})
+}
+
+// NewResponder builds the a2a-go request handler around opts.Executor and
+// subscribes to the agent's request topic (and pools). Requests are served
+// until Close.
+func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Responder, error) {
+	if opts.Executor == nil {
+		return nil, errors.New("a2amqtt: ResponderOptions.Executor is required")
+	}
+	if opts.MaxPayloadBytes <= 0 {
+		opts.MaxPayloadBytes = 1 << 20
+	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = 64
+	}
+	if opts.QueueTimeout <= 0 {
+		opts.QueueTimeout = 5 * time.Second
+	}
+	for _, p := range opts.Pools {
+		if err := ValidateID("pool", p); err != nil {
+			return nil, fmt.Errorf("a2amqtt: %w", err)
+		}
+	}
+	store := opts.TaskStore
+	if store == nil {
+		store = NewTaskStore()
+	}
+	hopts := append(append([]a2asrv.RequestHandlerOption{}, opts.HandlerOptions...), a2asrv.WithTaskStore(store))
+	b := newBridge(a2asrv.NewHandler(opts.Executor, hopts...), store)
+	panicToError := func(v any) error {
+		return fmt.Errorf("handler panic: %v", v)
+	}
+	r := &Responder{
+		conn:   conn,
+		opts:   opts,
+		log:    conn.Logger(),
+		store:  store,
+		bridge: b,
+		v1:     a2asrv.NewJSONRPCHandler(b, a2asrv.WithTransportPanicHandler(panicToError)),
+		v03:    a2av0.NewJSONRPCHandler(b, a2asrv.WithTransportPanicHandler(panicToError)),
+		slots:  make(chan struct{}, opts.MaxConcurrent),
+	}
+	me := conn.Agent()
+	filters := []string{me.RequestTopic()}
+	for _, p := range opts.Pools {
+		filters = append(filters, PoolRef{Org: me.Org, Unit: me.Unit, Pool: p}.SharedSubscription())
+	}
+	for _, f := range filters {
+		sub, err := conn.Subscribe(ctx, f, r.onRequest)
+		if err != nil {
+			_ = r.Close(ctx)
+			return nil, fmt.Errorf("a2amqtt: responder %s: %w", me, err)
+		}
+		r.subs = append(r.subs, sub)
+	}
+	return r, nil
+}
+
+// Store returns the task store (for ContextTasks-style queries outside an
+// executor, or for tests).
+func (r *Responder) Store() taskstore.Store { return r.store }
+
+// Handler returns the a2asrv.RequestHandler the responder serves (the
+// bridge around a2a-go's default handler).
+func (r *Responder) Handler() a2asrv.RequestHandler { return r.bridge }
+
+// Close stops consuming requests and waits (bounded by ctx) for in-flight
+// requests to finish. Requests arriving meanwhile get -32004. It does not
+// close the Conn (which publishes the offline card).
+func (r *Responder) Close(ctx context.Context) error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	r.closing.Store(true)
+	var errs []error
+	for _, s := range r.subs {
+		if err := s.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.subs = nil
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("a2amqtt: responder close: %w", ctx.Err()))
+	}
+	return errors.Join(errs...)
+}
+
+// inbound is what the receive goroutine hands to a worker.
+type inbound struct {
+	topic    string
+	payload  []byte
+	respTo   string
+	corr     []byte
+	user     paho.UserProperties
+	expiry   *uint32
+	received time.Time
+}
+
+func (r *Responder) onRequest(p *paho.Publish) {
+	in := &inbound{
+		topic:    p.Topic,
+		payload:  p.Payload,
+		respTo:   p.Properties.ResponseTopic,
+		corr:     p.Properties.CorrelationData,
+		user:     p.Properties.User,
+		expiry:   p.Properties.MessageExpiry,
+		received: time.Now(),
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.serve(in)
+	}()
+}
+
+func (r *Responder) serve(in *inbound) {
+	ctx := context.Background()
+	pooled := false
+	if info, err := ParseTopic(in.topic); err == nil && info.Pool != "" {
+		pooled = true
+	}
+	if in.respTo == "" {
+		// No reply path: the profile allows dropping.
+		r.log.Warn("dropping request without Response Topic", "topic", in.topic)
+		return
+	}
+	if strings.ContainsAny(in.respTo, "+#") {
+		r.log.Warn("dropping request with wildcard Response Topic", "topic", in.topic, "response_topic", in.respTo)
+		return
+	}
+	out := &replier{r: r, topic: in.respTo, corr: in.corr, pooled: pooled}
+	if len(in.corr) == 0 {
+		out.sendError(ctx, nil, NewBindingError(A2AErrorTransportProtocolError, "request lacks MQTT Correlation Data"))
+		return
+	}
+	if r.closing.Load() {
+		out.sendError(ctx, nil, NewBindingError(A2AErrorResponderUnavailable, "responder is shutting down"))
+		return
+	}
+
+	// Wait for a processing slot; overload is reported, not queued forever.
+	timer := time.NewTimer(r.opts.QueueTimeout)
+	select {
+	case r.slots <- struct{}{}:
+		timer.Stop()
+	case <-timer.C:
+		out.sendError(ctx, nil, NewBindingError(A2AErrorResponderUnavailable,
+			fmt.Sprintf("responder overloaded: %d requests in progress (limit %d)", len(r.slots), cap(r.slots))))
+		return
+	}
+	defer func() { <-r.slots }()
+
+	if in.expiry != nil && time.Since(in.received) > time.Duration(*in.expiry)*time.Second {
+		out.sendError(ctx, nil, NewBindingError(A2AErrorRequestExpired,
+			fmt.Sprintf("request expired after waiting %s (message expiry %ds)", time.Since(in.received).Round(time.Millisecond), *in.expiry)))
+		return
+	}
+
+	req, err := DecodeRequest(in.payload, DecodeLimits{MaxPayloadBytes: r.opts.MaxPayloadBytes, RequireTaskID: !r.opts.AcceptMissingTaskID})
+	if err != nil {
+		var de *DecodeError
+		if errors.As(err, &de) {
+			out.sendError(ctx, de.ID, de.Err)
+			return
+		}
+		out.sendError(ctx, nil, rpcErrorFrom(err))
+		return
+	}
+	if prop := in.user.Get(PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
+		out.sendError(ctx, req.ID, NewBindingError(A2AErrorTransportProtocolError,
+			fmt.Sprintf("%s user property %q does not match params.message.contextId %q", PropContextID, prop, req.ContextID)))
+		return
+	}
+	if req.Dialect == DialectV03 && r.opts.DisableV03 {
+		out.sendError(ctx, req.ID, rpcErrorFrom(fmt.Errorf("A2A v0.3 method %q is disabled on this agent: %w", req.Method, errMethodNotFound)))
+		return
+	}
+
+	handler := r.v1
+	if req.Dialect == DialectV03 {
+		handler = r.v03
+	}
+	hreq, err := http.NewRequestWithContext(context.WithValue(ctx, storeKey{}, r.store), http.MethodPost, "/", bytes.NewReader(in.payload))
+	if err != nil {
+		out.sendError(ctx, req.ID, rpcErrorFrom(fmt.Errorf("build handler request: %w", err)))
+		return
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	for _, up := range in.user {
+		// Service parameters travel as user properties; the bearer token
+		// also becomes the Authorization header a2a-go auth expects.
+		hreq.Header.Add(up.Key, up.Value)
+		if up.Key == PropAuthorization {
+			hreq.Header.Set("Authorization", up.Value)
+		}
+	}
+	w := &replyWriter{ctx: ctx, out: out, header: http.Header{}}
+	handler.ServeHTTP(w, hreq)
+	w.finish()
+}
+
+// replier publishes replies for one request.
+type replier struct {
+	r      *Responder
+	topic  string
+	corr   []byte
+	pooled bool
+	sent   int
+}
+
+func (o *replier) send(ctx context.Context, payload []byte) {
+	p := &paho.Publish{
+		Topic:   o.topic,
+		QoS:     1,
+		Payload: payload,
+		Properties: &paho.PublishProperties{
+			CorrelationData: o.corr,
+			ContentType:     "application/json",
+		},
+	}
+	if o.pooled {
+		p.Properties.User = paho.UserProperties{{Key: PropResponderAgentID, Value: o.r.conn.Agent().Agent}}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := o.r.conn.Publish(pctx, p); err != nil {
+		o.r.log.Error("publish reply failed", "response_topic", o.topic, "err", err)
+		return
+	}
+	o.sent++
+}
+
+func (o *replier) sendError(ctx context.Context, id any, e *RPCError) {
+	o.r.log.Debug("answering with JSON-RPC error", "code", e.Code, "message", e.Message)
+	o.send(ctx, encodeError(id, e))
+}
+
+// replyWriter is the http.ResponseWriter the a2a-go JSON-RPC handlers write
+// into: a single JSON body for unary methods, Server-Sent Events for
+// streaming ones. Each SSE event becomes one MQTT reply as soon as it is
+// flushed, so stream items leave in order and without buffering.
+type replyWriter struct {
+	ctx    context.Context
+	out    *replier
+	header http.Header
+	buf    bytes.Buffer
+	sse    bool
+	status int
+}
+
+func (w *replyWriter) Header() http.Header { return w.header }
+
+func (w *replyWriter) WriteHeader(code int) {
+	if w.status != 0 {
+		return
+	}
+	w.status = code
+	w.sse = strings.HasPrefix(w.header.Get("Content-Type"), "text/event-stream")
+}
+
+func (w *replyWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.buf.Write(p)
+}
+
+// Flush implements http.Flusher (required by a2a-go's SSE writer).
+func (w *replyWriter) Flush() {
+	if !w.sse {
+		return
+	}
+	for {
+		data := w.buf.Bytes()
+		i := bytes.Index(data, []byte("\n\n"))
+		if i < 0 {
+			return
+		}
+		event := data[:i]
+		var payload []byte
+		for _, line := range bytes.Split(event, []byte("\n")) {
+			if rest, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+				payload = append(payload, bytes.TrimPrefix(rest, []byte(" "))...)
+			}
+		}
+		w.buf.Next(i + 2)
+		if len(payload) > 0 {
+			w.out.send(w.ctx, bytes.Clone(payload))
+		}
+	}
+}
+
+func (w *replyWriter) finish() {
+	if w.sse {
+		w.Flush()
+		return
+	}
+	body := bytes.TrimSpace(w.buf.Bytes())
+	if len(body) > 0 {
+		w.out.send(w.ctx, bytes.Clone(body))
+	}
+}

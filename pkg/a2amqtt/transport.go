@@ -1,0 +1,439 @@
+package a2amqtt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/google/uuid"
+)
+
+// TransportProtocolMQTT is the protocolBinding value of an MQTT interface in
+// an agent card's supportedInterfaces. A2A allows custom bindings.
+const TransportProtocolMQTT a2a.TransportProtocol = "MQTT"
+
+// Transport is an a2aclient.Transport over the A2A over MQTT profile. It
+// targets one agent (or one pool) through a shared Requester.
+type Transport struct {
+	r *Requester
+	t target
+	// onDestroy runs on Destroy (closes a Conn the transport owns).
+	onDestroy func() error
+}
+
+var _ a2aclient.Transport = (*Transport)(nil)
+
+// Transport returns a transport addressing agent directly.
+func (r *Requester) Transport(agent AgentRef) *Transport {
+	return &Transport{r: r, t: target{agent: agent}}
+}
+
+// PoolTransport returns a transport addressing a shared pool; follow-ups for
+// a task go to the concrete responder named by a2a-responder-agent-id.
+func (r *Requester) PoolTransport(pool PoolRef) *Transport {
+	p := pool
+	return &Transport{r: r, t: target{pool: &p}}
+}
+
+// Requester returns the requester behind the transport.
+func (t *Transport) Requester() *Requester { return t.r }
+
+// Target describes the addressee ("org/unit/agent" or "org/unit/pool/p").
+func (t *Transport) Target() string { return t.t.String() }
+
+// prepareSend fills in what the profile makes the requester responsible
+// for: a UUIDv4 Task.id and context id, and a message id. The caller's
+// request is not mutated.
+func prepareSend(req *a2a.SendMessageRequest) (*a2a.SendMessageRequest, error) {
+	if req == nil || req.Message == nil {
+		return nil, fmt.Errorf("a2amqtt: message is required: %w", a2a.ErrInvalidParams)
+	}
+	cp := *req
+	msg := *req.Message
+	if msg.TaskID == "" {
+		msg.TaskID = a2a.TaskID(uuid.NewString())
+	}
+	if msg.ContextID == "" {
+		msg.ContextID = uuid.NewString()
+	}
+	if msg.ID == "" {
+		msg.ID = uuid.NewString()
+	}
+	if msg.Role == "" {
+		msg.Role = a2a.MessageRoleUser
+	}
+	cp.Message = &msg
+	return &cp, nil
+}
+
+// isStreamFinal reports whether ev ends a reply stream for its correlation:
+// terminal states, the interrupted states input-required/auth-required, and
+// a direct Message answer.
+func isStreamFinal(ev a2a.Event) bool {
+	switch v := ev.(type) {
+	case *a2a.Message:
+		return true
+	case *a2a.Task:
+		return stateEndsStream(v.Status.State)
+	case *a2a.TaskStatusUpdateEvent:
+		return stateEndsStream(v.Status.State)
+	}
+	return false
+}
+
+func stateEndsStream(s a2a.TaskState) bool {
+	return s.Terminal() || s == a2a.TaskStateInputRequired || s == a2a.TaskStateAuthRequired
+}
+
+func decodeEvent(raw json.RawMessage) (a2a.Event, error) {
+	var sr a2a.StreamResponse
+	if err := json.Unmarshal(raw, &sr); err != nil {
+		return nil, fmt.Errorf("a2amqtt: reply result is not an A2A stream response: %w", err)
+	}
+	return sr.Event, nil
+}
+
+func (t *Transport) sendCall(method string, req *a2a.SendMessageRequest, stream bool) call {
+	return call{target: t.t, method: method, params: req, taskID: req.Message.TaskID, contextID: req.Message.ContextID, stream: stream}
+}
+
+// SendMessage implements a2aclient.Transport. A responder that streams
+// status/artifact updates even for SendMessage (some SDKs do) is handled by
+// folding the updates into a Task until a stream-final state.
+func (t *Transport) SendMessage(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
+	req, err := prepareSend(req)
+	if err != nil {
+		return nil, err
+	}
+	c := t.sendCall(MethodSendMessage, req, false)
+	var result a2a.SendMessageResult
+	var folded *a2a.Task
+	err = t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
+		ev, err := decodeEvent(rep.resp.Result)
+		if err != nil {
+			return true, err
+		}
+		switch v := ev.(type) {
+		case *a2a.Task:
+			result = v
+			return true, nil
+		case *a2a.Message:
+			result = v
+			return true, nil
+		default:
+			folded = foldEvent(folded, req, ev)
+			if isStreamFinal(ev) {
+				result = folded
+				return true, nil
+			}
+			return false, nil
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// foldEvent applies a status/artifact update to a task snapshot.
+func foldEvent(task *a2a.Task, req *a2a.SendMessageRequest, ev a2a.Event) *a2a.Task {
+	if task == nil {
+		task = &a2a.Task{ID: req.Message.TaskID, ContextID: req.Message.ContextID, History: []*a2a.Message{req.Message}}
+	}
+	switch v := ev.(type) {
+	case *a2a.TaskStatusUpdateEvent:
+		task.Status = v.Status
+		if v.ContextID != "" {
+			task.ContextID = v.ContextID
+		}
+	case *a2a.TaskArtifactUpdateEvent:
+		if v.Artifact == nil {
+			break
+		}
+		i := slices.IndexFunc(task.Artifacts, func(a *a2a.Artifact) bool { return a.ID == v.Artifact.ID })
+		switch {
+		case i < 0:
+			art := *v.Artifact
+			task.Artifacts = append(task.Artifacts, &art)
+		case v.Append:
+			task.Artifacts[i].Parts = append(task.Artifacts[i].Parts, v.Artifact.Parts...)
+		default:
+			art := *v.Artifact
+			task.Artifacts[i] = &art
+		}
+	}
+	return task
+}
+
+// SendStreamingMessage implements a2aclient.Transport. The stream ends at a
+// terminal state or at input-required/auth-required. If it stalls longer
+// than the stream idle timeout, the task is fetched with GetTask instead of
+// republishing (the profile forbids republishing after the first item).
+func (t *Transport) SendStreamingMessage(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		req, err := prepareSend(req)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		t.stream(ctx, params, t.sendCall(MethodSendStreamingMessage, req, true), yield)
+	}
+}
+
+// SubscribeToTask implements a2aclient.Transport.
+func (t *Transport) SubscribeToTask(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SubscribeToTaskRequest) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		if req == nil || req.ID == "" {
+			yield(nil, fmt.Errorf("a2amqtt: task id is required: %w", a2a.ErrInvalidParams))
+			return
+		}
+		t.stream(ctx, params, call{target: t.t, method: MethodSubscribeToTask, params: req, taskID: req.ID, stream: true}, yield)
+	}
+}
+
+func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, c call, yield func(a2a.Event, error) bool) {
+	stopped := false
+	gotFinal := false
+	err := t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
+		ev, err := decodeEvent(rep.resp.Result)
+		if err != nil {
+			return true, err
+		}
+		if !yield(ev, nil) {
+			stopped = true
+			return true, errStop
+		}
+		gotFinal = isStreamFinal(ev)
+		return gotFinal, nil
+	})
+	if stopped || gotFinal {
+		return
+	}
+	if errors.Is(err, ErrStreamIdle) && c.taskID != "" {
+		// Recover with GetTask (profile: do not republish the request).
+		task, gerr := t.GetTask(ctx, params, &a2a.GetTaskRequest{ID: c.taskID})
+		if gerr == nil {
+			if !yield(task, nil) {
+				return
+			}
+			if stateEndsStream(task.Status.State) {
+				return
+			}
+		}
+	}
+	if err != nil {
+		yield(nil, err)
+	}
+}
+
+// unary runs a single-result method and decodes the result into out.
+func (t *Transport) unary(ctx context.Context, params a2aclient.ServiceParams, c call, out any) error {
+	return t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
+		if err := json.Unmarshal(rep.resp.Result, out); err != nil {
+			return true, fmt.Errorf("a2amqtt: decode %s result: %w", c.method, err)
+		}
+		return true, nil
+	})
+}
+
+// GetTask implements a2aclient.Transport.
+func (t *Transport) GetTask(ctx context.Context, params a2aclient.ServiceParams, req *a2a.GetTaskRequest) (*a2a.Task, error) {
+	if req == nil || req.ID == "" {
+		return nil, fmt.Errorf("a2amqtt: task id is required: %w", a2a.ErrInvalidParams)
+	}
+	var task a2a.Task
+	if err := t.unary(ctx, params, call{target: t.t, method: MethodGetTask, params: req, taskID: req.ID}, &task); err != nil {
+		return nil, err
+	}
+	return &task, nil
+}
+
+// ListTasks implements a2aclient.Transport.
+func (t *Transport) ListTasks(ctx context.Context, params a2aclient.ServiceParams, req *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
+	if req == nil {
+		req = &a2a.ListTasksRequest{}
+	}
+	var resp a2a.ListTasksResponse
+	if err := t.unary(ctx, params, call{target: t.t, method: MethodListTasks, params: req, contextID: req.ContextID}, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// CancelTask implements a2aclient.Transport.
+func (t *Transport) CancelTask(ctx context.Context, params a2aclient.ServiceParams, req *a2a.CancelTaskRequest) (*a2a.Task, error) {
+	if req == nil || req.ID == "" {
+		return nil, fmt.Errorf("a2amqtt: task id is required: %w", a2a.ErrInvalidParams)
+	}
+	var task a2a.Task
+	if err := t.unary(ctx, params, call{target: t.t, method: MethodCancelTask, params: req, taskID: req.ID}, &task); err != nil {
+		return nil, err
+	}
+	return &task, nil
+}
+
+// GetExtendedAgentCard implements a2aclient.Transport.
+func (t *Transport) GetExtendedAgentCard(ctx context.Context, params a2aclient.ServiceParams, req *a2a.GetExtendedAgentCardRequest) (*a2a.AgentCard, error) {
+	if req == nil {
+		req = &a2a.GetExtendedAgentCardRequest{}
+	}
+	var card a2a.AgentCard
+	if err := t.unary(ctx, params, call{target: t.t, method: MethodGetExtendedAgentCard, params: req}, &card); err != nil {
+		return nil, err
+	}
+	return &card, nil
+}
+
+// errNoPush explains why push-notification config calls are refused: the
+// MQTT reply path (or an event topic) is the delivery channel; webhook push
+// configuration has no meaning for a requester reachable only over MQTT.
+var errNoPush = fmt.Errorf("a2amqtt: push notification configs are not supported over MQTT (replies stream on the reply topic): %w", a2a.ErrPushNotificationNotSupported)
+
+// GetTaskPushConfig implements a2aclient.Transport (unsupported).
+func (t *Transport) GetTaskPushConfig(context.Context, a2aclient.ServiceParams, *a2a.GetTaskPushConfigRequest) (*a2a.PushConfig, error) {
+	return nil, errNoPush
+}
+
+// ListTaskPushConfigs implements a2aclient.Transport (unsupported).
+func (t *Transport) ListTaskPushConfigs(context.Context, a2aclient.ServiceParams, *a2a.ListTaskPushConfigRequest) ([]*a2a.PushConfig, error) {
+	return nil, errNoPush
+}
+
+// CreateTaskPushConfig implements a2aclient.Transport (unsupported).
+func (t *Transport) CreateTaskPushConfig(context.Context, a2aclient.ServiceParams, *a2a.PushConfig) (*a2a.PushConfig, error) {
+	return nil, errNoPush
+}
+
+// DeleteTaskPushConfig implements a2aclient.Transport (unsupported).
+func (t *Transport) DeleteTaskPushConfig(context.Context, a2aclient.ServiceParams, *a2a.DeleteTaskPushConfigRequest) error {
+	return errNoPush
+}
+
+// Destroy implements a2aclient.Transport; it closes the connection only
+// when the transport owns it (NewClient).
+func (t *Transport) Destroy() error {
+	if t.onDestroy != nil {
+		return t.onDestroy()
+	}
+	return nil
+}
+
+// doParams is do() with a2aclient service params forwarded as MQTT user
+// properties (e.g. A2A-Version).
+func (r *Requester) doParams(ctx context.Context, c call, params a2aclient.ServiceParams, handle func(*reply) (bool, error)) error {
+	if len(params) > 0 {
+		ctx = withServiceParams(ctx, params)
+	}
+	return r.do(ctx, c, handle)
+}
+
+type svcParamsKey struct{}
+
+func withServiceParams(ctx context.Context, p a2aclient.ServiceParams) context.Context {
+	return context.WithValue(ctx, svcParamsKey{}, p)
+}
+
+func serviceParamsFrom(ctx context.Context) a2aclient.ServiceParams {
+	p, _ := ctx.Value(svcParamsKey{}).(a2aclient.ServiceParams)
+	return p
+}
+
+// InterfaceURL is the supportedInterfaces URL this SDK uses for an agent:
+// the broker URL with the request topic as path, e.g.
+// mqtt://broker:1883/$a2a/v1/request/org/unit/agent. Only the topic part is
+// used for routing; the broker is whatever the requester is connected to.
+func InterfaceURL(brokerURL string, agent AgentRef) string {
+	return strings.TrimRight(brokerURL, "/") + "/" + agent.RequestTopic()
+}
+
+// AgentInterface returns the supportedInterfaces entry for an MQTT agent.
+func AgentInterface(brokerURL string, agent AgentRef) *a2a.AgentInterface {
+	return a2a.NewAgentInterface(InterfaceURL(brokerURL, agent), TransportProtocolMQTT)
+}
+
+// targetFromInterfaceURL extracts the agent or pool from an interface URL
+// (anything whose path contains $a2a/v1/request/...).
+func targetFromInterfaceURL(raw string) (target, error) {
+	s := raw
+	if u, err := url.Parse(raw); err == nil && u.Path != "" {
+		s = u.Path
+	}
+	i := strings.Index(s, TopicPrefix+"/"+MethodRequest+"/")
+	if i < 0 {
+		return target{}, fmt.Errorf("a2amqtt: interface URL %q has no %s/%s/ topic", raw, TopicPrefix, MethodRequest)
+	}
+	info, err := ParseTopic(s[i:])
+	if err != nil {
+		return target{}, fmt.Errorf("a2amqtt: interface URL %q: %w", raw, err)
+	}
+	if info.Pool != "" {
+		return target{pool: &PoolRef{Org: info.Org, Unit: info.Unit, Pool: info.Pool}}, nil
+	}
+	return target{agent: AgentRef{Org: info.Org, Unit: info.Unit, Agent: info.Agent}}, nil
+}
+
+// WithMQTTTransport is an a2aclient factory option: agent cards whose
+// supportedInterfaces list protocolBinding "MQTT" are reached through r.
+// Use with a2aclient.NewFromCard / NewFromEndpoints.
+func WithMQTTTransport(r *Requester) a2aclient.FactoryOption {
+	return a2aclient.WithTransport(TransportProtocolMQTT, a2aclient.TransportFactoryFn(
+		func(_ context.Context, _ *a2a.AgentCard, iface *a2a.AgentInterface) (a2aclient.Transport, error) {
+			t, err := targetFromInterfaceURL(iface.URL)
+			if err != nil {
+				return nil, err
+			}
+			return &Transport{r: r, t: t}, nil
+		}))
+}
+
+// ClientConfig configures NewClient.
+type ClientConfig struct {
+	Config
+	RequesterOptions
+	// Target is the agent to talk to.
+	Target AgentRef
+}
+
+// NewClient is the one-call way to talk to an agent: it connects as
+// cfg.Agent, subscribes the reply topic and returns a stock a2aclient.Client
+// whose Destroy closes the connection.
+func NewClient(ctx context.Context, cfg ClientConfig) (*a2aclient.Client, error) {
+	if err := cfg.Target.Validate(); err != nil {
+		return nil, fmt.Errorf("a2amqtt: target: %w", err)
+	}
+	conn, err := Connect(ctx, cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	r, err := NewRequester(ctx, conn, cfg.RequesterOptions)
+	if err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	iface := AgentInterface(cfg.BrokerURL, cfg.Target)
+	client, err := a2aclient.NewFromEndpoints(ctx, []*a2a.AgentInterface{iface},
+		a2aclient.WithDefaultsDisabled(),
+		a2aclient.WithTransport(TransportProtocolMQTT, a2aclient.TransportFactoryFn(
+			func(context.Context, *a2a.AgentCard, *a2a.AgentInterface) (a2aclient.Transport, error) {
+				tr := r.Transport(cfg.Target)
+				tr.onDestroy = func() error {
+					cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					return conn.Close(cctx)
+				}
+				return tr, nil
+			})))
+	if err != nil {
+		_ = conn.Close(ctx)
+		return nil, fmt.Errorf("a2amqtt: build a2a client: %w", err)
+	}
+	return client, nil
+}
