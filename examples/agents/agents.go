@@ -1,0 +1,180 @@
+// Package agents holds the example A2A-over-MQTT agents (echo, confirm,
+// memory) as a library, so tests run them in-process and the thin main
+// packages under examples/ run them as programs.
+package agents
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// Kind names an example agent.
+type Kind string
+
+// The example agents.
+const (
+	KindEcho    Kind = "echo"
+	KindConfirm Kind = "confirm"
+	KindMemory  Kind = "memory"
+)
+
+// Options configures an example agent process.
+type Options struct {
+	BrokerURL string
+	Username  string
+	Password  string
+	Agent     a2amqtt.AgentRef
+	// Pools to join (shared subscription), in the agent's org/unit.
+	Pools  []string
+	Logger *slog.Logger
+	// Delay slows each execution down (demos and concurrency tests).
+	Delay time.Duration
+}
+
+// Executor returns the executor for kind.
+func Executor(kind Kind, delay time.Duration) (a2asrv.AgentExecutor, error) {
+	switch kind {
+	case KindEcho:
+		return &Echo{Delay: delay}, nil
+	case KindConfirm:
+		return &Confirm{Delay: delay}, nil
+	case KindMemory:
+		return &Memory{Delay: delay}, nil
+	}
+	return nil, fmt.Errorf("unknown agent kind %q (want echo, confirm or memory)", kind)
+}
+
+// Card describes the example agent for its retained discovery card.
+func Card(kind Kind, brokerURL string, ref a2amqtt.AgentRef) *a2a.AgentCard {
+	skill := a2a.AgentSkill{ID: string(kind), Name: string(kind), Tags: []string{"example"}}
+	desc := ""
+	switch kind {
+	case KindEcho:
+		desc = "Echoes every message back."
+		skill.Description = "Repeats the user's text."
+	case KindConfirm:
+		desc = "Plans a task, asks for confirmation (input-required) and completes only after 'go ahead'."
+		skill.Description = "Confirmation-gated execution."
+	case KindMemory:
+		desc = "Answers using earlier turns of the same conversation (context id); asks follow-up questions for reminders."
+		skill.Description = "Multi-turn conversation with memory."
+	}
+	return &a2a.AgentCard{
+		Name:                ref.Agent,
+		Description:         desc,
+		Version:             "0.1.0",
+		SupportedInterfaces: []*a2a.AgentInterface{a2amqtt.AgentInterface(brokerURL, ref)},
+		Capabilities:        a2a.AgentCapabilities{Streaming: true},
+		DefaultInputModes:   []string{"text/plain"},
+		DefaultOutputModes:  []string{"text/plain"},
+		Skills:              []a2a.AgentSkill{skill},
+	}
+}
+
+// Agent is a running example agent.
+type Agent struct {
+	Conn      *a2amqtt.Conn
+	Responder *a2amqtt.Responder
+}
+
+// Start connects the agent (presence on) and serves requests until Close.
+func Start(ctx context.Context, kind Kind, opts Options) (*Agent, error) {
+	exec, err := Executor(kind, opts.Delay)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
+		BrokerURL: opts.BrokerURL,
+		Username:  opts.Username,
+		Password:  opts.Password,
+		Agent:     opts.Agent,
+		Card:      Card(kind, opts.BrokerURL, opts.Agent),
+		Logger:    opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, Pools: opts.Pools})
+	if err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
+	return &Agent{Conn: conn, Responder: resp}, nil
+}
+
+// Close stops serving, publishes the offline card and disconnects.
+func (a *Agent) Close(ctx context.Context) error {
+	return errors.Join(a.Responder.Close(ctx), a.Conn.Close(ctx))
+}
+
+// Run starts the agent and blocks until ctx ends.
+func Run(ctx context.Context, kind Kind, opts Options) error {
+	a, err := Start(ctx, kind, opts)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return a.Close(cctx)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// Main is the body of the example main packages: flags (with A2A_* env
+// fallbacks), signal handling, Run.
+func Main(kind Kind) {
+	fs := flag.NewFlagSet(string(kind), flag.ExitOnError)
+	broker := fs.String("broker", envOr("A2A_BROKER", "mqtt://127.0.0.1:1883"), "MQTT v5 broker URL (env A2A_BROKER)")
+	org := fs.String("org", envOr("A2A_ORG", "demo"), "org id (env A2A_ORG)")
+	unit := fs.String("unit", envOr("A2A_UNIT", "default"), "unit id (env A2A_UNIT)")
+	agent := fs.String("agent", envOr("A2A_AGENT", string(kind)), "agent id (env A2A_AGENT)")
+	user := fs.String("username", envOr("A2A_USERNAME", ""), "broker username (env A2A_USERNAME)")
+	pass := fs.String("password", envOr("A2A_PASSWORD", ""), "broker password (env A2A_PASSWORD)")
+	pools := fs.String("pool", envOr("A2A_POOLS", ""), "comma-separated pool ids to join (env A2A_POOLS)")
+	delay := fs.Duration("delay", 0, "artificial processing delay per request")
+	verbose := fs.Bool("v", false, "debug logging")
+	_ = fs.Parse(os.Args[1:])
+
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ref := a2amqtt.AgentRef{Org: *org, Unit: *unit, Agent: *agent}
+	if err := ref.Validate(); err != nil {
+		logger.Error("invalid identity", "err", err)
+		os.Exit(2)
+	}
+	var poolIDs []string
+	for _, p := range strings.Split(*pools, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			poolIDs = append(poolIDs, p)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger.Info("starting example agent", "kind", kind, "agent", ref.String(), "broker", *broker, "pools", poolIDs)
+	if err := Run(ctx, kind, Options{BrokerURL: *broker, Username: *user, Password: *pass, Agent: ref, Pools: poolIDs, Logger: logger, Delay: *delay}); err != nil {
+		logger.Error("agent stopped", "err", err)
+		os.Exit(1)
+	}
+}

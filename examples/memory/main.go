@@ -1,0 +1,8 @@
+// Command memory runs the memory example agent (see examples/agents).
+//
+//	go run ./examples/memory --broker mqtt://127.0.0.1:1883 --org demo --unit default --agent memory
+package main
+
+import "github.com/a2a-fleet/a2a-fleet/examples/agents"
+
+func main() { agents.Main(agents.KindMemory) }
