@@ -93,6 +93,9 @@ type Requester struct {
 	log   *slog.Logger
 	sub   *Subscription
 
+	// dropReply is a test hook that simulates a reply lost in transit.
+	dropReply func(*paho.Publish) bool
+
 	mu       sync.Mutex
 	inflight map[string]*exchange // by Correlation Data
 	routes   map[a2a.TaskID]string
@@ -144,6 +147,9 @@ func (r *Requester) ResponderFor(taskID a2a.TaskID) (string, bool) {
 
 // onReply runs on the receive goroutine: only route, never block.
 func (r *Requester) onReply(p *paho.Publish) {
+	if r.dropReply != nil && r.dropReply(p) {
+		return
+	}
 	corr := p.Properties.CorrelationData
 	if len(corr) == 0 {
 		r.log.Warn("a2a protocol error: reply without Correlation Data ignored", "topic", p.Topic)
