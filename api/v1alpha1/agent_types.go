@@ -1,0 +1,318 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// AgentSpec is the desired state of an Agent: who it is on the bus, what it tells others about
+// itself, who may call it and, optionally, the workload that runs it.
+// +kubebuilder:validation:XValidation:rule="has(self.agentID) == has(oldSelf.agentID) && (!has(self.agentID) || self.agentID == oldSelf.agentID)",message="agentID is immutable: delete and recreate the Agent to change its identity"
+type AgentSpec struct {
+	// OrgID is the organization segment of the agent's identity and topics
+	// ($a2a/v1/request/{orgID}/{unitID}/{agentID}). It must match ^[A-Za-z0-9_.-]+$ (the A2A over MQTT
+	// profile's identifier rule), be at most 64 characters long, and cannot change after creation.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="orgID is immutable: delete and recreate the Agent to change its identity"
+	OrgID string `json:"orgID"`
+
+	// UnitID is the organizational-unit segment of the agent's identity and topics. Same rules as orgID.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="unitID is immutable: delete and recreate the Agent to change its identity"
+	UnitID string `json:"unitID"`
+
+	// AgentID is the agent segment of the identity and topics. It defaults to metadata.name. Same rules
+	// as orgID; the resolved value is shown in status.agentID.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	AgentID string `json:"agentID,omitempty"`
+
+	// Card is the content of the A2A agent card that the operator publishes, retained, on the agent's
+	// discovery topic.
+	Card AgentCardSpec `json:"card"`
+
+	// Callers says which other agents may send requests to this agent. The default admits no one
+	// but explicitly selected agents (least privilege).
+	// +optional
+	// +kubebuilder:default={}
+	Callers CallersSpec `json:"callers,omitempty"`
+
+	// PoolID makes the agent a member of the shared pool $a2a/v1/request/{orgID}/{unitID}/pool/{poolID};
+	// requests to the pool are load-balanced over its members through an MQTT shared subscription.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	PoolID string `json:"poolID,omitempty"`
+
+	// Workload, when set, is run by the operator as a Deployment with the agent's broker URL,
+	// identity, topics and credentials injected as environment variables.
+	// +optional
+	Workload *AgentWorkload `json:"workload,omitempty"`
+}
+
+// AgentCardSpec is the part of an A2A v1.0 AgentCard that the agent's owner declares. The operator
+// adds the MQTT interface (topics, transport) itself.
+type AgentCardSpec struct {
+	// Name is the human-readable name of the agent.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+
+	// Description says what the agent does, for humans and for other agents choosing whom to call.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Description string `json:"description"`
+
+	// Version is the version of the agent (not of the protocol).
+	// +optional
+	// +kubebuilder:default="1.0.0"
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version,omitempty"`
+
+	// Provider names the organization that runs the agent.
+	// +optional
+	Provider *AgentProvider `json:"provider,omitempty"`
+
+	// DocumentationURL links to the agent's documentation.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self)",message="documentationURL must be an absolute URL"
+	DocumentationURL string `json:"documentationURL,omitempty"`
+
+	// Capabilities are the optional A2A features the agent supports.
+	// +optional
+	Capabilities AgentCapabilities `json:"capabilities,omitempty"`
+
+	// DefaultInputModes are the media types the agent accepts when a skill does not say otherwise.
+	// +optional
+	// +kubebuilder:default={"text/plain"}
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=128
+	DefaultInputModes []string `json:"defaultInputModes,omitempty"`
+
+	// DefaultOutputModes are the media types the agent produces when a skill does not say otherwise.
+	// +optional
+	// +kubebuilder:default={"text/plain"}
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=128
+	DefaultOutputModes []string `json:"defaultOutputModes,omitempty"`
+
+	// Skills are the things the agent can do.
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	// +kubebuilder:validation:MaxItems=64
+	Skills []AgentSkill `json:"skills,omitempty"`
+}
+
+// AgentProvider names the organization that runs an agent.
+type AgentProvider struct {
+	// Organization is the provider's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Organization string `json:"organization"`
+
+	// URL is the provider's website.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self)",message="provider.url must be an absolute URL"
+	URL string `json:"url,omitempty"`
+}
+
+// AgentCapabilities are the optional A2A features an agent supports.
+type AgentCapabilities struct {
+	// Streaming is true when the agent answers SendStreamingMessage with a stream of task updates.
+	// +optional
+	Streaming bool `json:"streaming,omitempty"`
+
+	// PushNotifications is true when the agent can push task updates to a client-supplied webhook.
+	// +optional
+	PushNotifications bool `json:"pushNotifications,omitempty"`
+}
+
+// AgentSkill is one thing an agent can do.
+type AgentSkill struct {
+	// ID identifies the skill within the agent.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	ID string `json:"id"`
+
+	// Name is the skill's human-readable name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+
+	// Description says what the skill does.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Description string `json:"description"`
+
+	// Tags are keywords for discovery.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=64
+	Tags []string `json:"tags,omitempty"`
+
+	// Examples are sample prompts the skill handles well.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=1024
+	Examples []string `json:"examples,omitempty"`
+}
+
+// CallerScope admits whole groups of agents as callers.
+// +kubebuilder:validation:Enum=None;SameUnit;SameOrg
+type CallerScope string
+
+const (
+	// CallerScopeNone admits only the agents named by callers.from.
+	CallerScopeNone CallerScope = "None"
+	// CallerScopeSameUnit admits every agent with the same orgID and unitID.
+	CallerScopeSameUnit CallerScope = "SameUnit"
+	// CallerScopeSameOrg admits every agent with the same orgID.
+	CallerScopeSameOrg CallerScope = "SameOrg"
+)
+
+// CallersSpec says which agents may send requests to an agent. An agent is admitted when the scope
+// covers it or any entry of from selects it.
+type CallersSpec struct {
+	// Scope admits every agent of the same unit (SameUnit) or organization (SameOrg); None admits only
+	// the agents that from selects.
+	// +optional
+	// +kubebuilder:default=None
+	Scope CallerScope `json:"scope,omitempty"`
+
+	// From selects further caller Agents by label, in this namespace or in the namespaces that
+	// namespaceSelector picks.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	From []CallerSelector `json:"from,omitempty"`
+}
+
+// CallerSelector selects Agents that may call.
+type CallerSelector struct {
+	// AgentSelector selects caller Agents by their labels. An empty selector selects every Agent in
+	// the chosen namespaces.
+	AgentSelector metav1.LabelSelector `json:"agentSelector"`
+
+	// NamespaceSelector picks the namespaces searched for callers. When absent only the Agent's own
+	// namespace is searched; an empty selector searches every namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
+
+// AgentWorkload is the workload that runs an agent.
+type AgentWorkload struct {
+	// Replicas is the number of pods. More than one only makes sense for pool members.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Template is the pod template. The operator adds environment variables with the broker URL,
+	// identity, topics and credentials (A2A_BROKER_URL, A2A_ORG_ID, A2A_UNIT_ID, A2A_AGENT_ID,
+	// A2A_REQUEST_TOPIC, A2A_USERNAME, A2A_PASSWORD, ...) to every container.
+	Template corev1.PodTemplateSpec `json:"template"`
+}
+
+// AgentTopics are the MQTT topics of an agent, resolved from its identity.
+type AgentTopics struct {
+	// Request is the topic the agent receives requests on.
+	Request string `json:"request"`
+	// ReplyPrefix is the prefix of the agent's reply topics ({replyPrefix}/{suffix}).
+	ReplyPrefix string `json:"replyPrefix"`
+	// Discovery is the topic of the agent's retained agent card.
+	Discovery string `json:"discovery"`
+	// Event is the agent's event topic.
+	Event string `json:"event"`
+	// Pool is the shared pool request topic when the agent is a pool member.
+	// +optional
+	Pool string `json:"pool,omitempty"`
+}
+
+// AgentStatus is the observed state of an Agent.
+type AgentStatus struct {
+	// ObservedGeneration is the metadata.generation that the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Registered, ACLsSynced, WorkloadAvailable.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// AgentID is the resolved agent identifier (spec.agentID or metadata.name).
+	// +optional
+	AgentID string `json:"agentID,omitempty"`
+
+	// ClientID is the MQTT Client ID the agent must connect with: {orgID}/{unitID}/{agentID}.
+	// +optional
+	ClientID string `json:"clientID,omitempty"`
+
+	// Topics are the agent's MQTT topics.
+	// +optional
+	Topics *AgentTopics `json:"topics,omitempty"`
+
+	// ConversationPolicy is the name of the ConversationPolicy that applies to the agent, if any.
+	// +optional
+	ConversationPolicy string `json:"conversationPolicy,omitempty"`
+
+	// OverlappingPolicies are the other ConversationPolicies that also select the agent but lose to
+	// conversationPolicy under the precedence rule (highest priority, then oldest, then name).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	OverlappingPolicies []string `json:"overlappingPolicies,omitempty"`
+
+	// CredentialsSecret is the name of the Secret with the agent's broker credentials.
+	// +optional
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+}
+
+// Agent is an A2A agent on the MQTT bus: its identity, agent card, who may call it and optionally the
+// workload that runs it.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ag;a2a,categories={a2a,all}
+// +kubebuilder:printcolumn:name="Org",type=string,JSONPath=`.spec.orgID`
+// +kubebuilder:printcolumn:name="Unit",type=string,JSONPath=`.spec.unitID`
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.agentID`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.status.conversationPolicy`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="has(self.spec.agentID) || size(self.metadata.name) <= 64",message="metadata.name is longer than 64 characters: set spec.agentID (agentID defaults to the name and is limited to 64 characters)"
+type Agent struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired state of the Agent.
+	Spec AgentSpec `json:"spec"`
+
+	// Status is the observed state of the Agent.
+	// +optional
+	Status AgentStatus `json:"status,omitempty"`
+}
+
+// AgentList is a list of Agents.
+// +kubebuilder:object:root=true
+type AgentList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the Agents.
+	Items []Agent `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Agent{}, &AgentList{})
+}

@@ -1,0 +1,339 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/policy"
+)
+
+// AgentFinalizer guards the broker-side state of an Agent (client, roles, retained card, Secret):
+// the Agent is only gone once that state is.
+const AgentFinalizer = "a2a.fleet.dev/agent-cleanup"
+
+// maxOverlappingPolicies matches the MaxItems of status.overlappingPolicies.
+const maxOverlappingPolicies = 10
+
+// Event reasons emitted on Agents.
+const (
+	EventPolicyApplied    = "PolicyApplied"
+	EventPolicyRemoved    = "PolicyRemoved"
+	EventIdentityConflict = "IdentityConflict"
+	EventRegistered       = "Registered"
+	EventRegistrationFail = "RegistrationFailed"
+	EventUnregistered     = "Unregistered"
+	EventReady            = "Ready"
+	EventNotReady         = "NotReady"
+)
+
+// Registrar makes the broker side of an Agent match its spec: credentials, ACLs and the retained
+// agent card. The broker issue provides the implementation; without one the operator still
+// resolves identities, topics and policies and reports the Agent as not registered.
+type Registrar interface {
+	// Register creates or updates everything the Agent needs on the broker. It must be idempotent.
+	Register(ctx context.Context, agent *a2av1.Agent) error
+	// Unregister removes everything Register created. Missing pieces are not an error.
+	Unregister(ctx context.Context, agent *a2av1.Agent) error
+}
+
+// AgentReconciler reconciles Agents.
+type AgentReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	// Registrar is nil when the operator runs without a broker.
+	Registrar Registrar
+}
+
+// +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents/finalizers,verbs=update
+// +kubebuilder:rbac:groups=a2a.fleet.dev,resources=conversationpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile resolves an Agent's identity, topics and conversation policy, registers it on the broker
+// when one is configured, and reports the outcome in status.
+func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+
+	agent := &a2av1.Agent{}
+	if err := r.Get(ctx, req.NamespacedName, agent); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	if !agent.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, agent)
+	}
+
+	if controllerutil.AddFinalizer(agent, AgentFinalizer) {
+		if err := r.Update(ctx, agent); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+	}
+
+	before := agent.DeepCopy()
+	id := AgentIdentity(agent)
+	topics := id.Topics(agent.Spec.PoolID)
+	agent.Status.AgentID = id.Agent
+	agent.Status.ClientID = id.ClientID()
+	agent.Status.Topics = &a2av1.AgentTopics{
+		Request: topics.Request, ReplyPrefix: topics.ReplyPrefix,
+		Discovery: topics.Discovery, Event: topics.Event, Pool: topics.Pool,
+	}
+
+	if err := r.resolvePolicy(ctx, agent); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	holder, err := r.identityHolder(ctx, agent)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	var regErr error
+	switch {
+	case holder != nil:
+		// Registering would hand this Agent the other's broker identity; the older Agent keeps it.
+		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonIdentityConflict,
+			fmt.Sprintf("client ID %s already belongs to Agent %s", agent.Status.ClientID, holder))
+	case r.Registrar == nil:
+		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionUnknown, a2av1.ReasonBrokerNotConfigured,
+			"the operator runs without an MQTT broker; identity and topics are resolved but nothing is registered")
+	default:
+		if regErr = r.Registrar.Register(ctx, agent); regErr != nil {
+			r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, regErr.Error())
+		} else {
+			r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionTrue, a2av1.ReasonRegistered,
+				"identity, ACLs and agent card are on the broker")
+		}
+	}
+	r.setReady(agent)
+	agent.Status.ObservedGeneration = agent.Generation
+
+	if err := r.Status().Patch(ctx, agent, client.MergeFrom(before)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("update status: %w", err)
+	}
+	r.emitTransitions(before, agent, holder)
+	if regErr != nil {
+		// Returning the error requeues with the controller's exponential backoff.
+		return ctrl.Result{}, fmt.Errorf("register agent: %w", regErr)
+	}
+	log.V(1).Info("reconciled agent", "clientID", agent.Status.ClientID, "policy", agent.Status.ConversationPolicy)
+	return ctrl.Result{}, nil
+}
+
+func (r *AgentReconciler) finalize(ctx context.Context, agent *a2av1.Agent) error {
+	if !controllerutil.ContainsFinalizer(agent, AgentFinalizer) {
+		return nil
+	}
+	if r.Registrar != nil {
+		if err := r.Registrar.Unregister(ctx, agent); err != nil {
+			r.Recorder.Eventf(agent, nil, corev1.EventTypeWarning, EventRegistrationFail, "Unregister",
+				"removing broker state failed, will retry: %v", err)
+			return fmt.Errorf("unregister agent: %w", err)
+		}
+		r.Recorder.Eventf(agent, nil, corev1.EventTypeNormal, EventUnregistered, "Unregister",
+			"removed client %s from the broker", agent.Status.ClientID)
+	}
+	controllerutil.RemoveFinalizer(agent, AgentFinalizer)
+	if err := r.Update(ctx, agent); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove finalizer: %w", err)
+	}
+	return nil
+}
+
+// resolvePolicy records in status the ConversationPolicy that governs the Agent and the ones it
+// outranks.
+func (r *AgentReconciler) resolvePolicy(ctx context.Context, agent *a2av1.Agent) error {
+	var policies a2av1.ConversationPolicyList
+	if err := r.List(ctx, &policies, client.InNamespace(agent.Namespace)); err != nil {
+		return fmt.Errorf("list conversation policies: %w", err)
+	}
+	names := policy.Names(policy.Matching(policies.Items, agent.Labels))
+	agent.Status.ConversationPolicy, agent.Status.OverlappingPolicies = "", nil
+	if len(names) > 0 {
+		agent.Status.ConversationPolicy = names[0]
+	}
+	if len(names) > 1 {
+		agent.Status.OverlappingPolicies = names[1:min(len(names), maxOverlappingPolicies+1)]
+	}
+	return nil
+}
+
+// identityHolder returns the Agent that owns this Agent's client ID when that is another Agent:
+// the oldest one wins, then the lexically first namespace/name.
+func (r *AgentReconciler) identityHolder(ctx context.Context, agent *a2av1.Agent) (*types.NamespacedName, error) {
+	var same a2av1.AgentList
+	if err := r.List(ctx, &same, client.MatchingFields{IndexAgentClientID: agent.Status.ClientID}); err != nil {
+		return nil, fmt.Errorf("list agents with client ID %s: %w", agent.Status.ClientID, err)
+	}
+	var holder *a2av1.Agent
+	for i := range same.Items {
+		other := &same.Items[i]
+		// An Agent being deleted still holds its identity until its finalizer has removed the
+		// broker state; handing the identity over earlier would let that cleanup delete the
+		// newcomer's client.
+		if other.UID == agent.UID {
+			continue
+		}
+		if agentPrecedes(other, agent) && (holder == nil || agentPrecedes(other, holder)) {
+			holder = other
+		}
+	}
+	if holder == nil {
+		return nil, nil
+	}
+	return &types.NamespacedName{Namespace: holder.Namespace, Name: holder.Name}, nil
+}
+
+func agentPrecedes(a, b *a2av1.Agent) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
+}
+
+func (r *AgentReconciler) setReady(agent *a2av1.Agent) {
+	reg := meta.FindStatusCondition(agent.Status.Conditions, a2av1.ConditionRegistered)
+	if reg != nil && reg.Status == metav1.ConditionTrue {
+		r.setCondition(agent, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled,
+			"the agent is registered and may connect as "+agent.Status.ClientID)
+		return
+	}
+	r.setCondition(agent, a2av1.ConditionReady, metav1.ConditionFalse, reg.Reason, reg.Message)
+}
+
+func (r *AgentReconciler) setCondition(agent *a2av1.Agent, condType string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&agent.Status.Conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: agent.Generation,
+	})
+}
+
+// emitTransitions records an Event for each change a human would want to see in kubectl describe.
+func (r *AgentReconciler) emitTransitions(before, after *a2av1.Agent, holder *types.NamespacedName) {
+	if b, a := before.Status.ConversationPolicy, after.Status.ConversationPolicy; b != a {
+		if a == "" {
+			r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventPolicyRemoved, "ResolvePolicy",
+				"no ConversationPolicy selects this Agent any more (was %s)", b)
+		} else {
+			r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventPolicyApplied, "ResolvePolicy",
+				"ConversationPolicy %s applies", a)
+		}
+	}
+	if o := after.Status.OverlappingPolicies; len(o) > 0 && !slices.Equal(o, before.Status.OverlappingPolicies) {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, a2av1.ReasonOverlappingPolicies, "ResolvePolicy",
+			"ConversationPolicy %s applies; %v select this Agent too but lose on precedence (highest priority, then oldest, then name)",
+			after.Status.ConversationPolicy, o)
+	}
+	wasReady := meta.FindStatusCondition(before.Status.Conditions, a2av1.ConditionReady)
+	nowReady := meta.FindStatusCondition(after.Status.Conditions, a2av1.ConditionReady)
+	if wasReady != nil && wasReady.Status == nowReady.Status && wasReady.Reason == nowReady.Reason {
+		return
+	}
+	switch {
+	case nowReady.Status == metav1.ConditionTrue:
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventReady, "Reconcile", "%s", nowReady.Message)
+	case holder != nil:
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, EventIdentityConflict, "Reconcile",
+			"client ID %s already belongs to Agent %s", after.Status.ClientID, holder)
+	default:
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventNotReady, "Reconcile", "%s: %s", nowReady.Reason, nowReady.Message)
+	}
+}
+
+// AgentIdentity is the Agent's resolved identity: spec.agentID defaults to metadata.name.
+func AgentIdentity(agent *a2av1.Agent) identity.Identity {
+	agentID := agent.Spec.AgentID
+	if agentID == "" {
+		agentID = agent.Name
+	}
+	return identity.Identity{Org: agent.Spec.OrgID, Unit: agent.Spec.UnitID, Agent: agentID}
+}
+
+// SetupWithManager registers the controller and its watches.
+func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&a2av1.Agent{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// A policy change can move Agents in or out of its selector.
+		Watches(&a2av1.ConversationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.agentsForPolicy)).
+		// A newcomer with the same client ID may outrank an Agent (same-second creation); once the
+		// holder of a client ID is gone, the next Agent in line takes it.
+		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.agentsSharingIdentity),
+			builder.WithPredicates(createOrDeletePredicate())).
+		Named("agent").
+		Complete(r)
+}
+
+// agentsForPolicy maps a policy event to the Agents it selects now and those it governed before.
+func (r *AgentReconciler) agentsForPolicy(ctx context.Context, obj client.Object) []reconcile.Request {
+	p, ok := obj.(*a2av1.ConversationPolicy)
+	if !ok {
+		return nil
+	}
+	log := logf.FromContext(ctx)
+	seen := map[types.NamespacedName]bool{}
+	var reqs []reconcile.Request
+	add := func(items []a2av1.Agent) {
+		for _, a := range items {
+			key := types.NamespacedName{Namespace: a.Namespace, Name: a.Name}
+			if !seen[key] {
+				seen[key] = true
+				reqs = append(reqs, reconcile.Request{NamespacedName: key})
+			}
+		}
+	}
+	var governed a2av1.AgentList
+	if err := r.List(ctx, &governed, client.InNamespace(p.Namespace),
+		client.MatchingFields{IndexAgentPolicy: p.Name}); err != nil {
+		log.Error(err, "list agents governed by policy", "policy", p.Name)
+	}
+	add(governed.Items)
+	if sel, err := metav1.LabelSelectorAsSelector(&p.Spec.AgentSelector); err == nil {
+		var selected a2av1.AgentList
+		if err := r.List(ctx, &selected, client.InNamespace(p.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			log.Error(err, "list agents selected by policy", "policy", p.Name)
+		}
+		add(selected.Items)
+	}
+	return reqs
+}
+
+func (r *AgentReconciler) agentsSharingIdentity(ctx context.Context, obj client.Object) []reconcile.Request {
+	a, ok := obj.(*a2av1.Agent)
+	if !ok {
+		return nil
+	}
+	var same a2av1.AgentList
+	if err := r.List(ctx, &same, client.MatchingFields{IndexAgentClientID: AgentIdentity(a).ClientID()}); err != nil {
+		logf.FromContext(ctx).Error(err, "list agents sharing a client ID")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, o := range same.Items {
+		if o.UID != a.UID {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
+		}
+	}
+	return reqs
+}

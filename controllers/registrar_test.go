@@ -1,0 +1,55 @@
+package controllers_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+)
+
+// recordingRegistrar stands in for the broker at the controllers.Registrar seam. It proves the
+// controller's side of the contract (when Register/Unregister are called and how failures surface);
+// the broker implementations are tested against real brokers in their own packages.
+type recordingRegistrar struct {
+	mu           sync.Mutex
+	registered   map[string]int // client ID -> Register calls
+	unregistered map[string]int
+	failing      bool
+}
+
+func newRecordingRegistrar() *recordingRegistrar {
+	return &recordingRegistrar{registered: map[string]int{}, unregistered: map[string]int{}}
+}
+
+func (r *recordingRegistrar) Register(_ context.Context, a *a2av1.Agent) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failing {
+		return errors.New("dial tcp 127.0.0.1:1883: connect: connection refused")
+	}
+	r.registered[a.Status.ClientID]++
+	return nil
+}
+
+func (r *recordingRegistrar) Unregister(_ context.Context, a *a2av1.Agent) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failing {
+		return errors.New("dial tcp 127.0.0.1:1883: connect: connection refused")
+	}
+	r.unregistered[a.Status.ClientID]++
+	return nil
+}
+
+func (r *recordingRegistrar) setFailing(f bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failing = f
+}
+
+func (r *recordingRegistrar) counts(clientID string) (registered, unregistered int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.registered[clientID], r.unregistered[clientID]
+}
