@@ -61,8 +61,11 @@ type Config struct {
 	// ConnectTimeout bounds Connect's wait for the first CONNACK (default
 	// 10s). Later reconnects retry forever in the background.
 	ConnectTimeout time.Duration
-	TLSConfig      *tls.Config
-	Logger         *slog.Logger
+	// FailFast makes Connect return after the first failed attempt instead
+	// of retrying until ConnectTimeout (CLIs want "unreachable" at once).
+	FailFast  bool
+	TLSConfig *tls.Config
+	Logger    *slog.Logger
 }
 
 // Conn is a managed MQTT v5 connection (autopaho: reconnects, resubscribes).
@@ -126,6 +129,8 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 
 	firstUp := make(chan struct{})
 	var firstOnce sync.Once
+	firstFail := make(chan struct{})
+	var failOnce sync.Once
 	pcfg := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{u},
 		TlsCfg:                        cfg.TLSConfig,
@@ -148,6 +153,9 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		},
 		OnConnectError: func(err error) {
 			c.connErr.Store(err)
+			if cfg.FailFast {
+				failOnce.Do(func() { close(firstFail) })
+			}
 			c.log.Debug("mqtt connect attempt failed", "err", err)
 		},
 		ClientConfig: paho.ClientConfig{
@@ -184,6 +192,10 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	select {
 	case <-firstUp:
 		return c, nil
+	case <-firstFail:
+		cancel()
+		<-cm.Done()
+		return nil, fmt.Errorf("a2amqtt: broker %s unreachable as %s: %w", u.Redacted(), cfg.Agent.ClientID(), c.connErr.Load().(error))
 	case <-waitCtx.Done():
 		cancel()
 		<-cm.Done()
@@ -195,8 +207,13 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 }
 
+// reconnectBackoff: autopaho waits backoff(0) before every connection
+// sequence, including the very first, so attempt 0 must be immediate.
 func reconnectBackoff(attempt int) time.Duration {
-	d := time.Duration(250*(1<<min(attempt, 5))) * time.Millisecond
+	if attempt == 0 {
+		return 0
+	}
+	d := time.Duration(250*(1<<min(attempt-1, 5))) * time.Millisecond
 	return min(d, 5*time.Second)
 }
 

@@ -1,0 +1,539 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/google/uuid"
+
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// Exit codes, so scripts can tell failure kinds apart.
+const (
+	exitOK          = 0
+	exitFailure     = 1 // agent answered with an error, or a task failed
+	exitUsage       = 2
+	exitUnreachable = 3 // broker unreachable
+	exitOffline     = 4 // agent not registered / nobody serving it
+	exitTimeout     = 5
+)
+
+const usage = `a2actl - talk to A2A agents over MQTT (A2A over MQTT profile v0.1)
+
+Usage:
+  a2actl agents [--org ORG] [--wait 1s]           list agents and their presence
+  a2actl send ORG/UNIT/AGENT "text" [--stream]    send one message, print the answer
+              [--task-id ID] [--context-id ID]
+  a2actl chat ORG/UNIT/AGENT [--state FILE]       interactive multi-turn conversation
+
+Global flags (anywhere on the line):
+  --broker URL        MQTT v5 broker (env A2A_BROKER, default mqtt://127.0.0.1:1883)
+  --username NAME     broker username (env A2A_USERNAME)
+  --password PASS     broker password (env A2A_PASSWORD)
+  --as ORG/UNIT/ID    own identity / MQTT Client ID (default target org/unit + a2actl-<random>)
+  --timeout DUR       first-reply timeout per attempt (default 15s, the profile's)
+  --attempts N        publish attempts (default 3)
+  --json              machine-readable output
+  -v                  debug logging
+
+Exit codes: 0 ok, 1 error reply / failed task, 2 usage, 3 broker unreachable,
+4 agent not registered or offline, 5 timeout.
+`
+
+type globals struct {
+	broker   string
+	username string
+	password string
+	as       string
+	timeout  time.Duration
+	attempts int
+	json     bool
+	verbose  bool
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.broker, "broker", envOr("A2A_BROKER", "mqtt://127.0.0.1:1883"), "MQTT v5 broker URL")
+	fs.StringVar(&g.username, "username", envOr("A2A_USERNAME", ""), "broker username")
+	fs.StringVar(&g.password, "password", envOr("A2A_PASSWORD", ""), "broker password")
+	fs.StringVar(&g.as, "as", envOr("A2A_AS", ""), "own identity ORG/UNIT/AGENT")
+	fs.DurationVar(&g.timeout, "timeout", 15*time.Second, "first-reply timeout per attempt")
+	fs.IntVar(&g.attempts, "attempts", 3, "publish attempts")
+	fs.BoolVar(&g.json, "json", false, "JSON output")
+	fs.BoolVar(&g.verbose, "v", false, "debug logging")
+}
+
+// parseInterspersed lets flags follow positional arguments, which the
+// standard flag package does not ("send X text --json").
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+type cli struct {
+	g      globals
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	log    *slog.Logger
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	cmd, rest := args[0], args[1:]
+	fs := flag.NewFlagSet("a2actl "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.g.register(fs)
+	var org, taskID, contextID, state string
+	var stream bool
+	var wait time.Duration
+	switch cmd {
+	case "agents":
+		fs.StringVar(&org, "org", "", "only this org")
+		fs.DurationVar(&wait, "wait", time.Second, "how long to collect retained cards")
+	case "send":
+		fs.BoolVar(&stream, "stream", false, "use SendStreamingMessage and print every event")
+		fs.StringVar(&taskID, "task-id", "", "continue this task (e.g. answer input-required)")
+		fs.StringVar(&contextID, "context-id", "", "conversation context id")
+	case "chat":
+		fs.StringVar(&state, "state", "", "conversation state file (loaded if present, saved after each turn)")
+	default:
+		fmt.Fprintf(stderr, "a2actl: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+	pos, err := parseInterspersed(fs, rest)
+	if err != nil {
+		return exitUsage
+	}
+	level := slog.LevelWarn
+	if c.g.verbose {
+		level = slog.LevelDebug
+	}
+	c.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	switch cmd {
+	case "agents":
+		if len(pos) != 0 {
+			return c.usageErr("agents takes no arguments")
+		}
+		return c.agents(ctx, org, wait)
+	case "send":
+		if len(pos) != 2 {
+			return c.usageErr(`send needs ORG/UNIT/AGENT and "text"`)
+		}
+		ref, err := a2amqtt.ParseAgentRef(pos[0])
+		if err != nil {
+			return c.usageErr(err.Error())
+		}
+		return c.send(ctx, ref, pos[1], stream, a2a.TaskID(taskID), contextID)
+	case "chat":
+		if len(pos) != 1 {
+			return c.usageErr("chat needs ORG/UNIT/AGENT")
+		}
+		ref, err := a2amqtt.ParseAgentRef(pos[0])
+		if err != nil {
+			return c.usageErr(err.Error())
+		}
+		return c.chat(ctx, ref, state)
+	}
+	return exitUsage
+}
+
+func (c *cli) usageErr(msg string) int {
+	fmt.Fprintf(c.stderr, "a2actl: %s\n\n%s", msg, usage)
+	return exitUsage
+}
+
+// identity is --as, or a fresh a2actl-<random> in the target's org/unit
+// (the profile fixes Client IDs to {org}/{unit}/{agent}; a random agent id
+// keeps two a2actl runs from kicking each other off the broker).
+func (c *cli) identity(target a2amqtt.AgentRef) (a2amqtt.AgentRef, error) {
+	if c.g.as != "" {
+		return a2amqtt.ParseAgentRef(c.g.as)
+	}
+	org, unit := target.Org, target.Unit
+	if org == "" {
+		org, unit = "a2actl", "cli"
+	}
+	return a2amqtt.AgentRef{Org: org, Unit: unit, Agent: "a2actl-" + uuid.NewString()[:8]}, nil
+}
+
+func (c *cli) connect(ctx context.Context, target a2amqtt.AgentRef) (*a2amqtt.Conn, int) {
+	me, err := c.identity(target)
+	if err != nil {
+		return nil, c.usageErr("--as: " + err.Error())
+	}
+	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
+		BrokerURL: c.g.broker, Username: c.g.username, Password: c.g.password,
+		Agent: me, Logger: c.log, ConnectTimeout: 5 * time.Second, FailFast: true,
+	})
+	if err != nil {
+		return nil, c.fail(exitUnreachable, fmt.Errorf("cannot connect to broker %s: %w", c.g.broker, err))
+	}
+	return conn, exitOK
+}
+
+func closeConn(conn *a2amqtt.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
+
+// fail prints err (as JSON with --json) and returns code.
+func (c *cli) fail(code int, err error) int {
+	if c.g.json {
+		out := map[string]any{"message": err.Error(), "exitCode": code}
+		var rpcErr *a2amqtt.RPCError
+		if errors.As(err, &rpcErr) {
+			out["code"] = rpcErr.Code
+			out["rpcMessage"] = rpcErr.Message
+			if k := rpcErr.A2AError(); k != "" {
+				out["a2a_error"] = k
+			}
+			if len(rpcErr.Data) > 0 {
+				out["data"] = rpcErr.Data
+			}
+		}
+		b, _ := json.Marshal(map[string]any{"error": out})
+		fmt.Fprintln(c.stderr, string(b))
+		return code
+	}
+	fmt.Fprintf(c.stderr, "a2actl: %v\n", err)
+	return code
+}
+
+// classify maps an SDK error to an exit code and a human explanation.
+func (c *cli) classify(target a2amqtt.AgentRef, err error) int {
+	var rpcErr *a2amqtt.RPCError
+	switch {
+	case errors.As(err, &rpcErr):
+		msg := fmt.Sprintf("%s answered with JSON-RPC error %d: %s", target, rpcErr.Code, rpcErr.Message)
+		if k := rpcErr.A2AError(); k != "" {
+			msg = fmt.Sprintf("%s answered with JSON-RPC error %d (a2a_error %s): %s", target, rpcErr.Code, k, rpcErr.Message)
+		}
+		return c.fail(exitFailure, explained{msg: msg, err: err})
+	case errors.Is(err, a2amqtt.ErrNoSubscribers):
+		return c.fail(exitOffline, fmt.Errorf("agent %s is offline: nobody subscribes to %s: %w", target, target.RequestTopic(), err))
+	case errors.Is(err, a2amqtt.ErrNoReply), errors.Is(err, a2amqtt.ErrStreamIdle), errors.Is(err, context.DeadlineExceeded):
+		return c.fail(exitTimeout, fmt.Errorf("timeout waiting for %s: %w", target, err))
+	}
+	return c.fail(exitFailure, err)
+}
+
+// explained replaces an error's text with a friendlier one while keeping
+// the original reachable for errors.As (JSON output needs the RPC fields).
+type explained struct {
+	msg string
+	err error
+}
+
+func (e explained) Error() string { return e.msg }
+func (e explained) Unwrap() error { return e.err }
+
+func (c *cli) agents(ctx context.Context, org string, wait time.Duration) int {
+	conn, code := c.connect(ctx, a2amqtt.AgentRef{Org: org, Unit: "cli"})
+	if conn == nil {
+		return code
+	}
+	defer closeConn(conn)
+	dir, err := a2amqtt.NewDirectory(ctx, conn, a2amqtt.DirectoryFilter(org))
+	if err != nil {
+		return c.fail(exitFailure, err)
+	}
+	// Retained cards arrive right after SUBACK; wait a moment to collect.
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+	}
+	entries := dir.Agents()
+	if c.g.json {
+		type row struct {
+			Agent  string         `json:"agent"`
+			Status string         `json:"status"`
+			Source string         `json:"statusSource"`
+			Card   *a2a.AgentCard `json:"card,omitempty"`
+			Error  string         `json:"cardError,omitempty"`
+		}
+		rows := []row{}
+		for _, e := range entries {
+			r := row{Agent: e.Agent.String(), Status: e.Presence.Status, Source: e.Presence.Source, Card: e.Card}
+			if e.CardError != nil {
+				r.Error = e.CardError.Error()
+			}
+			rows = append(rows, r)
+		}
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rows)
+		return exitOK
+	}
+	if len(entries) == 0 {
+		fmt.Fprintf(c.stdout, "no agents registered under %s\n", a2amqtt.DirectoryFilter(org))
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tSTATUS\tSOURCE\tNAME\tDESCRIPTION")
+	for _, e := range entries {
+		name, desc := "", ""
+		if e.Card != nil {
+			name, desc = e.Card.Name, e.Card.Description
+		}
+		if e.CardError != nil {
+			desc = e.CardError.Error()
+		}
+		status := e.Presence.Status
+		if status == "" {
+			status = "unknown"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Agent, status, e.Presence.Source, name, desc)
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+func (c *cli) requester(ctx context.Context, conn *a2amqtt.Conn) (*a2amqtt.Requester, error) {
+	return a2amqtt.NewRequester(ctx, conn, a2amqtt.RequesterOptions{Retry: a2amqtt.RetryPolicy{
+		FirstReplyTimeout: c.g.timeout, MaxAttempts: c.g.attempts,
+	}})
+}
+
+// checkPresence looks the agent up first so "offline" and "not registered"
+// are reported as such instead of as a timeout.
+func (c *cli) checkPresence(ctx context.Context, conn *a2amqtt.Conn, ref a2amqtt.AgentRef) int {
+	_, pres, err := a2amqtt.ResolveCard(ctx, conn, ref, time.Second)
+	if errors.Is(err, a2amqtt.ErrAgentNotFound) {
+		return c.fail(exitOffline, fmt.Errorf("agent %s is not registered: no retained card on %s", ref, ref.DiscoveryTopic()))
+	}
+	if err != nil {
+		return c.fail(exitFailure, err)
+	}
+	if pres.Status == a2amqtt.StatusOffline {
+		// Advisory only (the profile forbids skipping request handling on
+		// status alone): warn, then try anyway.
+		fmt.Fprintf(c.stderr, "a2actl: warning: agent %s is marked offline (source %s); trying anyway\n", ref, pres.Source)
+	}
+	return exitOK
+}
+
+func (c *cli) send(ctx context.Context, ref a2amqtt.AgentRef, text string, stream bool, taskID a2a.TaskID, contextID string) int {
+	conn, code := c.connect(ctx, ref)
+	if conn == nil {
+		return code
+	}
+	defer closeConn(conn)
+	if code := c.checkPresence(ctx, conn, ref); code != exitOK {
+		return code
+	}
+	r, err := c.requester(ctx, conn)
+	if err != nil {
+		return c.fail(exitFailure, err)
+	}
+	tr := r.Transport(ref)
+	msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(text))
+	msg.TaskID, msg.ContextID = taskID, contextID
+	req := &a2a.SendMessageRequest{Message: msg}
+	if !stream {
+		res, err := tr.SendMessage(ctx, nil, req)
+		if err != nil {
+			return c.classify(ref, err)
+		}
+		return c.printResult(res)
+	}
+	var last a2a.Event
+	for ev, err := range tr.SendStreamingMessage(ctx, nil, req) {
+		if err != nil {
+			return c.classify(ref, err)
+		}
+		last = ev
+		c.printEvent(ev)
+	}
+	return c.exitFor(last)
+}
+
+func (c *cli) printResult(res a2a.SendMessageResult) int {
+	if c.g.json {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(a2a.StreamResponse{Event: res})
+		return c.exitFor(res)
+	}
+	if t, ok := res.(*a2a.Task); ok {
+		fmt.Fprintf(c.stdout, "task %s (context %s): %s\n", t.ID, t.ContextID, shortState(t.Status.State))
+		if q := a2amqtt.TextOf(t.Status.Message); q != "" && (t.Status.State == a2a.TaskStateInputRequired || t.Status.State == a2a.TaskStateAuthRequired) {
+			fmt.Fprintf(c.stdout, "agent asks: %s\n(answer with: a2actl send ... --task-id %s --context-id %s \"...\")\n", q, t.ID, t.ContextID)
+			return c.exitFor(res)
+		}
+	}
+	fmt.Fprintln(c.stdout, a2amqtt.ResultText(res))
+	return c.exitFor(res)
+}
+
+func (c *cli) exitFor(ev a2a.Event) int {
+	var state a2a.TaskState
+	switch v := ev.(type) {
+	case *a2a.Task:
+		state = v.Status.State
+	case *a2a.TaskStatusUpdateEvent:
+		state = v.Status.State
+	}
+	if state == a2a.TaskStateFailed || state == a2a.TaskStateRejected {
+		return exitFailure
+	}
+	return exitOK
+}
+
+func shortState(s a2a.TaskState) string {
+	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(string(s), "TASK_STATE_"), "_", "-"))
+}
+
+func (c *cli) printEvent(ev a2a.Event) {
+	if c.g.json {
+		b, _ := json.Marshal(a2a.StreamResponse{Event: ev})
+		fmt.Fprintln(c.stdout, string(b))
+		return
+	}
+	switch v := ev.(type) {
+	case *a2a.TaskStatusUpdateEvent:
+		line := "[" + shortState(v.Status.State) + "]"
+		if t := a2amqtt.TextOf(v.Status.Message); t != "" {
+			line += " " + t
+		}
+		fmt.Fprintln(c.stdout, line)
+	case *a2a.TaskArtifactUpdateEvent:
+		if v.Artifact != nil {
+			var parts []string
+			for _, p := range v.Artifact.Parts {
+				parts = append(parts, p.Text())
+			}
+			fmt.Fprintf(c.stdout, "[artifact] %s\n", strings.Join(parts, ""))
+		}
+	case *a2a.Task:
+		fmt.Fprintf(c.stdout, "[%s] %s\n", shortState(v.Status.State), a2amqtt.ResultText(v))
+	case *a2a.Message:
+		fmt.Fprintf(c.stdout, "agent> %s\n", a2amqtt.TextOf(v))
+	}
+}
+
+func (c *cli) chat(ctx context.Context, ref a2amqtt.AgentRef, statePath string) int {
+	conn, code := c.connect(ctx, ref)
+	if conn == nil {
+		return code
+	}
+	defer closeConn(conn)
+	if code := c.checkPresence(ctx, conn, ref); code != exitOK {
+		return code
+	}
+	r, err := c.requester(ctx, conn)
+	if err != nil {
+		return c.fail(exitFailure, err)
+	}
+	tr := r.Transport(ref)
+	conv := a2amqtt.NewConversation(tr)
+	if statePath != "" {
+		if st, err := a2amqtt.LoadConversationFile(statePath); err == nil {
+			if conv, err = a2amqtt.ResumeConversation(tr, st); err != nil {
+				return c.fail(exitFailure, err)
+			}
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return c.fail(exitFailure, err)
+		}
+	}
+	fmt.Fprintf(c.stdout, "chatting with %s (context %s); /new starts a new conversation, /quit exits\n", ref, conv.ContextID())
+	if p, ok := conv.Pending(); ok {
+		fmt.Fprintf(c.stdout, "agent asked: %s\n", p.Question)
+	}
+	in := bufio.NewScanner(c.stdin)
+	for {
+		prompt := "you> "
+		if _, ok := conv.Pending(); ok {
+			prompt = "you (answer)> "
+		}
+		fmt.Fprint(c.stdout, prompt)
+		if !in.Scan() {
+			fmt.Fprintln(c.stdout)
+			return exitOK
+		}
+		line := strings.TrimSpace(in.Text())
+		switch line {
+		case "":
+			continue
+		case "/quit", "/exit":
+			return exitOK
+		case "/new":
+			conv = a2amqtt.NewConversation(tr)
+			fmt.Fprintf(c.stdout, "new conversation (context %s)\n", conv.ContextID())
+			continue
+		}
+		var last a2a.Event
+		failed := false
+		for ev, err := range conv.Stream(ctx, a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(line))) {
+			if err != nil {
+				c.classify(ref, err)
+				failed = true
+				break
+			}
+			last = ev
+			c.printEvent(ev)
+		}
+		if ctx.Err() != nil {
+			return exitOK
+		}
+		if !failed {
+			if p, ok := conv.Pending(); ok {
+				fmt.Fprintf(c.stdout, "agent asks: %s\n", p.Question)
+			} else if last != nil && isTerminal(last) {
+				fmt.Fprintf(c.stdout, "(task done)\n")
+			}
+		}
+		if statePath != "" {
+			if err := conv.SaveFile(statePath); err != nil {
+				return c.fail(exitFailure, err)
+			}
+		}
+	}
+}
+
+func isTerminal(ev a2a.Event) bool {
+	switch v := ev.(type) {
+	case *a2a.TaskStatusUpdateEvent:
+		return v.Status.State.Terminal()
+	case *a2a.Task:
+		return v.Status.State.Terminal()
+	}
+	return false
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2a-fleet/a2a-fleet/examples/agents"
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+func startAgent(t *testing.T, b brokertest.Broker, kind agents.Kind, ref a2amqtt.AgentRef) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := agents.Start(ctx, kind, agents.Options{BrokerURL: b.URL(), Agent: ref, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+}
+
+func runCLI(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := run(ctx, args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestCLI(t *testing.T) {
+	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
+		echo := a2amqtt.AgentRef{Org: "demo", Unit: "default", Agent: "echo"}
+		confirm := a2amqtt.AgentRef{Org: "demo", Unit: "default", Agent: "confirm"}
+		startAgent(t, b, agents.KindEcho, echo)
+		startAgent(t, b, agents.KindConfirm, confirm)
+		broker := "--broker=" + b.URL()
+
+		code, out, errOut := runCLI(t, "", "agents", broker, "--wait=500ms")
+		if code != exitOK || !strings.Contains(out, "demo/default/echo") || !strings.Contains(out, "online") || !strings.Contains(out, "demo/default/confirm") {
+			t.Fatalf("agents: %d\n%s\n%s", code, out, errOut)
+		}
+		code, out, _ = runCLI(t, "", "agents", broker, "--wait=500ms", "--json")
+		var rows []map[string]any
+		if code != exitOK || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 || rows[1]["status"] != "online" {
+			t.Fatalf("agents --json: %d %s", code, out)
+		}
+
+		code, out, errOut = runCLI(t, "", "send", "demo/default/echo", "hello there", broker)
+		if code != exitOK || !strings.Contains(out, "echo: hello there") || !strings.Contains(out, "completed") {
+			t.Fatalf("send: %d\n%s\n%s", code, out, errOut)
+		}
+		code, out, _ = runCLI(t, "", "send", broker, "--json", "demo/default/echo", "as json")
+		var res map[string]map[string]any
+		if code != exitOK || json.Unmarshal([]byte(out), &res) != nil || res["task"]["status"].(map[string]any)["state"] != "TASK_STATE_COMPLETED" {
+			t.Fatalf("send --json: %d %s", code, out)
+		}
+		code, out, _ = runCLI(t, "", "send", broker, "--stream", "demo/default/echo", "streamed")
+		if code != exitOK || !strings.Contains(out, "[working]") || !strings.Contains(out, "[artifact] streamed") || !strings.Contains(out, "[completed] echo: streamed") {
+			t.Fatalf("send --stream: %d %s", code, out)
+		}
+
+		// Not registered → exit 4 with a clear message.
+		code, _, errOut = runCLI(t, "", "send", broker, "demo/default/nobody", "hi")
+		if code != exitOffline || !strings.Contains(errOut, "not registered") {
+			t.Fatalf("unknown agent: %d %s", code, errOut)
+		}
+		// Broker unreachable → exit 3.
+		code, _, errOut = runCLI(t, "", "send", "--broker=mqtt://127.0.0.1:1", "demo/default/echo", "hi")
+		if code != exitUnreachable || !strings.Contains(errOut, "cannot connect to broker") {
+			t.Fatalf("unreachable: %d %s", code, errOut)
+		}
+		// JSON-RPC error: a message to a finished task → code + data shown.
+		code, _, errOut = runCLI(t, "", "send", broker, "--json", "--task-id", "0b9c2f4e-3a43-4d1c-9a55-7f0d1b2f6c11", "--context-id", "c1", "demo/default/confirm", "first")
+		if code != exitOK {
+			t.Fatalf("confirm first: %d %s", code, errOut)
+		}
+		code, _, errOut = runCLI(t, "", "send", broker, "--json", "--task-id", "0b9c2f4e-3a43-4d1c-9a55-7f0d1b2f6c11", "--context-id", "other", "demo/default/confirm", "hijack")
+		if code != exitFailure || !strings.Contains(errOut, `"code":-32602`) {
+			t.Fatalf("context mismatch: %d %s", code, errOut)
+		}
+
+		// Interactive chat: the agent asks, the user answers, the task resumes.
+		code, out, errOut = runCLI(t, "deploy v3\nnot yet\ngo ahead\n/quit\n", "chat", broker, "demo/default/confirm")
+		if code != exitOK {
+			t.Fatalf("chat: %d %s", code, errOut)
+		}
+		for _, want := range []string{"agent asks: " + agents.ConfirmPrompt("do deploy v3"), "you (answer)> ", "agent asks: " + agents.ConfirmReask, "[completed] Done: do deploy v3", "(task done)"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("chat output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+}
+
+func TestUsage(t *testing.T) {
+	if code, _, _ := runCLI(t, ""); code != exitUsage {
+		t.Fatalf("no args: %d", code)
+	}
+	if code, _, errOut := runCLI(t, "", "send", "bad ref", "x"); code != exitUsage || !strings.Contains(errOut, "ORG/UNIT/AGENT") {
+		t.Fatalf("bad ref: %d %s", code, errOut)
+	}
+	if code, _, _ := runCLI(t, "", "frobnicate"); code != exitUsage {
+		t.Fatalf("unknown command: %d", code)
+	}
+}
