@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
-	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/policy"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // AgentFinalizer guards the broker-side state of an Agent (client, roles, retained card, Secret):
@@ -90,12 +90,16 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 
 	before := agent.DeepCopy()
 	id := AgentIdentity(agent)
-	topics := id.Topics(agent.Spec.PoolID)
 	agent.Status.AgentID = id.Agent
 	agent.Status.ClientID = id.ClientID()
 	agent.Status.Topics = &a2av1.AgentTopics{
-		Request: topics.Request, ReplyPrefix: topics.ReplyPrefix,
-		Discovery: topics.Discovery, Event: topics.Event, Pool: topics.Pool,
+		Request:     id.RequestTopic(),
+		ReplyPrefix: id.Topic(a2amqtt.MethodReply),
+		Discovery:   id.DiscoveryTopic(),
+		Event:       id.EventTopic(),
+	}
+	if agent.Spec.PoolID != "" {
+		agent.Status.Topics.Pool = a2amqtt.PoolRef{Org: id.Org, Unit: id.Unit, Pool: agent.Spec.PoolID}.RequestTopic()
 	}
 
 	if err := r.resolvePolicy(ctx, agent); err != nil {
@@ -262,12 +266,12 @@ func (r *AgentReconciler) emitTransitions(before, after *a2av1.Agent, holder *ty
 }
 
 // AgentIdentity is the Agent's resolved identity: spec.agentID defaults to metadata.name.
-func AgentIdentity(agent *a2av1.Agent) identity.Identity {
+func AgentIdentity(agent *a2av1.Agent) a2amqtt.AgentRef {
 	agentID := agent.Spec.AgentID
 	if agentID == "" {
 		agentID = agent.Name
 	}
-	return identity.Identity{Org: agent.Spec.OrgID, Unit: agent.Spec.UnitID, Agent: agentID}
+	return a2amqtt.AgentRef{Org: agent.Spec.OrgID, Unit: agent.Spec.UnitID, Agent: agentID}
 }
 
 // SetupWithManager registers the controller and its watches.
