@@ -166,6 +166,9 @@ func (m *Mosquitto) writeConfig() error {
 	if m.dynsec != nil {
 		allowAnon = m.dynsec.AllowAnonymous
 	}
+	// Mosquitto leaves Nagle on by default; with delayed ACKs every small
+	// reply then waits ~40 ms, which would dominate latency tests.
+	fmt.Fprintf(&b, "set_tcp_nodelay true\n")
 	fmt.Fprintf(&b, "allow_anonymous %t\n", allowAnon)
 	fmt.Fprintf(&b, "persistence false\n")
 	fmt.Fprintf(&b, "log_dest stderr\n")
