@@ -1,0 +1,239 @@
+package acl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Backend is a broker that stores State: Mosquitto's dynamic-security
+// plugin (package dynsec) or the embedded mochi broker (package embedded).
+// Everything else (Apply, Ensure*, Delete*, SetPassword) is built on these
+// four methods, so both backends behave the same by construction.
+type Backend interface {
+	// Prefix is the name prefix of the objects this backend manages; Apply
+	// refuses to touch any other name.
+	Prefix() string
+	// Observe returns what the broker holds now, without side effects: only
+	// objects whose names carry Prefix. With only == nil everything owned is
+	// listed; otherwise just the named objects (absent ones are left out).
+	// DefaultACL is always filled in.
+	Observe(ctx context.Context, only *Names) (State, error)
+	// Execute runs commands in order (batched where the backend can).
+	// "Already exists" and "not found" replies are successes, so a retry
+	// after a partial failure converges. Every failed command is reported as
+	// a *CommandError, all joined.
+	Execute(ctx context.Context, cmds []Command) error
+	// Check decides whether username may perform access on topic with the
+	// broker's current state (dynsec semantics, see Policy.Check). It works
+	// for any username, not only prefixed ones.
+	Check(ctx context.Context, username string, access Access, topic string) (Decision, error)
+	// Stats counts what was sent to the broker since the backend started.
+	Stats() Stats
+}
+
+// Stats counts broker commands; "dynsec commands per agent" is
+// Mutations divided by the number of agents applied.
+type Stats struct {
+	// Mutations is the number of state-changing commands executed.
+	Mutations uint64
+	// Reads is the number of list/get commands used by Observe and Check.
+	Reads uint64
+	// RoundTrips is the number of request/response exchanges (one MQTT
+	// message each way for dynsec).
+	RoundTrips uint64
+}
+
+// CommandError is a command the broker refused, with its own words.
+type CommandError struct {
+	Command Command
+	// Message is the broker's error text, e.g. "Role not found".
+	Message string
+}
+
+func (e *CommandError) Error() string {
+	return fmt.Sprintf("%s: broker refused: %s", e.Command, e.Message)
+}
+
+// Benign reports whether a broker error text means the command's goal is
+// already reached, which makes retries and races idempotent. Texts are the
+// exact replies of Mosquitto 2.0.11's dynsec (the embedded backend uses the
+// same ones).
+func Benign(op Op, message string) bool {
+	switch op {
+	case OpCreateRole:
+		return message == "Role already exists"
+	case OpCreateGroup:
+		return message == "Group already exists"
+	case OpCreateClient:
+		return message == "Client already exists"
+	case OpDeleteRole:
+		return message == "Role not found"
+	case OpDeleteGroup:
+		return message == "Group not found"
+	case OpDeleteClient:
+		return message == "Client not found"
+	case OpAddGroupRole:
+		return message == "Group is already in this role"
+	case OpAddGroupClient:
+		return message == "Client is already in this group"
+	case OpRemoveRoleACL:
+		// Used as the revocation kick; the rule may be gone already.
+		return message == "ACL not found"
+	case OpAddRoleACL:
+		return message == "ACL with this topic already exists"
+	}
+	return false
+}
+
+// Result tells what an Apply did.
+type Result struct {
+	// Commands are the commands executed (empty when already in sync).
+	Commands []Command
+}
+
+// Apply makes the broker match d: Observe (the whole prefix when pruning,
+// otherwise just the names involved), Diff, Execute. Running it twice in a
+// row executes nothing the second time; running it after someone changed or
+// deleted managed objects by hand repairs them.
+func Apply(ctx context.Context, b Backend, d Desired) (Result, error) {
+	var only *Names
+	if !d.Prune {
+		n := involved(d)
+		only = &n
+	}
+	observed, err := b.Observe(ctx, only)
+	if err != nil {
+		return Result{}, fmt.Errorf("apply: observe broker state: %w", err)
+	}
+	if err := d.Validate(b.Prefix(), observed); err != nil {
+		return Result{}, fmt.Errorf("apply: invalid desired state: %w", err)
+	}
+	cmds := Diff(observed, d)
+	if len(cmds) == 0 {
+		return Result{}, nil
+	}
+	if err := b.Execute(ctx, cmds); err != nil {
+		return Result{Commands: cmds}, fmt.Errorf("apply %d commands (%s): %w", len(cmds), Summary(cmds), err)
+	}
+	return Result{Commands: cmds}, nil
+}
+
+// involved lists every name d creates, changes, deletes or references, so a
+// scoped Observe sees all of them.
+func involved(d Desired) Names {
+	var n Names
+	seen := map[string]bool{}
+	addRole := func(s string) {
+		if !seen["r:"+s] {
+			seen["r:"+s] = true
+			n.Roles = append(n.Roles, s)
+		}
+	}
+	addGroup := func(s string) {
+		if !seen["g:"+s] {
+			seen["g:"+s] = true
+			n.Groups = append(n.Groups, s)
+		}
+	}
+	addClient := func(s string) {
+		if !seen["c:"+s] {
+			seen["c:"+s] = true
+			n.Clients = append(n.Clients, s)
+		}
+	}
+	for _, k := range sortedKeys(d.Roles) {
+		addRole(k)
+	}
+	for _, k := range sortedKeys(d.Groups) {
+		addGroup(k)
+		for _, r := range d.Groups[k].Roles {
+			addRole(r.Name)
+		}
+	}
+	for _, k := range sortedKeys(d.Clients) {
+		addClient(k)
+		for _, r := range d.Clients[k].Roles {
+			addRole(r.Name)
+		}
+		for _, g := range d.Clients[k].Groups {
+			addGroup(g)
+		}
+	}
+	for _, s := range d.Delete.Roles {
+		addRole(s)
+	}
+	for _, s := range d.Delete.Groups {
+		addGroup(s)
+	}
+	for _, s := range d.Delete.Clients {
+		addClient(s)
+	}
+	return n
+}
+
+// EnsureRole creates or updates one role.
+func EnsureRole(ctx context.Context, b Backend, r Role) error {
+	_, err := Apply(ctx, b, Desired{State: NewState([]Role{r}, nil, nil)})
+	return err
+}
+
+// EnsureGroup creates or updates one group; its roles must exist.
+func EnsureGroup(ctx context.Context, b Backend, g Group) error {
+	_, err := Apply(ctx, b, Desired{State: NewState(nil, []Group{g}, nil)})
+	return err
+}
+
+// EnsureClient creates or updates one client; its roles and groups must
+// exist. password is used only if the client has to be created (pass it
+// every time: it restores a client deleted by hand); an existing client's
+// password is left alone, rotate it with SetPassword.
+func EnsureClient(ctx context.Context, b Backend, c Client, password string) error {
+	d := Desired{State: NewState(nil, nil, []Client{c})}
+	if password != "" {
+		d.Passwords = map[string]string{c.Username: password}
+	}
+	_, err := Apply(ctx, b, d)
+	return err
+}
+
+// DeleteRole removes a role (absent is fine). Its clients are disconnected.
+func DeleteRole(ctx context.Context, b Backend, name string) error {
+	_, err := Apply(ctx, b, Desired{Delete: Names{Roles: []string{name}}})
+	return err
+}
+
+// DeleteGroup removes a group (absent is fine). Its clients are disconnected.
+func DeleteGroup(ctx context.Context, b Backend, name string) error {
+	_, err := Apply(ctx, b, Desired{Delete: Names{Groups: []string{name}}})
+	return err
+}
+
+// DeleteClient removes a client (absent is fine) and disconnects it.
+func DeleteClient(ctx context.Context, b Backend, username string) error {
+	_, err := Apply(ctx, b, Desired{Delete: Names{Clients: []string{username}}})
+	return err
+}
+
+// ErrNoPassword is returned by SetPassword for an empty password, which
+// dynsec refuses.
+var ErrNoPassword = errors.New("empty password")
+
+// SetPassword replaces a client's password (one setClientPassword; the
+// broker disconnects the client so the old password stops working for
+// existing sessions too).
+func SetPassword(ctx context.Context, b Backend, username, password string) error {
+	if password == "" {
+		return fmt.Errorf("set password of %q: %w", username, ErrNoPassword)
+	}
+	if err := ValidateName("user", username); err != nil {
+		return fmt.Errorf("set password: %w", err)
+	}
+	if len(username) < len(b.Prefix()) || username[:len(b.Prefix())] != b.Prefix() {
+		return fmt.Errorf("set password: client %q does not carry the managed prefix %q", username, b.Prefix())
+	}
+	if err := b.Execute(ctx, []Command{{Op: OpSetClientPassword, Username: username, Password: password}}); err != nil {
+		return fmt.Errorf("set password of %q: %w", username, err)
+	}
+	return nil
+}
