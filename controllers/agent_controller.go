@@ -34,14 +34,15 @@ const maxOverlappingPolicies = 10
 
 // Event reasons emitted on Agents.
 const (
-	EventPolicyApplied    = "PolicyApplied"
-	EventPolicyRemoved    = "PolicyRemoved"
-	EventIdentityConflict = "IdentityConflict"
-	EventRegistered       = "Registered"
-	EventRegistrationFail = "RegistrationFailed"
-	EventUnregistered     = "Unregistered"
-	EventReady            = "Ready"
-	EventNotReady         = "NotReady"
+	EventPolicyApplied      = "PolicyApplied"
+	EventPolicyRemoved      = "PolicyRemoved"
+	EventIdentityConflict   = "IdentityConflict"
+	EventRegistered         = "Registered"
+	EventRegistrationFail   = "RegistrationFailed"
+	EventUnregistered       = "Unregistered"
+	EventReady              = "Ready"
+	EventNotReady           = "NotReady"
+	EventCredentialsRotated = "CredentialsRotated"
 )
 
 // Registrar makes the broker side of an Agent match its spec: credentials, ACLs and the retained
@@ -49,7 +50,8 @@ const (
 // resolves identities, topics and policies and reports the Agent as not registered.
 type Registrar interface {
 	// Register creates or updates everything the Agent needs on the broker. It must be idempotent.
-	Register(ctx context.Context, agent *a2av1.Agent) error
+	// creds.PasswordChanged says that the broker must be given creds.Password.
+	Register(ctx context.Context, agent *a2av1.Agent, creds Credentials) error
 	// Unregister removes everything Register created. Missing pieces are not an error.
 	Unregister(ctx context.Context, agent *a2av1.Agent) error
 }
@@ -57,7 +59,9 @@ type Registrar interface {
 // AgentReconciler reconciles Agents.
 type AgentReconciler struct {
 	client.Client
-	Recorder events.EventRecorder
+	// APIReader reads around the cache where a stale read would repeat a broker write.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 	// Registrar is nil when the operator runs without a broker.
 	Registrar Registrar
 }
@@ -67,6 +71,7 @@ type AgentReconciler struct {
 // +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents/finalizers,verbs=update
 // +kubebuilder:rbac:groups=a2a.fleet.dev,resources=conversationpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
 
 // Reconcile resolves an Agent's identity, topics and conversation policy, registers it on the broker
 // when one is configured, and reports the outcome in status.
@@ -110,6 +115,15 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	var creds Credentials
+	if holder == nil {
+		// The Secret is only issued to the holder of the identity: a conflicting Agent must not get
+		// a password for a client ID it does not own.
+		if creds, err = r.ensureCredentials(ctx, agent); err != nil {
+			return ctrl.Result{}, err
+		}
+		agent.Status.CredentialsSecret = CredentialsSecretName(agent)
+	}
 
 	var regErr error
 	switch {
@@ -121,7 +135,10 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionUnknown, a2av1.ReasonBrokerNotConfigured,
 			"the operator runs without an MQTT broker; identity and topics are resolved but nothing is registered")
 	default:
-		if regErr = r.Registrar.Register(ctx, agent); regErr != nil {
+		if regErr = r.Registrar.Register(ctx, agent, creds); regErr == nil && creds.PasswordChanged {
+			regErr = r.markPasswordSynced(ctx, agent)
+		}
+		if regErr != nil {
 			r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, regErr.Error())
 		} else {
 			r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionTrue, a2av1.ReasonRegistered,
@@ -285,6 +302,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// holder of a client ID is gone, the next Agent in line takes it.
 		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.agentsSharingIdentity),
 			builder.WithPredicates(createOrDeletePredicate())).
+		Owns(&corev1.Secret{}).
 		Named("agent").
 		Complete(r)
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/controllers"
 )
 
 // recordingRegistrar stands in for the broker at the controllers.Registrar seam. It proves the
@@ -15,18 +16,25 @@ type recordingRegistrar struct {
 	mu           sync.Mutex
 	registered   map[string]int // client ID -> Register calls
 	unregistered map[string]int
+	passwordsSet map[string][]string // client ID -> passwords pushed to the "broker"
 	failing      bool
 }
 
 func newRecordingRegistrar() *recordingRegistrar {
-	return &recordingRegistrar{registered: map[string]int{}, unregistered: map[string]int{}}
+	return &recordingRegistrar{registered: map[string]int{}, unregistered: map[string]int{}, passwordsSet: map[string][]string{}}
 }
 
-func (r *recordingRegistrar) Register(_ context.Context, a *a2av1.Agent) error {
+func (r *recordingRegistrar) Register(_ context.Context, a *a2av1.Agent, creds controllers.Credentials) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.failing {
 		return errors.New("dial tcp 127.0.0.1:1883: connect: connection refused")
+	}
+	if creds.Password == "" || creds.ClientID != a.Status.ClientID {
+		return errors.New("registrar got no credentials for " + a.Status.ClientID)
+	}
+	if creds.PasswordChanged {
+		r.passwordsSet[a.Status.ClientID] = append(r.passwordsSet[a.Status.ClientID], creds.Password)
 	}
 	r.registered[a.Status.ClientID]++
 	return nil
@@ -46,6 +54,12 @@ func (r *recordingRegistrar) setFailing(f bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.failing = f
+}
+
+func (r *recordingRegistrar) passwords(clientID string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.passwordsSet[clientID]...)
 }
 
 func (r *recordingRegistrar) counts(clientID string) (registered, unregistered int) {

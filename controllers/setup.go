@@ -4,13 +4,32 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Labels the operator puts on what it creates.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "a2a-fleet"
+	LabelAgent     = "a2a.fleet.dev/agent"
 )
 
 // Options configure the controllers.
 type Options struct {
 	// Registrar registers Agents on the broker; nil runs without a broker.
 	Registrar Registrar
+}
+
+// CacheOptions keeps the operator's informers to what it manages: Secrets are cached only when
+// they carry the operator's managed-by label, so a cluster with many Secrets costs no memory.
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})},
+	}}
 }
 
 // Setup registers the field indexes and every controller with the manager. The manager binary and
@@ -21,6 +40,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	if err := (&AgentReconciler{
 		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("a2a-fleet-agent"),
 		Registrar: opts.Registrar,
 	}).SetupWithManager(mgr); err != nil {

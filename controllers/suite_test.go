@@ -96,9 +96,9 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "create namespace: %v\n", err)
 		return 1
 	}
-	plain, err := newManager(cache.Options{
-		DefaultFieldSelector: fields.OneTermNotEqualSelector("metadata.namespace", brokeredNamespace),
-	})
+	plainCache := controllers.CacheOptions()
+	plainCache.DefaultFieldSelector = fields.OneTermNotEqualSelector("metadata.namespace", brokeredNamespace)
+	plain, err := newManager(plainCache)
 	if err == nil {
 		err = controllers.Setup(ctx, plain, controllers.Options{})
 	}
@@ -106,7 +106,9 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
 		return 1
 	}
-	brokered, err := newManager(cache.Options{DefaultNamespaces: map[string]cache.Config{brokeredNamespace: {}}})
+	brokeredCache := controllers.CacheOptions()
+	brokeredCache.DefaultNamespaces = map[string]cache.Config{brokeredNamespace: {}}
+	brokered, err := newManager(brokeredCache)
 	if err == nil {
 		err = controllers.Setup(ctx, brokered, controllers.Options{Registrar: registrar})
 	}
