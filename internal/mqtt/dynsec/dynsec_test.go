@@ -1,0 +1,150 @@
+package dynsec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+)
+
+func start(t *testing.T) (*brokertest.Mosquitto, *Backend) {
+	t.Helper()
+	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
+	user, pass := m.DynSecAdmin()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := Connect(ctx, Config{URL: m.URL(), Username: user, Password: pass, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, m.Log())
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = b.Close(ctx)
+	})
+	return m, b
+}
+
+func TestEncodeShapes(t *testing.T) {
+	cases := []struct {
+		cmd  acl.Command
+		want string
+	}{
+		{acl.Command{Op: acl.OpCreateClient, Username: "a2a:u", Password: "p", Groups: []string{"a2a:g"}},
+			`{"command":"createClient","username":"a2a:u","password":"p","groups":[{"groupname":"a2a:g"}]}`},
+		{acl.Command{Op: acl.OpModifyClient, Username: "a2a:u"},
+			`{"command":"modifyClient","username":"a2a:u","clientid":"","roles":[],"groups":[]}`},
+		{acl.Command{Op: acl.OpSetDefaultACLAccess, Default: acl.DenyByDefault},
+			`{"command":"setDefaultACLAccess","acls":[{"acltype":"publishClientSend","allow":false},{"acltype":"publishClientReceive","allow":true},{"acltype":"subscribe","allow":false},{"acltype":"unsubscribe","allow":true}]}`},
+		{acl.Command{Op: acl.OpAddRoleACL, Role: "a2a:r", ACL: acl.ACL{Type: acl.SubscribeLiteral, Topic: "t", Priority: 0}},
+			`{"command":"addRoleACL","rolename":"a2a:r","acltype":"subscribeLiteral","topic":"t","priority":0,"allow":false}`},
+	}
+	for _, c := range cases {
+		w, err := encode(c.cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := json.Marshal(w)
+		if string(got) != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.cmd, got, c.want)
+		}
+	}
+}
+
+func TestConnectRefusedAdmin(t *testing.T) {
+	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	_, err := Connect(ctx, Config{URL: m.URL(), Username: "admin", Password: "wrong"})
+	if err == nil || !strings.Contains(err.Error(), "refused admin") {
+		t.Fatalf("want a refused-admin error, got %v", err)
+	}
+	if time.Since(t0) > 5*time.Second {
+		t.Errorf("refusal took %v; should fail at the first CONNACK", time.Since(t0))
+	}
+}
+
+func TestObserveEmptyAndForeignObjectsHidden(t *testing.T) {
+	_, b := start(t)
+	ctx := context.Background()
+	st, err := b.Observe(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Roles)+len(st.Groups)+len(st.Clients) != 0 {
+		t.Fatalf("the admin user/role must not be observed: %+v", st)
+	}
+	if st.DefaultACL == nil || *st.DefaultACL != acl.DenyByDefault {
+		t.Fatalf("default ACL access = %+v, want dynsec's defaults %+v", st.DefaultACL, acl.DenyByDefault)
+	}
+	// Check works for foreign users too: the admin may publish to $CONTROL.
+	d, err := b.Check(ctx, "admin", acl.Publish, ControlTopic)
+	if err != nil || !d.Allow {
+		t.Fatalf("admin publish to %s: %v %v", ControlTopic, d, err)
+	}
+}
+
+func TestListPaging(t *testing.T) {
+	_, b := start(t)
+	b.cfg.ListPageSize = 3
+	ctx := context.Background()
+	var roles []acl.Role
+	for i := 0; i < 8; i++ {
+		roles = append(roles, acl.Role{Name: "a2a:r" + string(rune('a'+i))})
+	}
+	if _, err := acl.Apply(ctx, b, acl.Desired{State: acl.NewState(roles, nil, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.Observe(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Roles) != 8 {
+		t.Fatalf("paged listing saw %d roles, want 8", len(st.Roles))
+	}
+}
+
+func TestExecuteReportsBrokerErrors(t *testing.T) {
+	_, b := start(t)
+	err := b.Execute(context.Background(), []acl.Command{
+		{Op: acl.OpModifyRole, Role: "a2a:missing"},
+		{Op: acl.OpCreateRole, Role: "a2a:ok"},
+		{Op: acl.OpCreateRole, Role: "a2a:ok"}, // already exists: benign
+	})
+	var ce *acl.CommandError
+	if !errors.As(err, &ce) || ce.Command.Op != acl.OpModifyRole || ce.Message != "Role does not exist" {
+		t.Fatalf("want the broker's modifyRole error, got %v", err)
+	}
+	if !strings.Contains(err.Error(), `modifyRole role "a2a:missing"`) {
+		t.Errorf("error should name the command and object: %v", err)
+	}
+	st, err := b.Observe(context.Background(), &acl.Names{Roles: []string{"a2a:ok", "a2a:missing"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.Roles["a2a:ok"]; !ok || len(st.Roles) != 1 {
+		t.Fatalf("commands after a failing one still run: %+v", st.Roles)
+	}
+}
+
+// mosquittoCtrl runs mosquitto_ctrl against m as the dynsec admin: the way
+// a human would change the broker by hand.
+func mosquittoCtrl(t *testing.T, m *brokertest.Mosquitto, args ...string) string {
+	t.Helper()
+	user, pass := m.DynSecAdmin()
+	full := append([]string{"-h", "127.0.0.1", "-p", itoa(m.Port()), "-u", user, "-P", pass, "dynsec"}, args...)
+	out, err := exec.Command("mosquitto_ctrl", full...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("mosquitto_ctrl %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
