@@ -1,0 +1,194 @@
+// Package registration turns an Agent into a live, least-privilege identity on the broker: a
+// client with exactly the topic ACLs the A2A over MQTT profile needs, and a retained agent card.
+//
+// The ACL model grows with agents plus caller rules, never with agents²:
+//
+//   - every agent has its own role (its request/reply/discovery/event topics and the reply topics
+//     of the callers it admits) and a "callers" role (publish to its request topic);
+//   - callers admitted by scope get the callers role through one shared group per unit or org
+//     (one group-role reference per agent);
+//   - callers admitted by selector join the agent's "callers" group (one membership per rule match).
+//
+// Shared groups are edited with add/remove of single role references, so concurrent reconciles of
+// different agents never overwrite each other.
+package registration
+
+import (
+	"slices"
+	"strings"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// Object names; every name carries acl.DefaultPrefix so nothing else on the broker is touched.
+func agentRoleName(id a2amqtt.AgentRef) string   { return acl.DefaultPrefix + "agent:" + id.ClientID() }
+func callersRoleName(id a2amqtt.AgentRef) string { return acl.DefaultPrefix + "callers:" + id.ClientID() }
+
+// CallersGroupName is the group whose members may call the agent (selector-admitted callers).
+func CallersGroupName(id a2amqtt.AgentRef) string { return acl.DefaultPrefix + "callers:" + id.ClientID() }
+
+// UnitGroupName is the group every agent of a unit belongs to.
+func UnitGroupName(org, unit string) string { return acl.DefaultPrefix + "unit:" + org + "/" + unit }
+
+// OrgGroupName is the group every agent of an organization belongs to.
+func OrgGroupName(org string) string { return acl.DefaultPrefix + "org:" + org }
+
+func orgRoleName(org string) string { return acl.DefaultPrefix + "org:" + org }
+
+// Input is everything the ACLs of one agent depend on.
+type Input struct {
+	Agent a2amqtt.AgentRef
+	Scope a2av1.CallerScope
+	// PoolID is empty when the agent is not a pool member.
+	PoolID string
+	// Callers are the agents its callers.from selectors admit (it publishes to their replies).
+	Callers []a2amqtt.AgentRef
+	// CalledBy are the agents whose callers.from selectors admit this agent (it joins their
+	// callers groups).
+	CalledBy []a2amqtt.AgentRef
+	// Observed is the broker's current view of the shared objects (see SharedNames): the unit
+	// and org groups, whose role references belong to many agents, and the callers groups and
+	// roles of CalledBy, which belong to those agents.
+	Observed acl.State
+}
+
+// SharedNames lists the objects Compile needs to have observed.
+func SharedNames(in Input) acl.Names {
+	n := acl.Names{Groups: []string{UnitGroupName(in.Agent.Org, in.Agent.Unit), OrgGroupName(in.Agent.Org)}}
+	for _, callee := range in.CalledBy {
+		n.Groups = append(n.Groups, CallersGroupName(callee))
+		n.Roles = append(n.Roles, callersRoleName(callee))
+	}
+	return n
+}
+
+// Compile returns the broker objects for one agent. Password handling is the caller's.
+func Compile(in Input) acl.Desired {
+	id := in.Agent
+	own := acl.Role{Name: agentRoleName(id), ACLs: []acl.ACL{
+		{Type: acl.SubscribeLiteral, Topic: id.RequestTopic(), Allow: true},
+		{Type: acl.SubscribePattern, Topic: id.Topic(a2amqtt.MethodReply) + "/#", Allow: true},
+		{Type: acl.PublishClientSend, Topic: id.DiscoveryTopic(), Allow: true},
+		{Type: acl.PublishClientSend, Topic: id.EventTopic(), Allow: true},
+	}}
+	callers := acl.Role{Name: callersRoleName(id), ACLs: []acl.ACL{
+		{Type: acl.PublishClientSend, Topic: id.RequestTopic(), Allow: true},
+		// Callers from other orgs need the card too; same-org callers have it through the org role.
+		{Type: acl.SubscribeLiteral, Topic: id.DiscoveryTopic(), Allow: true},
+	}}
+	if in.PoolID != "" {
+		pool := a2amqtt.PoolRef{Org: id.Org, Unit: id.Unit, Pool: in.PoolID}
+		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.SubscribeLiteral, Topic: pool.SharedSubscription(), Allow: true})
+		callers.ACLs = append(callers.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: pool.RequestTopic(), Allow: true})
+	}
+	// Replies go to whoever may call: the whole unit or org, or each selected caller.
+	switch in.Scope {
+	case a2av1.CallerScopeSameUnit:
+		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: "$a2a/v1/reply/" + id.Org + "/" + id.Unit + "/#", Allow: true})
+	case a2av1.CallerScopeSameOrg:
+		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: "$a2a/v1/reply/" + id.Org + "/#", Allow: true})
+	}
+	for _, c := range sortedRefs(in.Callers) {
+		if c == id {
+			continue
+		}
+		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: c.Topic(a2amqtt.MethodReply) + "/#", Allow: true})
+	}
+	own.ACLs = dedupe(own.ACLs)
+
+	orgRole := acl.Role{Name: orgRoleName(id.Org), ACLs: []acl.ACL{
+		{Type: acl.SubscribePattern, Topic: "$a2a/v1/discovery/" + id.Org + "/#", Allow: true},
+	}}
+	unitGroup := sharedGroup(UnitGroupName(id.Org, id.Unit), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameUnit)
+	orgGroup := sharedGroup(OrgGroupName(id.Org), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameOrg)
+	orgGroup.Roles = withRef(orgGroup.Roles, orgRole.Name, true)
+
+	groups := []string{unitGroup.Name, orgGroup.Name}
+	for _, callee := range sortedRefs(in.CalledBy) {
+		if callee != id {
+			groups = append(groups, CallersGroupName(callee))
+		}
+	}
+	client := acl.Client{
+		Username: id.ClientID(),
+		ClientID: id.ClientID(),
+		Roles:    []acl.RoleRef{{Name: own.Name}},
+		Groups:   groups,
+	}
+	callersGroup := acl.Group{Name: CallersGroupName(id), Roles: []acl.RoleRef{{Name: callers.Name}}}
+
+	state := acl.NewState([]acl.Role{own, callers, orgRole}, []acl.Group{unitGroup, orgGroup, callersGroup}, []acl.Client{client})
+	// The groups of the agents that admit this one must exist before it can join them. Their
+	// content belongs to those agents, so they are only created when missing, never changed.
+	for _, callee := range in.CalledBy {
+		if callee == id {
+			continue
+		}
+		if _, ok := in.Observed.Roles[callersRoleName(callee)]; !ok {
+			state.Roles[callersRoleName(callee)] = calleeCallersRole(callee)
+		}
+		if _, ok := in.Observed.Groups[CallersGroupName(callee)]; !ok {
+			name := CallersGroupName(callee)
+			state.Groups[name] = acl.Group{Name: name, Roles: []acl.RoleRef{{Name: callersRoleName(callee)}}}
+		}
+	}
+	state.DefaultACL = &acl.DenyByDefault
+	return acl.Desired{State: state}
+}
+
+// calleeCallersRole is the minimal callers role of another agent; that agent's own reconcile
+// owns its full content (pool topics) and converges it.
+func calleeCallersRole(id a2amqtt.AgentRef) acl.Role {
+	return acl.Role{Name: callersRoleName(id), ACLs: []acl.ACL{
+		{Type: acl.PublishClientSend, Topic: id.RequestTopic(), Allow: true},
+		{Type: acl.SubscribeLiteral, Topic: id.DiscoveryTopic(), Allow: true},
+	}}
+}
+
+// Removal lists what Unregister deletes: the agent's client, roles and callers group. Shared
+// groups lose the agent's role reference through the role's deletion.
+func Removal(id a2amqtt.AgentRef) acl.Desired {
+	return acl.Desired{Delete: acl.Names{
+		Clients: []string{id.ClientID()},
+		Groups:  []string{CallersGroupName(id)},
+		Roles:   []string{agentRoleName(id), callersRoleName(id)},
+	}}
+}
+
+// sharedGroup keeps every role reference of the observed group that is not this agent's, and
+// adds or drops this agent's callers role.
+func sharedGroup(name string, observed acl.State, role string, member bool) acl.Group {
+	g := acl.Group{Name: name}
+	if have, ok := observed.Groups[name]; ok {
+		g.Roles = slices.Clone(have.Roles)
+	}
+	g.Roles = withRef(g.Roles, role, member)
+	return g
+}
+
+func withRef(refs []acl.RoleRef, role string, present bool) []acl.RoleRef {
+	refs = slices.DeleteFunc(refs, func(r acl.RoleRef) bool { return r.Name == role })
+	if present {
+		refs = append(refs, acl.RoleRef{Name: role})
+	}
+	return refs
+}
+
+func sortedRefs(in []a2amqtt.AgentRef) []a2amqtt.AgentRef {
+	out := slices.Clone(in)
+	slices.SortFunc(out, func(a, b a2amqtt.AgentRef) int { return strings.Compare(a.ClientID(), b.ClientID()) })
+	return slices.Compact(out)
+}
+
+func dedupe(acls []acl.ACL) []acl.ACL {
+	seen := map[acl.ACL]bool{}
+	return slices.DeleteFunc(acls, func(a acl.ACL) bool {
+		if seen[a] {
+			return true
+		}
+		seen[a] = true
+		return false
+	})
+}
