@@ -23,11 +23,15 @@ import (
 )
 
 // Object names; every name carries acl.DefaultPrefix so nothing else on the broker is touched.
-func agentRoleName(id a2amqtt.AgentRef) string   { return acl.DefaultPrefix + "agent:" + id.ClientID() }
-func callersRoleName(id a2amqtt.AgentRef) string { return acl.DefaultPrefix + "callers:" + id.ClientID() }
+func agentRoleName(id a2amqtt.AgentRef) string { return acl.DefaultPrefix + "agent:" + id.ClientID() }
+func callersRoleName(id a2amqtt.AgentRef) string {
+	return acl.DefaultPrefix + "callers:" + id.ClientID()
+}
 
 // CallersGroupName is the group whose members may call the agent (selector-admitted callers).
-func CallersGroupName(id a2amqtt.AgentRef) string { return acl.DefaultPrefix + "callers:" + id.ClientID() }
+func CallersGroupName(id a2amqtt.AgentRef) string {
+	return acl.DefaultPrefix + "callers:" + id.ClientID()
+}
 
 // UnitGroupName is the group every agent of a unit belongs to.
 func UnitGroupName(org, unit string) string { return acl.DefaultPrefix + "unit:" + org + "/" + unit }
