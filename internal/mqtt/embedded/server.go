@@ -1,0 +1,110 @@
+package embedded
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+)
+
+// Config configures Start.
+type Config struct {
+	// Addr to listen on, e.g. "127.0.0.1:1883" ("127.0.0.1:0" picks a port;
+	// see Server.Addr).
+	Addr string
+	// TLS, when set, makes the listener TLS-only.
+	TLS *tls.Config
+	// MaxPacketSize is the largest MQTT packet accepted (mochi
+	// Capabilities.MaximumPacketSize, Mosquitto's max_packet_size); 0 means
+	// no limit.
+	MaxPacketSize uint32
+	// Store configures identities (admin user, prefix, snapshot file).
+	Store StoreConfig
+	// Logger for mochi (default: discard; mochi is chatty).
+	Logger *slog.Logger
+}
+
+// Server is a running embedded broker.
+type Server struct {
+	mochi    *mqtt.Server
+	store    *Store
+	listener *listeners.TCP
+	tls      bool
+}
+
+// Start creates the store (loading its snapshot), starts mochi with the
+// enforcing hook on cfg.Addr and returns once it accepts connections.
+func Start(cfg Config) (*Server, error) {
+	if cfg.Addr == "" {
+		return nil, errors.New("embedded: listen address is required")
+	}
+	store, err := NewStore(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	caps := mqtt.NewDefaultServerCapabilities()
+	caps.MaximumPacketSize = cfg.MaxPacketSize
+	m := mqtt.New(&mqtt.Options{Logger: logger, Capabilities: caps})
+	if err := store.Attach(m); err != nil {
+		return nil, err
+	}
+	l := listeners.NewTCP(listeners.Config{ID: "a2a-fleet", Address: cfg.Addr, TLSConfig: cfg.TLS})
+	if err := m.AddListener(l); err != nil {
+		_ = m.Close()
+		return nil, fmt.Errorf("embedded: listen on %s: %w", cfg.Addr, err)
+	}
+	if err := m.Serve(); err != nil {
+		_ = m.Close()
+		return nil, fmt.Errorf("embedded: serve: %w", err)
+	}
+	return &Server{mochi: m, store: store, listener: l, tls: cfg.TLS != nil}, nil
+}
+
+// Attach adds the enforcing hook to a mochi server and lets the store
+// disconnect its clients (for servers built elsewhere; Start does this).
+// Do not also add an allow-all hook: mochi allows what any hook allows.
+func (s *Store) Attach(m *mqtt.Server) error {
+	if err := m.AddHook(NewHook(s), nil); err != nil {
+		return fmt.Errorf("embedded: add ACL hook: %w", err)
+	}
+	s.setKicker(func(users []string) { kick(m, users) })
+	return nil
+}
+
+// Addr is the bound host:port.
+func (s *Server) Addr() string { return s.listener.Address() }
+
+// URL is mqtt://host:port (or tls://).
+func (s *Server) URL() string {
+	if s.tls {
+		return "tls://" + s.Addr()
+	}
+	return "mqtt://" + s.Addr()
+}
+
+// Backend is the acl.Backend managing this broker's identities.
+func (s *Server) Backend() acl.Backend { return s.store }
+
+// Store is the same, with its concrete type.
+func (s *Server) Store() *Store { return s.store }
+
+// Mochi exposes the underlying server (e.g. for inline clients).
+func (s *Server) Mochi() *mqtt.Server { return s.mochi }
+
+// Close stops the broker. The snapshot (if any) is already up to date.
+func (s *Server) Close() error {
+	if err := s.mochi.Close(); err != nil {
+		return fmt.Errorf("embedded: close: %w", err)
+	}
+	return nil
+}
