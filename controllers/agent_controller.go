@@ -72,6 +72,7 @@ type AgentReconciler struct {
 // +kubebuilder:rbac:groups=a2a.fleet.dev,resources=conversationpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // Reconcile resolves an Agent's identity, topics and conversation policy, registers it on the broker
 // when one is configured, and reports the outcome in status.
@@ -302,6 +303,10 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// holder of a client ID is gone, the next Agent in line takes it.
 		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.agentsSharingIdentity),
 			builder.WithPredicates(createOrDeletePredicate())).
+		// Caller rules tie Agents together: a rule's owner and the Agents it selects both change.
+		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.agentsAffectedByCallerRules),
+			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{},
+				predicate.LabelChangedPredicate{}, createOrDeletePredicate()))).
 		Owns(&corev1.Secret{}).
 		Named("agent").
 		Complete(r)
@@ -337,6 +342,44 @@ func (r *AgentReconciler) agentsForPolicy(ctx context.Context, obj client.Object
 			log.Error(err, "list agents selected by policy", "policy", p.Name)
 		}
 		add(selected.Items)
+	}
+	return reqs
+}
+
+// agentsAffectedByCallerRules maps an Agent event to the Agents whose broker ACLs may change with
+// it: the Agents with caller selectors (they may start or stop admitting it) and, when it has
+// selectors itself, every Agent they can reach (they may join or leave its callers group).
+func (r *AgentReconciler) agentsAffectedByCallerRules(ctx context.Context, obj client.Object) []reconcile.Request {
+	a, ok := obj.(*a2av1.Agent)
+	if !ok {
+		return nil
+	}
+	log := logf.FromContext(ctx)
+	var reqs []reconcile.Request
+	enqueue := func(items []a2av1.Agent) {
+		for _, o := range items {
+			if o.UID != a.UID {
+				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
+			}
+		}
+	}
+	var callees a2av1.AgentList
+	if err := r.List(ctx, &callees, client.MatchingFields{IndexAgentHasCallerSelectors: "true"}); err != nil {
+		log.Error(err, "list agents with caller selectors")
+	}
+	enqueue(callees.Items)
+	if len(a.Spec.Callers.From) > 0 {
+		opts := []client.ListOption{client.InNamespace(a.Namespace)}
+		for _, f := range a.Spec.Callers.From {
+			if f.NamespaceSelector != nil {
+				opts = nil // a namespace selector can reach any namespace
+			}
+		}
+		var reachable a2av1.AgentList
+		if err := r.List(ctx, &reachable, opts...); err != nil {
+			log.Error(err, "list agents reachable by caller selectors")
+		}
+		enqueue(reachable.Items)
 	}
 	return reqs
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
 // Keys of the credentials Secret; workloads read them through env vars.
@@ -42,6 +43,12 @@ type Credentials struct {
 	PasswordChanged bool
 }
 
+// BrokerUsername is the broker username of an Agent: its Client ID under the prefix that marks
+// the broker objects the operator owns (so hand-made broker users are never touched).
+func BrokerUsername(agent *a2av1.Agent) string {
+	return acl.DefaultPrefix + AgentIdentity(agent).ClientID()
+}
+
 // CredentialsSecretName is the name of the Secret holding an Agent's broker credentials.
 func CredentialsSecretName(agent *a2av1.Agent) string {
 	return agent.Name + "-mqtt-credentials"
@@ -64,7 +71,8 @@ func (r *AgentReconciler) ensureCredentials(ctx context.Context, agent *a2av1.Ag
 	wantRotation := agent.Annotations[AnnotationRotateCredentials]
 	needPassword := !exists || len(secret.Data[SecretKeyPassword]) == 0 ||
 		(wantRotation != "" && secret.Annotations[annotationRotatedFor] != wantRotation)
-	if exists && !needPassword && string(secret.Data[SecretKeyClientID]) == clientID {
+	username := BrokerUsername(agent)
+	if exists && !needPassword && string(secret.Data[SecretKeyClientID]) == clientID && string(secret.Data[SecretKeyUsername]) == username {
 		synced := secret.Annotations[annotationPasswordSynced] == "true"
 		if !synced {
 			// The cache may not have seen our own "synced" mark yet; ask the API server before
@@ -92,7 +100,7 @@ func (r *AgentReconciler) ensureCredentials(ctx context.Context, agent *a2av1.Ag
 	}
 	secret.Type = corev1.SecretTypeOpaque
 	secret.Data = map[string][]byte{
-		SecretKeyUsername: []byte(clientID),
+		SecretKeyUsername: []byte(username),
 		SecretKeyPassword: []byte(password),
 		SecretKeyClientID: []byte(clientID),
 	}
@@ -121,7 +129,7 @@ func (r *AgentReconciler) ensureCredentials(ctx context.Context, agent *a2av1.Ag
 		r.Recorder.Eventf(agent, nil, corev1.EventTypeNormal, EventCredentialsRotated, "RotateCredentials",
 			"generated a new broker password in Secret %s", secret.Name)
 	}
-	return Credentials{Username: clientID, Password: password, ClientID: clientID, PasswordChanged: true}, nil
+	return Credentials{Username: username, Password: password, ClientID: clientID, PasswordChanged: true}, nil
 }
 
 // markPasswordSynced records that the broker has the Secret's current password. A merge patch by

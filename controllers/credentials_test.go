@@ -39,7 +39,7 @@ func TestCredentialsSecretAndRotation(t *testing.T) {
 		if !metav1.IsControlledBy(s, a) {
 			return fmt.Errorf("secret not controlled by the agent: %v", s.OwnerReferences)
 		}
-		if got := string(s.Data[controllers.SecretKeyClientID]); got != "acme/keys/keyholder" || string(s.Data[controllers.SecretKeyUsername]) != got {
+		if got := string(s.Data[controllers.SecretKeyClientID]); got != "acme/keys/keyholder" || string(s.Data[controllers.SecretKeyUsername]) != "a2a:"+got {
 			return fmt.Errorf("secret username/clientID = %q/%q", s.Data[controllers.SecretKeyUsername], got)
 		}
 		first = string(s.Data[controllers.SecretKeyPassword])

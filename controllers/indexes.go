@@ -17,6 +17,9 @@ const (
 	IndexAgentClientID = "a2a.fleet.dev/client-id"
 	// IndexAgentPolicy indexes Agents by status.conversationPolicy.
 	IndexAgentPolicy = "a2a.fleet.dev/conversation-policy"
+	// IndexAgentHasCallerSelectors marks Agents with callers.from selectors ("true"), the only
+	// ones whose rules can admit another Agent individually.
+	IndexAgentHasCallerSelectors = "a2a.fleet.dev/has-caller-selectors"
 )
 
 // FieldIndexer is the part of a manager that registers cache indexes.
@@ -39,6 +42,14 @@ func SetupIndexes(ctx context.Context, mgr FieldIndexer) error {
 		return nil
 	}); err != nil {
 		return fmt.Errorf("index agents by conversation policy: %w", err)
+	}
+	if err := idx.IndexField(ctx, &a2av1.Agent{}, IndexAgentHasCallerSelectors, func(o client.Object) []string {
+		if len(o.(*a2av1.Agent).Spec.Callers.From) > 0 {
+			return []string{"true"}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index agents with caller selectors: %w", err)
 	}
 	return nil
 }

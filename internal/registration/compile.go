@@ -116,7 +116,7 @@ func Compile(in Input) acl.Desired {
 		}
 	}
 	client := acl.Client{
-		Username: id.ClientID(),
+		Username: Username(id),
 		ClientID: id.ClientID(),
 		Roles:    []acl.RoleRef{{Name: own.Name}},
 		Groups:   groups,
@@ -151,11 +151,14 @@ func calleeCallersRole(id a2amqtt.AgentRef) acl.Role {
 	}}
 }
 
+// Username is the broker username of an agent (see controllers.BrokerUsername).
+func Username(id a2amqtt.AgentRef) string { return acl.DefaultPrefix + id.ClientID() }
+
 // Removal lists what Unregister deletes: the agent's client, roles and callers group. Shared
 // groups lose the agent's role reference through the role's deletion.
 func Removal(id a2amqtt.AgentRef) acl.Desired {
 	return acl.Desired{Delete: acl.Names{
-		Clients: []string{id.ClientID()},
+		Clients: []string{Username(id)},
 		Groups:  []string{CallersGroupName(id)},
 		Roles:   []string{agentRoleName(id), callersRoleName(id)},
 	}}

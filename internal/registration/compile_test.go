@@ -60,7 +60,7 @@ func TestCompileOwnTopicsAndScopes(t *testing.T) {
 			if got := slices.Contains(d.Groups["a2a:org:acme"].Roles, callersRef); got != tc.orgRef {
 				t.Errorf("org group has callers role = %v, want %v", got, tc.orgRef)
 			}
-			c := d.Clients["acme/sales/planner"]
+			c := d.Clients["a2a:acme/sales/planner"]
 			if c.ClientID != "acme/sales/planner" || !slices.Equal(c.Groups, []string{"a2a:unit:acme/sales", "a2a:org:acme"}) {
 				t.Errorf("client = %+v", c)
 			}
@@ -91,8 +91,8 @@ func TestCompileSelectedCallersAndCallees(t *testing.T) {
 	if len(own.ACLs) != 5 {
 		t.Fatalf("duplicates and self must not add entries: %v", own.ACLs)
 	}
-	if !slices.Contains(d.Clients["acme/sales/planner"].Groups, "a2a:callers:acme/sales/writer") {
-		t.Fatalf("planner must join writer's callers group: %v", d.Clients["acme/sales/planner"].Groups)
+	if !slices.Contains(d.Clients["a2a:acme/sales/planner"].Groups, "a2a:callers:acme/sales/writer") {
+		t.Fatalf("planner must join writer's callers group: %v", d.Clients["a2a:acme/sales/planner"].Groups)
 	}
 	// writer's group and role did not exist: created minimal; when they exist they are left alone.
 	if _, ok := d.Groups["a2a:callers:acme/sales/writer"]; !ok {

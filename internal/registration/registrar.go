@@ -1,0 +1,186 @@
+package registration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// CardPublisher puts retained agent cards on discovery topics.
+type CardPublisher interface {
+	// PublishCard publishes payload retained on topic with the given user properties; an empty
+	// payload clears the retained message.
+	PublishCard(ctx context.Context, topic string, payload []byte, props map[string]string) error
+}
+
+// Registrar implements controllers.Registrar on a broker backend.
+type Registrar struct {
+	// Reader lists Agents and Namespaces to resolve caller selectors (the manager's cache).
+	Reader    client.Reader
+	Backend   acl.Backend
+	Cards     CardPublisher
+	BrokerURL string
+}
+
+var _ controllers.Registrar = (*Registrar)(nil)
+
+// Register makes the broker hold the Agent's client, ACLs and retained card.
+func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds controllers.Credentials) error {
+	id := controllers.AgentIdentity(agent)
+	in := Input{Agent: id, Scope: agent.Spec.Callers.Scope, PoolID: agent.Spec.PoolID}
+	var err error
+	if in.Callers, err = r.selectedCallers(ctx, agent); err != nil {
+		return err
+	}
+	if in.CalledBy, err = r.calleesAdmitting(ctx, agent); err != nil {
+		return err
+	}
+	names := SharedNames(in)
+	if in.Observed, err = r.Backend.Observe(ctx, &names); err != nil {
+		return fmt.Errorf("observe shared ACL objects: %w", err)
+	}
+	desired := Compile(in)
+	desired.Passwords = map[string]string{Username(id): creds.Password}
+	res, err := acl.Apply(ctx, r.Backend, desired)
+	if err != nil {
+		return fmt.Errorf("apply ACLs: %w", err)
+	}
+	if creds.PasswordChanged && !createdClient(res, Username(id)) {
+		if err := acl.SetPassword(ctx, r.Backend, Username(id), creds.Password); err != nil {
+			return fmt.Errorf("set password: %w", err)
+		}
+	}
+	card, err := json.Marshal(BuildCard(agent, id, r.BrokerURL))
+	if err != nil {
+		return fmt.Errorf("encode agent card: %w", err)
+	}
+	// Registered, not observed online: the agent's own online card (source "agent") replaces this
+	// one when it connects, its LWT when it dies.
+	if err := r.Cards.PublishCard(ctx, id.DiscoveryTopic(), card, map[string]string{
+		a2amqtt.PropStatus: a2amqtt.StatusOffline, a2amqtt.PropStatusSource: a2amqtt.SourceBroker,
+	}); err != nil {
+		return fmt.Errorf("publish agent card: %w", err)
+	}
+	return nil
+}
+
+// Unregister removes the Agent's client, roles and callers group, and clears its card.
+func (r *Registrar) Unregister(ctx context.Context, agent *a2av1.Agent) error {
+	id := controllers.AgentIdentity(agent)
+	if _, err := acl.Apply(ctx, r.Backend, Removal(id)); err != nil {
+		return fmt.Errorf("remove ACLs: %w", err)
+	}
+	if err := r.Cards.PublishCard(ctx, id.DiscoveryTopic(), nil, nil); err != nil {
+		return fmt.Errorf("clear agent card: %w", err)
+	}
+	return nil
+}
+
+func createdClient(res acl.Result, username string) bool {
+	for _, c := range res.Commands {
+		if c.Op == acl.OpCreateClient && c.Username == username {
+			return true
+		}
+	}
+	return false
+}
+
+// selectedCallers resolves the Agent's callers.from selectors to identities.
+func (r *Registrar) selectedCallers(ctx context.Context, agent *a2av1.Agent) ([]a2amqtt.AgentRef, error) {
+	var out []a2amqtt.AgentRef
+	for i, from := range agent.Spec.Callers.From {
+		sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
+		if err != nil {
+			return nil, fmt.Errorf("callers.from[%d].agentSelector: %w", i, err)
+		}
+		namespaces, err := r.namespaces(ctx, agent.Namespace, from.NamespaceSelector)
+		if err != nil {
+			return nil, fmt.Errorf("callers.from[%d].namespaceSelector: %w", i, err)
+		}
+		for _, ns := range namespaces {
+			var agents a2av1.AgentList
+			if err := r.Reader.List(ctx, &agents, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+				return nil, fmt.Errorf("list caller agents: %w", err)
+			}
+			for j := range agents.Items {
+				if agents.Items[j].DeletionTimestamp.IsZero() {
+					out = append(out, controllers.AgentIdentity(&agents.Items[j]))
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// calleesAdmitting finds the Agents whose callers.from selectors select this Agent. Only Agents
+// with selectors are examined (field index), so the cost follows the number of rules.
+func (r *Registrar) calleesAdmitting(ctx context.Context, agent *a2av1.Agent) ([]a2amqtt.AgentRef, error) {
+	var callees a2av1.AgentList
+	if err := r.Reader.List(ctx, &callees, client.MatchingFields{controllers.IndexAgentHasCallerSelectors: "true"}); err != nil {
+		return nil, fmt.Errorf("list agents with caller selectors: %w", err)
+	}
+	var nsLabels labels.Set
+	var out []a2amqtt.AgentRef
+	for i := range callees.Items {
+		callee := &callees.Items[i]
+		if callee.UID == agent.UID || !callee.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, from := range callee.Spec.Callers.From {
+			sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
+			if err != nil || !sel.Matches(labels.Set(agent.Labels)) {
+				continue
+			}
+			if from.NamespaceSelector == nil {
+				if callee.Namespace != agent.Namespace {
+					continue
+				}
+			} else {
+				if nsLabels == nil {
+					ns := &corev1.Namespace{}
+					if err := r.Reader.Get(ctx, client.ObjectKey{Name: agent.Namespace}, ns); err != nil {
+						return nil, fmt.Errorf("get namespace %s: %w", agent.Namespace, err)
+					}
+					nsLabels = labels.Set(ns.Labels)
+				}
+				nsSel, err := metav1.LabelSelectorAsSelector(from.NamespaceSelector)
+				if err != nil || !nsSel.Matches(nsLabels) {
+					continue
+				}
+			}
+			out = append(out, controllers.AgentIdentity(callee))
+			break
+		}
+	}
+	return out, nil
+}
+
+// namespaces returns the namespaces a caller selector searches.
+func (r *Registrar) namespaces(ctx context.Context, own string, sel *metav1.LabelSelector) ([]string, error) {
+	if sel == nil {
+		return []string{own}, nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return nil, err
+	}
+	var list corev1.NamespaceList
+	if err := r.Reader.List(ctx, &list, client.MatchingLabelsSelector{Selector: s}); err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	out := make([]string, 0, len(list.Items))
+	for _, ns := range list.Items {
+		out = append(out, ns.Name)
+	}
+	return out, nil
+}

@@ -1,0 +1,427 @@
+package registration_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/eclipse/paho.golang/paho"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+)
+
+var (
+	scheme  = runtime.NewScheme()
+	restCfg *rest.Config
+	k8s     client.Client
+)
+
+func TestMain(m *testing.M) {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(a2av1.AddToScheme(scheme))
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`")
+		os.Exit(1)
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	var err error
+	if restCfg, err = env.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "start control plane:", err)
+		os.Exit(1)
+	}
+	if k8s, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// fleet is the test fleet: 6 agents, 2 orgs, 3 units, every caller rule kind.
+var fleet = []struct {
+	name, org, unit string
+	labels          map[string]string
+	callers         string // YAML of spec.callers
+}{
+	{"planner", "acme", "sales", nil, "{scope: SameUnit}"},
+	{"writer", "acme", "sales", nil, "{scope: None, from: [{agentSelector: {matchLabels: {role: auditor}}}]}"},
+	{"helpdesk", "acme", "support", map[string]string{"role": "auditor"}, "{scope: SameOrg}"},
+	{"bot", "acme", "support", nil, "{scope: None}"},
+	{"auditor", "globex", "audit", map[string]string{"role": "auditor"}, "{scope: None}"},
+	{"reporter", "globex", "audit", nil, "{scope: SameUnit, from: [{agentSelector: {matchLabels: {role: auditor}}}]}"},
+}
+
+// mayCall is the rule the broker must enforce: the callee's scope covers the caller, or one of
+// its selectors picks the caller.
+func mayCall(caller, callee int) bool {
+	c, x := fleet[caller], fleet[callee]
+	switch {
+	case strings.Contains(x.callers, "SameUnit") && c.org == x.org && c.unit == x.unit:
+		return true
+	case strings.Contains(x.callers, "SameOrg") && c.org == x.org:
+		return true
+	case strings.Contains(x.callers, "role: auditor") && c.labels["role"] == "auditor":
+		return true
+	}
+	return false
+}
+
+func clientID(i int) string { return fleet[i].org + "/" + fleet[i].unit + "/" + fleet[i].name }
+
+func TestACLMatrixOnMosquittoDynsec(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	broker := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
+	user, pass := broker.DynSecAdmin()
+	backend, err := dynsec.Connect(ctx, dynsec.Config{URL: broker.URL(), Username: user, Password: pass})
+	if err != nil {
+		t.Fatalf("connect dynsec backend: %v", err)
+	}
+	t.Cleanup(func() { _ = backend.Close(context.Background()) })
+
+	ns := startOperator(t, ctx, backend, broker.URL())
+	creds := applyFleet(t, ctx, ns)
+
+	conns := make([]*paho.Client, len(fleet))
+	for i := range fleet {
+		conns[i] = connect(t, ctx, broker.Addr(), clientID(i), creds[i])
+	}
+	checked := 0
+	for c := range fleet {
+		for x := range fleet {
+			want := mayCall(c, x)
+			request := "$a2a/v1/request/" + clientID(x)
+			if got := mayPublish(t, ctx, conns[c], request); got != want {
+				t.Errorf("%s publish to %s: allowed=%v, want %v", clientID(c), request, got, want)
+			}
+			// Replies flow back only to admitted callers.
+			reply := "$a2a/v1/reply/" + clientID(c) + "/s1"
+			if got := mayPublish(t, ctx, conns[x], reply); got != want {
+				t.Errorf("%s publish reply to %s: allowed=%v, want %v", clientID(x), reply, got, want)
+			}
+			// Only the agent itself reads its requests and replies.
+			for _, topic := range []string{request, "$a2a/v1/reply/" + clientID(x) + "/#"} {
+				if got := maySubscribe(t, ctx, conns[c], topic); got != (c == x) {
+					t.Errorf("%s subscribe %s: allowed=%v, want %v", clientID(c), topic, got, c == x)
+				}
+			}
+			// Cards are visible within the org and to admitted callers.
+			discovery := "$a2a/v1/discovery/" + clientID(x)
+			wantCard := fleet[c].org == fleet[x].org || want
+			if got := maySubscribe(t, ctx, conns[c], discovery); got != wantCard {
+				t.Errorf("%s subscribe %s: allowed=%v, want %v", clientID(c), discovery, got, wantCard)
+			}
+			checked += 5
+		}
+		// Nobody may impersonate another agent's card or subscribe to everything.
+		if got := mayPublish(t, ctx, conns[c], "$a2a/v1/discovery/"+clientID((c+1)%len(fleet))); got {
+			t.Errorf("%s may publish another agent's card", clientID(c))
+		}
+		if got := maySubscribe(t, ctx, conns[c], "$a2a/v1/request/#"); got {
+			t.Errorf("%s may subscribe to every request", clientID(c))
+		}
+		checked += 2
+	}
+	t.Logf("ACL matrix: %d agents, %d broker decisions checked", len(fleet), checked)
+
+	// The retained card is the spec's, with the MQTT interface, marked as registered by the broker side.
+	card, props := retainedCard(t, ctx, conns[0], "$a2a/v1/discovery/"+clientID(0))
+	if card.Name != "planner" || len(card.SupportedInterfaces) != 1 || !strings.HasSuffix(card.SupportedInterfaces[0].URL, "$a2a/v1/request/acme/sales/planner") {
+		t.Fatalf("card = %+v", card)
+	}
+	if props["a2a-status-source"] != "broker" {
+		t.Fatalf("card user properties = %v", props)
+	}
+
+	// A wrong password and a foreign client ID are refused at CONNECT.
+	if _, err := tryConnect(ctx, broker.Addr(), clientID(0), "wrong"); err == nil {
+		t.Fatal("wrong password accepted")
+	}
+	if _, err := tryConnectAs(ctx, broker.Addr(), "a2a:"+clientID(0), "someone-else", creds[0]); err == nil {
+		t.Fatal("credentials accepted with another client ID")
+	}
+
+	// Rotation: the old password stops working, the new one works.
+	old := creds[1]
+	updateAnnotation(t, ctx, ns, fleet[1].name, controllers.AnnotationRotateCredentials, "r1")
+	eventually(t, "rotated password accepted by the broker", func() error {
+		s := &corev1.Secret{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fleet[1].name + "-mqtt-credentials"}, s); err != nil {
+			return err
+		}
+		pw := string(s.Data["password"])
+		if pw == old {
+			return fmt.Errorf("not rotated yet")
+		}
+		c, err := tryConnect(ctx, broker.Addr(), clientID(1), pw)
+		if err != nil {
+			return err
+		}
+		_ = c.Disconnect(&paho.Disconnect{})
+		return nil
+	})
+	if _, err := tryConnect(ctx, broker.Addr(), clientID(1), old); err == nil {
+		t.Fatal("old password still accepted after rotation")
+	}
+
+	// Delete removes client and card.
+	if err := k8s.Delete(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bot"}}); err != nil {
+		t.Fatalf("delete agent: %v", err)
+	}
+	eventually(t, "bot's client removed from the broker", func() error {
+		st, err := backend.Observe(ctx, &acl.Names{Clients: []string{"a2a:acme/support/bot"}})
+		if err != nil {
+			return err
+		}
+		if len(st.Clients) != 0 {
+			return fmt.Errorf("client still present")
+		}
+		return nil
+	})
+	if _, err := tryConnect(ctx, broker.Addr(), clientID(3), creds[3]); err == nil {
+		t.Fatal("deleted agent can still connect")
+	}
+}
+
+// startOperator runs the controllers with the broker registrar, scoped to a fresh namespace.
+func startOperator(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "reg-"}}
+	if err := k8s.Create(ctx, ns); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	cacheOpts := controllers.CacheOptions()
+	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns.Name: {}}
+	skip := true
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme: scheme, Cache: cacheOpts,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: &skip},
+	})
+	if err != nil {
+		t.Fatalf("manager: %v", err)
+	}
+	cards, err := registration.NewMQTTCardPublisher(ctx, backend, brokerURL, nil)
+	if err != nil {
+		t.Fatalf("card publisher: %v", err)
+	}
+	t.Cleanup(func() { _ = cards.Close(context.Background()) })
+	reg := &registration.Registrar{Reader: mgr.GetClient(), Backend: backend, Cards: cards, BrokerURL: brokerURL}
+	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: reg}); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	mctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(mctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	return ns.Name
+}
+
+// applyFleet creates the fleet, waits for every Agent to be Ready and returns their passwords.
+func applyFleet(t *testing.T, ctx context.Context, ns string) []string {
+	t.Helper()
+	for _, a := range fleet {
+		var labels string
+		for k, v := range a.labels {
+			labels += fmt.Sprintf("\n    %s: %s", k, v)
+		}
+		manifest := fmt.Sprintf(`apiVersion: a2a.fleet.dev/v1alpha1
+kind: Agent
+metadata:
+  name: %s
+  labels: {}%s
+spec:
+  orgID: %s
+  unitID: %s
+  card: {name: %s, description: test agent}
+  callers: %s
+`, a.name, labels, a.org, a.unit, a.name, a.callers)
+		if labels != "" {
+			manifest = strings.Replace(manifest, "labels: {}", "labels:", 1)
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
+			t.Fatalf("manifest: %v\n%s", err, manifest)
+		}
+		u.SetNamespace(ns)
+		if err := k8s.Create(ctx, u); err != nil {
+			t.Fatalf("create %s: %v", a.name, err)
+		}
+	}
+	passwords := make([]string, len(fleet))
+	eventually(t, "all agents Ready", func() error {
+		for i, a := range fleet {
+			ag := &a2av1.Agent{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: a.name}, ag); err != nil {
+				return err
+			}
+			if !meta.IsStatusConditionTrue(ag.Status.Conditions, a2av1.ConditionReady) {
+				return fmt.Errorf("%s not ready: %v", a.name, ag.Status.Conditions)
+			}
+			s := &corev1.Secret{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ag.Status.CredentialsSecret}, s); err != nil {
+				return err
+			}
+			passwords[i] = string(s.Data["password"])
+		}
+		return nil
+	})
+	return passwords
+}
+
+func updateAnnotation(t *testing.T, ctx context.Context, ns, name, key, value string) {
+	t.Helper()
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, key, value)
+	if err := k8s.Patch(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatalf("annotate %s: %v", name, err)
+	}
+}
+
+func tryConnect(ctx context.Context, addr, clientID, password string) (*paho.Client, error) {
+	return tryConnectAs(ctx, addr, "a2a:"+clientID, clientID, password)
+}
+
+// tryConnectAs connects with an explicit username, to try a client ID the username does not own.
+func tryConnectAs(ctx context.Context, addr, username, clientID, password string) (*paho.Client, error) {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn})
+	ack, err := c.Connect(ctx, &paho.Connect{
+		ClientID: clientID, CleanStart: true, KeepAlive: 30,
+		Username: username, UsernameFlag: true, Password: []byte(password), PasswordFlag: true,
+	})
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("connect %s: %w", clientID, err)
+	}
+	if ack.ReasonCode != 0 {
+		_ = conn.Close()
+		return nil, fmt.Errorf("connect %s: reason %d", clientID, ack.ReasonCode)
+	}
+	return c, nil
+}
+
+func connect(t *testing.T, ctx context.Context, addr, clientID, password string) *paho.Client {
+	t.Helper()
+	c, err := tryConnect(ctx, addr, clientID, password)
+	if err != nil {
+		t.Fatalf("agent %s cannot connect with its generated credentials: %v", clientID, err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
+	return c
+}
+
+// mayPublish sends a QoS 1 publish and reads the broker's verdict from the PUBACK.
+func mayPublish(t *testing.T, ctx context.Context, c *paho.Client, topic string) bool {
+	t.Helper()
+	resp, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(`{}`)})
+	if resp != nil {
+		return resp.ReasonCode < 0x80
+	}
+	if err != nil {
+		t.Fatalf("publish %s: %v", topic, err)
+	}
+	return true
+}
+
+// maySubscribe subscribes and reads the verdict from the SUBACK, then unsubscribes.
+func maySubscribe(t *testing.T, ctx context.Context, c *paho.Client, filter string) bool {
+	t.Helper()
+	ack, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+	if ack == nil || len(ack.Reasons) != 1 {
+		t.Fatalf("subscribe %s: %v", filter, err)
+	}
+	if ack.Reasons[0] >= 0x80 {
+		return false
+	}
+	_, _ = c.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{filter}})
+	return true
+}
+
+// retainedCard reads the retained card on topic through a fresh subscription of c.
+func retainedCard(t *testing.T, ctx context.Context, c *paho.Client, topic string) (a2a.AgentCard, map[string]string) {
+	t.Helper()
+	got := make(chan *paho.Publish, 1)
+	c.AddOnPublishReceived(func(pr paho.PublishReceived) (bool, error) {
+		if pr.Packet.Topic == topic {
+			select {
+			case got <- pr.Packet:
+			default:
+			}
+		}
+		return true, nil
+	})
+	if !maySubscribe(t, ctx, c, topic) {
+		t.Fatalf("cannot subscribe to %s", topic)
+	}
+	select {
+	case p := <-got:
+		var card a2a.AgentCard
+		if err := json.Unmarshal(p.Payload, &card); err != nil {
+			t.Fatalf("card JSON: %v", err)
+		}
+		props := map[string]string{}
+		for _, u := range p.Properties.User {
+			props[u.Key] = u.Value
+		}
+		return card, props
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no retained card on %s", topic)
+	}
+	return a2a.AgentCard{}, nil
+}
+
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: still failing after 30s: %v", what, err)
+}
+
+
