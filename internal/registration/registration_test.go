@@ -423,5 +423,3 @@ func eventually(t *testing.T, what string, check func() error) {
 	}
 	t.Fatalf("%s: still failing after 30s: %v", what, err)
 }
-
-
