@@ -34,6 +34,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
@@ -111,13 +112,31 @@ func TestACLMatrixOnMosquittoDynsec(t *testing.T) {
 		t.Fatalf("connect dynsec backend: %v", err)
 	}
 	t.Cleanup(func() { _ = backend.Close(context.Background()) })
+	checkFleetOnBroker(t, ctx, backend, broker.URL(), broker.Addr())
+}
 
-	ns := startOperator(t, ctx, backend, broker.URL())
+// TestACLMatrixOnEmbeddedBroker runs the same fleet and matrix against the embedded mochi broker
+// that local runs use: same identities, same decisions.
+func TestACLMatrixOnEmbeddedBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", MaxPacketSize: 1 << 20})
+	if err != nil {
+		t.Fatalf("start embedded broker: %v", err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	checkFleetOnBroker(t, ctx, srv.Backend(), srv.URL(), srv.Addr())
+}
+
+// checkFleetOnBroker applies the fleet through the operator and checks every broker decision the
+// caller rules imply, the card, credentials, rotation and deletion.
+func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL, brokerAddr string) {
+	ns := startOperator(t, ctx, backend, brokerURL)
 	creds := applyFleet(t, ctx, ns)
 
 	conns := make([]*paho.Client, len(fleet))
 	for i := range fleet {
-		conns[i] = connect(t, ctx, broker.Addr(), clientID(i), creds[i])
+		conns[i] = connect(t, ctx, brokerAddr, clientID(i), creds[i])
 	}
 	checked := 0
 	for c := range fleet {
@@ -167,10 +186,10 @@ func TestACLMatrixOnMosquittoDynsec(t *testing.T) {
 	}
 
 	// A wrong password and a foreign client ID are refused at CONNECT.
-	if _, err := tryConnect(ctx, broker.Addr(), clientID(0), "wrong"); err == nil {
+	if _, err := tryConnect(ctx, brokerAddr, clientID(0), "wrong"); err == nil {
 		t.Fatal("wrong password accepted")
 	}
-	if _, err := tryConnectAs(ctx, broker.Addr(), "a2a:"+clientID(0), "someone-else", creds[0]); err == nil {
+	if _, err := tryConnectAs(ctx, brokerAddr, "a2a:"+clientID(0), "someone-else", creds[0]); err == nil {
 		t.Fatal("credentials accepted with another client ID")
 	}
 
@@ -186,14 +205,14 @@ func TestACLMatrixOnMosquittoDynsec(t *testing.T) {
 		if pw == old {
 			return fmt.Errorf("not rotated yet")
 		}
-		c, err := tryConnect(ctx, broker.Addr(), clientID(1), pw)
+		c, err := tryConnect(ctx, brokerAddr, clientID(1), pw)
 		if err != nil {
 			return err
 		}
 		_ = c.Disconnect(&paho.Disconnect{})
 		return nil
 	})
-	if _, err := tryConnect(ctx, broker.Addr(), clientID(1), old); err == nil {
+	if _, err := tryConnect(ctx, brokerAddr, clientID(1), old); err == nil {
 		t.Fatal("old password still accepted after rotation")
 	}
 
@@ -211,7 +230,7 @@ func TestACLMatrixOnMosquittoDynsec(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := tryConnect(ctx, broker.Addr(), clientID(3), creds[3]); err == nil {
+	if _, err := tryConnect(ctx, brokerAddr, clientID(3), creds[3]); err == nil {
 		t.Fatal("deleted agent can still connect")
 	}
 }
