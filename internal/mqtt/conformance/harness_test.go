@@ -52,7 +52,7 @@ func forEachBroker(t *testing.T, fn func(t *testing.T, b *broker)) {
 	})
 }
 
-func startMosquitto(t *testing.T) *broker {
+func startMosquitto(t testing.TB) *broker {
 	t.Helper()
 	if _, err := exec.LookPath("mosquitto_ctrl"); err != nil {
 		t.Fatalf("mosquitto_ctrl not found (install mosquitto with hack/install-mosquitto.sh): %v", err)
@@ -119,7 +119,7 @@ func mosquittoCtrl(t *testing.T, m *brokertest.Mosquitto, args ...string) {
 	}
 }
 
-func startEmbedded(t *testing.T) *broker {
+func startEmbedded(t testing.TB) *broker {
 	t.Helper()
 	snap := filepath.Join(t.TempDir(), "identities.json")
 	cfg := embedded.Config{Addr: "127.0.0.1:0", MaxPacketSize: 1 << 20,

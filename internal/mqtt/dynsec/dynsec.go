@@ -341,10 +341,28 @@ func (b *Backend) dispatch(p *paho.Publish) {
 	}
 }
 
-// roundTrip sends one batch and returns the replies in command order.
-func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, error) {
+// errSend marks a request that may not have reached the broker.
+var errSend = errors.New("send failed")
+
+// exchange is roundTrip bounded by Config.Timeout, retried once when the
+// connection dropped in the middle. Every command this package sends is
+// idempotent (a repeated create or delete gets the benign "already exists" or
+// "not found", modify*/set* converge, reads have no effect), so resending
+// a batch the broker may already have executed is safe.
+func (b *Backend) exchange(ctx context.Context, cmds []wireCmd) ([]response, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
+	for attempt := 1; ; attempt++ {
+		resps, err := b.roundTrip(ctx, cmds)
+		if err == nil || attempt == 2 || ctx.Err() != nil || !(errors.Is(err, ErrConnectionLost) || errors.Is(err, errSend)) {
+			return resps, err
+		}
+		b.log.Info("admin connection dropped during a request; resending once", "err", err)
+	}
+}
+
+// roundTrip sends one batch and returns the replies in command order.
+func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, error) {
 	if err := b.waitReady(ctx); err != nil {
 		return nil, err
 	}
@@ -375,7 +393,7 @@ func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, er
 	// refused publish (the user is no admin) shows as PUBACK reason >= 0x80.
 	pr, err := b.cm.Publish(ctx, &paho.Publish{Topic: ControlTopic, QoS: 1, Payload: payload})
 	if err != nil {
-		return nil, fmt.Errorf("publish to %s: %w", ControlTopic, err)
+		return nil, fmt.Errorf("publish to %s: %w: %w", ControlTopic, errSend, err)
 	}
 	if pr != nil && pr.ReasonCode >= 0x80 {
 		reason := ""
@@ -416,7 +434,7 @@ func (b *Backend) Execute(ctx context.Context, cmds []acl.Command) error {
 	for start := 0; start < len(wires); {
 		end := b.batchEnd(wires, start)
 		b.mutations.Add(uint64(end - start))
-		resps, err := b.roundTrip(ctx, wires[start:end])
+		resps, err := b.exchange(ctx, wires[start:end])
 		if err != nil {
 			errs = append(errs, fmt.Errorf("dynsec: batch of commands %d-%d (%s...): %w", start+1, end, cmds[start], err))
 			return errors.Join(errs...)
@@ -453,7 +471,7 @@ func (b *Backend) read(ctx context.Context, cmds []wireCmd) ([]response, error) 
 		return nil, nil
 	}
 	b.reads.Add(uint64(len(cmds)))
-	return b.roundTrip(ctx, cmds)
+	return b.exchange(ctx, cmds)
 }
 
 // notFound tells a get reply for an absent object from a real failure.

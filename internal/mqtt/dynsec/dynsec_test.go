@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -134,17 +133,37 @@ func TestExecuteReportsBrokerErrors(t *testing.T) {
 	}
 }
 
-// mosquittoCtrl runs mosquitto_ctrl against m as the dynsec admin: the way
-// a human would change the broker by hand.
-func mosquittoCtrl(t *testing.T, m *brokertest.Mosquitto, args ...string) string {
-	t.Helper()
-	user, pass := m.DynSecAdmin()
-	full := append([]string{"-h", "127.0.0.1", "-p", itoa(m.Port()), "-u", user, "-P", pass, "dynsec"}, args...)
-	out, err := exec.Command("mosquitto_ctrl", full...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("mosquitto_ctrl %v: %v\n%s", args, err, out)
+// While the broker is down, requests wait for the reconnect (bounded by
+// their timeout) and then go through.
+func TestReconnectWhileWaiting(t *testing.T) {
+	m, b := start(t)
+	m.Kill()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- acl.EnsureRole(ctx, b, acl.Role{Name: "a2a:after-crash"})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
 	}
-	return string(out)
+	if err := <-done; err != nil {
+		t.Fatalf("ensure across a broker crash: %v", err)
+	}
+	st, err := b.Observe(context.Background(), &acl.Names{Roles: []string{"a2a:after-crash"}})
+	if err != nil || len(st.Roles) != 1 {
+		t.Fatalf("role after reconnect: %+v %v", st.Roles, err)
+	}
 }
 
-func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+func TestTimeoutWhileBrokerDown(t *testing.T) {
+	m, b := start(t)
+	m.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := b.Observe(ctx, nil)
+	if err == nil || !strings.Contains(err.Error(), "waiting for the admin connection") {
+		t.Fatalf("want a clear timeout, got %v", err)
+	}
+}

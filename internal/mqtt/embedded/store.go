@@ -505,20 +505,23 @@ func (s *Store) apply(c acl.Command, cred credential, kicks map[string]bool) str
 		if !ok {
 			return "Client not found"
 		}
+		// dynsec changes the client ID and password before it looks at the
+		// roles, and keeps those changes when a role is missing.
+		cl.ClientID = c.ClientID
+		if c.Password != "" {
+			s.creds[c.Username] = cred
+		}
+		st.Clients[c.Username] = cl
 		for _, r := range c.Roles {
 			if _, ok := st.Roles[r.Name]; !ok {
 				kicks[c.Username] = true
 				return "Role not found"
 			}
 		}
-		cl.ClientID = c.ClientID
 		cl.Roles = slices.Clone(c.Roles)
 		// dynsec skips unknown groups silently here
 		cl.Groups = slices.DeleteFunc(slices.Clone(c.Groups), func(g string) bool { _, ok := st.Groups[g]; return !ok })
 		st.Clients[c.Username] = cl
-		if c.Password != "" {
-			s.creds[c.Username] = cred
-		}
 		kicks[c.Username] = true
 	case acl.OpDeleteClient:
 		if _, ok := st.Clients[c.Username]; !ok {

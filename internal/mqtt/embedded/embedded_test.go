@@ -1,0 +1,198 @@
+package embedded
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+)
+
+func testStore(t *testing.T, snapshot string) *Store {
+	t.Helper()
+	s, err := NewStore(StoreConfig{AdminUsername: "admin", AdminPassword: "admin-pw", SnapshotPath: snapshot, Iterations: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := acl.Desired{
+		State: acl.NewState(
+			[]acl.Role{{Name: "a2a:r", ACLs: []acl.ACL{
+				{Type: acl.SubscribePattern, Topic: "a/#", Allow: true},
+				{Type: acl.PublishClientReceive, Topic: "a/secret", Allow: false},
+				{Type: acl.PublishClientSend, Topic: "a/#", Allow: true},
+			}}},
+			nil,
+			[]acl.Client{{Username: "a2a:u", Roles: []acl.RoleRef{{Name: "a2a:r"}}}},
+		),
+		Passwords: map[string]string{"a2a:u": "user-secret-pw"},
+	}
+	if _, err := acl.Apply(context.Background(), s, d); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func fakeClient(user string) *mqtt.Client {
+	return &mqtt.Client{Properties: mqtt.ClientProperties{Username: []byte(user)}}
+}
+
+// mochi reports subscribe checks and deliveries through the same
+// OnACLCheck(write=false); the hook tells them apart.
+func TestHookClassifiesReadChecks(t *testing.T) {
+	s := testStore(t, "")
+	h := NewHook(s)
+	cl := fakeClient("a2a:u")
+	cases := []struct {
+		topic string
+		want  bool
+	}{
+		{"a/#", true},                // wildcard: a subscription
+		{"b/#", false},               // not granted
+		{"$share/g/a/x", false},      // $share checked as written
+		{"a/public", true},           // delivery: default receive allow
+		{"a/secret", false},          // delivery: receive deny
+		{droppedWillTopic, false},    // never delivered
+		{"$CONTROL/anything", false}, // never by default
+	}
+	for _, c := range cases {
+		if got := h.OnACLCheck(cl, c.topic, false); got != c.want {
+			t.Errorf("read check %q = %v, want %v", c.topic, got, c.want)
+		}
+	}
+	// A plain filter while its SUBSCRIBE is processed needs the subscribe
+	// grant too: "b/x" is receivable by default but not subscribable.
+	if !h.OnACLCheck(cl, "b/x", false) {
+		t.Fatal("delivery of b/x should be allowed by default receive access")
+	}
+	pk := packets.Packet{Filters: packets.Subscriptions{{Filter: "b/x"}, {Filter: "a/x"}}}
+	h.OnSubscribe(cl, pk)
+	if h.OnACLCheck(cl, "b/x", false) {
+		t.Error("subscribing to b/x must be refused")
+	}
+	if !h.OnACLCheck(cl, "a/x", false) {
+		t.Error("subscribing to a/x must be granted")
+	}
+	h.OnSubscribed(cl, pk, nil)
+	if !h.OnACLCheck(cl, "b/x", false) || len(h.pending) != 0 {
+		t.Error("pending filters not forgotten after SUBACK")
+	}
+	// Publishing and the admin.
+	if !h.OnACLCheck(cl, "a/x", true) || h.OnACLCheck(cl, "b/x", true) {
+		t.Error("publish checks wrong")
+	}
+	admin := fakeClient("admin")
+	if !h.OnACLCheck(admin, "anything/#", false) || !h.OnACLCheck(admin, "$CONTROL/x", true) {
+		t.Error("the admin may do anything")
+	}
+	// Wills are redirected when not publishable.
+	w, _ := h.OnWill(cl, mqtt.Will{TopicName: "b/x", Retain: true, Flag: 1})
+	if w.TopicName != droppedWillTopic || w.Retain {
+		t.Errorf("forbidden will not dropped: %+v", w)
+	}
+	w, _ = h.OnWill(cl, mqtt.Will{TopicName: "a/x", Retain: true, Flag: 1})
+	if w.TopicName != "a/x" || !w.Retain {
+		t.Errorf("allowed will changed: %+v", w)
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	s := testStore(t, "")
+	if !s.authenticate("a2a:u", "user-secret-pw", "any") {
+		t.Error("valid credentials refused")
+	}
+	if s.authenticate("a2a:u", "wrong", "any") || s.authenticate("nobody", "x", "any") {
+		t.Error("invalid credentials accepted")
+	}
+	if !s.authenticate("admin", "admin-pw", "x") || s.authenticate("admin", "nope", "x") {
+		t.Error("admin authentication wrong")
+	}
+	// A client created without a password cannot log in (as in dynsec).
+	if err := s.Execute(context.Background(), []acl.Command{{Op: acl.OpCreateClient, Username: "a2a:nopw"}}); err != nil {
+		t.Fatal(err)
+	}
+	if s.authenticate("a2a:nopw", "", "x") {
+		t.Error("passwordless client accepted")
+	}
+}
+
+// The snapshot survives a restart and holds hashes, never passwords.
+func TestSnapshot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ids.json")
+	testStore(t, path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "user-secret-pw") || strings.Contains(string(data), "admin-pw") {
+		t.Fatal("snapshot contains a plaintext password")
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm()&0o077 != 0 {
+		t.Errorf("snapshot mode %v is readable by others", fi.Mode().Perm())
+	}
+	s2, err := NewStore(StoreConfig{SnapshotPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s2.authenticate("a2a:u", "user-secret-pw", "x") {
+		t.Error("credentials lost across restart")
+	}
+	st, err := s2.Observe(context.Background(), nil)
+	if err != nil || len(st.Roles) != 1 || len(st.Clients) != 1 {
+		t.Fatalf("state lost across restart: %+v %v", st, err)
+	}
+	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewStore(StoreConfig{SnapshotPath: path}); err == nil {
+		t.Error("corrupt snapshot accepted")
+	}
+}
+
+// max_packet_size: an oversized PUBLISH gets the client disconnected.
+func TestMaxPacketSize(t *testing.T) {
+	srv, err := Start(Config{Addr: "127.0.0.1:0", MaxPacketSize: 1024,
+		Store: StoreConfig{AdminUsername: "admin", AdminPassword: "admin-pw", Iterations: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if !strings.HasPrefix(srv.URL(), "mqtt://127.0.0.1:") {
+		t.Fatalf("URL %q", srv.URL())
+	}
+	conn, err := net.DialTimeout("tcp", srv.Addr(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{ClientID: "big", Conn: conn})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ca, err := c.Connect(ctx, &paho.Connect{ClientID: "big", KeepAlive: 30, CleanStart: true,
+		UsernameFlag: true, Username: "admin", PasswordFlag: true, Password: []byte("admin-pw")})
+	if err != nil || ca.ReasonCode != 0 {
+		t.Fatalf("connect: %v %+v", err, ca)
+	}
+	// mochi enforces the limit but, unlike Mosquitto, does not announce it
+	// in the CONNACK (docs/broker.md).
+	if _, err := c.Publish(ctx, &paho.Publish{Topic: "small", QoS: 1, Payload: make([]byte, 100)}); err != nil {
+		t.Fatalf("small publish: %v", err)
+	}
+	go func() {
+		// paho waits for a PUBACK that never comes; bound it.
+		pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer pcancel()
+		_, _ = c.Publish(pctx, &paho.Publish{Topic: "big", QoS: 1, Payload: make([]byte, 4096)})
+	}()
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("oversized packet did not end the connection")
+	}
+}
