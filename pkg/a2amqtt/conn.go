@@ -339,6 +339,14 @@ func (c *Conn) Subscribe(ctx context.Context, filter string, handler func(*paho.
 
 func (c *Conn) brokerSubscribe(ctx context.Context, filter string) error {
 	ack, err := c.cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+	for errors.Is(err, autopaho.ConnectionDownError) && !c.closed.Load() {
+		// Wait for the reconnect (bounded by ctx) rather than failing: the
+		// subscription is also re-established by onUp after reconnecting.
+		if werr := c.cm.AwaitConnection(ctx); werr != nil {
+			return fmt.Errorf("subscribe %s: connection down: %w", filter, werr)
+		}
+		ack, err = c.cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+	}
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", filter, err)
 	}

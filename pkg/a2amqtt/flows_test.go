@@ -473,3 +473,58 @@ func TestPresenceLifecycle(t *testing.T) {
 func userText(s string) *a2a.SendMessageRequest {
 	return &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(s))}
 }
+
+// TestBrokerOutage restarts Mosquitto under a connected requester and
+// responder: both reconnect, resubscribe and republish presence, and the
+// next request succeeds. A request made during the outage fails cleanly.
+func TestBrokerOutage(t *testing.T) {
+	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{})
+	startAgent(t, m, agents.KindEcho, bRef, 0)
+	conn, err := a2amqtt.Connect(tctx(t, 10*time.Second), a2amqtt.Config{BrokerURL: m.URL(), Agent: aRef, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	req, err := a2amqtt.NewRequester(tctx(t, 5*time.Second), conn, a2amqtt.RequesterOptions{
+		Retry: a2amqtt.RetryPolicy{FirstReplyTimeout: 400 * time.Millisecond, MaxAttempts: 2, BackoffBase: 50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := req.Transport(bRef)
+	if _, err := tr.SendMessage(tctx(t, 5*time.Second), nil, userText("before")); err != nil {
+		t.Fatal(err)
+	}
+	m.Stop()
+	if _, err := tr.SendMessage(tctx(t, 5*time.Second), nil, userText("during")); err == nil {
+		t.Fatal("request during the outage succeeded")
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Persistence is off, so the restarted broker lost the retained card:
+	// the agent's reconnect must republish it.
+	dir, err := a2amqtt.NewDirectory(tctx(t, 10*time.Second), conn, a2amqtt.DirectoryFilter("acme"))
+	if err != nil {
+		t.Fatalf("directory after restart: %v", err)
+	}
+	if err := dir.Wait(tctx(t, 10*time.Second), func(d *a2amqtt.Directory) bool {
+		e, ok := d.Get(bRef)
+		return ok && e.Online()
+	}); err != nil {
+		t.Fatalf("agent did not republish its online card after the broker restart: %v", err)
+	}
+	var lastErr error
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		res, err := tr.SendMessage(tctx(t, 5*time.Second), nil, userText("after"))
+		if err == nil {
+			if got := a2amqtt.ResultText(res); got != "echo: after" {
+				t.Fatalf("after restart: %q", got)
+			}
+			return
+		}
+		lastErr = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no successful request after the broker restart: %v", lastErr)
+}

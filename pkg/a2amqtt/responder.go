@@ -63,18 +63,11 @@ type Responder struct {
 	closeMu sync.Mutex
 }
 
-// sharedStoreUser is the task-store owner for every MQTT request: the
-// profile has no per-requester authentication at this layer, and
-// ContextTasks must see all tasks of a context.
-const sharedStoreUser = "a2a-mqtt"
-
-// NewTaskStore returns the in-memory task store the responder uses by
-// default (a2a-go's, with listing enabled for unauthenticated callers).
-func NewTaskStore() taskstore.Store {
-	return taskstore.NewInMemory(&taskstore.InMemoryStoreConfig{
-		Authenticator: func(context.Context) (string, error) { return sharedStoreUser, nil },
-	})
-}
+// NewTaskStore returns the task store the responder uses by default: a
+// MemoryStore (listing open to all callers, since the profile has no
+// per-requester identity at this layer and ContextTasks must see every task
+// of a context).
+func NewTaskStore() taskstore.Store { return NewMemoryStore() }
 
 // NewResponder builds the a2a-go request handler around opts.Executor and
 // subscribes to the agent's request topic (and pools). Requests are served
