@@ -290,6 +290,8 @@ func TestAuthentication(t *testing.T) {
 			var re *refusedError
 			if !errors.As(err, &re) {
 				t.Errorf("%s: %s: want a refused CONNACK, got %v", b.name, what, err)
+			} else {
+				t.Logf("%s: %s: CONNACK reason %#x", b.name, what, re.code)
 			}
 		}
 		refused("wrong password", userAgent, "nope", "")
