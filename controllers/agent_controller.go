@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,6 +66,8 @@ type AgentReconciler struct {
 	Recorder  events.EventRecorder
 	// Registrar is nil when the operator runs without a broker.
 	Registrar Registrar
+	// Resync is the period of the broker drift check for registered Agents.
+	Resync time.Duration
 }
 
 // +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents,verbs=get;list;watch;update;patch
@@ -158,7 +162,17 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, fmt.Errorf("register agent: %w", regErr)
 	}
 	log.V(1).Info("reconciled agent", "clientID", agent.Status.ClientID, "policy", agent.Status.ConversationPolicy)
+	if r.Registrar != nil && holder == nil {
+		// The broker can change behind our back (a role deleted by hand, a broker restored from an
+		// old backup): look again periodically, jittered so a fleet does not resync in lockstep.
+		return ctrl.Result{RequeueAfter: jitter(r.Resync)}, nil
+	}
 	return ctrl.Result{}, nil
+}
+
+// jitter returns d ±20 %.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.4-0.2)*float64(d))
 }
 
 func (r *AgentReconciler) finalize(ctx context.Context, agent *a2av1.Agent) error {

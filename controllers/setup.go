@@ -1,8 +1,10 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,7 +24,14 @@ const (
 type Options struct {
 	// Registrar registers Agents on the broker; nil runs without a broker.
 	Registrar Registrar
+	// ResyncPeriod is how often a registered Agent is checked against the broker again, which
+	// repairs hand-made changes (drift) and notices outages; ±20 % jitter spreads the load.
+	// Zero means DefaultResyncPeriod.
+	ResyncPeriod time.Duration
 }
+
+// DefaultResyncPeriod is the broker resync period when Options.ResyncPeriod is zero.
+const DefaultResyncPeriod = 10 * time.Minute
 
 // CacheOptions keeps the operator's informers to what it manages: Secrets are cached only when
 // they carry the operator's managed-by label, so a cluster with many Secrets costs no memory.
@@ -43,6 +52,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("a2a-fleet-agent"),
 		Registrar: opts.Registrar,
+		Resync:    cmp.Or(opts.ResyncPeriod, DefaultResyncPeriod),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}

@@ -235,8 +235,67 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 	}
 }
 
+// TestBrokerOutageAndDriftRepair: a role deleted by hand comes back within one resync; a broker
+// outage shows in the Agent's conditions and heals by itself when the broker returns.
+func TestBrokerOutageAndDriftRepair(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	broker := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
+	user, pass := broker.DynSecAdmin()
+	backend, err := dynsec.Connect(ctx, dynsec.Config{URL: broker.URL(), Username: user, Password: pass, Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatalf("connect dynsec backend: %v", err)
+	}
+	t.Cleanup(func() { _ = backend.Close(context.Background()) })
+	ns := startOperatorWithResync(t, ctx, backend, broker.URL(), time.Second)
+	passwords := applyFleet(t, ctx, ns)
+
+	role := "a2a:agent:" + clientID(0)
+	if err := backend.Execute(ctx, []acl.Command{{Op: acl.OpDeleteRole, Role: role}}); err != nil {
+		t.Fatalf("delete role by hand: %v", err)
+	}
+	eventually(t, "hand-deleted role restored", func() error {
+		st, err := backend.Observe(ctx, &acl.Names{Roles: []string{role}})
+		if err != nil {
+			return err
+		}
+		if _, ok := st.Roles[role]; !ok {
+			return fmt.Errorf("role %s still missing", role)
+		}
+		return nil
+	})
+
+	broker.Stop()
+	readyIs := func(want metav1.ConditionStatus, reason string) func() error {
+		return func() error {
+			a := &a2av1.Agent{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fleet[0].name}, a); err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(a.Status.Conditions, a2av1.ConditionReady)
+			if c == nil || c.Status != want || c.Reason != reason {
+				return fmt.Errorf("Ready = %+v", c)
+			}
+			return nil
+		}
+	}
+	eventually(t, "outage reported", readyIs(metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable))
+	if err := broker.Restart(); err != nil {
+		t.Fatalf("restart broker: %v", err)
+	}
+	eventually(t, "recovered after the outage", readyIs(metav1.ConditionTrue, a2av1.ReasonReconciled))
+	c := connect(t, ctx, broker.Addr(), clientID(0), passwords[0])
+	if !mayPublish(t, ctx, c, "$a2a/v1/discovery/"+clientID(0)) {
+		t.Fatal("agent lost its ACLs across the outage")
+	}
+}
+
 // startOperator runs the controllers with the broker registrar, scoped to a fresh namespace.
 func startOperator(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL string) string {
+	return startOperatorWithResync(t, ctx, backend, brokerURL, 0)
+}
+
+func startOperatorWithResync(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL string, resync time.Duration) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "reg-"}}
 	if err := k8s.Create(ctx, ns); err != nil {
@@ -259,7 +318,7 @@ func startOperator(t *testing.T, ctx context.Context, backend acl.Backend, broke
 	}
 	t.Cleanup(func() { _ = cards.Close(context.Background()) })
 	reg := &registration.Registrar{Reader: mgr.GetClient(), Backend: backend, Cards: cards, BrokerURL: brokerURL}
-	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: reg}); err != nil {
+	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: reg, ResyncPeriod: resync}); err != nil {
 		t.Fatalf("setup: %v", err)
 	}
 	mctx, stop := context.WithCancel(ctx)
