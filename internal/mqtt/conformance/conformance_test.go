@@ -471,6 +471,21 @@ func TestWill(t *testing.T) {
 		if p, err := watcher.next(300 * time.Millisecond); err == nil {
 			t.Errorf("%s: unexpected delivery %q on %q", b.name, p.Payload, p.Topic)
 		}
+		// A client disconnected by the broker because of a dynsec change
+		// (here a password rotation) does not send its Will.
+		kicked, err := dial(t, b, userAgent, pwAgent, "w3", &will{topic: "$a2a/v1/discovery/acme/u/agent", payload: "kicked"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := acl.SetPassword(context.Background(), b.backend, userAgent, "rotated"); err != nil {
+			t.Fatal(err)
+		}
+		if !kicked.disconnected(5 * time.Second) {
+			t.Fatalf("%s: rotation did not disconnect the client", b.name)
+		}
+		if p, err := watcher.next(500 * time.Millisecond); err == nil {
+			t.Errorf("%s: Will sent on a kick: %q on %q", b.name, p.Payload, p.Topic)
+		}
 	})
 }
 

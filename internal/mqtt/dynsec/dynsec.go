@@ -288,7 +288,7 @@ func (b *Backend) connectionDown() {
 	b.link = &link{ready: make(chan struct{})}
 	for id, ch := range b.pending {
 		select {
-		case ch <- response{CorrelationData: id, Error: ErrConnectionLost.Error(), Command: "\x00lost"}:
+		case ch <- response{CorrelationData: id, lost: true}:
 		default:
 		}
 	}
@@ -406,7 +406,7 @@ func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, er
 	for i, ch := range chans {
 		select {
 		case r := <-ch:
-			if r.Command == "\x00lost" {
+			if r.lost {
 				return nil, ErrConnectionLost
 			}
 			out[i] = r
@@ -486,7 +486,7 @@ func (b *Backend) Observe(ctx context.Context, only *acl.Names) (acl.State, erro
 	if only == nil {
 		st, err = b.list(ctx)
 	} else {
-		st, err = b.get(ctx, filterNames(*only, b.cfg.Prefix))
+		st, err = b.get(ctx, filterNames(*only, b.cfg.Prefix), true)
 	}
 	if err != nil {
 		return acl.State{}, fmt.Errorf("dynsec: observe: %w", err)
@@ -583,8 +583,8 @@ func (b *Backend) list(ctx context.Context) (acl.State, error) {
 }
 
 // get fetches the named objects with getRole/getGroup/getClient in one
-// batch; absent ones are left out.
-func (b *Backend) get(ctx context.Context, n acl.Names) (acl.State, error) {
+// batch (and the default access when withDefault); absent ones are left out.
+func (b *Backend) get(ctx context.Context, n acl.Names, withDefault bool) (acl.State, error) {
 	st := acl.NewState(nil, nil, nil)
 	var cmds []wireCmd
 	for _, r := range n.Roles {
@@ -596,7 +596,9 @@ func (b *Backend) get(ctx context.Context, n acl.Names) (acl.State, error) {
 	for _, c := range n.Clients {
 		cmds = append(cmds, wireCmd{Command: "getClient", Username: c})
 	}
-	cmds = append(cmds, wireCmd{Command: "getDefaultACLAccess"})
+	if withDefault {
+		cmds = append(cmds, wireCmd{Command: "getDefaultACLAccess"})
+	}
 	for start := 0; start < len(cmds); start += b.cfg.MaxBatch {
 		end := min(start+b.cfg.MaxBatch, len(cmds))
 		resps, err := b.read(ctx, cmds[start:end])
@@ -642,7 +644,7 @@ func (b *Backend) get(ctx context.Context, n acl.Names) (acl.State, error) {
 // same code the embedded broker uses (acl.Policy), which the conformance
 // tests hold against the real broker's answers.
 func (b *Backend) Check(ctx context.Context, username string, access acl.Access, topic string) (acl.Decision, error) {
-	st, err := b.get(ctx, acl.Names{Clients: []string{username}})
+	st, err := b.get(ctx, acl.Names{Clients: []string{username}}, true)
 	if err != nil {
 		return acl.Decision{}, fmt.Errorf("dynsec: check %s %q for %q: %w", access, topic, username, err)
 	}
@@ -654,7 +656,7 @@ func (b *Backend) Check(ctx context.Context, username string, access acl.Access,
 	for _, r := range c.Roles {
 		roles = append(roles, r.Name)
 	}
-	more, err := b.get(ctx, acl.Names{Groups: c.Groups, Roles: roles})
+	more, err := b.get(ctx, acl.Names{Groups: c.Groups, Roles: roles}, false)
 	if err != nil {
 		return acl.Decision{}, fmt.Errorf("dynsec: check %s %q for %q: %w", access, topic, username, err)
 	}
@@ -666,7 +668,7 @@ func (b *Backend) Check(ctx context.Context, username string, access acl.Access,
 			}
 		}
 	}
-	rest, err := b.get(ctx, acl.Names{Roles: groupRoles})
+	rest, err := b.get(ctx, acl.Names{Roles: groupRoles}, false)
 	if err != nil {
 		return acl.Decision{}, fmt.Errorf("dynsec: check %s %q for %q: %w", access, topic, username, err)
 	}
