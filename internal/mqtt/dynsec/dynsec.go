@@ -85,6 +85,7 @@ type Backend struct {
 	pending map[string]chan response // by correlationData
 
 	mutations, reads, roundTrips atomic.Uint64
+	lastConnErr                  atomic.Pointer[error] // why the last connect attempt failed
 }
 
 // link is one connection's readiness: ready closes once the response topic
@@ -158,6 +159,7 @@ func Connect(ctx context.Context, cfg Config) (*Backend, error) {
 		ConnectUsername:               cfg.Username,
 		ConnectPassword:               []byte(cfg.Password),
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
+			b.lastConnErr.Store(nil)
 			// Must not block autopaho: subscribe from a goroutine.
 			b.mu.Lock()
 			l := b.link
@@ -169,6 +171,7 @@ func Connect(ctx context.Context, cfg Config) (*Backend, error) {
 			return true
 		},
 		OnConnectError: func(err error) {
+			b.lastConnErr.Store(&err)
 			var ce *autopaho.ConnackError
 			if errors.As(err, &ce) {
 				select {
@@ -304,6 +307,9 @@ func (b *Backend) waitReady(ctx context.Context) error {
 		select {
 		case <-l.ready:
 		case <-ctx.Done():
+			if last := b.lastConnErr.Load(); last != nil {
+				return fmt.Errorf("waiting for the admin connection (last attempt: %v): %w", *last, ctx.Err())
+			}
 			return fmt.Errorf("waiting for the admin connection: %w", ctx.Err())
 		case <-b.cm.Done():
 			return errors.New("admin connection closed")

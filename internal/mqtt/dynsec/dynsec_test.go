@@ -2,8 +2,20 @@ package dynsec
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +178,68 @@ func TestTimeoutWhileBrokerDown(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "waiting for the admin connection") {
 		t.Fatalf("want a clear timeout, got %v", err)
 	}
+}
+
+// The admin connection works over TLS (a second, TLS-only listener).
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	pool, certFile, keyFile := selfSigned(t, dir)
+	port := brokertest.FreePort(t)
+	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{
+		DynSec:      &brokertest.DynSecOptions{},
+		ExtraConfig: fmt.Sprintf("listener %d 127.0.0.1\ncertfile %s\nkeyfile %s\n", port, certFile, keyFile),
+	})
+	user, pass := m.DynSecAdmin()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := Connect(ctx, Config{URL: fmt.Sprintf("tls://127.0.0.1:%d", port), Username: user, Password: pass,
+		TLS: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}})
+	if err != nil {
+		t.Fatalf("connect over TLS: %v\n%s", err, m.Log())
+	}
+	defer b.Close(ctx)
+	if err := acl.EnsureRole(ctx, b, acl.Role{Name: "a2a:tls"}); err != nil {
+		t.Fatal(err)
+	}
+	// Without trusting the CA the handshake fails and Connect says why.
+	short, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel2()
+	_, err = Connect(short, Config{URL: fmt.Sprintf("tls://127.0.0.1:%d", port), Username: user, Password: pass,
+		TLS: &tls.Config{ServerName: "127.0.0.1"}, ConnectTimeout: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("want a certificate error, got %v", err)
+	}
+}
+
+func selfSigned(t *testing.T, dir string) (*x509.CertPool, string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool, certFile, keyFile
 }
