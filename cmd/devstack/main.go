@@ -24,11 +24,38 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
+
+// startBroker starts the embedded broker (identities kept in the state dir) or points at a real
+// Mosquitto, and returns the registrar for it.
+func startBroker(o options, stateDir string, mgr ctrl.Manager) (controllers.Registrar, string, func(), error) {
+	if o.mosquittoURL != "" {
+		if o.mosquittoPassword == "" {
+			return nil, "", nil, errors.New("--mosquitto-url needs --mosquitto-admin-password (or $MOSQUITTO_ADMIN_PASSWORD)")
+		}
+		return registration.NewDynsec(mgr.GetClient(), o.mosquittoURL, o.mosquittoAdmin, o.mosquittoPassword, nil), o.mosquittoURL, func() {}, nil
+	}
+	srv, err := embedded.Start(embedded.Config{
+		Addr:          o.brokerAddr,
+		MaxPacketSize: 1 << 20,
+		Store:         embedded.StoreConfig{Prefix: acl.DefaultPrefix, SnapshotPath: filepath.Join(stateDir, "broker-identities.json")},
+	})
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("start embedded broker: %w", err)
+	}
+	return registration.New(mgr.GetClient(), srv.Backend(), srv.URL(), nil), srv.URL(), func() { _ = srv.Close() }, nil
+}
 
 type options struct {
 	assets, stateDir, crdDir string
 	metricsAddr, probeAddr   string
+	// brokerAddr is where the embedded broker listens; mosquittoURL, when set, replaces it with a
+	// real Mosquitto (dynamic-security plugin) administered as mosquittoAdmin.
+	brokerAddr, mosquittoURL          string
+	mosquittoAdmin, mosquittoPassword string
 }
 
 func main() {
@@ -38,6 +65,10 @@ func main() {
 	flag.StringVar(&o.crdDir, "crd-dir", "config/crd/bases", "Folder with the generated CRDs.")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:18080", "Operator metrics endpoint.")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", "127.0.0.1:18081", "Operator /healthz and /readyz.")
+	flag.StringVar(&o.brokerAddr, "broker-addr", "127.0.0.1:1883", "Listen address of the embedded MQTT v5 broker.")
+	flag.StringVar(&o.mosquittoURL, "mosquitto-url", "", "Use this Mosquitto (with the dynamic-security plugin) instead of the embedded broker.")
+	flag.StringVar(&o.mosquittoAdmin, "mosquitto-admin", "admin", "Dynsec admin username for --mosquitto-url.")
+	flag.StringVar(&o.mosquittoPassword, "mosquitto-admin-password", os.Getenv("MOSQUITTO_ADMIN_PASSWORD"), "Dynsec admin password for --mosquitto-url (or $MOSQUITTO_ADMIN_PASSWORD).")
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -106,7 +137,12 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.Setup(ctx, mgr, controllers.Options{}); err != nil {
+	registrar, brokerURL, stopBroker, err := startBroker(o, stateDir, mgr)
+	if err != nil {
+		return err
+	}
+	defer stopBroker()
+	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: registrar}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -118,7 +154,8 @@ func run(ctx context.Context, o options) error {
 
 	kubectl := filepath.Join(o.assets, "kubectl")
 	fmt.Printf(`
-a2a-fleet local stack is up (control plane %s, operator running in this process).
+a2a-fleet local stack is up:
+  control plane %s, MQTT broker %s, operator running in this process.
 State: %s (delete it to start from scratch). Stop with Ctrl-C.
 
 Try, in another shell:
@@ -127,9 +164,8 @@ Try, in another shell:
   kubectl apply -f config/samples/
   kubectl get agents,conversationpolicies
   kubectl describe agent confirm
-
-No MQTT broker is configured yet, so Agents report Ready=False with reason BrokerNotConfigured.
-`, cfg.Host, stateDir, kubeconfigPath, kubectl)
+  kubectl get secret echo-mqtt-credentials -o jsonpath='{.data.password}' | base64 -d
+`, cfg.Host, brokerURL, stateDir, kubeconfigPath, kubectl)
 
 	start := time.Now()
 	if err := mgr.Start(ctx); err != nil {

@@ -1,45 +1,68 @@
-// Command manager runs the a2a-fleet operator: the Agent and ConversationPolicy controllers.
+// Command manager runs the a2a-fleet operator: the Agent and ConversationPolicy controllers, and,
+// when a broker is configured, agent registration on it.
 package main
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
+type options struct {
+	metricsAddr, probeAddr string
+	leaderElect            bool
+	leaderElectionNS       string
+
+	brokerURL          string
+	brokerAdminSecret  string
+	brokerCAFile       string
+	brokerInsecureTLS  bool
+	brokerResyncPeriod time.Duration
+}
+
 func main() {
-	var (
-		metricsAddr, probeAddr string
-		leaderElect            bool
-		leaderElectionNS       string
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; \"0\" disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
-	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election Lease (defaults to the pod's namespace).")
+	var o options
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; \"0\" disables it.")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
+	flag.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election Lease (defaults to the pod's namespace).")
+	flag.StringVar(&o.brokerURL, "broker-url", "", "MQTT v5 broker with Mosquitto's dynamic-security plugin (mqtt://host:1883 or tls://host:8883). Empty: run without a broker (Agents report BrokerNotConfigured).")
+	flag.StringVar(&o.brokerAdminSecret, "broker-admin-secret", "", "NAMESPACE/NAME of a Secret with keys username and password of a dynsec admin.")
+	flag.StringVar(&o.brokerCAFile, "broker-ca-file", "", "PEM CA bundle to verify the broker's TLS certificate (tls:// URLs).")
+	flag.BoolVar(&o.brokerInsecureTLS, "broker-insecure-skip-verify", false, "Do not verify the broker's TLS certificate (testing only).")
+	flag.DurationVar(&o.brokerResyncPeriod, "broker-resync-period", controllers.DefaultResyncPeriod, "How often each registered Agent is checked against the broker (drift repair), ±20% jitter.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
-	if err := run(metricsAddr, probeAddr, leaderElect, leaderElectionNS); err != nil {
+	if err := run(o); err != nil {
 		ctrl.Log.Error(err, "manager exited")
 		os.Exit(1)
 	}
 }
 
-func run(metricsAddr, probeAddr string, leaderElect bool, leaderElectionNS string) error {
+func run(o options) error {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(a2av1.AddToScheme(scheme))
@@ -47,11 +70,11 @@ func run(metricsAddr, probeAddr string, leaderElect bool, leaderElectionNS strin
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:  probeAddr,
-		LeaderElection:          leaderElect,
+		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:  o.probeAddr,
+		LeaderElection:          o.leaderElect,
 		LeaderElectionID:        "a2a-fleet-operator.a2a.fleet.dev",
-		LeaderElectionNamespace: leaderElectionNS,
+		LeaderElectionNamespace: o.leaderElectionNS,
 		// Release the lease on shutdown so a new replica takes over without waiting for expiry.
 		LeaderElectionReleaseOnCancel: true,
 	})
@@ -59,7 +82,13 @@ func run(metricsAddr, probeAddr string, leaderElect bool, leaderElectionNS strin
 		return fmt.Errorf("create manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{}); err != nil {
+	copts := controllers.Options{ResyncPeriod: o.brokerResyncPeriod}
+	if o.brokerURL != "" {
+		if copts.Registrar, err = dynsecRegistrar(ctx, mgr, o); err != nil {
+			return err
+		}
+	}
+	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -68,11 +97,44 @@ func run(metricsAddr, probeAddr string, leaderElect bool, leaderElectionNS strin
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
-	ctrl.Log.Info("starting manager", "leaderElection", leaderElect)
+	ctrl.Log.Info("starting manager", "leaderElection", o.leaderElect, "broker", o.brokerURL)
 	// Start returns when the signal handler cancels ctx (SIGTERM/SIGINT): controllers drain and the
 	// leader lease is released.
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
+}
+
+// dynsecRegistrar reads the admin credentials (once, through the API server: the cache is not
+// running yet) and returns a registrar that connects on first use.
+func dynsecRegistrar(ctx context.Context, mgr ctrl.Manager, o options) (controllers.Registrar, error) {
+	ns, name, ok := strings.Cut(o.brokerAdminSecret, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, errors.New("--broker-admin-secret must be NAMESPACE/NAME when --broker-url is set")
+	}
+	secret := &corev1.Secret{}
+	if err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, secret); err != nil {
+		return nil, fmt.Errorf("read broker admin secret %s: %w", o.brokerAdminSecret, err)
+	}
+	user, pass := string(secret.Data["username"]), string(secret.Data["password"])
+	if user == "" || pass == "" {
+		return nil, fmt.Errorf("broker admin secret %s needs non-empty keys username and password", o.brokerAdminSecret)
+	}
+	var tlsCfg *tls.Config
+	if o.brokerCAFile != "" || o.brokerInsecureTLS {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.brokerInsecureTLS} //nolint:gosec // opt-in flag for tests
+		if o.brokerCAFile != "" {
+			pem, err := os.ReadFile(o.brokerCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("read broker CA file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("broker CA file %s holds no PEM certificate", o.brokerCAFile)
+			}
+			tlsCfg.RootCAs = pool
+		}
+	}
+	return registration.NewDynsec(mgr.GetClient(), o.brokerURL, user, pass, tlsCfg), nil
 }
