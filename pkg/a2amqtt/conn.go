@@ -129,6 +129,10 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 
 	firstUp := make(chan struct{})
 	var firstOnce sync.Once
+	// cmReady orders the assignment of c.cm before any use of it from the
+	// OnConnectionUp goroutine (autopaho may connect before NewConnection
+	// returns).
+	cmReady := make(chan struct{})
 	firstFail := make(chan struct{})
 	var failOnce sync.Once
 	pcfg := autopaho.ClientConfig{
@@ -143,6 +147,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
 			// Must not block: resubscribe and republish presence in a goroutine.
 			go func() {
+				<-cmReady
 				c.onUp(cm)
 				firstOnce.Do(func() { close(firstUp) })
 			}()
@@ -186,6 +191,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		return nil, fmt.Errorf("a2amqtt: start connection to %s: %w", u.Redacted(), err)
 	}
 	c.cm = cm
+	close(cmReady)
 
 	waitCtx, waitCancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer waitCancel()
