@@ -20,8 +20,13 @@ import (
 
 // ResponderOptions configures NewResponder.
 type ResponderOptions struct {
-	// Executor runs the agent. Required.
+	// Executor runs the agent. Required unless Handler is set.
 	Executor a2asrv.AgentExecutor
+	// Handler replaces a2a-go's default request handler (built from
+	// Executor) with a custom a2asrv.RequestHandler, e.g. a faster or
+	// persistent one. It must use TaskStore, which is then required: the
+	// task-id bridge records requester task ids there.
+	Handler a2asrv.RequestHandler
 	// TaskStore holds tasks; defaults to an in-memory store. It is also
 	// what ContextTasks reads.
 	TaskStore taskstore.Store
@@ -73,8 +78,11 @@ func NewTaskStore() taskstore.Store { return NewMemoryStore() }
 // subscribes to the agent's request topic (and pools). Requests are served
 // until Close.
 func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Responder, error) {
-	if opts.Executor == nil {
-		return nil, errors.New("a2amqtt: ResponderOptions.Executor is required")
+	if opts.Executor == nil && opts.Handler == nil {
+		return nil, errors.New("a2amqtt: ResponderOptions.Executor (or Handler) is required")
+	}
+	if opts.Handler != nil && opts.TaskStore == nil {
+		return nil, errors.New("a2amqtt: ResponderOptions.Handler needs the TaskStore it uses")
 	}
 	if opts.MaxPayloadBytes <= 0 {
 		opts.MaxPayloadBytes = 1 << 20
@@ -94,8 +102,12 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 	if store == nil {
 		store = NewTaskStore()
 	}
-	hopts := append(append([]a2asrv.RequestHandlerOption{}, opts.HandlerOptions...), a2asrv.WithTaskStore(store))
-	b := newBridge(a2asrv.NewHandler(opts.Executor, hopts...), store)
+	inner := opts.Handler
+	if inner == nil {
+		hopts := append(append([]a2asrv.RequestHandlerOption{}, opts.HandlerOptions...), a2asrv.WithTaskStore(store))
+		inner = a2asrv.NewHandler(opts.Executor, hopts...)
+	}
+	b := newBridge(inner, store)
 	panicToError := func(v any) error {
 		return fmt.Errorf("handler panic: %v", v)
 	}
