@@ -56,8 +56,6 @@ type admission struct {
 	dup *flight
 	// release must be called when the original request finishes.
 	release func()
-	// bridged is true when admit created the task.
-	bridged bool
 }
 
 func (b *bridge) admit(ctx context.Context, req *a2a.SendMessageRequest) (admission, error) {
@@ -97,7 +95,7 @@ func (b *bridge) admit(ctx context.Context, req *a2a.SendMessageRequest) (admiss
 			Status:    a2a.TaskStatus{State: a2a.TaskStateSubmitted, Timestamp: &now},
 		})
 		if cerr == nil {
-			return admission{release: release, bridged: true}, nil
+			return admission{release: release}, nil
 		}
 		if !errors.Is(cerr, taskstore.ErrTaskAlreadyExists) {
 			release()
@@ -145,20 +143,6 @@ func (b *bridge) snapshot(ctx context.Context, dup *flight, id a2a.TaskID) (*a2a
 	return st.Task, nil
 }
 
-// settleMessageResult keeps the bridged task truthful when an executor
-// answers with a bare Message (no task events): a2a-go then never touches
-// the task the bridge created, which would stay SUBMITTED forever.
-func (b *bridge) settleMessageResult(ctx context.Context, id a2a.TaskID, msg *a2a.Message) {
-	st, err := b.store.Get(ctx, id)
-	if err != nil || st.Task.Status.State != a2a.TaskStateSubmitted {
-		return
-	}
-	now := time.Now().UTC()
-	t := st.Task
-	t.Status = a2a.TaskStatus{State: a2a.TaskStateCompleted, Message: msg, Timestamp: &now}
-	_, _ = b.store.Update(ctx, &taskstore.UpdateRequest{Task: t, Event: msg, PrevVersion: st.Version})
-}
-
 // SendMessage implements a2asrv.RequestHandler.
 func (b *bridge) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
 	adm, err := b.admit(ctx, req)
@@ -169,11 +153,7 @@ func (b *bridge) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (
 		return b.snapshot(ctx, adm.dup, req.Message.TaskID)
 	}
 	defer adm.release()
-	res, err := b.inner.SendMessage(ctx, req)
-	if m, ok := res.(*a2a.Message); ok && err == nil && adm.bridged {
-		b.settleMessageResult(ctx, req.Message.TaskID, m)
-	}
-	return res, err
+	return b.inner.SendMessage(ctx, req)
 }
 
 // SendStreamingMessage implements a2asrv.RequestHandler.
@@ -191,9 +171,6 @@ func (b *bridge) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageR
 		}
 		defer adm.release()
 		for ev, err := range b.inner.SendStreamingMessage(ctx, req) {
-			if m, ok := ev.(*a2a.Message); ok && err == nil && adm.bridged {
-				b.settleMessageResult(ctx, req.Message.TaskID, m)
-			}
 			if !yield(ev, err) {
 				return
 			}
@@ -295,4 +272,51 @@ func listContext(ctx context.Context, store taskstore.Store, contextID string, e
 		return ti.Before(*tj)
 	})
 	return out, nil
+}
+
+// messageAdapter wraps the agent's executor for bridged tasks. Because the
+// bridge stores the task before a2a-go runs, a2a-go rejects a bare Message
+// answer ("message not allowed after task was stored") and fails the task.
+// Over MQTT every request has a requester-created task, so a Message answer
+// is turned into what it means there: the task completes with that message
+// as its status message.
+type messageAdapter struct {
+	inner a2asrv.AgentExecutor
+}
+
+var (
+	_ a2asrv.AgentExecutor         = messageAdapter{}
+	_ a2asrv.AgentExecutionCleaner = messageAdapter{}
+)
+
+// Execute implements a2asrv.AgentExecutor.
+func (m messageAdapter) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	events := m.inner.Execute(ctx, ec)
+	if ec.StoredTask == nil {
+		return events
+	}
+	return func(yield func(a2a.Event, error) bool) {
+		for ev, err := range events {
+			if msg, ok := ev.(*a2a.Message); ok && err == nil {
+				cp := *msg
+				cp.TaskID, cp.ContextID = ec.TaskID, ec.ContextID
+				ev = a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, &cp)
+			}
+			if !yield(ev, err) {
+				return
+			}
+		}
+	}
+}
+
+// Cancel implements a2asrv.AgentExecutor.
+func (m messageAdapter) Cancel(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return m.inner.Cancel(ctx, ec)
+}
+
+// Cleanup implements a2asrv.AgentExecutionCleaner when the agent does.
+func (m messageAdapter) Cleanup(ctx context.Context, ec *a2asrv.ExecutorContext, result a2a.SendMessageResult, err error) {
+	if c, ok := m.inner.(a2asrv.AgentExecutionCleaner); ok {
+		c.Cleanup(ctx, ec, result, err)
+	}
 }

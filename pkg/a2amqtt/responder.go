@@ -105,7 +105,7 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 	inner := opts.Handler
 	if inner == nil {
 		hopts := append(append([]a2asrv.RequestHandlerOption{}, opts.HandlerOptions...), a2asrv.WithTaskStore(store))
-		inner = a2asrv.NewHandler(opts.Executor, hopts...)
+		inner = a2asrv.NewHandler(messageAdapter{inner: opts.Executor}, hopts...)
 	}
 	b := newBridge(inner, store)
 	panicToError := func(v any) error {

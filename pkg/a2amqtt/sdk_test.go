@@ -138,3 +138,27 @@ func TestNewClientOneCall(t *testing.T) {
 var _ a2asrv.AgentExecutor = (*scriptExec)(nil)
 
 func init() { _ = context.Background }
+
+// TestBareMessageAnswer: an executor that answers with a plain Message (as
+// many a2a-go samples do) completes the requester's task with it instead of
+// failing it.
+func TestBareMessageAnswer(t *testing.T) {
+	b := brokertest.StartMochi(t)
+	exec := &scriptExec{fn: func(_ context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool) {
+		yield(a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart("just a message")), nil)
+	}}
+	serveT(t, b, agentB, exec, nil)
+	tr := requesterT(t, b, agentA, nil).Transport(agentB)
+	res, err := tr.SendMessage(ctxT(t, 5*time.Second), nil, userText("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, ok := res.(*a2a.Task)
+	if !ok || task.Status.State != a2a.TaskStateCompleted || messageText(task.Status.Message) != "just a message" {
+		t.Fatalf("got %T %+v", res, res)
+	}
+	got, err := tr.GetTask(ctxT(t, 5*time.Second), nil, &a2a.GetTaskRequest{ID: task.ID})
+	if err != nil || got.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("stored task: %+v %v", got, err)
+	}
+}
