@@ -2,11 +2,14 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"math/rand/v2"
 	"slices"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -68,7 +71,25 @@ type AgentReconciler struct {
 	Registrar Registrar
 	// Resync is the period of the broker drift check for registered Agents.
 	Resync time.Duration
+	// WorkloadBrokerURL is the broker address injected into workloads (A2A_BROKER).
+	WorkloadBrokerURL string
 }
+
+// Registration stages, so that a failure shows in the right condition.
+const (
+	StageACLs        = "ACLs"
+	StageCard        = "Card"
+	StageCredentials = "Credentials"
+)
+
+// StageError is a registration failure in one stage.
+type StageError struct {
+	Stage string
+	Err   error
+}
+
+func (e *StageError) Error() string { return strings.ToLower(e.Stage) + ": " + e.Err.Error() }
+func (e *StageError) Unwrap() error { return e.Err }
 
 // +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents/status,verbs=get;update;patch
@@ -77,6 +98,7 @@ type AgentReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile resolves an Agent's identity, topics and conversation policy, registers it on the broker
 // when one is configured, and reports the outcome in status.
@@ -130,25 +152,9 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		agent.Status.CredentialsSecret = CredentialsSecretName(agent)
 	}
 
-	var regErr error
-	switch {
-	case holder != nil:
-		// Registering would hand this Agent the other's broker identity; the older Agent keeps it.
-		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonIdentityConflict,
-			fmt.Sprintf("client ID %s already belongs to Agent %s", agent.Status.ClientID, holder))
-	case r.Registrar == nil:
-		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionUnknown, a2av1.ReasonBrokerNotConfigured,
-			"the operator runs without an MQTT broker; identity and topics are resolved but nothing is registered")
-	default:
-		if regErr = r.Registrar.Register(ctx, agent, creds); regErr == nil && creds.PasswordChanged {
-			regErr = r.markPasswordSynced(ctx, agent)
-		}
-		if regErr != nil {
-			r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, regErr.Error())
-		} else {
-			r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionTrue, a2av1.ReasonRegistered,
-				"identity, ACLs and agent card are on the broker")
-		}
+	regErr := r.registerOnBroker(ctx, agent, creds, holder)
+	if err := r.reconcileWorkload(ctx, agent); err != nil {
+		return ctrl.Result{}, err
 	}
 	r.setReady(agent)
 	agent.Status.ObservedGeneration = agent.Generation
@@ -249,14 +255,64 @@ func agentPrecedes(a, b *a2av1.Agent) bool {
 	return a.Name < b.Name
 }
 
-func (r *AgentReconciler) setReady(agent *a2av1.Agent) {
-	reg := meta.FindStatusCondition(agent.Status.Conditions, a2av1.ConditionRegistered)
-	if reg != nil && reg.Status == metav1.ConditionTrue {
-		r.setCondition(agent, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled,
-			"the agent is registered and may connect as "+agent.Status.ClientID)
-		return
+// registerOnBroker runs the Registrar and records ACLsSynced and Registered.
+func (r *AgentReconciler) registerOnBroker(ctx context.Context, agent *a2av1.Agent, creds Credentials, holder *types.NamespacedName) error {
+	both := func(status metav1.ConditionStatus, reason, message string) {
+		r.setCondition(agent, a2av1.ConditionACLsSynced, status, reason, message)
+		r.setCondition(agent, a2av1.ConditionRegistered, status, reason, message)
 	}
-	r.setCondition(agent, a2av1.ConditionReady, metav1.ConditionFalse, reg.Reason, reg.Message)
+	switch {
+	case holder != nil:
+		// Registering would hand this Agent the other's broker identity; the older Agent keeps it.
+		both(metav1.ConditionFalse, a2av1.ReasonIdentityConflict,
+			fmt.Sprintf("client ID %s already belongs to Agent %s", agent.Status.ClientID, holder))
+		return nil
+	case r.Registrar == nil:
+		both(metav1.ConditionUnknown, a2av1.ReasonBrokerNotConfigured,
+			"the operator runs without an MQTT broker; identity and topics are resolved but nothing is registered")
+		return nil
+	}
+	err := r.Registrar.Register(ctx, agent, creds)
+	if err == nil && creds.PasswordChanged {
+		if markErr := r.markPasswordSynced(ctx, agent); markErr != nil {
+			err = &StageError{Stage: StageCredentials, Err: markErr}
+		}
+	}
+	var stage *StageError
+	switch {
+	case err == nil:
+		r.setCondition(agent, a2av1.ConditionACLsSynced, metav1.ConditionTrue, a2av1.ReasonACLsApplied,
+			"the broker grants exactly the topics this agent and its callers need")
+		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionTrue, a2av1.ReasonRegistered,
+			"broker client "+BrokerUsername(agent)+" exists and the agent card is published")
+	case errors.As(err, &stage) && stage.Stage != StageACLs:
+		r.setCondition(agent, a2av1.ConditionACLsSynced, metav1.ConditionTrue, a2av1.ReasonACLsApplied,
+			"the broker grants exactly the topics this agent and its callers need")
+		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, err.Error())
+	default:
+		both(metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, err.Error())
+	}
+	return err
+}
+
+// setReady derives Ready from the other conditions: the first that is not True explains why.
+func (r *AgentReconciler) setReady(agent *a2av1.Agent) {
+	for _, t := range []string{a2av1.ConditionACLsSynced, a2av1.ConditionRegistered, a2av1.ConditionWorkloadAvailable} {
+		c := meta.FindStatusCondition(agent.Status.Conditions, t)
+		if c == nil {
+			continue // WorkloadAvailable exists only with a workload
+		}
+		if c.Status != metav1.ConditionTrue {
+			r.setCondition(agent, a2av1.ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
+			return
+		}
+	}
+	r.setCondition(agent, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled,
+		"the agent is registered and may connect as "+agent.Status.ClientID)
+}
+
+func removeCondition(agent *a2av1.Agent, condType string) {
+	meta.RemoveStatusCondition(&agent.Status.Conditions, condType)
 }
 
 func (r *AgentReconciler) setCondition(agent *a2av1.Agent, condType string, status metav1.ConditionStatus, reason, message string) {
@@ -322,6 +378,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{},
 				predicate.LabelChangedPredicate{}, createOrDeletePredicate()))).
 		Owns(&corev1.Secret{}).
+		Owns(&appsv1.Deployment{}).
 		Named("agent").
 		Complete(r)
 }

@@ -24,6 +24,9 @@ const (
 type Options struct {
 	// Registrar registers Agents on the broker; nil runs without a broker.
 	Registrar Registrar
+	// WorkloadBrokerURL is the broker address given to agent workloads (A2A_BROKER); it may differ
+	// from the operator's own (e.g. a Service DNS name).
+	WorkloadBrokerURL string
 	// ResyncPeriod is how often a registered Agent is checked against the broker again, which
 	// repairs hand-made changes (drift) and notices outages; ±20 % jitter spreads the load.
 	// Zero means DefaultResyncPeriod.
@@ -53,6 +56,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Recorder:  mgr.GetEventRecorder("a2a-fleet-agent"),
 		Registrar: opts.Registrar,
 		Resync:    cmp.Or(opts.ResyncPeriod, DefaultResyncPeriod),
+
+		WorkloadBrokerURL: opts.WorkloadBrokerURL,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}

@@ -219,8 +219,9 @@ type AgentWorkload struct {
 	Replicas *int32 `json:"replicas,omitempty"`
 
 	// Template is the pod template. The operator adds environment variables with the broker URL,
-	// identity, topics and credentials (A2A_BROKER_URL, A2A_ORG_ID, A2A_UNIT_ID, A2A_AGENT_ID,
-	// A2A_REQUEST_TOPIC, A2A_USERNAME, A2A_PASSWORD, ...) to every container.
+	// identity, topics and credentials to every container: A2A_BROKER, A2A_ORG, A2A_UNIT,
+	// A2A_AGENT, A2A_CLIENT_ID, A2A_REQUEST_TOPIC, A2A_POOLS, and A2A_USERNAME and A2A_PASSWORD
+	// from the credentials Secret.
 	Template corev1.PodTemplateSpec `json:"template"`
 }
 

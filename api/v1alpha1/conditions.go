@@ -22,6 +22,8 @@ const (
 	ReasonBrokerNotConfigured = "BrokerNotConfigured"
 	// ReasonBrokerUnavailable: the broker could not be reached; the operator retries with backoff.
 	ReasonBrokerUnavailable = "BrokerUnavailable"
+	// ReasonACLsApplied: the broker's ACLs for the agent match its spec and its callers.
+	ReasonACLsApplied = "ACLsApplied"
 	// ReasonRegistered: the agent's identity exists on the broker.
 	ReasonRegistered = "Registered"
 	// ReasonIdentityConflict: another Agent already holds the same orgID/unitID/agentID.

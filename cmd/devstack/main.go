@@ -142,7 +142,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer stopBroker()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: registrar}); err != nil {
+	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: registrar, WorkloadBrokerURL: brokerURL}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -38,6 +39,7 @@ type options struct {
 	brokerCAFile       string
 	brokerInsecureTLS  bool
 	brokerResyncPeriod time.Duration
+	workloadBrokerURL  string
 }
 
 func main() {
@@ -51,6 +53,7 @@ func main() {
 	flag.StringVar(&o.brokerCAFile, "broker-ca-file", "", "PEM CA bundle to verify the broker's TLS certificate (tls:// URLs).")
 	flag.BoolVar(&o.brokerInsecureTLS, "broker-insecure-skip-verify", false, "Do not verify the broker's TLS certificate (testing only).")
 	flag.DurationVar(&o.brokerResyncPeriod, "broker-resync-period", controllers.DefaultResyncPeriod, "How often each registered Agent is checked against the broker (drift repair), ±20% jitter.")
+	flag.StringVar(&o.workloadBrokerURL, "workload-broker-url", "", "Broker URL injected into agent workloads as A2A_BROKER (default: --broker-url).")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -82,7 +85,7 @@ func run(o options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	copts := controllers.Options{ResyncPeriod: o.brokerResyncPeriod}
+	copts := controllers.Options{ResyncPeriod: o.brokerResyncPeriod, WorkloadBrokerURL: cmp.Or(o.workloadBrokerURL, o.brokerURL)}
 	if o.brokerURL != "" {
 		if copts.Registrar, err = dynsecRegistrar(ctx, mgr, o); err != nil {
 			return err

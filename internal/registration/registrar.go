@@ -49,17 +49,17 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds cont
 	}
 	names := SharedNames(in)
 	if in.Observed, err = r.Backend.Observe(ctx, &names); err != nil {
-		return fmt.Errorf("observe shared ACL objects: %w", err)
+		return &controllers.StageError{Stage: controllers.StageACLs, Err: fmt.Errorf("observe shared ACL objects: %w", err)}
 	}
 	desired := Compile(in)
 	desired.Passwords = map[string]string{Username(id): creds.Password}
 	res, err := acl.Apply(ctx, r.Backend, desired)
 	if err != nil {
-		return fmt.Errorf("apply ACLs: %w", err)
+		return &controllers.StageError{Stage: controllers.StageACLs, Err: err}
 	}
 	if creds.PasswordChanged && !createdClient(res, Username(id)) {
 		if err := acl.SetPassword(ctx, r.Backend, Username(id), creds.Password); err != nil {
-			return fmt.Errorf("set password: %w", err)
+			return &controllers.StageError{Stage: controllers.StageCredentials, Err: fmt.Errorf("set password: %w", err)}
 		}
 	}
 	card, err := json.Marshal(BuildCard(agent, id, r.BrokerURL))
@@ -71,7 +71,7 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds cont
 	if err := r.Cards.PublishCard(ctx, id.DiscoveryTopic(), card, map[string]string{
 		a2amqtt.PropStatus: a2amqtt.StatusOffline, a2amqtt.PropStatusSource: a2amqtt.SourceBroker,
 	}); err != nil {
-		return fmt.Errorf("publish agent card: %w", err)
+		return &controllers.StageError{Stage: controllers.StageCard, Err: err}
 	}
 	return nil
 }

@@ -1,0 +1,89 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/controllers"
+)
+
+func TestWorkloadDeployment(t *testing.T) {
+	ctx := context.Background()
+	ns := brokeredNamespace
+	workload := `  poolID: workers
+  workload:
+    replicas: 2
+    template:
+      spec:
+        containers:
+        - name: agent
+          image: example/agent:1
+          env:
+          - {name: A2A_AGENT, value: spoofed}
+          - {name: LOG_LEVEL, value: debug}
+`
+	if err := applyYAML(ns, agentManifest("runner", "acme", "ops", nil, workload)); err != nil {
+		t.Fatalf("create agent: %v", err)
+	}
+	key := client.ObjectKey{Namespace: ns, Name: "runner-agent"}
+	deploy := &appsv1.Deployment{}
+	eventually(t, "deployment created", func() error { return k8s.Get(ctx, key, deploy) })
+	a := getAgent(t, ns, "runner")
+	if !metav1.IsControlledBy(deploy, a) || *deploy.Spec.Replicas != 2 {
+		t.Fatalf("deployment not owned or wrong replicas: %+v", deploy.ObjectMeta.OwnerReferences)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range deploy.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if env["A2A_AGENT"].Value != "runner" || env["A2A_CLIENT_ID"].Value != "acme/ops/runner" || env["A2A_POOLS"].Value != "workers" {
+		t.Fatalf("identity env not injected or not authoritative: %+v", env)
+	}
+	if env["LOG_LEVEL"].Value != "debug" {
+		t.Fatal("the template's own env was dropped")
+	}
+	if ref := env["A2A_PASSWORD"].ValueFrom; ref == nil || ref.SecretKeyRef.Name != "runner-mqtt-credentials" || env["A2A_PASSWORD"].Value != "" {
+		t.Fatalf("password must come from the Secret by reference: %+v", env["A2A_PASSWORD"])
+	}
+	eventually(t, "not ready until the workload is available", func() error {
+		a := getAgent(t, ns, "runner")
+		return conditionIs(a.Status.Conditions, a.Generation, a2av1.ConditionReady, metav1.ConditionFalse, controllers.ReasonWorkloadProgressing)
+	})
+
+	// envtest runs no deployment controller: play its part.
+	deploy.Status = appsv1.DeploymentStatus{Replicas: 2, AvailableReplicas: 2, ReadyReplicas: 2,
+		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue,
+			LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "MinimumReplicasAvailable"}}}
+	if err := k8s.Status().Update(ctx, deploy); err != nil {
+		t.Fatalf("update deployment status: %v", err)
+	}
+	eventually(t, "ready once available", func() error {
+		a := getAgent(t, ns, "runner")
+		if err := conditionIs(a.Status.Conditions, a.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionTrue, controllers.ReasonWorkloadAvailable); err != nil {
+			return err
+		}
+		return conditionIs(a.Status.Conditions, a.Generation, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled)
+	})
+
+	updateAgent(t, ns, "runner", func(a *a2av1.Agent) { a.Spec.Workload = nil })
+	eventually(t, "deployment removed with the workload", func() error {
+		if err := k8s.Get(ctx, key, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deployment still there (err=%v)", err)
+		}
+		a := getAgent(t, ns, "runner")
+		for _, c := range a.Status.Conditions {
+			if c.Type == a2av1.ConditionWorkloadAvailable {
+				return fmt.Errorf("WorkloadAvailable still reported")
+			}
+		}
+		return conditionIs(a.Status.Conditions, a.Generation, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled)
+	})
+}
