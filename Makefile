@@ -104,3 +104,11 @@ $(CONTROLLER_GEN):
 $(KUSTOMIZE):
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 	mv $(LOCALBIN)/kustomize $@
+
+##@ Benchmarks (docs/benchmarks.md)
+
+FLEET_AGENTS ?= 1000
+.PHONY: bench-fleet
+bench-fleet: tools-test ## Registration benchmark: FLEET_AGENTS Agents to Ready on real Mosquitto + dynsec.
+	FLEET_AGENTS=$(FLEET_AGENTS) KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
+		go test ./internal/registration/ -run '^$$' -bench 'BenchmarkFleetRegistration' -benchtime 1x -timeout 30m

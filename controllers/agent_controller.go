@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -73,6 +74,8 @@ type AgentReconciler struct {
 	Resync time.Duration
 	// WorkloadBrokerURL is the broker address injected into workloads (A2A_BROKER).
 	WorkloadBrokerURL string
+	// MaxConcurrent is the number of Agents reconciled in parallel.
+	MaxConcurrent int
 }
 
 // Registration stages, so that a failure shows in the right condition.
@@ -379,6 +382,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				predicate.LabelChangedPredicate{}, createOrDeletePredicate()))).
 		Owns(&corev1.Secret{}).
 		Owns(&appsv1.Deployment{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrent}).
 		Named("agent").
 		Complete(r)
 }

@@ -27,11 +27,17 @@ type Options struct {
 	// WorkloadBrokerURL is the broker address given to agent workloads (A2A_BROKER); it may differ
 	// from the operator's own (e.g. a Service DNS name).
 	WorkloadBrokerURL string
+	// MaxConcurrentReconciles bounds parallel Agent reconciles (broker round trips dominate them);
+	// zero means DefaultMaxConcurrentReconciles.
+	MaxConcurrentReconciles int
 	// ResyncPeriod is how often a registered Agent is checked against the broker again, which
 	// repairs hand-made changes (drift) and notices outages; ±20 % jitter spreads the load.
 	// Zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
 }
+
+// DefaultMaxConcurrentReconciles is the Agent reconcile parallelism when unset.
+const DefaultMaxConcurrentReconciles = 8
 
 // DefaultResyncPeriod is the broker resync period when Options.ResyncPeriod is zero.
 const DefaultResyncPeriod = 10 * time.Minute
@@ -58,6 +64,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Resync:    cmp.Or(opts.ResyncPeriod, DefaultResyncPeriod),
 
 		WorkloadBrokerURL: opts.WorkloadBrokerURL,
+		MaxConcurrent:     cmp.Or(opts.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}

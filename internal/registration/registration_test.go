@@ -13,6 +13,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/eclipse/paho.golang/paho"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
@@ -47,6 +49,8 @@ var (
 func TestMain(m *testing.M) {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(a2av1.AddToScheme(scheme))
+	// Errors only: reconcile errors during outage tests are expected and asserted on.
+	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel+1)))
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`")
@@ -295,7 +299,12 @@ func startOperator(t *testing.T, ctx context.Context, backend acl.Backend, broke
 	return startOperatorWithResync(t, ctx, backend, brokerURL, 0)
 }
 
-func startOperatorWithResync(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL string, resync time.Duration) string {
+// startOperatorFor is startOperator for benchmarks.
+func startOperatorFor(b *testing.B, ctx context.Context, backend acl.Backend, brokerURL string) string {
+	return startOperatorWithResync(b, ctx, backend, brokerURL, 0)
+}
+
+func startOperatorWithResync(t testing.TB, ctx context.Context, backend acl.Backend, brokerURL string, resync time.Duration) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "reg-"}}
 	if err := k8s.Create(ctx, ns); err != nil {
