@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(a2av1.AddToScheme(scheme))
 	// Errors only: reconcile errors during outage tests are expected and asserted on.
-	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel+1)))
+	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel + 1)))
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`")
