@@ -1,0 +1,218 @@
+package conversation
+
+import (
+	"container/heap"
+	"fmt"
+	"time"
+)
+
+// Agent holds every context of one agent in memory and applies Decide,
+// Observe and Expire to it: maps keyed by context id and by task id make a
+// decision O(1) in the number of contexts, and a heap ordered by each
+// context's NextDeadline makes Expire O(due · log n). It is what a service
+// replica rebuilds from a store on recovery (Load) and what the tests and
+// benchmarks drive. Not safe for concurrent use; no goroutines, no I/O.
+type Agent struct {
+	contexts map[string]*Context
+	tasks    map[string]string // task id → context id
+	live     int               // contexts that are not tombstones
+	due      deadlines
+}
+
+// NewAgent returns an empty Agent.
+func NewAgent() *Agent {
+	return &Agent{
+		contexts: map[string]*Context{},
+		tasks:    map[string]string{},
+		due:      deadlines{at: map[string]int{}},
+	}
+}
+
+// Load inserts a stored context (recovery). It refuses a context id it
+// already holds and a task id that another context holds, so a corrupt
+// store cannot make a task change context.
+func (a *Agent) Load(c *Context) error {
+	if c == nil || c.ID == "" {
+		return fmt.Errorf("load context: missing context id")
+	}
+	if _, ok := a.contexts[c.ID]; ok {
+		return fmt.Errorf("load context %s: already loaded", c.ID)
+	}
+	for i := range c.Tasks {
+		if other, ok := a.tasks[c.Tasks[i].ID]; ok {
+			return fmt.Errorf("load context %s: task %s already belongs to context %s", c.ID, c.Tasks[i].ID, other)
+		}
+	}
+	a.put(c.ID, nil, c)
+	return nil
+}
+
+// Context returns the stored context (nil when unknown). Do not mutate it.
+func (a *Agent) Context(id string) *Context { return a.contexts[id] }
+
+// TaskContext returns the id of the context holding task id.
+func (a *Agent) TaskContext(taskID string) (string, bool) {
+	id, ok := a.tasks[taskID]
+	return id, ok
+}
+
+// Len returns how many contexts (tombstones included) and tasks are held.
+func (a *Agent) Len() (contexts, tasks int) { return len(a.contexts), len(a.tasks) }
+
+// Live returns how many contexts are not tombstones (some may have expired
+// since the last Expire).
+func (a *Agent) Live() int { return a.live }
+
+// Range calls fn for every context until fn returns false (map order).
+func (a *Agent) Range(fn func(*Context) bool) {
+	for _, c := range a.contexts {
+		if !fn(c) {
+			return
+		}
+	}
+}
+
+// View builds the decision view of a request.
+func (a *Agent) View(req Request) View {
+	v := View{ContextID: req.ContextID, TaskContextID: a.tasks[req.TaskID], LiveContexts: a.live}
+	if req.TaskID == "" {
+		v.TaskContextID = ""
+	}
+	if v.ContextID == "" {
+		v.ContextID = v.TaskContextID
+	}
+	v.Context = a.contexts[v.ContextID]
+	return v
+}
+
+// Decide rules on a request and applies the decision to the Agent.
+func (a *Agent) Decide(p Policy, now time.Time, req Request) Decision {
+	v := a.View(req)
+	var swept []Expiration
+	if l := p.MaxActiveContextsPerAgent; l > 0 && v.Context == nil && a.live >= l {
+		// The live count includes contexts that expired since the last
+		// sweep; sweep before refusing so the limit counts unexpired ones.
+		swept = a.Expire(p, now)
+		v = a.View(req)
+	}
+	d := Decide(p, now, v, req)
+	if d.Changed {
+		a.put(v.ContextID, v.Context, d.Context)
+	}
+	if len(swept) > 0 {
+		d.Expirations = append(swept, d.Expirations...)
+	}
+	return d
+}
+
+// Observe applies a reply event to the context holding its task.
+func (a *Agent) Observe(p Policy, now time.Time, ev Event) Outcome {
+	id, ok := a.tasks[ev.TaskID]
+	if !ok {
+		return Outcome{}
+	}
+	c := a.contexts[id]
+	o := Observe(p, now, c, ev)
+	if o.Changed {
+		a.put(id, c, o.Context)
+	}
+	return o
+}
+
+// Expire applies Expire to every context whose NextDeadline has passed and
+// returns what changed.
+func (a *Agent) Expire(p Policy, now time.Time) []Expiration {
+	var out []Expiration
+	for a.due.Len() > 0 && !now.Before(a.due.items[0].at) {
+		id := a.due.items[0].id
+		c := a.contexts[id]
+		x := Expire(p, now, c)
+		if !x.Changed {
+			// Deadline passed but nothing to do (clock skew between the
+			// stored deadline and the policy): drop the stale entry.
+			heap.Pop(&a.due)
+			continue
+		}
+		a.put(id, c, x.Context)
+		if x.notable() {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// put replaces context id's old state by n (nil: delete), keeping the task
+// index, the live count and the deadline heap in step.
+func (a *Agent) put(id string, old, n *Context) {
+	added, removed := TaskDiff(old, n)
+	for _, t := range removed {
+		if a.tasks[t] == id {
+			delete(a.tasks, t)
+		}
+	}
+	for _, t := range added {
+		a.tasks[t] = id
+	}
+	if old != nil && old.Expired == nil {
+		a.live--
+	}
+	if n == nil {
+		delete(a.contexts, id)
+		a.due.remove(id)
+		return
+	}
+	if n.Expired == nil {
+		a.live++
+	}
+	a.contexts[id] = n
+	if n.NextDeadline.IsZero() {
+		a.due.remove(id)
+	} else {
+		a.due.set(id, n.NextDeadline)
+	}
+}
+
+// deadlines is a min-heap of context deadlines with an index for updates.
+type deadlines struct {
+	items []deadline
+	at    map[string]int // context id → index in items
+}
+
+type deadline struct {
+	id string
+	at time.Time
+}
+
+func (h *deadlines) Len() int           { return len(h.items) }
+func (h *deadlines) Less(i, j int) bool { return h.items[i].at.Before(h.items[j].at) }
+func (h *deadlines) Swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.at[h.items[i].id] = i
+	h.at[h.items[j].id] = j
+}
+func (h *deadlines) Push(x any) {
+	d := x.(deadline)
+	h.at[d.id] = len(h.items)
+	h.items = append(h.items, d)
+}
+func (h *deadlines) Pop() any {
+	d := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	delete(h.at, d.id)
+	return d
+}
+
+func (h *deadlines) set(id string, at time.Time) {
+	if i, ok := h.at[id]; ok {
+		h.items[i].at = at
+		heap.Fix(h, i)
+		return
+	}
+	heap.Push(h, deadline{id: id, at: at})
+}
+
+func (h *deadlines) remove(id string) {
+	if i, ok := h.at[id]; ok {
+		heap.Remove(h, i)
+	}
+}

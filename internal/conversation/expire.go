@@ -1,0 +1,115 @@
+package conversation
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+)
+
+// TimedOut is a task the engine failed because it waited for input longer
+// than Policy.InputRequiredTimeout. The agent still believes the task waits:
+// the service should cancel it at the agent (CancelTask) so it frees what it
+// holds.
+type TimedOut struct {
+	TaskID       string        `json:"taskId"`
+	PrevState    a2a.TaskState `json:"prevState"`
+	WaitingSince time.Time     `json:"waitingSince"`
+	Deadline     time.Time     `json:"deadline"`
+}
+
+// Expiration is what Expire did to one context.
+type Expiration struct {
+	ContextID string
+	// Context is the state after expiry; nil when Delete.
+	Context *Context
+	// Changed: persist Context (or delete the record when Delete).
+	Changed bool
+	// Delete: the tombstone's retention ended; remove the record.
+	Delete bool
+	// TimedOut lists tasks failed by the input-required timeout.
+	TimedOut []TimedOut
+	// Expired is set when the context expired in this call: it is now a
+	// tombstone and Dropped holds the tasks it had.
+	Expired *Expiry
+	// Dropped are the tasks of a context that just expired. Unfinished ones
+	// may still run at the agent; the service may cancel them there.
+	Dropped []Task
+}
+
+// Expire applies time to one context: tasks waiting for input past the
+// timeout fail, a context past its idle TTL or max age becomes a tombstone,
+// and a tombstone past its retention is deleted. It is idempotent and cheap
+// when nothing is due (c.NextDeadline tells when to call it next; Decide and
+// Observe also apply it lazily, so correctness never depends on a sweeper's
+// timing, only memory does).
+func Expire(p Policy, now time.Time, c *Context) Expiration {
+	x := Expiration{Context: c}
+	if c == nil {
+		return x
+	}
+	x.ContextID = c.ID
+	if c.Expired != nil {
+		if !now.Before(c.Expired.At.Add(p.tombstoneTTL())) {
+			x.Context, x.Changed, x.Delete = nil, true, true
+		}
+		return x
+	}
+	var n *Context // copy-on-write
+	if p.InputRequiredTimeout > 0 {
+		for i := range c.Tasks {
+			t := &c.Tasks[i]
+			if !interrupted(t.State) {
+				continue
+			}
+			deadline := t.WaitingSince.Add(p.InputRequiredTimeout)
+			if now.Before(deadline) {
+				continue
+			}
+			if n == nil {
+				n = c.Clone()
+			}
+			nt := &n.Tasks[i]
+			x.TimedOut = append(x.TimedOut, TimedOut{TaskID: t.ID, PrevState: t.State, WaitingSince: t.WaitingSince, Deadline: deadline})
+			nt.State = a2a.TaskStateFailed
+			nt.StatusMessage = fmt.Sprintf("input-required timeout: no input within %s (waiting in %s since %s)",
+				p.InputRequiredTimeout, t.State, t.WaitingSince.UTC().Format(time.RFC3339))
+			nt.UpdatedAt = now
+			nt.WaitingSince = time.Time{}
+			nt.Streams = nil
+		}
+	}
+	cur := c
+	if n != nil {
+		cur = n
+	}
+	if e, expired := cur.expiry(p, now); expired {
+		if n == nil {
+			n = c.Clone()
+		}
+		x.Expired = &e
+		x.Dropped = n.Tasks
+		n.Tasks = nil
+		n.Working = 0
+		n.Expired = &e
+	}
+	if n == nil {
+		// Nothing is due, but the policy may have changed since the
+		// context was stored: keep its indexed deadlines truthful.
+		probe := *c
+		probe.refresh(p)
+		if probe.ExpiresAt.Equal(c.ExpiresAt) && probe.NextDeadline.Equal(c.NextDeadline) {
+			return x
+		}
+		n = c.Clone()
+	}
+	n.evict(p)
+	n.refresh(p)
+	x.Context, x.Changed = n, true
+	return x
+}
+
+// notable reports whether an expiration did more than refresh deadlines.
+func (x *Expiration) notable() bool {
+	return x.Delete || x.Expired != nil || len(x.TimedOut) > 0
+}

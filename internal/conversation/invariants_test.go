@@ -1,0 +1,89 @@
+package conversation
+
+import (
+	"fmt"
+)
+
+// check verifies the Agent's invariants: every task in exactly one context
+// and indexed there, counters equal to recounts and never negative, history
+// within its bound, tombstones empty, deadlines indexed.
+func (a *Agent) check(p Policy) error {
+	live := 0
+	seen := map[string]string{}
+	for id, c := range a.contexts {
+		if c.ID != id {
+			return fmt.Errorf("context stored under %s has id %s", id, c.ID)
+		}
+		if err := c.check(p); err != nil {
+			return err
+		}
+		if c.Expired == nil {
+			live++
+		}
+		for _, t := range c.Tasks {
+			if other, dup := seen[t.ID]; dup {
+				return fmt.Errorf("task %s in contexts %s and %s", t.ID, other, id)
+			}
+			seen[t.ID] = id
+			if a.tasks[t.ID] != id {
+				return fmt.Errorf("task %s of context %s indexed under %q", t.ID, id, a.tasks[t.ID])
+			}
+		}
+		if i, ok := a.due.at[id]; c.NextDeadline.IsZero() == ok || (ok && !a.due.items[i].at.Equal(c.NextDeadline)) {
+			return fmt.Errorf("context %s deadline %v not indexed right", id, c.NextDeadline)
+		}
+	}
+	if len(seen) != len(a.tasks) {
+		return fmt.Errorf("task index has %d entries, contexts hold %d tasks", len(a.tasks), len(seen))
+	}
+	if live != a.live {
+		return fmt.Errorf("live count %d, recount %d", a.live, live)
+	}
+	if a.due.Len() != len(a.due.at) {
+		return fmt.Errorf("deadline heap %d items, index %d", a.due.Len(), len(a.due.at))
+	}
+	return nil
+}
+
+// check verifies one context's invariants.
+func (c *Context) check(p Policy) error {
+	working, terminal := 0, 0
+	ids := map[string]bool{}
+	for _, t := range c.Tasks {
+		if ids[t.ID] {
+			return fmt.Errorf("context %s holds task %s twice", c.ID, t.ID)
+		}
+		ids[t.ID] = true
+		if active(t.State) {
+			working++
+		}
+		if t.Terminal() {
+			terminal++
+			if len(t.Streams) > 0 {
+				return fmt.Errorf("terminal task %s keeps %d streams", t.ID, len(t.Streams))
+			}
+		}
+		if interrupted(t.State) && t.WaitingSince.IsZero() {
+			return fmt.Errorf("task %s waits without WaitingSince", t.ID)
+		}
+		if len(t.Streams) > p.maxStreams() {
+			return fmt.Errorf("task %s has %d streams", t.ID, len(t.Streams))
+		}
+	}
+	if c.Working < 0 {
+		return fmt.Errorf("context %s working count %d is negative", c.ID, c.Working)
+	}
+	if c.Working != working {
+		return fmt.Errorf("context %s working count %d, recount %d", c.ID, c.Working, working)
+	}
+	if len(c.Tasks) > p.history() && terminal > 0 {
+		return fmt.Errorf("context %s holds %d tasks (bound %d) including %d finished ones", c.ID, len(c.Tasks), p.history(), terminal)
+	}
+	if c.Expired != nil && (len(c.Tasks) > 0 || !c.ExpiresAt.IsZero()) {
+		return fmt.Errorf("tombstone %s holds tasks or an expiry", c.ID)
+	}
+	if c.Expired == nil && len(c.Tasks) == 0 {
+		return fmt.Errorf("live context %s without tasks", c.ID)
+	}
+	return nil
+}

@@ -1,0 +1,331 @@
+package conversation
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+)
+
+// Method is an A2A v1.0 JSON-RPC method name as carried over MQTT.
+type Method string
+
+// The methods the engine rules on. Names are A2A v1.0's (pkg/a2amqtt uses the
+// same strings); ParseMethod also accepts the A2A v0.3 names.
+const (
+	MethodSendMessage          Method = "SendMessage"
+	MethodSendStreamingMessage Method = "SendStreamingMessage"
+	MethodGetTask              Method = "GetTask"
+	MethodListTasks            Method = "ListTasks"
+	MethodCancelTask           Method = "CancelTask"
+	MethodSubscribeToTask      Method = "SubscribeToTask"
+)
+
+// ParseMethod maps an A2A v1.0 or v0.3 method name to a Method. ok is false
+// for methods the engine does not rule on (the service forwards those).
+func ParseMethod(name string) (m Method, ok bool) {
+	switch name {
+	case string(MethodSendMessage), "message/send":
+		return MethodSendMessage, true
+	case string(MethodSendStreamingMessage), "message/stream":
+		return MethodSendStreamingMessage, true
+	case string(MethodGetTask), "tasks/get":
+		return MethodGetTask, true
+	case string(MethodListTasks), "tasks/list":
+		return MethodListTasks, true
+	case string(MethodCancelTask), "tasks/cancel":
+		return MethodCancelTask, true
+	case string(MethodSubscribeToTask), "tasks/resubscribe":
+		return MethodSubscribeToTask, true
+	}
+	return Method(name), false
+}
+
+// sends reports whether m carries a message (starts or resumes a task).
+func (m Method) sends() bool {
+	return m == MethodSendMessage || m == MethodSendStreamingMessage
+}
+
+// ParseState maps an A2A v1.0 ("TASK_STATE_INPUT_REQUIRED") or v0.3
+// ("input-required") task state to a2a-go's TaskState; unknown strings give
+// TaskStateUnspecified, which the engine ignores.
+func ParseState(s string) a2a.TaskState {
+	switch a2a.TaskState(s) {
+	case a2a.TaskStateSubmitted, a2a.TaskStateWorking, a2a.TaskStateInputRequired,
+		a2a.TaskStateAuthRequired, a2a.TaskStateCompleted, a2a.TaskStateFailed,
+		a2a.TaskStateCanceled, a2a.TaskStateRejected:
+		return a2a.TaskState(s)
+	}
+	switch strings.ToLower(s) {
+	case "submitted":
+		return a2a.TaskStateSubmitted
+	case "working":
+		return a2a.TaskStateWorking
+	case "input-required":
+		return a2a.TaskStateInputRequired
+	case "auth-required":
+		return a2a.TaskStateAuthRequired
+	case "completed":
+		return a2a.TaskStateCompleted
+	case "failed":
+		return a2a.TaskStateFailed
+	case "canceled", "cancelled":
+		return a2a.TaskStateCanceled
+	case "rejected":
+		return a2a.TaskStateRejected
+	}
+	return a2a.TaskStateUnspecified
+}
+
+// active reports whether a task in state s holds a concurrency slot: the
+// agent is (or is about to be) working on it.
+func active(s a2a.TaskState) bool {
+	return s == a2a.TaskStateSubmitted || s == a2a.TaskStateWorking
+}
+
+// interrupted reports whether s is a state in which the task waits for the
+// requester (profile: stream-final, resumable with the same task id).
+func interrupted(s a2a.TaskState) bool {
+	return s == a2a.TaskStateInputRequired || s == a2a.TaskStateAuthRequired
+}
+
+// ExpiryReason says which policy window expired a context. The values are
+// the wire values of error.data.reason.
+type ExpiryReason string
+
+// Expiry reasons.
+const (
+	ExpiredIdleTTL ExpiryReason = "idle_ttl"
+	ExpiredMaxAge  ExpiryReason = "max_age"
+)
+
+// Expiry records why and when a context expired.
+type Expiry struct {
+	Reason ExpiryReason `json:"reason"`
+	At     time.Time    `json:"at"`
+}
+
+// Stream is one reply stream (one MQTT correlation) the service relays for a
+// task: where replies go and which message started it. It is persisted so a
+// restarted service replica can still route the agent's late replies.
+type Stream struct {
+	Correlation   []byte    `json:"correlation"`
+	ResponseTopic string    `json:"responseTopic,omitempty"`
+	Requester     string    `json:"requester,omitempty"`
+	Method        Method    `json:"method"`
+	MessageID     string    `json:"messageId,omitempty"`
+	Since         time.Time `json:"since"`
+}
+
+// Task is the engine's summary of one A2A task: enough to rule on the next
+// message, not the task's content (artifacts and messages stay with the
+// agent).
+type Task struct {
+	ID        string        `json:"id"`
+	State     a2a.TaskState `json:"state"`
+	CreatedAt time.Time     `json:"createdAt"`
+	UpdatedAt time.Time     `json:"updatedAt"`
+	// WaitingSince is when the task entered input-required/auth-required;
+	// the input-required timeout counts from it.
+	WaitingSince time.Time `json:"waitingSince,omitzero"`
+	// MessageID is the message that started the current run (first turn or
+	// last resume); a send repeating it is a retry, not a new turn.
+	MessageID string `json:"messageId,omitempty"`
+	// PrevState is the state before the current run started (unspecified
+	// for a new task); an agent error before any event reverts to it.
+	PrevState a2a.TaskState `json:"prevState,omitempty"`
+	// Streams are the live reply streams of the task.
+	Streams []Stream `json:"streams,omitempty"`
+	// StatusMessage explains a state the engine itself set (input-required
+	// timeout).
+	StatusMessage string `json:"statusMessage,omitempty"`
+}
+
+// Terminal reports whether the task is completed, failed, canceled or
+// rejected (A2A v1.0: accepts no further messages).
+func (t *Task) Terminal() bool { return t.State.Terminal() }
+
+func (t *Task) stream(correlation []byte) int {
+	return slices.IndexFunc(t.Streams, func(s Stream) bool { return bytes.Equal(s.Correlation, correlation) })
+}
+
+// Context is one conversation (A2A contextId) of one agent with the
+// summaries of its most recent tasks, oldest first.
+type Context struct {
+	ID           string    `json:"id"`
+	CreatedAt    time.Time `json:"createdAt"`
+	LastActivity time.Time `json:"lastActivity"`
+	// Requester is who opened the context (informational).
+	Requester string `json:"requester,omitempty"`
+	Tasks     []Task `json:"tasks,omitempty"`
+	// Working counts tasks in submitted/working: the concurrency slots in
+	// use. Kept as a counter so the limit check is O(1); the property tests
+	// check it against a recount.
+	Working int `json:"working"`
+	// Expired is set once the context expired: it is then a tombstone
+	// without tasks, kept for Policy.TombstoneTTL to answer "expired".
+	Expired *Expiry `json:"expired,omitempty"`
+	// ExpiresAt is when the context will expire under the policy in force
+	// when it was last changed (zero: never, or already expired). Stores
+	// index it to count live contexts.
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	// NextDeadline is the earliest time Expire has something to do: context
+	// expiry, an input-required timeout, or the end of a tombstone. Stores
+	// index it for the sweeper. Zero: nothing scheduled.
+	NextDeadline time.Time `json:"nextDeadline,omitzero"`
+	// Version is owned by the store (optimistic concurrency); the engine
+	// copies it unchanged.
+	Version uint64 `json:"version"`
+}
+
+// Task returns the task with the given id, or nil.
+func (c *Context) Task(id string) *Task {
+	if c == nil {
+		return nil
+	}
+	for i := range c.Tasks {
+		if c.Tasks[i].ID == id {
+			return &c.Tasks[i]
+		}
+	}
+	return nil
+}
+
+// Live reports whether the context holds a conversation at now: it exists,
+// is not a tombstone, and its expiry (under p) has not passed.
+func (c *Context) Live(p Policy, now time.Time) bool {
+	if c == nil || c.Expired != nil {
+		return false
+	}
+	_, expired := c.expiry(p, now)
+	return !expired
+}
+
+// expiry returns the earliest expiry under p that has passed at now.
+func (c *Context) expiry(p Policy, now time.Time) (Expiry, bool) {
+	var e Expiry
+	found := false
+	if p.IdleTTL > 0 {
+		if at := c.LastActivity.Add(p.IdleTTL); !now.Before(at) {
+			e, found = Expiry{Reason: ExpiredIdleTTL, At: at}, true
+		}
+	}
+	if p.MaxAge > 0 {
+		if at := c.CreatedAt.Add(p.MaxAge); !now.Before(at) && (!found || at.Before(e.At)) {
+			e, found = Expiry{Reason: ExpiredMaxAge, At: at}, true
+		}
+	}
+	return e, found
+}
+
+// Clone returns a deep copy (the engine's copy-on-write step).
+func (c *Context) Clone() *Context {
+	if c == nil {
+		return nil
+	}
+	n := *c
+	if c.Expired != nil {
+		e := *c.Expired
+		n.Expired = &e
+	}
+	n.Tasks = make([]Task, len(c.Tasks), len(c.Tasks)+1)
+	for i := range c.Tasks {
+		n.Tasks[i] = c.Tasks[i]
+		n.Tasks[i].Streams = cloneStreams(c.Tasks[i].Streams)
+	}
+	return &n
+}
+
+func cloneStreams(in []Stream) []Stream {
+	if in == nil {
+		return nil
+	}
+	out := make([]Stream, len(in))
+	for i, s := range in {
+		out[i] = s
+		out[i].Correlation = bytes.Clone(s.Correlation)
+	}
+	return out
+}
+
+// refresh recomputes ExpiresAt and NextDeadline under p. Every function that
+// returns a changed context calls it last, so the stored indexes always
+// match the stored record.
+func (c *Context) refresh(p Policy) {
+	if c.Expired != nil {
+		c.ExpiresAt = time.Time{}
+		c.NextDeadline = c.Expired.At.Add(p.tombstoneTTL())
+		return
+	}
+	var exp time.Time
+	if p.IdleTTL > 0 {
+		exp = c.LastActivity.Add(p.IdleTTL)
+	}
+	if p.MaxAge > 0 {
+		if m := c.CreatedAt.Add(p.MaxAge); exp.IsZero() || m.Before(exp) {
+			exp = m
+		}
+	}
+	c.ExpiresAt = exp
+	next := exp
+	if p.InputRequiredTimeout > 0 {
+		for i := range c.Tasks {
+			t := &c.Tasks[i]
+			if !interrupted(t.State) {
+				continue
+			}
+			if dl := t.WaitingSince.Add(p.InputRequiredTimeout); next.IsZero() || dl.Before(next) {
+				next = dl
+			}
+		}
+	}
+	c.NextDeadline = next
+}
+
+// evict drops the oldest finished tasks while the context holds more than
+// the history bound. Unfinished tasks are never evicted: they are the live
+// state the rules depend on.
+func (c *Context) evict(p Policy) (evicted []string) {
+	limit := p.history()
+	for len(c.Tasks) > limit {
+		i := slices.IndexFunc(c.Tasks, func(t Task) bool { return t.Terminal() })
+		if i < 0 {
+			return evicted
+		}
+		evicted = append(evicted, c.Tasks[i].ID)
+		c.Tasks = slices.Delete(c.Tasks, i, i+1)
+	}
+	return evicted
+}
+
+// TaskDiff returns the task ids present in after but not before (added) and
+// in before but not after (removed). Stores use it to keep their task-id
+// index in step with a context; either context may be nil.
+func TaskDiff(before, after *Context) (added, removed []string) {
+	var b, a []Task
+	if before != nil {
+		b = before.Tasks
+	}
+	if after != nil {
+		a = after.Tasks
+	}
+	if slices.EqualFunc(a, b, func(x, y Task) bool { return x.ID == y.ID }) {
+		return nil, nil // the common case: same tasks, states changed
+	}
+	has := func(ts []Task, id string) bool {
+		return slices.ContainsFunc(ts, func(t Task) bool { return t.ID == id })
+	}
+	for _, t := range a {
+		if !has(b, t.ID) {
+			added = append(added, t.ID)
+		}
+	}
+	for _, t := range b {
+		if !has(a, t.ID) {
+			removed = append(removed, t.ID)
+		}
+	}
+	return added, removed
+}

@@ -1,0 +1,139 @@
+package conversation
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+)
+
+// Defaults applied when a ConversationPolicySpec leaves a field unset. They
+// mirror the CRD's kubebuilder defaults so a policy built in Go (tests, the
+// embedded default) behaves like one that went through the API server.
+const (
+	DefaultIdleTTL                = 30 * time.Minute
+	DefaultHistoryTasksPerContext = 20
+	// DefaultTombstoneTTL is how long an expired context is remembered so a
+	// late follow-up gets "context expired" instead of silently starting a
+	// new conversation under the old id.
+	DefaultTombstoneTTL = 24 * time.Hour
+	// DefaultMaxStreamsPerTask bounds the reply streams (correlations)
+	// tracked per task; retries with fresh correlation data add streams.
+	DefaultMaxStreamsPerTask = 8
+)
+
+// Policy is the engine's view of a ConversationPolicy. Zero values mean "no
+// limit" for the limits and "never" for the durations, except
+// HistoryTasksPerContext, TombstoneTTL and MaxStreamsPerTask, where zero
+// selects the default (a context without history would break mismatch
+// detection for its own finished tasks).
+type Policy struct {
+	// IdleTTL expires a context this long after its last activity (any
+	// request accepted for it or any reply event of its tasks). 0 = never.
+	IdleTTL time.Duration
+	// MaxAge expires a context this long after it was created, however
+	// active. 0 = never.
+	MaxAge time.Duration
+	// InputRequiredTimeout fails a task waiting in input-required or
+	// auth-required longer than this. 0 = wait forever (until the context
+	// expires).
+	InputRequiredTimeout time.Duration
+	// MaxConcurrentTasksPerContext caps the tasks of one context that are
+	// submitted or working at once. 0 = unlimited; 1 = the concurrent-call
+	// guard.
+	MaxConcurrentTasksPerContext int
+	// MaxActiveContextsPerAgent caps the unexpired contexts of one agent.
+	// 0 = unlimited.
+	MaxActiveContextsPerAgent int
+	// HistoryTasksPerContext is how many tasks a context keeps; the oldest
+	// finished tasks are evicted first, unfinished tasks never are.
+	HistoryTasksPerContext int
+	// TombstoneTTL is how long an expired context is kept (without tasks) to
+	// answer "context expired". Not part of the CRD; the service may tune it.
+	TombstoneTTL time.Duration
+	// MaxStreamsPerTask bounds tracked reply streams per task.
+	MaxStreamsPerTask int
+}
+
+// DefaultPolicy is the policy of a ConversationPolicy with an empty spec.
+func DefaultPolicy() Policy {
+	return Policy{
+		IdleTTL:                DefaultIdleTTL,
+		HistoryTasksPerContext: DefaultHistoryTasksPerContext,
+		TombstoneTTL:           DefaultTombstoneTTL,
+		MaxStreamsPerTask:      DefaultMaxStreamsPerTask,
+	}
+}
+
+// NewPolicy converts a ConversationPolicySpec. Unset fields take the CRD
+// defaults. It returns an error for values the CRD's validation would have
+// refused (negative limits or durations), so a policy that bypassed
+// admission cannot turn a limit into nonsense.
+func NewPolicy(spec *v1alpha1.ConversationPolicySpec) (Policy, error) {
+	p := DefaultPolicy()
+	if spec == nil {
+		return p, nil
+	}
+	if spec.ContextIdleTTL != nil {
+		p.IdleTTL = spec.ContextIdleTTL.Duration
+	}
+	if spec.ContextMaxAge != nil {
+		p.MaxAge = spec.ContextMaxAge.Duration
+	}
+	if spec.InputRequiredTimeout != nil {
+		p.InputRequiredTimeout = spec.InputRequiredTimeout.Duration
+	}
+	p.MaxConcurrentTasksPerContext = int(spec.MaxConcurrentTasksPerContext)
+	p.MaxActiveContextsPerAgent = int(spec.MaxActiveContextsPerAgent)
+	if spec.HistoryTasksPerContext != 0 {
+		p.HistoryTasksPerContext = int(spec.HistoryTasksPerContext)
+	}
+	if err := p.Validate(); err != nil {
+		return Policy{}, fmt.Errorf("conversation policy spec: %w", err)
+	}
+	return p, nil
+}
+
+// Validate reports values no policy may have.
+func (p Policy) Validate() error {
+	switch {
+	case p.IdleTTL < 0:
+		return fmt.Errorf("idle TTL %s is negative", p.IdleTTL)
+	case p.MaxAge < 0:
+		return fmt.Errorf("max age %s is negative", p.MaxAge)
+	case p.InputRequiredTimeout < 0:
+		return fmt.Errorf("input-required timeout %s is negative", p.InputRequiredTimeout)
+	case p.MaxConcurrentTasksPerContext < 0:
+		return fmt.Errorf("max concurrent tasks per context %d is negative", p.MaxConcurrentTasksPerContext)
+	case p.MaxActiveContextsPerAgent < 0:
+		return fmt.Errorf("max active contexts per agent %d is negative", p.MaxActiveContextsPerAgent)
+	case p.HistoryTasksPerContext < 0:
+		return fmt.Errorf("history tasks per context %d is negative", p.HistoryTasksPerContext)
+	case p.TombstoneTTL < 0:
+		return fmt.Errorf("tombstone TTL %s is negative", p.TombstoneTTL)
+	case p.MaxStreamsPerTask < 0:
+		return fmt.Errorf("max streams per task %d is negative", p.MaxStreamsPerTask)
+	}
+	return nil
+}
+
+func (p Policy) history() int {
+	if p.HistoryTasksPerContext <= 0 {
+		return DefaultHistoryTasksPerContext
+	}
+	return p.HistoryTasksPerContext
+}
+
+func (p Policy) tombstoneTTL() time.Duration {
+	if p.TombstoneTTL <= 0 {
+		return DefaultTombstoneTTL
+	}
+	return p.TombstoneTTL
+}
+
+func (p Policy) maxStreams() int {
+	if p.MaxStreamsPerTask <= 0 {
+		return DefaultMaxStreamsPerTask
+	}
+	return p.MaxStreamsPerTask
+}
