@@ -42,6 +42,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Delay slows each execution down (demos and concurrency tests).
 	Delay time.Duration
+	// Direct serves with a2amqtt.NewDirectHandler instead of a2a-go's
+	// default request handler.
+	Direct bool
 }
 
 // Executor returns the executor for kind.
@@ -107,7 +110,7 @@ func Start(ctx context.Context, kind Kind, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, Pools: opts.Pools})
+	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, Pools: opts.Pools, Direct: opts.Direct})
 	if err != nil {
 		_ = conn.Close(ctx)
 		return nil, err
@@ -151,6 +154,7 @@ func Main(kind Kind) {
 	pass := fs.String("password", envOr("A2A_PASSWORD", ""), "broker password (env A2A_PASSWORD)")
 	pools := fs.String("pool", envOr("A2A_POOLS", ""), "comma-separated pool ids to join (env A2A_POOLS)")
 	delay := fs.Duration("delay", 0, "artificial processing delay per request")
+	direct := fs.Bool("direct", false, "serve with the SDK's lightweight direct handler instead of a2a-go's default handler")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
 
@@ -173,7 +177,7 @@ func Main(kind Kind) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger.Info("starting example agent", "kind", kind, "agent", ref.String(), "broker", *broker, "pools", poolIDs)
-	if err := Run(ctx, kind, Options{BrokerURL: *broker, Username: *user, Password: *pass, Agent: ref, Pools: poolIDs, Logger: logger, Delay: *delay}); err != nil {
+	if err := Run(ctx, kind, Options{BrokerURL: *broker, Username: *user, Password: *pass, Agent: ref, Pools: poolIDs, Logger: logger, Delay: *delay, Direct: *direct}); err != nil {
 		logger.Error("agent stopped", "err", err)
 		os.Exit(1)
 	}

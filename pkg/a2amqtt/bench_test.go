@@ -111,11 +111,16 @@ func benchAddr(b *testing.B) (brokertest.Broker, string) {
 // responder with a2a-go handler → reply) vs one raw QoS1 request/reply,
 // interleaved per iteration.
 func BenchmarkSendMessage(b *testing.B) {
+	b.Run("a2a-go-handler", func(b *testing.B) { benchSendMessage(b, false) })
+	b.Run("direct-handler", func(b *testing.B) { benchSendMessage(b, true) })
+}
+
+func benchSendMessage(b *testing.B, direct bool) {
 	m, addr := benchAddr(b)
 	exec := &scriptExec{fn: func(_ context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool) {
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("ok"))), nil)
 	}}
-	serveT(b, m, agentB, exec, nil)
+	serveT(b, m, agentB, exec, func(o *ResponderOptions) { o.Direct = direct })
 	req := requesterT(b, m, agentA, func(o *RequesterOptions) { o.Retry = RetryPolicy{FirstReplyTimeout: 5 * time.Second} })
 	tr := req.Transport(agentB)
 	raw := newRawRoundTrip(b, addr)
@@ -163,6 +168,11 @@ func BenchmarkSendMessage(b *testing.B) {
 // (one SendStreamingMessage whose executor emits n artifact updates) vs raw
 // QoS1 publishes of the same payload size from one client to a subscriber.
 func BenchmarkStreamingThroughput(b *testing.B) {
+	b.Run("a2a-go-handler", func(b *testing.B) { benchStreaming(b, false) })
+	b.Run("direct-handler", func(b *testing.B) { benchStreaming(b, true) })
+}
+
+func benchStreaming(b *testing.B, direct bool) {
 	const n = 200
 	m, addr := benchAddr(b)
 	chunk := a2a.NewTextPart(string(make([]byte, 64)))
@@ -177,7 +187,7 @@ func BenchmarkStreamingThroughput(b *testing.B) {
 		}
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
 	}}
-	serveT(b, m, agentB, exec, nil)
+	serveT(b, m, agentB, exec, func(o *ResponderOptions) { o.Direct = direct })
 	req := requesterT(b, m, agentA, func(o *RequesterOptions) { o.Retry = RetryPolicy{FirstReplyTimeout: 10 * time.Second} })
 	tr := req.Transport(agentB)
 

@@ -198,9 +198,9 @@ func TestOverloadAndExpiry(t *testing.T) {
 // TestQoS1DuplicateDelivery publishes the same request twice (as a QoS 1
 // redelivery would): one task, one execution, both deliveries answered.
 func TestQoS1DuplicateDelivery(t *testing.T) {
-	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
+	forEachMode(t, func(t *testing.T, b brokertest.Broker, mode func(*ResponderOptions)) {
 		exec := echoExec()
-		r, _ := serveT(t, b, agentB, exec, nil)
+		r, _ := serveT(t, b, agentB, exec, mode)
 		peer := newRawPeer(t, b)
 		taskID, ctxID := uuid.NewString(), uuid.NewString()
 		payload := sendReq(MethodSendMessage, taskID, ctxID, "once")
@@ -235,9 +235,9 @@ func TestQoS1DuplicateDelivery(t *testing.T) {
 // JSON-RPC id and Task.id; the responder dedupes by Task.id and answers
 // with the task state instead of running it again.
 func TestRetryAfterDroppedReply(t *testing.T) {
-	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
+	forEachMode(t, func(t *testing.T, b brokertest.Broker, mode func(*ResponderOptions)) {
 		exec := echoExec()
-		serveT(t, b, agentB, exec, nil)
+		serveT(t, b, agentB, exec, mode)
 		sniff := newSniffer(t, b, agentB.RequestTopic())
 		req := requesterT(t, b, agentA, nil)
 		var dropped sync.Once

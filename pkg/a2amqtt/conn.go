@@ -80,6 +80,10 @@ type Conn struct {
 	subs   map[string]*subEntry // by full filter (incl. $share prefix)
 	nextID uint64
 
+	// cli is the paho client that delivered the latest message; stream
+	// replies are pipelined through it (see PublishAsync).
+	cli atomic.Pointer[paho.Client]
+
 	aborting atomic.Bool
 	closed   atomic.Bool
 	connErr  atomic.Value // last connect error (error)
@@ -167,6 +171,9 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 			ClientID: cfg.Agent.ClientID(),
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 				func(pr paho.PublishReceived) (bool, error) {
+					if pr.Client != nil {
+						c.cli.Store(pr.Client)
+					}
 					c.dispatch(pr.Packet)
 					return true, nil
 				},
@@ -317,6 +324,29 @@ func (c *Conn) Publish(ctx context.Context, p *paho.Publish) (*paho.PublishRespo
 		}
 		return resp, nil
 	}
+}
+
+// PublishAsync sends a QoS 1 message in order with earlier PublishAsync
+// calls but without waiting for its PUBACK, so consecutive stream items
+// are pipelined instead of paying one broker round trip each. Delivery
+// errors after the send are not reported (the requester's stream idle
+// timeout and GetTask recovery cover a lost item). It falls back to the
+// synchronous Publish when no live client is known.
+func (c *Conn) PublishAsync(ctx context.Context, p *paho.Publish) error {
+	if cli := c.cli.Load(); cli != nil {
+		_, err := cli.PublishWithOptions(ctx, p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, paho.ErrNetworkErrorAfterStored) {
+			// Stored in the session; autopaho does not resend after a
+			// clean-start reconnect, so report it.
+			return fmt.Errorf("publish to %s: %w", p.Topic, err)
+		}
+		c.log.Debug("async publish failed, falling back to synchronous publish", "err", err)
+	}
+	_, err := c.Publish(ctx, p)
+	return err
 }
 
 // Subscribe registers handler for filter (which may carry $share/{group}/)

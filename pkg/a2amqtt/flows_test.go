@@ -35,9 +35,26 @@ func tctx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// forEachMode runs fn on both brokers with both responder handlers.
+func forEachMode(t *testing.T, fn func(t *testing.T, b brokertest.Broker, direct bool)) {
+	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
+		for _, direct := range []bool{false, true} {
+			name := "a2a-go-handler"
+			if direct {
+				name = "direct-handler"
+			}
+			t.Run(name, func(t *testing.T) { fn(t, b, direct) })
+		}
+	})
+}
+
 func startAgent(t *testing.T, b brokertest.Broker, kind agents.Kind, ref a2amqtt.AgentRef, delay time.Duration, pools ...string) *agents.Agent {
+	return startAgentMode(t, b, kind, ref, delay, false, pools...)
+}
+
+func startAgentMode(t *testing.T, b brokertest.Broker, kind agents.Kind, ref a2amqtt.AgentRef, delay time.Duration, direct bool, pools ...string) *agents.Agent {
 	t.Helper()
-	a, err := agents.Start(tctx(t, 10*time.Second), kind, agents.Options{BrokerURL: b.URL(), Agent: ref, Logger: quiet(), Delay: delay, Pools: pools})
+	a, err := agents.Start(tctx(t, 10*time.Second), kind, agents.Options{BrokerURL: b.URL(), Agent: ref, Logger: quiet(), Delay: delay, Pools: pools, Direct: direct})
 	if err != nil {
 		t.Fatalf("start %s agent: %v", kind, err)
 	}
@@ -139,8 +156,8 @@ func asTask(t *testing.T, res a2a.SendMessageResult) *a2a.Task {
 // TestSeed000MultiTurn runs every flow of user story 08 (seed 000) against
 // the memory agent.
 func TestSeed000MultiTurn(t *testing.T) {
-	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
-		startAgent(t, b, agents.KindMemory, bRef, 0)
+	forEachMode(t, func(t *testing.T, b brokertest.Broker, direct bool) {
+		startAgentMode(t, b, agents.KindMemory, bRef, 0, direct)
 		w := tap(t, b, bRef.RequestTopic())
 		tr := newRequester(t, b, aRef).Transport(bRef)
 		ctx := tctx(t, 30*time.Second)
@@ -268,8 +285,8 @@ func TestSeed000MultiTurn(t *testing.T) {
 // TestSeed000ConcurrentTasks: T4 and T5 in flight at once in one context
 // complete independently, each on its own correlation.
 func TestSeed000ConcurrentTasks(t *testing.T) {
-	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
-		startAgent(t, b, agents.KindEcho, bRef, 300*time.Millisecond)
+	forEachMode(t, func(t *testing.T, b brokertest.Broker, direct bool) {
+		startAgentMode(t, b, agents.KindEcho, bRef, 300*time.Millisecond, direct)
 		w := tap(t, b, bRef.RequestTopic())
 		tr := newRequester(t, b, aRef).Transport(bRef)
 		ctx := tctx(t, 20*time.Second)
@@ -317,8 +334,8 @@ func TestSeed000ConcurrentTasks(t *testing.T) {
 // TestSeed001Confirmation: plan → input-required → re-ask → "go ahead" →
 // completed → further messages refused.
 func TestSeed001Confirmation(t *testing.T) {
-	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
-		startAgent(t, b, agents.KindConfirm, bRef, 0)
+	forEachMode(t, func(t *testing.T, b brokertest.Broker, direct bool) {
+		startAgentMode(t, b, agents.KindConfirm, bRef, 0, direct)
 		conv := a2amqtt.NewConversation(newRequester(t, b, aRef).Transport(bRef))
 		ctx := tctx(t, 20*time.Second)
 		steps := []struct {

@@ -139,3 +139,19 @@ func echoExec() *scriptExec {
 			a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("echo: "+text))), nil)
 	}}
 }
+
+// forEachMode runs fn on both brokers with both responder handlers: a2a-go's
+// default request handler and NewDirectHandler.
+func forEachMode(t *testing.T, fn func(t *testing.T, b brokertest.Broker, mode func(*ResponderOptions))) {
+	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
+		for _, direct := range []bool{false, true} {
+			name := "a2a-go-handler"
+			if direct {
+				name = "direct-handler"
+			}
+			t.Run(name, func(t *testing.T) {
+				fn(t, b, func(o *ResponderOptions) { o.Direct = direct })
+			})
+		}
+	})
+}

@@ -213,11 +213,15 @@ type call struct {
 	taskID    a2a.TaskID
 	contextID string
 	stream    bool
+	// events marks methods whose result is an A2A StreamResponse (send and
+	// subscribe); their replies are decoded in one pass into reply.event.
+	events bool
 }
 
 // reply is one correlated, decoded reply item.
 type reply struct {
 	resp      rpcResponse
+	event     a2a.Event
 	responder string
 }
 
@@ -393,6 +397,25 @@ func (r *Requester) decodeReply(c call, p *paho.Publish) (*reply, error) {
 			r.routes[c.taskID] = rep.responder
 			r.mu.Unlock()
 		}
+	}
+	if c.events {
+		// One pass straight into the a2a-go event: stream items are the hot
+		// path and a RawMessage detour would scan each payload twice.
+		var env struct {
+			Result *a2a.StreamResponse `json:"result"`
+			Error  *RPCError           `json:"error"`
+		}
+		if err := json.Unmarshal(p.Payload, &env); err != nil {
+			return nil, fmt.Errorf("a2amqtt: reply to %s is not an A2A stream response: %w", c.method, err)
+		}
+		if env.Error != nil {
+			return nil, env.Error
+		}
+		if env.Result == nil || env.Result.Event == nil {
+			return nil, fmt.Errorf("a2amqtt: reply to %s has neither result nor error", c.method)
+		}
+		rep.event = env.Result.Event
+		return rep, nil
 	}
 	if err := json.Unmarshal(p.Payload, &rep.resp); err != nil {
 		return nil, fmt.Errorf("a2amqtt: undecodable reply to %s: %w", c.method, err)

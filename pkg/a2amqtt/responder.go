@@ -27,6 +27,10 @@ type ResponderOptions struct {
 	// persistent one. It must use TaskStore, which is then required: the
 	// task-id bridge records requester task ids there.
 	Handler a2asrv.RequestHandler
+	// Direct serves Executor with NewDirectHandler instead of a2a-go's
+	// default handler: several times less CPU per request and per stream
+	// item (docs/benchmarks.md), no push notifications.
+	Direct bool
 	// TaskStore holds tasks; defaults to an in-memory store. It is also
 	// what ContextTasks reads.
 	TaskStore taskstore.Store
@@ -103,6 +107,9 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 		store = NewTaskStore()
 	}
 	inner := opts.Handler
+	if inner == nil && opts.Direct {
+		inner = NewDirectHandler(opts.Executor, store)
+	}
 	if inner == nil {
 		hopts := append(append([]a2asrv.RequestHandlerOption{}, opts.HandlerOptions...), a2asrv.WithTaskStore(store))
 		inner = a2asrv.NewHandler(messageAdapter{inner: opts.Executor}, hopts...)
@@ -223,14 +230,18 @@ func (r *Responder) serve(in *inbound) {
 	}
 
 	// Wait for a processing slot; overload is reported, not queued forever.
-	timer := time.NewTimer(r.opts.QueueTimeout)
 	select {
 	case r.slots <- struct{}{}:
-		timer.Stop()
-	case <-timer.C:
-		out.sendError(ctx, nil, NewBindingError(A2AErrorResponderUnavailable,
-			fmt.Sprintf("responder overloaded: %d requests in progress (limit %d)", len(r.slots), cap(r.slots))))
-		return
+	default:
+		timer := time.NewTimer(r.opts.QueueTimeout)
+		select {
+		case r.slots <- struct{}{}:
+			timer.Stop()
+		case <-timer.C:
+			out.sendError(ctx, nil, NewBindingError(A2AErrorResponderUnavailable,
+				fmt.Sprintf("responder overloaded: %d requests in progress (limit %d)", len(r.slots), cap(r.slots))))
+			return
+		}
 	}
 	defer func() { <-r.slots }()
 
@@ -292,7 +303,11 @@ type replier struct {
 	sent   int
 }
 
-func (o *replier) send(ctx context.Context, payload []byte) {
+func (o *replier) send(ctx context.Context, payload []byte) { o.sendMode(ctx, payload, false) }
+
+// sendMode publishes one reply; stream items go out pipelined (async) so a
+// long stream is not paced by one PUBACK round trip per item.
+func (o *replier) sendMode(ctx context.Context, payload []byte, async bool) {
 	p := &paho.Publish{
 		Topic:   o.topic,
 		QoS:     1,
@@ -307,7 +322,13 @@ func (o *replier) send(ctx context.Context, payload []byte) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := o.r.conn.Publish(pctx, p); err != nil {
+	var err error
+	if async {
+		err = o.r.conn.PublishAsync(pctx, p)
+	} else {
+		_, err = o.r.conn.Publish(pctx, p)
+	}
+	if err != nil {
 		o.r.log.Error("publish reply failed", "response_topic", o.topic, "err", err)
 		return
 	}
@@ -369,7 +390,7 @@ func (w *replyWriter) Flush() {
 		}
 		w.buf.Next(i + 2)
 		if len(payload) > 0 {
-			w.out.send(w.ctx, bytes.Clone(payload))
+			w.out.sendMode(w.ctx, bytes.Clone(payload), true)
 		}
 	}
 }

@@ -32,8 +32,8 @@ func stockClient(t *testing.T, r *Requester, ref AgentRef) *a2aclient.Client {
 }
 
 func TestSendMessageAndTaskMethods(t *testing.T) {
-	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
-		serveT(t, b, agentB, echoExec(), nil)
+	forEachMode(t, func(t *testing.T, b brokertest.Broker, mode func(*ResponderOptions)) {
+		serveT(t, b, agentB, echoExec(), mode)
 		client := stockClient(t, requesterT(t, b, agentA, nil), agentB)
 		ctx := ctxT(t, 20*time.Second)
 
@@ -78,8 +78,8 @@ func TestSendMessageAndTaskMethods(t *testing.T) {
 }
 
 func TestSendStreamingMessage(t *testing.T) {
-	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
-		serveT(t, b, agentB, echoExec(), nil)
+	forEachMode(t, func(t *testing.T, b brokertest.Broker, mode func(*ResponderOptions)) {
+		serveT(t, b, agentB, echoExec(), mode)
 		client := stockClient(t, requesterT(t, b, agentA, nil), agentB)
 		var kinds []string
 		var last a2a.Event
@@ -143,22 +143,23 @@ func init() { _ = context.Background }
 // many a2a-go samples do) completes the requester's task with it instead of
 // failing it.
 func TestBareMessageAnswer(t *testing.T) {
-	b := brokertest.StartMochi(t)
-	exec := &scriptExec{fn: func(_ context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool) {
-		yield(a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart("just a message")), nil)
-	}}
-	serveT(t, b, agentB, exec, nil)
-	tr := requesterT(t, b, agentA, nil).Transport(agentB)
-	res, err := tr.SendMessage(ctxT(t, 5*time.Second), nil, userText("hi"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	task, ok := res.(*a2a.Task)
-	if !ok || task.Status.State != a2a.TaskStateCompleted || messageText(task.Status.Message) != "just a message" {
-		t.Fatalf("got %T %+v", res, res)
-	}
-	got, err := tr.GetTask(ctxT(t, 5*time.Second), nil, &a2a.GetTaskRequest{ID: task.ID})
-	if err != nil || got.Status.State != a2a.TaskStateCompleted {
-		t.Fatalf("stored task: %+v %v", got, err)
-	}
+	forEachMode(t, func(t *testing.T, b brokertest.Broker, mode func(*ResponderOptions)) {
+		exec := &scriptExec{fn: func(_ context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool) {
+			yield(a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart("just a message")), nil)
+		}}
+		serveT(t, b, agentB, exec, mode)
+		tr := requesterT(t, b, agentA, nil).Transport(agentB)
+		res, err := tr.SendMessage(ctxT(t, 5*time.Second), nil, userText("hi"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, ok := res.(*a2a.Task)
+		if !ok || task.Status.State != a2a.TaskStateCompleted || messageText(task.Status.Message) != "just a message" {
+			t.Fatalf("got %T %+v", res, res)
+		}
+		got, err := tr.GetTask(ctxT(t, 5*time.Second), nil, &a2a.GetTaskRequest{ID: task.ID})
+		if err != nil || got.Status.State != a2a.TaskStateCompleted {
+			t.Fatalf("stored task: %+v %v", got, err)
+		}
+	})
 }

@@ -102,7 +102,7 @@ func decodeEvent(raw json.RawMessage) (a2a.Event, error) {
 }
 
 func (t *Transport) sendCall(method string, req *a2a.SendMessageRequest, stream bool) call {
-	return call{target: t.t, method: method, params: req, taskID: req.Message.TaskID, contextID: req.Message.ContextID, stream: stream}
+	return call{target: t.t, method: method, params: req, taskID: req.Message.TaskID, contextID: req.Message.ContextID, stream: stream, events: true}
 }
 
 // SendMessage implements a2aclient.Transport. A responder that streams
@@ -117,10 +117,7 @@ func (t *Transport) SendMessage(ctx context.Context, params a2aclient.ServicePar
 	var result a2a.SendMessageResult
 	var folded *a2a.Task
 	err = t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
-		ev, err := decodeEvent(rep.resp.Result)
-		if err != nil {
-			return true, err
-		}
+		ev := rep.event
 		switch v := ev.(type) {
 		case *a2a.Task:
 			result = v
@@ -195,7 +192,7 @@ func (t *Transport) SubscribeToTask(ctx context.Context, params a2aclient.Servic
 			yield(nil, fmt.Errorf("a2amqtt: task id is required: %w", a2a.ErrInvalidParams))
 			return
 		}
-		t.stream(ctx, params, call{target: t.t, method: MethodSubscribeToTask, params: req, taskID: req.ID, stream: true}, yield)
+		t.stream(ctx, params, call{target: t.t, method: MethodSubscribeToTask, params: req, taskID: req.ID, stream: true, events: true}, yield)
 	}
 }
 
@@ -203,10 +200,7 @@ func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, 
 	stopped := false
 	gotFinal := false
 	err := t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
-		ev, err := decodeEvent(rep.resp.Result)
-		if err != nil {
-			return true, err
-		}
+		ev := rep.event
 		if !yield(ev, nil) {
 			stopped = true
 			return true, errStop
