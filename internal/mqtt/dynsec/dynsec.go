@@ -95,7 +95,13 @@ type link struct {
 	ready chan struct{}
 	err   error
 	down  bool
+	// gone closes when this connection drops; requests sent on it stop
+	// waiting (paho may keep an unacknowledged QoS 1 publish pending for
+	// the session instead of failing it).
+	gone chan struct{}
 }
+
+func newLink() *link { return &link{ready: make(chan struct{}), gone: make(chan struct{})} }
 
 // Connect opens the admin connection and waits until it is usable.
 func Connect(ctx context.Context, cfg Config) (*Backend, error) {
@@ -144,7 +150,7 @@ func Connect(ctx context.Context, cfg Config) (*Backend, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "dynsec", "broker", u.Redacted()),
 		nonce:   hex.EncodeToString(nonce[:]),
-		link:    &link{ready: make(chan struct{})},
+		link:    newLink(),
 		pending: map[string]chan response{},
 	}
 
@@ -288,18 +294,19 @@ func (b *Backend) connectionDown() {
 		old.err = ErrConnectionLost
 		close(old.ready)
 	}
-	b.link = &link{ready: make(chan struct{})}
-	for id, ch := range b.pending {
-		select {
-		case ch <- response{CorrelationData: id, lost: true}:
-		default:
-		}
-	}
+	close(old.gone)
+	b.link = newLink()
 	b.log.Warn("admin connection down; reconnecting")
 }
 
 // waitReady blocks until the connection is up and subscribed.
 func (b *Backend) waitReady(ctx context.Context) error {
+	_, err := b.readyLink(ctx)
+	return err
+}
+
+// readyLink is waitReady returning the connection it waited for.
+func (b *Backend) readyLink(ctx context.Context) (*link, error) {
 	for {
 		b.mu.Lock()
 		l := b.link
@@ -308,11 +315,11 @@ func (b *Backend) waitReady(ctx context.Context) error {
 		case <-l.ready:
 		case <-ctx.Done():
 			if last := b.lastConnErr.Load(); last != nil {
-				return fmt.Errorf("waiting for the admin connection (last attempt: %v): %w", *last, ctx.Err())
+				return nil, fmt.Errorf("waiting for the admin connection (last attempt: %v): %w", *last, ctx.Err())
 			}
-			return fmt.Errorf("waiting for the admin connection: %w", ctx.Err())
+			return nil, fmt.Errorf("waiting for the admin connection: %w", ctx.Err())
 		case <-b.cm.Done():
-			return errors.New("admin connection closed")
+			return nil, errors.New("admin connection closed")
 		}
 		b.mu.Lock()
 		err, down := l.err, l.down
@@ -320,7 +327,7 @@ func (b *Backend) waitReady(ctx context.Context) error {
 		if down {
 			continue // dropped meanwhile; wait for the next one
 		}
-		return err
+		return l, err
 	}
 }
 
@@ -350,27 +357,36 @@ func (b *Backend) dispatch(p *paho.Publish) {
 // errSend marks a request that may not have reached the broker.
 var errSend = errors.New("send failed")
 
-// exchange is roundTrip bounded by Config.Timeout, retried once when the
-// connection dropped in the middle. Every command this package sends is
-// idempotent (a repeated create or delete gets the benign "already exists" or
-// "not found", modify*/set* converge, reads have no effect), so resending
-// a batch the broker may already have executed is safe.
+// exchange is roundTrip bounded by Config.Timeout, resent when the
+// connection dropped in the middle (up to 5 attempts). Every command this
+// package sends is idempotent (a repeated create or delete gets the benign
+// "already exists" or "not found", modify*/set* converge, reads have no
+// effect), so resending a batch the broker may already have executed is
+// safe.
 func (b *Backend) exchange(ctx context.Context, cmds []wireCmd) ([]response, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		resps, err := b.roundTrip(ctx, cmds)
-		if err == nil || attempt == 2 || ctx.Err() != nil || !(errors.Is(err, ErrConnectionLost) || errors.Is(err, errSend)) {
+		resps, l, err := b.roundTrip(ctx, cmds)
+		if err == nil || l == nil || attempt == 5 || ctx.Err() != nil || !(errors.Is(err, ErrConnectionLost) || errors.Is(err, errSend)) {
 			return resps, err
 		}
-		b.log.Info("admin connection dropped during a request; resending once", "err", err)
+		b.log.Info("admin connection failed during a request; resending", "attempt", attempt, "err", err)
+		// Wait until autopaho has noticed the failure (or a moment passed),
+		// so the resend goes to the next connection, not the dying one.
+		select {
+		case <-l.gone:
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
 	}
 }
 
 // roundTrip sends one batch and returns the replies in command order.
-func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, error) {
-	if err := b.waitReady(ctx); err != nil {
-		return nil, err
+func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, *link, error) {
+	l, err := b.readyLink(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	ids := make([]string, len(cmds))
 	chans := make([]chan response, len(cmds))
@@ -392,35 +408,51 @@ func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, er
 
 	payload, err := json.Marshal(request{Commands: cmds})
 	if err != nil {
-		return nil, fmt.Errorf("encode commands: %w", err)
+		return nil, l, fmt.Errorf("encode commands: %w", err)
 	}
 	b.roundTrips.Add(1)
 	// QoS 1 so a message lost on a dying connection is an error here, and a
 	// refused publish (the user is no admin) shows as PUBACK reason >= 0x80.
-	pr, err := b.cm.Publish(ctx, &paho.Publish{Topic: ControlTopic, QoS: 1, Payload: payload})
-	if err != nil {
-		return nil, fmt.Errorf("publish to %s: %w: %w", ControlTopic, errSend, err)
+	type published struct {
+		pr  *paho.PublishResponse
+		err error
+	}
+	pubc := make(chan published, 1)
+	go func() {
+		pr, err := b.cm.Publish(ctx, &paho.Publish{Topic: ControlTopic, QoS: 1, Payload: payload})
+		pubc <- published{pr, err}
+	}()
+	var pr *paho.PublishResponse
+	select {
+	case p := <-pubc:
+		if p.err != nil && p.pr == nil {
+			return nil, l, fmt.Errorf("publish to %s: %w: %w", ControlTopic, errSend, p.err)
+		}
+		pr = p.pr
+	case <-l.gone:
+		return nil, l, fmt.Errorf("publish to %s: %w: %w", ControlTopic, errSend, ErrConnectionLost)
+	case <-ctx.Done():
+		return nil, l, fmt.Errorf("publish to %s: no PUBACK: %w", ControlTopic, ctx.Err())
 	}
 	if pr != nil && pr.ReasonCode >= 0x80 {
 		reason := ""
 		if pr.Properties != nil {
 			reason = pr.Properties.ReasonString
 		}
-		return nil, fmt.Errorf("publish to %s refused (PUBACK reason %d %s): the user lacks the dynsec admin role", ControlTopic, pr.ReasonCode, reason)
+		return nil, l, fmt.Errorf("publish to %s refused (PUBACK reason %d %s): the user lacks the dynsec admin role", ControlTopic, pr.ReasonCode, reason)
 	}
 	out := make([]response, len(cmds))
 	for i, ch := range chans {
 		select {
 		case r := <-ch:
-			if r.lost {
-				return nil, ErrConnectionLost
-			}
 			out[i] = r
+		case <-l.gone:
+			return nil, l, ErrConnectionLost
 		case <-ctx.Done():
-			return nil, fmt.Errorf("no reply to %s from the broker: %w", cmds[i].Command, ctx.Err())
+			return nil, l, fmt.Errorf("no reply to %s from the broker: %w", cmds[i].Command, ctx.Err())
 		}
 	}
-	return out, nil
+	return out, l, nil
 }
 
 // Execute implements acl.Backend: commands go out in order, in batches of

@@ -85,9 +85,6 @@ type response struct {
 	Error           string          `json:"error,omitempty"`
 	CorrelationData string          `json:"correlationData,omitempty"`
 	Data            json.RawMessage `json:"data,omitempty"`
-	// lost marks the synthetic reply given to waiters whose connection
-	// dropped (never set by the broker).
-	lost bool
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -9,6 +9,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
@@ -103,6 +104,18 @@ func (s *Server) Mochi() *mqtt.Server { return s.mochi }
 
 // Close stops the broker. The snapshot (if any) is already up to date.
 func (s *Server) Close() error {
+	// mochi 2.7.9's own shutdown path (closeListenerClients →
+	// Clients.GetByListener) takes the clients' read lock recursively and
+	// deadlocks if a client is being removed at the same moment (observed in
+	// tests). Closing the listener first with our own client closer, which
+	// takes the lock once, makes mochi's Close skip that path.
+	s.mochi.Listeners.Close(s.listener.ID(), func(string) {
+		for _, cl := range s.mochi.Clients.GetAll() {
+			if !cl.Net.Inline && !cl.Closed() {
+				_ = s.mochi.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			}
+		}
+	})
 	if err := s.mochi.Close(); err != nil {
 		return fmt.Errorf("embedded: close: %w", err)
 	}
