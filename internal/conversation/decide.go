@@ -143,10 +143,10 @@ func Decide(p Policy, now time.Time, v View, req Request) Decision {
 		d.Kind, d.Forward = KindSubscribe, true
 		if t != nil && req.Correlation != nil && t.stream(req.Correlation) < 0 {
 			n := c.Clone()
-			nt := n.Task(t.ID)
+			nt := n.own(n.index(t.ID))
 			nt.addStream(p, req, now)
 			n.refresh(p)
-			c, t = n, nt
+			t = nt
 			d.Context, d.Changed = n, true
 		}
 	default:
@@ -218,7 +218,7 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 				return
 			}
 			n := c.Clone()
-			nt := n.Task(t.ID)
+			nt := n.own(n.index(t.ID))
 			nt.PrevState = nt.State
 			nt.State = a2a.TaskStateSubmitted
 			nt.MessageID = req.MessageID
@@ -243,7 +243,7 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 			// The requester retried with fresh correlation data (profile
 			// retry rule). Forward; track the new stream too.
 			n := c.Clone()
-			nt := n.Task(t.ID)
+			nt := n.own(n.index(t.ID))
 			nt.addStream(p, req, now)
 			n.refresh(p)
 			d.Kind, d.Forward = KindRetry, true
@@ -268,15 +268,15 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 		}
 		n = c.Clone()
 	}
-	n.Tasks = append(n.Tasks, Task{
+	nt := &Task{
 		ID:        req.TaskID,
 		State:     a2a.TaskStateSubmitted,
 		CreatedAt: now,
 		UpdatedAt: now,
 		MessageID: req.MessageID,
-	})
-	nt := &n.Tasks[len(n.Tasks)-1]
+	}
 	nt.addStream(p, req, now)
+	n.Tasks = append(n.Tasks, nt)
 	n.Working++
 	n.LastActivity = now
 	n.evict(p)

@@ -35,6 +35,9 @@ type Expiration struct {
 	// Dropped are the tasks of a context that just expired. Unfinished ones
 	// may still run at the agent; the service may cancel them there.
 	Dropped []Task
+	// Evicted are finished tasks that left the history because timed-out
+	// tasks pushed the context past its history bound.
+	Evicted []string
 }
 
 // Expire applies time to one context: tasks waiting for input past the
@@ -55,10 +58,17 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 		}
 		return x
 	}
+	// Fast path: deadlines computed under p match the stored ones and none
+	// has passed. NextDeadline is the earliest of them all.
+	probe := *c
+	probe.refresh(p)
+	fresh := probe.ExpiresAt.Equal(c.ExpiresAt) && probe.NextDeadline.Equal(c.NextDeadline)
+	if fresh && (c.NextDeadline.IsZero() || now.Before(c.NextDeadline)) {
+		return x
+	}
 	var n *Context // copy-on-write
 	if p.InputRequiredTimeout > 0 {
-		for i := range c.Tasks {
-			t := &c.Tasks[i]
+		for i, t := range c.Tasks {
 			if !interrupted(t.State) {
 				continue
 			}
@@ -69,7 +79,7 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 			if n == nil {
 				n = c.Clone()
 			}
-			nt := &n.Tasks[i]
+			nt := n.own(i)
 			x.TimedOut = append(x.TimedOut, TimedOut{TaskID: t.ID, PrevState: t.State, WaitingSince: t.WaitingSince, Deadline: deadline})
 			nt.State = a2a.TaskStateFailed
 			nt.StatusMessage = fmt.Sprintf("input-required timeout: no input within %s (waiting in %s since %s)",
@@ -88,22 +98,23 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 			n = c.Clone()
 		}
 		x.Expired = &e
-		x.Dropped = n.Tasks
+		x.Dropped = make([]Task, len(n.Tasks))
+		for i, t := range n.Tasks {
+			x.Dropped[i] = *t
+		}
 		n.Tasks = nil
 		n.Working = 0
 		n.Expired = &e
 	}
 	if n == nil {
-		// Nothing is due, but the policy may have changed since the
-		// context was stored: keep its indexed deadlines truthful.
-		probe := *c
-		probe.refresh(p)
-		if probe.ExpiresAt.Equal(c.ExpiresAt) && probe.NextDeadline.Equal(c.NextDeadline) {
+		// Nothing is due, but the policy changed since the context was
+		// stored: keep its indexed deadlines truthful.
+		if fresh {
 			return x
 		}
 		n = c.Clone()
 	}
-	n.evict(p)
+	x.Evicted = n.evict(p)
 	n.refresh(p)
 	x.Context, x.Changed = n, true
 	return x

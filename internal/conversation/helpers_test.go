@@ -46,8 +46,8 @@ type step struct {
 func yes() *bool { b := true; return &b }
 func no() *bool  { b := false; return &b }
 
-func req(r Request, k Kind) step          { return step{req: &r, kind: k} }
-func ev(e Event) step                     { return step{ev: &e} }
+func req(r Request, k Kind) step { return step{req: &r, kind: k} }
+func ev(e Event) step            { return step{ev: &e} }
 func rejected(r Request, code int, s error) step {
 	return step{req: &r, kind: KindReject, code: code, sentinel: s, forward: no()}
 }

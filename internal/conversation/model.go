@@ -159,7 +159,9 @@ type Context struct {
 	LastActivity time.Time `json:"lastActivity"`
 	// Requester is who opened the context (informational).
 	Requester string `json:"requester,omitempty"`
-	Tasks     []Task `json:"tasks,omitempty"`
+	// Tasks are shared between a context and its copies (copy-on-write per
+	// task, see own): never modify a *Task reached from a stored context.
+	Tasks []*Task `json:"tasks,omitempty"`
 	// Working counts tasks in submitted/working: the concurrency slots in
 	// use. Kept as a counter so the limit check is O(1); the property tests
 	// check it against a recount.
@@ -185,12 +187,32 @@ func (c *Context) Task(id string) *Task {
 	if c == nil {
 		return nil
 	}
-	for i := range c.Tasks {
-		if c.Tasks[i].ID == id {
-			return &c.Tasks[i]
+	for _, t := range c.Tasks {
+		if t.ID == id {
+			return t
 		}
 	}
 	return nil
+}
+
+// index returns the position of task id in c.Tasks, or -1.
+func (c *Context) index(id string) int {
+	for i, t := range c.Tasks {
+		if t.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// own replaces task i of a cloned context by a private copy and returns it:
+// the per-task copy-on-write step. Only call it on a context returned by
+// Clone (or built by the engine), never on a stored one.
+func (c *Context) own(i int) *Task {
+	t := *c.Tasks[i]
+	t.Streams = slices.Clone(t.Streams)
+	c.Tasks[i] = &t
+	return &t
 }
 
 // Live reports whether the context holds a conversation at now: it exists,
@@ -220,7 +242,9 @@ func (c *Context) expiry(p Policy, now time.Time) (Expiry, bool) {
 	return e, found
 }
 
-// Clone returns a deep copy (the engine's copy-on-write step).
+// Clone returns a copy whose task list can be changed; the tasks themselves
+// stay shared until own copies one (copy-on-write keeps the allocation of a
+// decision small, which keeps GC assists, and so tail latency, low).
 func (c *Context) Clone() *Context {
 	if c == nil {
 		return nil
@@ -230,24 +254,28 @@ func (c *Context) Clone() *Context {
 		e := *c.Expired
 		n.Expired = &e
 	}
-	n.Tasks = make([]Task, len(c.Tasks), len(c.Tasks)+1)
-	for i := range c.Tasks {
-		n.Tasks[i] = c.Tasks[i]
-		n.Tasks[i].Streams = cloneStreams(c.Tasks[i].Streams)
+	if c.Tasks == nil {
+		return &n
 	}
+	n.Tasks = make([]*Task, len(c.Tasks), len(c.Tasks)+1)
+	copy(n.Tasks, c.Tasks)
 	return &n
 }
 
-func cloneStreams(in []Stream) []Stream {
-	if in == nil {
+// DeepClone returns a copy sharing nothing with c (tests, callers that
+// want to modify a context outside the engine).
+func (c *Context) DeepClone() *Context {
+	n := c.Clone()
+	if n == nil {
 		return nil
 	}
-	out := make([]Stream, len(in))
-	for i, s := range in {
-		out[i] = s
-		out[i].Correlation = bytes.Clone(s.Correlation)
+	for i := range n.Tasks {
+		t := n.own(i)
+		for j := range t.Streams {
+			t.Streams[j].Correlation = bytes.Clone(t.Streams[j].Correlation)
+		}
 	}
-	return out
+	return n
 }
 
 // refresh recomputes ExpiresAt and NextDeadline under p. Every function that
@@ -271,8 +299,7 @@ func (c *Context) refresh(p Policy) {
 	c.ExpiresAt = exp
 	next := exp
 	if p.InputRequiredTimeout > 0 {
-		for i := range c.Tasks {
-			t := &c.Tasks[i]
+		for _, t := range c.Tasks {
 			if !interrupted(t.State) {
 				continue
 			}
@@ -290,7 +317,7 @@ func (c *Context) refresh(p Policy) {
 func (c *Context) evict(p Policy) (evicted []string) {
 	limit := p.history()
 	for len(c.Tasks) > limit {
-		i := slices.IndexFunc(c.Tasks, func(t Task) bool { return t.Terminal() })
+		i := slices.IndexFunc(c.Tasks, func(t *Task) bool { return t.Terminal() })
 		if i < 0 {
 			return evicted
 		}
@@ -304,26 +331,47 @@ func (c *Context) evict(p Policy) (evicted []string) {
 // in before but not after (removed). Stores use it to keep their task-id
 // index in step with a context; either context may be nil.
 func TaskDiff(before, after *Context) (added, removed []string) {
-	var b, a []Task
+	var b, a []*Task
 	if before != nil {
 		b = before.Tasks
 	}
 	if after != nil {
 		a = after.Tasks
 	}
-	if slices.EqualFunc(a, b, func(x, y Task) bool { return x.ID == y.ID }) {
-		return nil, nil // the common case: same tasks, states changed
+	// The engine only appends tasks and deletes some, so after is before
+	// minus removals plus a suffix: one merge pass finds both in O(n).
+	j := 0
+	for _, t := range b {
+		if j < len(a) && a[j].ID == t.ID {
+			j++
+			continue
+		}
+		removed = append(removed, t.ID)
 	}
-	has := func(ts []Task, id string) bool {
-		return slices.ContainsFunc(ts, func(t Task) bool { return t.ID == id })
+	for _, t := range a[j:] {
+		added = append(added, t.ID)
 	}
+	if len(added) == 0 || len(removed) == 0 {
+		return added, removed
+	}
+	// Both non-empty: reordered lists (not produced by the engine) could
+	// show an id as removed and added; recompute exactly with sets.
+	inB := make(map[string]bool, len(b))
+	for _, t := range b {
+		inB[t.ID] = true
+	}
+	inA := make(map[string]bool, len(a))
 	for _, t := range a {
-		if !has(b, t.ID) {
+		inA[t.ID] = true
+	}
+	added, removed = added[:0], removed[:0]
+	for _, t := range a {
+		if !inB[t.ID] {
 			added = append(added, t.ID)
 		}
 	}
 	for _, t := range b {
-		if !has(a, t.ID) {
+		if !inA[t.ID] {
 			removed = append(removed, t.ID)
 		}
 	}

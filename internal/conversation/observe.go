@@ -90,13 +90,13 @@ func Observe(p Policy, now time.Time, c *Context, ev Event) Outcome {
 		o.Delete = o.Changed && o.Context == nil
 		return o
 	}
-	i := slices.IndexFunc(c.Tasks, func(t Task) bool { return t.ID == ev.TaskID })
+	i := c.index(ev.TaskID)
 	if i < 0 {
 		return o
 	}
 	o.Known = true
 	n := c.Clone()
-	t := &n.Tasks[i]
+	t := n.own(i)
 	si := -1
 	if ev.Correlation != nil {
 		si = t.stream(ev.Correlation)
@@ -164,7 +164,7 @@ func Observe(p Policy, now time.Time, c *Context, ev Event) Outcome {
 		o.StreamEnded = true
 	}
 	if !remove {
-		old := &c.Tasks[i]
+		old := c.Tasks[i]
 		if t.State == old.State && t.PrevState == old.PrevState && t.WaitingSince.Equal(old.WaitingSince) &&
 			len(t.Streams) == len(old.Streams) && now.Sub(c.LastActivity) < activityResolution(p) {
 			// Nothing but the activity clock moved, and it moved less than

@@ -1,0 +1,227 @@
+package conversation
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"testing/quick"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+)
+
+// walk drives an Agent with a seeded random sequence of requests, agent
+// replies, sweeps and clock steps over small id pools (so collisions,
+// mismatches, retries and limits happen often), checking after every step:
+//   - the Agent invariants (Agent.check: one context per task, counters equal
+//     recounts and never negative, history bound, tombstones empty);
+//   - a task never changes context while the engine knows it;
+//   - an accepted request never takes a context past its concurrency limit
+//     nor the agent past its active-context limit;
+//   - Decide, Observe and Expire never mutate the context they were given.
+func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	p := Policy{
+		IdleTTL:                      time.Duration(r.IntN(20)+1) * time.Minute,
+		InputRequiredTimeout:         time.Duration(r.IntN(10)) * time.Minute,
+		MaxConcurrentTasksPerContext: r.IntN(4),
+		MaxActiveContextsPerAgent:    r.IntN(5),
+		HistoryTasksPerContext:       r.IntN(5) + 1,
+		TombstoneTTL:                 time.Duration(r.IntN(30)+1) * time.Minute,
+		MaxStreamsPerTask:            r.IntN(3) + 1,
+	}
+	if r.IntN(2) == 0 {
+		p.MaxAge = p.IdleTTL + time.Duration(r.IntN(30))*time.Minute
+	}
+	a := NewAgent()
+	now := t0
+	home := map[string]string{} // task → context while known
+	states := []a2a.TaskState{working, working, inputReq, authReq, completed, failed, canceled, rejectedS, a2a.TaskStateSubmitted, a2a.TaskStateUnspecified}
+	methods := []Method{MethodSendMessage, MethodSendMessage, MethodSendStreamingMessage, MethodGetTask, MethodListTasks, MethodCancelTask, MethodSubscribeToTask}
+	id := func(prefix string, n int) string { return fmt.Sprintf("%s%d", prefix, r.IntN(n)) }
+
+	for i := 0; i < steps; i++ {
+		now = now.Add(time.Duration(r.IntN(90)) * time.Second)
+		// Copy-on-write: whatever the step does, the context stored before it
+		// must be unchanged in memory.
+		var stored, storedCopy *Context
+		snapshot := func(ctxID string) {
+			if stored = a.Context(ctxID); stored != nil {
+				storedCopy = stored.DeepClone()
+			}
+		}
+		forgotten := map[string]bool{}
+		forget := func(xs []Expiration) {
+			for _, x := range xs {
+				for _, tk := range x.Dropped {
+					forgotten[tk.ID] = true
+				}
+				for _, id := range x.Evicted {
+					forgotten[id] = true
+				}
+			}
+		}
+		var op string
+		switch k := r.IntN(10); {
+		case k < 5:
+			req := Request{
+				Method:      methods[r.IntN(len(methods))],
+				TaskID:      id("T", 12),
+				ContextID:   id("C", 6),
+				MessageID:   id("m", 6),
+				Correlation: []byte(id("D", 8)),
+			}
+			if r.IntN(10) == 0 {
+				req.ContextID = ""
+			}
+			v := a.View(req)
+			snapshot(v.ContextID)
+			liveBefore := a.live
+			d := a.Decide(p, now, req)
+			forget(d.Expirations)
+			op = fmt.Sprintf("%s %s/%s msg %s → %s %v", req.Method, req.TaskID, req.ContextID, req.MessageID, d.Kind, d.Err)
+			seen[string(d.Kind)]++
+			if d.Err != nil {
+				seen[fmt.Sprintf("code %d %s", d.Err.Code, d.Err.A2AError)]++
+			}
+			switch d.Kind {
+			case KindNewContext, KindNewTask, KindResume:
+				if l := p.MaxConcurrentTasksPerContext; l > 0 && d.Context.Working > l {
+					t.Fatalf("seed %d step %d: %s: %d working tasks past limit %d", seed, i, op, d.Context.Working, l)
+				}
+				if l := p.MaxActiveContextsPerAgent; l > 0 && d.Kind == KindNewContext && a.live > l {
+					t.Fatalf("seed %d step %d: %s: %d live contexts past limit %d (before %d)", seed, i, op, a.live, l, liveBefore)
+				}
+				if !d.Forward {
+					t.Fatalf("seed %d step %d: %s accepted but not forwarded", seed, i, op)
+				}
+			case KindReject:
+				if d.Err == nil || d.Forward {
+					t.Fatalf("seed %d step %d: %s: bad rejection", seed, i, op)
+				}
+			}
+		case k < 9:
+			task := id("T", 12)
+			ctxID, _ := a.TaskContext(task)
+			snapshot(ctxID)
+			e := Event{Kind: EventStatus, TaskID: task, State: states[r.IntN(len(states))], Correlation: []byte(id("D", 8)), Final: r.IntN(5) == 0}
+			switch r.IntN(8) {
+			case 0:
+				e.Kind = EventArtifact
+			case 1:
+				e.Kind = EventError
+			case 2:
+				e.Kind = EventMessage
+			case 3:
+				e.Kind = EventTask
+			}
+			o := a.Observe(p, now, e)
+			forget(o.Expirations)
+			if o.SlotFreed {
+				seen["slot freed"]++
+			}
+			if o.Delete {
+				seen["refused first message"]++
+			}
+			op = fmt.Sprintf("event %s %s %s → known %v", e.Kind, task, e.State, o.Known)
+		default:
+			// Sweep; check immutability on one random context.
+			ctxID := id("C", 6)
+			snapshot(ctxID)
+			for _, x := range a.Expire(p, now) {
+				forget([]Expiration{x})
+				if x.Expired != nil {
+					seen["expired "+string(x.Expired.Reason)]++
+				}
+				if len(x.TimedOut) > 0 {
+					seen["input timeout"]++
+				}
+				if x.Delete {
+					seen["tombstone deleted"]++
+				}
+			}
+			op = "sweep"
+		}
+		if stored != nil && !reflect.DeepEqual(stored, storedCopy) {
+			t.Fatalf("seed %d step %d (%s): stored context %s mutated in place", seed, i, op, stored.ID)
+		}
+		if err := a.check(p); err != nil {
+			t.Fatalf("seed %d step %d (%s): %v", seed, i, op, err)
+		}
+		for task, ctxID := range a.tasks {
+			if h, ok := home[task]; ok && h != ctxID && !forgotten[task] {
+				t.Fatalf("seed %d step %d (%s): task %s moved from context %s to %s", seed, i, op, task, h, ctxID)
+			}
+		}
+		for task := range home {
+			if _, ok := a.tasks[task]; !ok {
+				delete(home, task) // forgotten (evicted or expired): may start over
+			}
+		}
+		for task, ctxID := range a.tasks {
+			home[task] = ctxID
+		}
+	}
+}
+
+func TestRandomWalkInvariants(t *testing.T) {
+	seeds := 300
+	if testing.Short() {
+		seeds = 50
+	}
+	seen := map[string]int{}
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		walk(t, seed, 400, seen)
+	}
+	// The walk must reach every rule, or passing means little.
+	for _, want := range []string{
+		"new_context", "new_task", "resume", "retry", "read", "cancel", "subscribe", "reject",
+		"code -32602 ", "code -32004 ", "code -32002 ", "code -32060 context_expired",
+		"code -32061 concurrency_limit", "code -32062 active_contexts_limit",
+		"slot freed", "refused first message", "expired idle_ttl", "expired max_age", "input timeout", "tombstone deleted",
+	} {
+		if seen[want] == 0 {
+			t.Errorf("random walk never reached %q (saw %v)", want, seen)
+		}
+	}
+}
+
+// TestPurity checks with testing/quick that the pure functions never mutate
+// their input context, whatever the request or event.
+func TestPurity(t *testing.T) {
+	p := DefaultPolicy()
+	p.MaxConcurrentTasksPerContext = 1
+	p.InputRequiredTimeout = time.Minute
+	p.HistoryTasksPerContext = 2
+	base := NewAgent()
+	base.Decide(p, t0, send("T1", "C", "m1", "D1"))
+	base.Observe(p, t0, status("T1", "D1", inputReq))
+	base.Decide(p, t0, send("T2", "C", "m2", "D2"))
+	c := base.Context("C")
+	frozen := c.DeepClone()
+
+	pick := []string{"T1", "T2", "T3", ""}
+	prop := func(m, task, ctx, msg, st, kind uint8, corr []byte, offset uint16) bool {
+		now := t0.Add(time.Duration(offset) * time.Second)
+		req := Request{
+			Method:      []Method{MethodSendMessage, MethodSendStreamingMessage, MethodGetTask, MethodCancelTask, MethodSubscribeToTask}[int(m)%5],
+			TaskID:      pick[int(task)%4],
+			ContextID:   []string{"C", "C2", ""}[int(ctx)%3],
+			MessageID:   []string{"m1", "m2", "m3"}[int(msg)%3],
+			Correlation: corr,
+		}
+		Decide(p, now, View{ContextID: "C", Context: c, TaskContextID: "T1", LiveContexts: 1}, req)
+		Observe(p, now, c, Event{
+			Kind:        []EventKind{EventStatus, EventArtifact, EventTask, EventMessage, EventError}[int(kind)%5],
+			TaskID:      pick[int(task)%4],
+			State:       []a2a.TaskState{working, inputReq, completed, failed, a2a.TaskStateSubmitted}[int(st)%5],
+			Correlation: corr,
+		})
+		Expire(p, now, c)
+		return reflect.DeepEqual(c, frozen)
+	}
+	if err := quick.Check(prop, &quick.Config{MaxCount: 5000}); err != nil {
+		t.Fatal(err)
+	}
+}
