@@ -29,7 +29,15 @@ dev: control-plane ## Run the local stack: control plane + CRDs + operator (Ctrl
 
 .PHONY: test
 test: verify tools-test ## Run every check and test: generated files, gofmt, vet, manifests, unit + envtest + broker tests.
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" go test ./... -count=1 -timeout $(TEST_TIMEOUT)
+	@mkdir -p $(LOCALBIN)
+	@# -v so that the suites' evidence lines (which apiserver, how many broker decisions) show; the
+	@# summary keeps the log readable, and a failure prints the whole output of the run.
+	@rc=0; KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
+		go test ./... -count=1 -timeout $(TEST_TIMEOUT) -v > $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
+	if [ $$rc -ne 0 ]; then grep -v -E '^=== (RUN|PAUSE|CONT|NAME)' $(LOCALBIN)/test.log; fi; \
+	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|ACL matrix:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
+	echo "$$(grep -c -E '^\s*--- PASS' $(LOCALBIN)/test.log) passed, $$(grep -c -E '^\s*--- FAIL' $(LOCALBIN)/test.log) failed, $$(grep -c -E '^\s*--- SKIP' $(LOCALBIN)/test.log) skipped"; \
+	exit $$rc
 
 ##@ Development
 
