@@ -111,3 +111,42 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("unknown command: %d", code)
 	}
 }
+
+// TestCLIOfflineAgent: an agent whose connection died (LWT: offline) is
+// reported as offline (Mosquitto answers PUBACK 0x10, exit 4) or as a
+// timeout (mochi never reports "no subscribers", exit 5).
+func TestCLIOfflineAgent(t *testing.T) {
+	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
+		ref := a2amqtt.AgentRef{Org: "demo", Unit: "default", Agent: "flaky"}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a, err := agents.Start(ctx, agents.KindEcho, agents.Options{BrokerURL: b.URL(), Agent: ref, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Responder.Close(context.Background()) })
+		a.Conn.Abort()
+		// Wait for the broker to publish the LWT.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			code, out, _ := runCLI(t, "", "agents", "--broker="+b.URL(), "--wait=200ms")
+			if code == exitOK && strings.Contains(out, "offline") && strings.Contains(out, "lwt") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("LWT not visible: %s", out)
+			}
+		}
+		code, _, errOut := runCLI(t, "", "send", "--broker="+b.URL(), "--attempts=1", "--timeout=300ms", "demo/default/flaky", "hello?")
+		if !strings.Contains(errOut, "marked offline (source lwt)") {
+			t.Fatalf("no offline warning: %s", errOut)
+		}
+		want, wantText := exitTimeout, "timeout waiting for demo/default/flaky"
+		if b.Name() == "mosquitto" {
+			want, wantText = exitOffline, "is offline: nobody subscribes"
+		}
+		if code != want || !strings.Contains(errOut, wantText) {
+			t.Fatalf("exit %d (want %d): %s", code, want, errOut)
+		}
+	})
+}

@@ -102,3 +102,48 @@ func TestPooledReplyWithoutResponderID(t *testing.T) {
 		t.Fatalf("want transport_protocol_error, got %v", err)
 	}
 }
+
+// TestDirectoryPrefersBrokerStatus: once the broker reports status
+// (a2a-status-source=broker), agent/LWT-sourced status no longer decides.
+func TestDirectoryPrefersBrokerStatus(t *testing.T) {
+	b := brokertest.StartMochi(t)
+	conn := connectT(t, b, agentA, nil)
+	dir, err := NewDirectory(ctxT(t, 5*time.Second), conn, DirectoryFilter("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	card, _ := json.Marshal(testCard(agentB))
+	pub := func(status, source string) {
+		t.Helper()
+		if _, err := conn.Publish(ctxT(t, 5*time.Second), &paho.Publish{Topic: agentB.DiscoveryTopic(), QoS: 1, Retain: true, Payload: card,
+			Properties: &paho.PublishProperties{User: paho.UserProperties{{Key: PropStatus, Value: status}, {Key: PropStatusSource, Value: source}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(want Presence) {
+		t.Helper()
+		if err := dir.Wait(ctxT(t, 3*time.Second), func(d *Directory) bool {
+			e, ok := d.Get(agentB)
+			return ok && e.Presence == want
+		}); err != nil {
+			e, _ := dir.Get(agentB)
+			t.Fatalf("want %+v, have %+v", want, e.Presence)
+		}
+	}
+	pub(StatusOnline, SourceAgent)
+	wait(Presence{Status: StatusOnline, Source: SourceAgent})
+	pub(StatusOffline, SourceBroker)
+	wait(Presence{Status: StatusOffline, Source: SourceBroker})
+	pub(StatusOnline, SourceAgent) // a stale agent claim must not override the broker
+	time.Sleep(100 * time.Millisecond)
+	if e, _ := dir.Get(agentB); e.Presence.Source != SourceBroker || e.Reported.Status != StatusOnline {
+		t.Fatalf("broker status not preferred: %+v", e)
+	}
+	// Retained delete: unregistered.
+	if _, err := conn.Publish(ctxT(t, 5*time.Second), &paho.Publish{Topic: agentB.DiscoveryTopic(), QoS: 1, Retain: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dir.Wait(ctxT(t, 3*time.Second), func(d *Directory) bool { _, ok := d.Get(agentB); return !ok }); err != nil {
+		t.Fatal("unregistered agent still listed")
+	}
+}
