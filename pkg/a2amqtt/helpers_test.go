@@ -2,6 +2,8 @@ package a2amqtt
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"iter"
 	"log/slog"
@@ -154,4 +156,12 @@ func forEachMode(t *testing.T, fn func(t *testing.T, b brokertest.Broker, mode f
 			})
 		}
 	})
+}
+
+func decodeEvent(raw json.RawMessage) (a2a.Event, error) {
+	var sr a2a.StreamResponse
+	if err := json.Unmarshal(raw, &sr); err != nil {
+		return nil, fmt.Errorf("a2amqtt: reply result is not an A2A stream response: %w", err)
+	}
+	return sr.Event, nil
 }

@@ -426,17 +426,6 @@ func (r *Requester) decodeReply(c call, p *paho.Publish) (*reply, error) {
 	return rep, nil
 }
 
-// noteTask records routing for task ids learned from results (ListTasks
-// does not know them up front).
-func (r *Requester) noteTask(id a2a.TaskID, responder string) {
-	if id == "" || responder == "" {
-		return
-	}
-	r.mu.Lock()
-	r.routes[id] = responder
-	r.mu.Unlock()
-}
-
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

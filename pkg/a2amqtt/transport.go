@@ -93,14 +93,6 @@ func stateEndsStream(s a2a.TaskState) bool {
 	return s.Terminal() || s == a2a.TaskStateInputRequired || s == a2a.TaskStateAuthRequired
 }
 
-func decodeEvent(raw json.RawMessage) (a2a.Event, error) {
-	var sr a2a.StreamResponse
-	if err := json.Unmarshal(raw, &sr); err != nil {
-		return nil, fmt.Errorf("a2amqtt: reply result is not an A2A stream response: %w", err)
-	}
-	return sr.Event, nil
-}
-
 func (t *Transport) sendCall(method string, req *a2a.SendMessageRequest, stream bool) call {
 	return call{target: t.t, method: method, params: req, taskID: req.Message.TaskID, contextID: req.Message.ContextID, stream: stream, events: true}
 }
