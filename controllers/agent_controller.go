@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/gate"
 	"github.com/a2a-fleet/a2a-fleet/internal/policy"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -76,6 +77,8 @@ type AgentReconciler struct {
 	WorkloadBrokerURL string
 	// MaxConcurrent is the number of Agents reconciled in parallel.
 	MaxConcurrent int
+	// Gating puts the conversation service in front of every Agent a ConversationPolicy governs.
+	Gating bool
 }
 
 // Registration stages, so that a failure shows in the right condition.
@@ -139,6 +142,9 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 
 	if err := r.resolvePolicy(ctx, agent); err != nil {
 		return ctrl.Result{}, err
+	}
+	if r.Gating && agent.Status.ConversationPolicy != "" {
+		agent.Status.Topics.Delivery = gate.DeliveryTopic(id)
 	}
 
 	holder, err := r.identityHolder(ctx, agent)

@@ -27,6 +27,9 @@ type Options struct {
 	// WorkloadBrokerURL is the broker address given to agent workloads (A2A_BROKER); it may differ
 	// from the operator's own (e.g. a Service DNS name).
 	WorkloadBrokerURL string
+	// Gating puts the conversation service in front of every Agent a ConversationPolicy governs
+	// (status.topics.delivery, ACLs, workload env). Enable it only where the service runs.
+	Gating bool
 	// MaxConcurrentReconciles bounds parallel Agent reconciles (broker round trips dominate them);
 	// zero means DefaultMaxConcurrentReconciles.
 	MaxConcurrentReconciles int
@@ -65,6 +68,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 
 		WorkloadBrokerURL: opts.WorkloadBrokerURL,
 		MaxConcurrent:     cmp.Or(opts.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles),
+		Gating:            opts.Gating,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}

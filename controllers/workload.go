@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -98,7 +99,7 @@ func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
 		{Name: "A2A_UNIT", Value: id.Unit},
 		{Name: "A2A_AGENT", Value: id.Agent},
 		{Name: "A2A_CLIENT_ID", Value: id.ClientID()},
-		{Name: "A2A_REQUEST_TOPIC", Value: id.RequestTopic()},
+		{Name: "A2A_REQUEST_TOPIC", Value: cmp.Or(agent.Status.Topics.Delivery, id.RequestTopic())},
 		{Name: "A2A_USERNAME", ValueFrom: secretRef(SecretKeyUsername)},
 		{Name: "A2A_PASSWORD", ValueFrom: secretRef(SecretKeyPassword)},
 	}

@@ -238,6 +238,11 @@ type AgentTopics struct {
 	// Pool is the shared pool request topic when the agent is a pool member.
 	// +optional
 	Pool string `json:"pool,omitempty"`
+	// Delivery is set when a ConversationPolicy governs the agent and the conversation service
+	// stands in front of it: the agent must read its requests here (the service alone reads the
+	// public request topic) and send its replies to the service.
+	// +optional
+	Delivery string `json:"delivery,omitempty"`
 }
 
 // AgentStatus is the observed state of an Agent.

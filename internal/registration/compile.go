@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/gate"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -41,12 +42,40 @@ func OrgGroupName(org string) string { return acl.DefaultPrefix + "org:" + org }
 
 func orgRoleName(org string) string { return acl.DefaultPrefix + "org:" + org }
 
+// ServiceGroupName is the group of the conversation service's clients; every gated agent adds
+// its gate role to it.
+const ServiceGroupName = acl.DefaultPrefix + "conversation-service"
+
+func gateRoleName(id a2amqtt.AgentRef) string { return acl.DefaultPrefix + "gate:" + id.ClientID() }
+
+// ServiceIdentity is the conversation service's base broker identity: its client (any client
+// ID: replicas connect side by side), its own request and reply topics, and the right to relay
+// replies to any requester. The per-agent gate roles reach it through ServiceGroupName.
+func ServiceIdentity(observed acl.State) acl.State {
+	role := acl.Role{Name: gate.ServiceUsername, ACLs: []acl.ACL{
+		{Type: acl.SubscribeLiteral, Topic: "$share/" + gate.ShareGroup + "/" + gate.Service.RequestTopic(), Allow: true},
+		{Type: acl.SubscribeLiteral, Topic: gate.Service.RequestTopic(), Allow: true},
+		{Type: acl.SubscribePattern, Topic: gate.ServiceReplyFilter(), Allow: true},
+		{Type: acl.PublishClientSend, Topic: "$a2a/v1/reply/#", Allow: true},
+	}}
+	group := acl.Group{Name: ServiceGroupName}
+	if have, ok := observed.Groups[ServiceGroupName]; ok {
+		group.Roles = slices.Clone(have.Roles)
+	}
+	client := acl.Client{Username: gate.ServiceUsername, Roles: []acl.RoleRef{{Name: role.Name}}, Groups: []string{ServiceGroupName}}
+	return acl.NewState([]acl.Role{role}, []acl.Group{group}, []acl.Client{client})
+}
+
 // Input is everything the ACLs of one agent depend on.
 type Input struct {
 	Agent a2amqtt.AgentRef
 	Scope a2av1.CallerScope
 	// PoolID is empty when the agent is not a pool member.
 	PoolID string
+	// Gated puts the conversation service in front of the agent (a ConversationPolicy governs
+	// it): the service reads the public request topic, the agent reads its delivery topic and
+	// replies to the service.
+	Gated bool
 	// Callers are the agents its callers.from selectors admit (it publishes to their replies).
 	Callers []a2amqtt.AgentRef
 	// CalledBy are the agents whose callers.from selectors admit this agent (it joins their
@@ -60,7 +89,7 @@ type Input struct {
 
 // SharedNames lists the objects Compile needs to have observed.
 func SharedNames(in Input) acl.Names {
-	n := acl.Names{Groups: []string{UnitGroupName(in.Agent.Org, in.Agent.Unit), OrgGroupName(in.Agent.Org)}}
+	n := acl.Names{Groups: []string{UnitGroupName(in.Agent.Org, in.Agent.Unit), OrgGroupName(in.Agent.Org), ServiceGroupName}}
 	for _, callee := range in.CalledBy {
 		n.Groups = append(n.Groups, CallersGroupName(callee))
 		n.Roles = append(n.Roles, callersRoleName(callee))
@@ -72,11 +101,19 @@ func SharedNames(in Input) acl.Names {
 func Compile(in Input) acl.Desired {
 	id := in.Agent
 	own := acl.Role{Name: agentRoleName(id), ACLs: []acl.ACL{
-		{Type: acl.SubscribeLiteral, Topic: id.RequestTopic(), Allow: true},
 		{Type: acl.SubscribePattern, Topic: id.Topic(a2amqtt.MethodReply) + "/#", Allow: true},
 		{Type: acl.PublishClientSend, Topic: id.DiscoveryTopic(), Allow: true},
 		{Type: acl.PublishClientSend, Topic: id.EventTopic(), Allow: true},
 	}}
+	if in.Gated {
+		own.ACLs = append(own.ACLs,
+			acl.ACL{Type: acl.SubscribeLiteral, Topic: gate.DeliveryTopic(id), Allow: true},
+			// Replies go to the service, which relays them; history queries go to it too.
+			acl.ACL{Type: acl.PublishClientSend, Topic: gate.ServiceReplyFilter(), Allow: true},
+			acl.ACL{Type: acl.PublishClientSend, Topic: gate.Service.RequestTopic(), Allow: true})
+	} else {
+		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.SubscribeLiteral, Topic: id.RequestTopic(), Allow: true})
+	}
 	callers := acl.Role{Name: callersRoleName(id), ACLs: []acl.ACL{
 		{Type: acl.PublishClientSend, Topic: id.RequestTopic(), Allow: true},
 		// Callers from other orgs need the card too; same-org callers have it through the org role.
@@ -105,6 +142,15 @@ func Compile(in Input) acl.Desired {
 	orgRole := acl.Role{Name: orgRoleName(id.Org), ACLs: []acl.ACL{
 		{Type: acl.SubscribePattern, Topic: "$a2a/v1/discovery/" + id.Org + "/#", Allow: true},
 	}}
+	// Mosquitto 2.0.11 never delivers $-topics to shared subscriptions (docs/broker.md), so a
+	// service replica may also subscribe to the public request topic directly and split the work
+	// with its peers through the state store instead.
+	gateRole := acl.Role{Name: gateRoleName(id), ACLs: []acl.ACL{
+		{Type: acl.SubscribeLiteral, Topic: gate.RequestSubscription(id), Allow: true},
+		{Type: acl.SubscribeLiteral, Topic: id.RequestTopic(), Allow: true},
+		{Type: acl.PublishClientSend, Topic: gate.DeliveryTopic(id), Allow: true},
+	}}
+	serviceGroup := sharedGroup(ServiceGroupName, in.Observed, gateRole.Name, in.Gated)
 	unitGroup := sharedGroup(UnitGroupName(id.Org, id.Unit), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameUnit)
 	orgGroup := sharedGroup(OrgGroupName(id.Org), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameOrg)
 	orgGroup.Roles = withRef(orgGroup.Roles, orgRole.Name, true)
@@ -123,7 +169,11 @@ func Compile(in Input) acl.Desired {
 	}
 	callersGroup := acl.Group{Name: CallersGroupName(id), Roles: []acl.RoleRef{{Name: callers.Name}}}
 
-	state := acl.NewState([]acl.Role{own, callers, orgRole}, []acl.Group{unitGroup, orgGroup, callersGroup}, []acl.Client{client})
+	roles := []acl.Role{own, callers, orgRole}
+	if in.Gated {
+		roles = append(roles, gateRole)
+	}
+	state := acl.NewState(roles, []acl.Group{unitGroup, orgGroup, callersGroup, serviceGroup}, []acl.Client{client})
 	// The groups of the agents that admit this one must exist before it can join them. Their
 	// content belongs to those agents, so they are only created when missing, never changed.
 	for _, callee := range in.CalledBy {
@@ -160,7 +210,7 @@ func Removal(id a2amqtt.AgentRef) acl.Desired {
 	return acl.Desired{Delete: acl.Names{
 		Clients: []string{Username(id)},
 		Groups:  []string{CallersGroupName(id)},
-		Roles:   []string{agentRoleName(id), callersRoleName(id)},
+		Roles:   []string{agentRoleName(id), callersRoleName(id), gateRoleName(id)},
 	}}
 }
 

@@ -39,7 +39,8 @@ var _ controllers.Registrar = (*Registrar)(nil)
 // Register makes the broker hold the Agent's client, ACLs and retained card.
 func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds controllers.Credentials) error {
 	id := controllers.AgentIdentity(agent)
-	in := Input{Agent: id, Scope: agent.Spec.Callers.Scope, PoolID: agent.Spec.PoolID}
+	in := Input{Agent: id, Scope: agent.Spec.Callers.Scope, PoolID: agent.Spec.PoolID,
+		Gated: agent.Status.Topics != nil && agent.Status.Topics.Delivery != ""}
 	var err error
 	if in.Callers, err = r.selectedCallers(ctx, agent); err != nil {
 		return err

@@ -294,6 +294,120 @@ func TestBrokerOutageAndDriftRepair(t *testing.T) {
 	}
 }
 
+// TestGatedAgentsOnlyReachableThroughTheService: with a ConversationPolicy, callers still publish
+// to the public request topic, but only the conversation service reads it and only the service
+// may write the agent's delivery topic; a direct publish that tries to bypass it is refused.
+func TestGatedAgentsOnlyReachableThroughTheService(t *testing.T) {
+	for _, kind := range []string{"mosquitto", "embedded"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var backend acl.Backend
+			var url, addr string
+			if kind == "mosquitto" {
+				broker := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
+				user, pass := broker.DynSecAdmin()
+				ds, err := dynsec.Connect(ctx, dynsec.Config{URL: broker.URL(), Username: user, Password: pass})
+				if err != nil {
+					t.Fatalf("connect dynsec: %v", err)
+				}
+				t.Cleanup(func() { _ = ds.Close(context.Background()) })
+				backend, url, addr = ds, broker.URL(), broker.Addr()
+			} else {
+				srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0"})
+				if err != nil {
+					t.Fatalf("start embedded broker: %v", err)
+				}
+				t.Cleanup(func() { _ = srv.Close() })
+				backend, url, addr = srv.Backend(), srv.URL(), srv.Addr()
+			}
+			checkGating(t, ctx, backend, url, addr)
+		})
+	}
+}
+
+func checkGating(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL, brokerAddr string) {
+	ns := startOperatorWith(t, ctx, backend, brokerURL, controllers.Options{Gating: true})
+	secretKey := client.ObjectKey{Namespace: ns, Name: "conversation-service-credentials"}
+	if err := registration.EnsureServiceCredentials(ctx, k8s, backend, secretKey); err != nil {
+		t.Fatalf("service credentials: %v", err)
+	}
+	policy := `apiVersion: a2a.fleet.dev/v1alpha1
+kind: ConversationPolicy
+metadata: {name: governed}
+spec:
+  agentSelector: {matchLabels: {role: auditor}}
+`
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(policy), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	u.SetNamespace(ns)
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatalf("create policy: %v", err)
+	}
+	creds := applyFleet(t, ctx, ns)
+	// helpdesk (index 2) is governed (label role=auditor) and admits all of acme (SameOrg).
+	const gated, caller, stranger = 2, 0, 4
+	eventually(t, "delivery topic in status", func() error {
+		a := &a2av1.Agent{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: fleet[gated].name}, a); err != nil {
+			return err
+		}
+		if a.Status.Topics == nil || a.Status.Topics.Delivery != "$a2a/v1/delivery/"+clientID(gated) {
+			return fmt.Errorf("topics = %+v", a.Status.Topics)
+		}
+		return nil
+	})
+	// The agent's ACLs flip once its policy is seen; wait for its role to lose the public topic.
+	agent := connect(t, ctx, brokerAddr, clientID(gated), creds[gated])
+	request := "$a2a/v1/request/" + clientID(gated)
+	delivery := "$a2a/v1/delivery/" + clientID(gated)
+	eventually(t, "gated agent reads only its delivery topic", func() error {
+		if maySubscribe(t, ctx, agent, request) {
+			return fmt.Errorf("agent may still read its public request topic")
+		}
+		if !maySubscribe(t, ctx, agent, delivery) {
+			return fmt.Errorf("agent may not read its delivery topic")
+		}
+		return nil
+	})
+	s := &corev1.Secret{}
+	if err := k8s.Get(ctx, secretKey, s); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := tryConnectAs(ctx, brokerAddr, string(s.Data["username"]), "a2a-fleet/system/conversation-service-0", string(s.Data["password"]))
+	if err != nil {
+		t.Fatalf("service cannot connect with its credentials: %v", err)
+	}
+	t.Cleanup(func() { _ = svc.Disconnect(&paho.Disconnect{}) })
+	callerConn := connect(t, ctx, brokerAddr, clientID(caller), creds[caller])
+	strangerConn := connect(t, ctx, brokerAddr, clientID(stranger), creds[stranger])
+	checks := []struct {
+		what string
+		got  bool
+		want bool
+	}{
+		{"service reads the public request topic", maySubscribe(t, ctx, svc, request), true},
+		{"service reads the public request topic (shared)", maySubscribe(t, ctx, svc, "$share/a2a-conversation/"+request), true},
+		{"service writes the delivery topic", mayPublish(t, ctx, svc, delivery), true},
+		{"service relays replies to the caller", mayPublish(t, ctx, svc, "$a2a/v1/reply/"+clientID(caller)+"/x"), true},
+		{"admitted caller publishes to the public topic", mayPublish(t, ctx, callerConn, request), true},
+		{"admitted caller bypasses the service via delivery", mayPublish(t, ctx, callerConn, delivery), false},
+		{"stranger bypasses the service via delivery", mayPublish(t, ctx, strangerConn, delivery), false},
+		{"agent writes its own delivery topic", mayPublish(t, ctx, agent, delivery), false},
+		{"agent replies to the service", mayPublish(t, ctx, agent, "$a2a/v1/reply/a2a-fleet/system/conversation-service/r1"), true},
+		{"agent queries the service's history", mayPublish(t, ctx, agent, "$a2a/v1/request/a2a-fleet/system/conversation-service"), true},
+		{"ungated agent still reads its own request topic", maySubscribe(t, ctx, callerConn, "$a2a/v1/request/"+clientID(caller)), true},
+		{"service reads an ungated agent's requests", maySubscribe(t, ctx, svc, "$a2a/v1/request/"+clientID(caller)), false},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: allowed=%v, want %v", c.what, c.got, c.want)
+		}
+	}
+}
+
 // startOperator runs the controllers with the broker registrar, scoped to a fresh namespace.
 func startOperator(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL string) string {
 	return startOperatorWithResync(t, ctx, backend, brokerURL, 0)
@@ -305,6 +419,10 @@ func startOperatorFor(b *testing.B, ctx context.Context, backend acl.Backend, br
 }
 
 func startOperatorWithResync(t testing.TB, ctx context.Context, backend acl.Backend, brokerURL string, resync time.Duration) string {
+	return startOperatorWith(t, ctx, backend, brokerURL, controllers.Options{ResyncPeriod: resync})
+}
+
+func startOperatorWith(t testing.TB, ctx context.Context, backend acl.Backend, brokerURL string, opts controllers.Options) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "reg-"}}
 	if err := k8s.Create(ctx, ns); err != nil {
@@ -327,7 +445,8 @@ func startOperatorWithResync(t testing.TB, ctx context.Context, backend acl.Back
 	}
 	t.Cleanup(func() { _ = cards.Close(context.Background()) })
 	reg := &registration.Registrar{Reader: mgr.GetClient(), Backend: backend, Cards: cards, BrokerURL: brokerURL}
-	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: reg, ResyncPeriod: resync}); err != nil {
+	opts.Registrar = reg
+	if err := controllers.Setup(ctx, mgr, opts); err != nil {
 		t.Fatalf("setup: %v", err)
 	}
 	mctx, stop := context.WithCancel(ctx)

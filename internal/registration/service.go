@@ -1,0 +1,68 @@
+package registration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+)
+
+// EnsureServiceCredentials gives the conversation service its broker identity and keeps its
+// password in the Secret secretKey (keys username and password), creating the Secret when it is
+// missing. It is idempotent: with the Secret in place and the broker in sync it sends nothing.
+func EnsureServiceCredentials(ctx context.Context, c client.Client, backend acl.Backend, secretKey client.ObjectKey) error {
+	secret := &corev1.Secret{}
+	err := c.Get(ctx, secretKey, secret)
+	created := false
+	switch {
+	case apierrors.IsNotFound(err):
+		raw := make([]byte, 32)
+		if _, err := rand.Read(raw); err != nil {
+			return fmt.Errorf("generate service password: %w", err)
+		}
+		secret = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: secretKey.Namespace, Name: secretKey.Name,
+				Labels: map[string]string{controllers.LabelManagedBy: controllers.ManagedByValue}},
+			Data: map[string][]byte{
+				controllers.SecretKeyUsername: []byte(gate.ServiceUsername),
+				controllers.SecretKeyPassword: []byte(base64.RawURLEncoding.EncodeToString(raw)),
+			},
+		}
+		if err := c.Create(ctx, secret); err != nil {
+			return fmt.Errorf("create service credentials secret: %w", err)
+		}
+		created = true
+	case err != nil:
+		return fmt.Errorf("get service credentials secret: %w", err)
+	}
+	password := string(secret.Data[controllers.SecretKeyPassword])
+
+	only := acl.Names{Groups: []string{ServiceGroupName}}
+	observed, err := backend.Observe(ctx, &only)
+	if err != nil {
+		return fmt.Errorf("observe service group: %w", err)
+	}
+	res, err := acl.Apply(ctx, backend, acl.Desired{
+		State:     ServiceIdentity(observed),
+		Passwords: map[string]string{gate.ServiceUsername: password},
+	})
+	if err != nil {
+		return fmt.Errorf("apply service identity: %w", err)
+	}
+	if created && !createdClient(res, gate.ServiceUsername) {
+		// A new Secret for an existing broker client: the broker must learn the new password.
+		if err := acl.SetPassword(ctx, backend, gate.ServiceUsername, password); err != nil {
+			return fmt.Errorf("set service password: %w", err)
+		}
+	}
+	return nil
+}
