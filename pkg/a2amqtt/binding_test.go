@@ -152,7 +152,7 @@ func TestOverloadAndExpiry(t *testing.T) {
 	serveT(t, b, agentB, exec, func(o *ResponderOptions) { o.MaxConcurrent = 1; o.QueueTimeout = 100 * time.Millisecond })
 	peer := newRawPeer(t, b)
 	peer.publish(agentB.RequestTopic(), sendReq(MethodSendMessage, uuid.NewString(), "", "slow"), []byte("c1"))
-	time.Sleep(100 * time.Millisecond)
+	waitRuns(t, exec, 1) // c1 holds the only slot before c2 arrives
 	peer.publish(agentB.RequestTopic(), sendReq(MethodSendMessage, uuid.NewString(), "", "rejected"), []byte("c2"))
 	got := peer.await(1, 3*time.Second)
 	r := decodeResp(t, got[0])
@@ -166,20 +166,20 @@ func TestOverloadAndExpiry(t *testing.T) {
 	// slot is answered -32003 instead of being processed.
 	b2 := brokertest.StartMochi(t)
 	exec2 := &scriptExec{fn: func(ctx context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool) {
-		time.Sleep(1200 * time.Millisecond)
+		time.Sleep(2 * time.Second)
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
 	}}
 	serveT(t, b2, agentB, exec2, func(o *ResponderOptions) { o.MaxConcurrent = 1; o.QueueTimeout = 5 * time.Second })
 	peer2 := newRawPeer(t, b2)
 	peer2.publish(agentB.RequestTopic(), sendReq(MethodSendMessage, uuid.NewString(), "", "slow"), []byte("e1"))
-	time.Sleep(50 * time.Millisecond)
+	waitRuns(t, exec2, 1)
 	one := uint32(1)
 	if _, err := peer2.conn.Publish(ctxT(t, 5*time.Second), &paho.Publish{Topic: agentB.RequestTopic(), QoS: 1,
 		Payload:    sendReq(MethodSendMessage, uuid.NewString(), "", "stale"),
 		Properties: &paho.PublishProperties{ResponseTopic: peer2.reply, CorrelationData: []byte("e2"), MessageExpiry: &one}}); err != nil {
 		t.Fatal(err)
 	}
-	replies := peer2.await(2, 5*time.Second)
+	replies := peer2.await(2, 8*time.Second)
 	var expired bool
 	for _, m := range replies {
 		if string(m.Properties.CorrelationData) == "e2" {
@@ -369,4 +369,16 @@ func (s *sniffer) methods() []string {
 		out = append(out, env.Method)
 	}
 	return out
+}
+
+// waitRuns blocks until the executor has started n executions.
+func waitRuns(t *testing.T, e *scriptExec, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for e.runs.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("executor started %d executions, want %d", e.runs.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

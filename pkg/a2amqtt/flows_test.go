@@ -286,7 +286,7 @@ func TestSeed000MultiTurn(t *testing.T) {
 // complete independently, each on its own correlation.
 func TestSeed000ConcurrentTasks(t *testing.T) {
 	forEachMode(t, func(t *testing.T, b brokertest.Broker, direct bool) {
-		startAgentMode(t, b, agents.KindEcho, bRef, 300*time.Millisecond, direct)
+		startAgentMode(t, b, agents.KindEcho, bRef, 500*time.Millisecond, direct)
 		w := tap(t, b, bRef.RequestTopic())
 		tr := newRequester(t, b, aRef).Transport(bRef)
 		ctx := tctx(t, 20*time.Second)
@@ -321,7 +321,8 @@ func TestSeed000ConcurrentTasks(t *testing.T) {
 		if results[0].ID == results[1].ID {
 			t.Fatal("concurrent turns share a task id")
 		}
-		if elapsed > 550*time.Millisecond {
+		// Sequential execution would take >= 1s (2 x 500ms).
+		if elapsed > 900*time.Millisecond {
 			t.Fatalf("T4/T5 ran one after the other (%s); they must run concurrently", elapsed)
 		}
 		reqs := w.waitFor(t, 2)
