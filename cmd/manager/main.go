@@ -40,6 +40,8 @@ type options struct {
 	brokerInsecureTLS  bool
 	brokerResyncPeriod time.Duration
 	workloadBrokerURL  string
+	gate               bool
+	serviceSecret      string
 }
 
 func main() {
@@ -54,6 +56,8 @@ func main() {
 	flag.BoolVar(&o.brokerInsecureTLS, "broker-insecure-skip-verify", false, "Do not verify the broker's TLS certificate (testing only).")
 	flag.DurationVar(&o.brokerResyncPeriod, "broker-resync-period", controllers.DefaultResyncPeriod, "How often each registered Agent is checked against the broker (drift repair), ±20% jitter.")
 	flag.StringVar(&o.workloadBrokerURL, "workload-broker-url", "", "Broker URL injected into agent workloads as A2A_BROKER (default: --broker-url).")
+	flag.BoolVar(&o.gate, "gate-governed-agents", false, "Put the conversation service in front of every Agent a ConversationPolicy governs (deploy config/conversation-service with it).")
+	flag.StringVar(&o.serviceSecret, "conversation-service-secret", "a2a-fleet-system/a2a-fleet-conversation-service-credentials", "NAMESPACE/NAME of the Secret the operator writes the conversation service's broker credentials to (with --gate-governed-agents).")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -87,9 +91,23 @@ func run(o options) error {
 	ctx := ctrl.SetupSignalHandler()
 	copts := controllers.Options{ResyncPeriod: o.brokerResyncPeriod, WorkloadBrokerURL: cmp.Or(o.workloadBrokerURL, o.brokerURL)}
 	if o.brokerURL != "" {
-		if copts.Registrar, err = dynsecRegistrar(ctx, mgr, o); err != nil {
+		reg, err := dynsecRegistrar(ctx, mgr, o)
+		if err != nil {
 			return err
 		}
+		copts.Registrar = reg
+		if o.gate {
+			copts.Gating = true
+			ns, name, ok := strings.Cut(o.serviceSecret, "/")
+			if !ok {
+				return errors.New("--conversation-service-secret must be NAMESPACE/NAME")
+			}
+			if err := mgr.Add(registration.ServiceCredentialsRunnable(mgr.GetClient(), reg.Backend, client.ObjectKey{Namespace: ns, Name: name})); err != nil {
+				return fmt.Errorf("add service credentials runnable: %w", err)
+			}
+		}
+	} else if o.gate {
+		return errors.New("--gate-governed-agents needs --broker-url")
 	}
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
@@ -111,7 +129,7 @@ func run(o options) error {
 
 // dynsecRegistrar reads the admin credentials (once, through the API server: the cache is not
 // running yet) and returns a registrar that connects on first use.
-func dynsecRegistrar(ctx context.Context, mgr ctrl.Manager, o options) (controllers.Registrar, error) {
+func dynsecRegistrar(ctx context.Context, mgr ctrl.Manager, o options) (*registration.Registrar, error) {
 	ns, name, ok := strings.Cut(o.brokerAdminSecret, "/")
 	if !ok || ns == "" || name == "" {
 		return nil, errors.New("--broker-admin-secret must be NAMESPACE/NAME when --broker-url is set")

@@ -5,11 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/gate"
@@ -65,4 +68,27 @@ func EnsureServiceCredentials(ctx context.Context, c client.Client, backend acl.
 		}
 	}
 	return nil
+}
+
+// ServiceCredentialsRunnable keeps trying EnsureServiceCredentials (with backoff) until it
+// succeeds, on the leader only, so the operator starts while the broker is down.
+func ServiceCredentialsRunnable(c client.Client, backend acl.Backend, secretKey client.ObjectKey) manager.Runnable {
+	return manager.RunnableFunc(func(ctx context.Context) error {
+		log := logf.FromContext(ctx).WithName("conversation-service-credentials")
+		delay := time.Second
+		for {
+			err := EnsureServiceCredentials(ctx, c, backend, secretKey)
+			if err == nil {
+				log.Info("conversation service identity in place", "secret", secretKey.String())
+				return nil
+			}
+			log.Error(err, "ensure conversation service identity; retrying", "in", delay)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, time.Minute)
+		}
+	})
 }
