@@ -99,6 +99,25 @@ type Requester struct {
 	mu       sync.Mutex
 	inflight map[string]*exchange // by Correlation Data
 	routes   map[a2a.TaskID]string
+	// routeOrder bounds routes (oldest first): a long-lived requester using
+	// a pool learns one route per task and must not grow without limit.
+	routeOrder []a2a.TaskID
+}
+
+// maxRoutes is how many task → responder routes a requester remembers.
+const maxRoutes = 10000
+
+// setRoute records the responder for a task (most recent wins). Caller
+// holds r.mu.
+func (r *Requester) setRouteLocked(id a2a.TaskID, agent string) {
+	if _, known := r.routes[id]; !known {
+		r.routeOrder = append(r.routeOrder, id)
+		if len(r.routeOrder) > maxRoutes {
+			delete(r.routes, r.routeOrder[0])
+			r.routeOrder = r.routeOrder[1:]
+		}
+	}
+	r.routes[id] = agent
 }
 
 // NewRequester subscribes to the reply topic (before any request is
@@ -394,7 +413,7 @@ func (r *Requester) decodeReply(c call, p *paho.Publish) (*reply, error) {
 		if c.taskID != "" {
 			// Most recent a2a-responder-agent-id wins (handover).
 			r.mu.Lock()
-			r.routes[c.taskID] = rep.responder
+			r.setRouteLocked(c.taskID, rep.responder)
 			r.mu.Unlock()
 		}
 	}
