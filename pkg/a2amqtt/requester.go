@@ -107,7 +107,7 @@ type Requester struct {
 // maxRoutes is how many task → responder routes a requester remembers.
 const maxRoutes = 10000
 
-// setRoute records the responder for a task (most recent wins). Caller
+// setRouteLocked records the responder for a task (most recent wins). Caller
 // holds r.mu.
 func (r *Requester) setRouteLocked(id a2a.TaskID, agent string) {
 	if _, known := r.routes[id]; !known {
