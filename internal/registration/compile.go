@@ -76,6 +76,9 @@ type Input struct {
 	// it): the service reads the public request topic, the agent reads its delivery topic and
 	// replies to the service.
 	Gated bool
+	// HasSelectors is true when the agent has callers.from rules (even if they select nobody
+	// now): only then does it need a callers group.
+	HasSelectors bool
 	// Callers are the agents its callers.from selectors admit (it publishes to their replies).
 	Callers []a2amqtt.AgentRef
 	// CalledBy are the agents whose callers.from selectors admit this agent (it joins their
@@ -155,25 +158,42 @@ func Compile(in Input) acl.Desired {
 	orgGroup := sharedGroup(OrgGroupName(id.Org), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameOrg)
 	orgGroup.Roles = withRef(orgGroup.Roles, orgRole.Name, true)
 
-	groups := []string{unitGroup.Name, orgGroup.Name}
+	memberOf := []string{unitGroup.Name, orgGroup.Name}
 	for _, callee := range sortedRefs(in.CalledBy) {
 		if callee != id {
-			groups = append(groups, CallersGroupName(callee))
+			memberOf = append(memberOf, CallersGroupName(callee))
 		}
 	}
 	client := acl.Client{
 		Username: Username(id),
 		ClientID: id.ClientID(),
 		Roles:    []acl.RoleRef{{Name: own.Name}},
-		Groups:   groups,
+		Groups:   memberOf,
 	}
-	callersGroup := acl.Group{Name: CallersGroupName(id), Roles: []acl.RoleRef{{Name: callers.Name}}}
-
-	roles := []acl.Role{own, callers, orgRole}
+	// Objects nobody needs are not created (each dynsec command costs a rewrite of the broker's
+	// whole configuration file), and are deleted when a spec change makes them unneeded.
+	roles := []acl.Role{own, orgRole}
+	groups := []acl.Group{unitGroup, orgGroup}
+	var unneeded acl.Names
+	if in.Scope != a2av1.CallerScopeNone || in.HasSelectors {
+		roles = append(roles, callers)
+	} else {
+		unneeded.Roles = append(unneeded.Roles, callers.Name)
+	}
+	if in.HasSelectors {
+		groups = append(groups, acl.Group{Name: CallersGroupName(id), Roles: []acl.RoleRef{{Name: callers.Name}}})
+	} else {
+		unneeded.Groups = append(unneeded.Groups, CallersGroupName(id))
+	}
 	if in.Gated {
 		roles = append(roles, gateRole)
+	} else {
+		unneeded.Roles = append(unneeded.Roles, gateRole.Name)
 	}
-	state := acl.NewState(roles, []acl.Group{unitGroup, orgGroup, callersGroup, serviceGroup}, []acl.Client{client})
+	if _, observed := in.Observed.Groups[ServiceGroupName]; in.Gated || observed {
+		groups = append(groups, serviceGroup)
+	}
+	state := acl.NewState(roles, groups, []acl.Client{client})
 	// The groups of the agents that admit this one must exist before it can join them. Their
 	// content belongs to those agents, so they are only created when missing, never changed.
 	for _, callee := range in.CalledBy {
@@ -189,7 +209,7 @@ func Compile(in Input) acl.Desired {
 		}
 	}
 	state.DefaultACL = &acl.DenyByDefault
-	return acl.Desired{State: state}
+	return acl.Desired{State: state, Delete: unneeded}
 }
 
 // calleeCallersRole is the minimal callers role of another agent; that agent's own reconcile

@@ -83,7 +83,7 @@ func TestCompileKeepsOtherAgentsReferencesInSharedGroups(t *testing.T) {
 }
 
 func TestCompileSelectedCallersAndCallees(t *testing.T) {
-	d := Compile(Input{Agent: planner, Callers: []a2amqtt.AgentRef{auditor, auditor, planner}, CalledBy: []a2amqtt.AgentRef{writer}})
+	d := Compile(Input{Agent: planner, HasSelectors: true, Callers: []a2amqtt.AgentRef{auditor, auditor, planner}, CalledBy: []a2amqtt.AgentRef{writer}})
 	own := d.Roles["a2a:agent:acme/sales/planner"]
 	if !hasACL(own, acl.PublishClientSend, "$a2a/v1/reply/other/audit/auditor/#") {
 		t.Fatalf("selected caller's reply topic missing: %v", own.ACLs)
@@ -108,8 +108,28 @@ func TestCompileSelectedCallersAndCallees(t *testing.T) {
 	}
 }
 
+func TestCompileCreatesOnlyWhatIsNeeded(t *testing.T) {
+	d := Compile(Input{Agent: planner, Scope: a2av1.CallerScopeNone})
+	if _, ok := d.Roles["a2a:callers:acme/sales/planner"]; ok {
+		t.Fatal("an agent nobody may call needs no callers role")
+	}
+	if _, ok := d.Groups["a2a:callers:acme/sales/planner"]; ok {
+		t.Fatal("an agent without selectors needs no callers group")
+	}
+	if !slices.Contains(d.Delete.Roles, "a2a:callers:acme/sales/planner") || !slices.Contains(d.Delete.Groups, "a2a:callers:acme/sales/planner") {
+		t.Fatalf("unneeded objects left behind after a spec change: %+v", d.Delete)
+	}
+	if _, ok := d.Groups[ServiceGroupName]; ok {
+		t.Fatal("no gating, no service group")
+	}
+	d = Compile(Input{Agent: planner, Scope: a2av1.CallerScopeSameUnit})
+	if _, ok := d.Roles["a2a:callers:acme/sales/planner"]; !ok {
+		t.Fatal("scope-admitted callers need the callers role")
+	}
+}
+
 func TestCompilePool(t *testing.T) {
-	d := Compile(Input{Agent: planner, PoolID: "p1"})
+	d := Compile(Input{Agent: planner, PoolID: "p1", Scope: a2av1.CallerScopeSameUnit})
 	pool := a2amqtt.PoolRef{Org: "acme", Unit: "sales", Pool: "p1"}
 	if !hasACL(d.Roles["a2a:agent:acme/sales/planner"], acl.SubscribeLiteral, pool.SharedSubscription()) {
 		t.Fatal("pool member cannot subscribe to the shared pool topic")

@@ -40,7 +40,8 @@ var _ controllers.Registrar = (*Registrar)(nil)
 func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds controllers.Credentials) error {
 	id := controllers.AgentIdentity(agent)
 	in := Input{Agent: id, Scope: agent.Spec.Callers.Scope, PoolID: agent.Spec.PoolID,
-		Gated: agent.Status.Topics != nil && agent.Status.Topics.Delivery != ""}
+		Gated:        agent.Status.Topics != nil && agent.Status.Topics.Delivery != "",
+		HasSelectors: len(agent.Spec.Callers.From) > 0}
 	var err error
 	if in.Callers, err = r.selectedCallers(ctx, agent); err != nil {
 		return err
