@@ -105,6 +105,12 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 		n.Tasks = nil
 		n.Working = 0
 		n.Expired = &e
+		if !now.Before(e.At.Add(p.tombstoneTTL())) {
+			// Expired so long ago that the tombstone is over too (a sweep
+			// that ran late): one call goes all the way.
+			x.Context, x.Changed, x.Delete = nil, true, true
+			return x
+		}
 	}
 	if n == nil {
 		// Nothing is due, but the policy changed since the context was
