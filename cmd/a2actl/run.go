@@ -81,6 +81,23 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.BoolVar(&g.verbose, "v", false, "debug logging")
 }
 
+// commandIndex finds the command word, skipping global flags and their values.
+func commandIndex(args []string) int {
+	boolFlags := map[string]bool{"json": true, "v": true, "stream": true}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			return i
+		}
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") || boolFlags[name] {
+			continue
+		}
+		i++ // skip the flag's value
+	}
+	return -1
+}
+
 // parseInterspersed lets flags follow positional arguments, which the
 // standard flag package does not ("send X text --json").
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -115,7 +132,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitOK
 	}
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
-	cmd, rest := args[0], args[1:]
+	// Global flags may come before the command too: the command is the first word that is not
+	// a flag or a flag's value.
+	cmdAt := commandIndex(args)
+	if cmdAt < 0 {
+		fmt.Fprintf(stderr, "a2actl: no command\n\n%s", usage)
+		return exitUsage
+	}
+	cmd := args[cmdAt]
+	rest := append(append([]string{}, args[:cmdAt]...), args[cmdAt+1:]...)
 	fs := flag.NewFlagSet("a2actl "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.g.register(fs)
@@ -266,6 +291,12 @@ func (e explained) Error() string { return e.msg }
 func (e explained) Unwrap() error { return e.err }
 
 func (c *cli) agents(ctx context.Context, org string, wait time.Duration) int {
+	if org == "" && c.g.as != "" {
+		// An agent identity may read the discovery topics of its own org only (operator ACLs).
+		if me, err := a2amqtt.ParseAgentRef(c.g.as); err == nil {
+			org = me.Org
+		}
+	}
 	conn, code := c.connect(ctx, a2amqtt.AgentRef{Org: org, Unit: "cli"})
 	if conn == nil {
 		return code

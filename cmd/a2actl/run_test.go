@@ -150,3 +150,21 @@ func TestCLIOfflineAgent(t *testing.T) {
 		}
 	})
 }
+
+func TestCommandIndexSkipsGlobalFlags(t *testing.T) {
+	cases := []struct {
+		args []string
+		want int
+	}{
+		{[]string{"send", "a/b/c", "hi"}, 0},
+		{[]string{"--broker", "mqtt://x:1", "send", "a/b/c", "hi"}, 2},
+		{[]string{"--json", "agents"}, 1},
+		{[]string{"--broker=mqtt://x:1", "-v", "chat", "a/b/c"}, 2},
+		{[]string{"--broker", "mqtt://x:1"}, -1},
+	}
+	for _, tc := range cases {
+		if got := commandIndex(tc.args); got != tc.want {
+			t.Errorf("commandIndex(%q) = %d, want %d", tc.args, got, tc.want)
+		}
+	}
+}

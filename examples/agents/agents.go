@@ -38,7 +38,9 @@ type Options struct {
 	Password  string
 	Agent     a2amqtt.AgentRef
 	// Pools to join (shared subscription), in the agent's org/unit.
-	Pools  []string
+	Pools []string
+	// RequestTopic overrides the request topic (the delivery topic behind the conversation service).
+	RequestTopic string
 	Logger *slog.Logger
 	// Delay slows each execution down (demos and concurrency tests).
 	Delay time.Duration
@@ -110,7 +112,7 @@ func Start(ctx context.Context, kind Kind, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, Pools: opts.Pools, Direct: opts.Direct})
+	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, Pools: opts.Pools, Direct: opts.Direct, RequestTopic: opts.RequestTopic})
 	if err != nil {
 		_ = conn.Close(ctx)
 		return nil, err
@@ -153,6 +155,7 @@ func Main(kind Kind) {
 	user := fs.String("username", envOr("A2A_USERNAME", ""), "broker username (env A2A_USERNAME)")
 	pass := fs.String("password", envOr("A2A_PASSWORD", ""), "broker password (env A2A_PASSWORD)")
 	pools := fs.String("pool", envOr("A2A_POOLS", ""), "comma-separated pool ids to join (env A2A_POOLS)")
+	requestTopic := fs.String("request-topic", envOr("A2A_REQUEST_TOPIC", ""), "read requests here instead of the public request topic (env A2A_REQUEST_TOPIC, set by the operator)")
 	delay := fs.Duration("delay", 0, "artificial processing delay per request")
 	direct := fs.Bool("direct", false, "serve with the SDK's lightweight direct handler instead of a2a-go's default handler")
 	verbose := fs.Bool("v", false, "debug logging")
@@ -177,7 +180,7 @@ func Main(kind Kind) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger.Info("starting example agent", "kind", kind, "agent", ref.String(), "broker", *broker, "pools", poolIDs)
-	if err := Run(ctx, kind, Options{BrokerURL: *broker, Username: *user, Password: *pass, Agent: ref, Pools: poolIDs, Logger: logger, Delay: *delay, Direct: *direct}); err != nil {
+	if err := Run(ctx, kind, Options{BrokerURL: *broker, Username: *user, Password: *pass, Agent: ref, Pools: poolIDs, Logger: logger, Delay: *delay, Direct: *direct, RequestTopic: *requestTopic}); err != nil {
 		logger.Error("agent stopped", "err", err)
 		os.Exit(1)
 	}

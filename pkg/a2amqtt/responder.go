@@ -37,6 +37,10 @@ type ResponderOptions struct {
 	// HandlerOptions are passed to a2asrv.NewHandler (the task store option
 	// is added by the responder).
 	HandlerOptions []a2asrv.RequestHandlerOption
+	// RequestTopic overrides the topic requests are read from (default: the agent's public
+	// request topic). An agent behind a2a-fleet's conversation service reads its delivery topic
+	// here (A2A_REQUEST_TOPIC); nothing else changes for it.
+	RequestTopic string
 	// Pools are pool ids (in the agent's org/unit) to consume through a
 	// shared subscription, in addition to the direct request topic.
 	Pools []string
@@ -129,7 +133,11 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 		slots:  make(chan struct{}, opts.MaxConcurrent),
 	}
 	me := conn.Agent()
-	filters := []string{me.RequestTopic()}
+	requestTopic := me.RequestTopic()
+	if opts.RequestTopic != "" {
+		requestTopic = opts.RequestTopic
+	}
+	filters := []string{requestTopic}
 	for _, p := range opts.Pools {
 		filters = append(filters, PoolRef{Org: me.Org, Unit: me.Unit, Pool: p}.SharedSubscription())
 	}
