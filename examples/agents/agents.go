@@ -41,7 +41,7 @@ type Options struct {
 	Pools []string
 	// RequestTopic overrides the request topic (the delivery topic behind the conversation service).
 	RequestTopic string
-	Logger *slog.Logger
+	Logger       *slog.Logger
 	// Delay slows each execution down (demos and concurrency tests).
 	Delay time.Duration
 	// Direct serves with a2amqtt.NewDirectHandler instead of a2a-go's
