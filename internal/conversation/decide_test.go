@@ -413,6 +413,11 @@ func TestTombstone(t *testing.T) {
 			}
 		}},
 		{ev: ptr(status("T1", "D1", completed)), at: 3 * time.Minute, known: no()},
+		// A resume naming only its task still finds the (expired) context.
+		{req: ptr(send("T1", "", "m2", "D2")), at: 4 * time.Minute, kind: KindReject, code: CodeContextExpired, a2aErr: A2AErrorContextExpired},
+		// Its task id can't start over in another context while the
+		// tombstone lasts.
+		rejected(send("T1", "C2", "m3", "D3"), -32602, a2a.ErrInvalidParams).after(5 * time.Minute),
 		{req: ptr(send("T2", "C", "m2", "D2")), at: 30 * time.Minute, kind: KindReject, code: CodeContextExpired, a2aErr: A2AErrorContextExpired},
 		{sweep: true, at: 62 * time.Minute, check: func(t *testing.T, a *Agent, _ Decision, _ Outcome, x []Expiration) {
 			if len(x) != 1 || !x[0].Delete || a.Context("C") != nil {
@@ -420,6 +425,7 @@ func TestTombstone(t *testing.T) {
 			}
 		}},
 		req(send("T2", "C", "m2", "D2"), KindNewContext).after(63 * time.Minute),
+		req(send("T1", "C2", "m3", "D3"), KindNewContext).after(63 * time.Minute),
 	})
 }
 

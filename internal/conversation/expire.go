@@ -35,9 +35,10 @@ type Expiration struct {
 	// Dropped are the tasks of a context that just expired. Unfinished ones
 	// may still run at the agent; the service may cancel them there.
 	Dropped []Task
-	// Evicted are finished tasks that left the history because timed-out
-	// tasks pushed the context past its history bound.
-	Evicted []string
+	// Forgotten are task ids the engine no longer knows: finished tasks
+	// evicted from the history, or the tasks of a tombstone that was
+	// deleted. A later request may reuse them as new tasks.
+	Forgotten []string
 }
 
 // Expire applies time to one context: tasks waiting for input past the
@@ -55,6 +56,7 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 	if c.Expired != nil {
 		if !now.Before(c.Expired.At.Add(p.tombstoneTTL())) {
 			x.Context, x.Changed, x.Delete = nil, true, true
+			x.Forgotten = c.ExpiredTasks
 		}
 		return x
 	}
@@ -99,8 +101,10 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 		}
 		x.Expired = &e
 		x.Dropped = make([]Task, len(n.Tasks))
+		n.ExpiredTasks = make([]string, len(n.Tasks))
 		for i, t := range n.Tasks {
 			x.Dropped[i] = *t
+			n.ExpiredTasks[i] = t.ID
 		}
 		n.Tasks = nil
 		n.Working = 0
@@ -109,6 +113,7 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 			// Expired so long ago that the tombstone is over too (a sweep
 			// that ran late): one call goes all the way.
 			x.Context, x.Changed, x.Delete = nil, true, true
+			x.Forgotten = n.ExpiredTasks
 			return x
 		}
 	}
@@ -120,7 +125,7 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 		}
 		n = c.Clone()
 	}
-	x.Evicted = n.evict(p)
+	x.Forgotten = n.evict(p)
 	n.refresh(p)
 	x.Context, x.Changed = n, true
 	return x

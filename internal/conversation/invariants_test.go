@@ -20,13 +20,13 @@ func (a *Agent) check(p Policy) error {
 		if c.Expired == nil {
 			live++
 		}
-		for _, t := range c.Tasks {
-			if other, dup := seen[t.ID]; dup {
-				return fmt.Errorf("task %s in contexts %s and %s", t.ID, other, id)
+		for _, tid := range c.TaskIDs() {
+			if other, dup := seen[tid]; dup {
+				return fmt.Errorf("task %s in contexts %s and %s", tid, other, id)
 			}
-			seen[t.ID] = id
-			if a.tasks[t.ID] != id {
-				return fmt.Errorf("task %s of context %s indexed under %q", t.ID, id, a.tasks[t.ID])
+			seen[tid] = id
+			if a.tasks[tid] != id {
+				return fmt.Errorf("task %s of context %s indexed under %q", tid, id, a.tasks[tid])
 			}
 		}
 		if i, ok := a.due.at[id]; c.NextDeadline.IsZero() == ok || (ok && !a.due.items[i].at.Equal(c.NextDeadline)) {
@@ -79,8 +79,11 @@ func (c *Context) check(p Policy) error {
 	if len(c.Tasks) > p.history() && terminal > 0 {
 		return fmt.Errorf("context %s holds %d tasks (bound %d) including %d finished ones", c.ID, len(c.Tasks), p.history(), terminal)
 	}
-	if c.Expired != nil && (len(c.Tasks) > 0 || !c.ExpiresAt.IsZero()) {
+	if c.Expired != nil && (len(c.Tasks) > 0 || c.Working != 0 || !c.ExpiresAt.IsZero()) {
 		return fmt.Errorf("tombstone %s holds tasks or an expiry", c.ID)
+	}
+	if c.Expired == nil && len(c.ExpiredTasks) > 0 {
+		return fmt.Errorf("live context %s lists expired tasks", c.ID)
 	}
 	if c.Expired == nil && len(c.Tasks) == 0 {
 		return fmt.Errorf("live context %s without tasks", c.ID)

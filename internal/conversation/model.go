@@ -169,6 +169,11 @@ type Context struct {
 	// Expired is set once the context expired: it is then a tombstone
 	// without tasks, kept for Policy.TombstoneTTL to answer "expired".
 	Expired *Expiry `json:"expired,omitempty"`
+	// ExpiredTasks are the ids of the tasks a tombstone had: they stay
+	// indexed so a late resume that names only its task id still gets
+	// "context expired", and a task id can't be reused in another context
+	// while the tombstone lasts.
+	ExpiredTasks []string `json:"expiredTasks,omitempty"`
 	// ExpiresAt is when the context will expire under the policy in force
 	// when it was last changed (zero: never, or already expired). Stores
 	// index it to count live contexts.
@@ -254,6 +259,7 @@ func (c *Context) Clone() *Context {
 		e := *c.Expired
 		n.Expired = &e
 	}
+	n.ExpiredTasks = slices.Clone(c.ExpiredTasks)
 	if c.Tasks == nil {
 		return &n
 	}
@@ -327,52 +333,70 @@ func (c *Context) evict(p Policy) (evicted []string) {
 	return evicted
 }
 
-// TaskDiff returns the task ids present in after but not before (added) and
-// in before but not after (removed). Stores use it to keep their task-id
-// index in step with a context; either context may be nil.
+// TaskIDs returns the task ids a store indexes for c: its tasks, or a
+// tombstone's ExpiredTasks.
+func (c *Context) TaskIDs() []string {
+	if c == nil {
+		return nil
+	}
+	if c.Expired != nil {
+		return c.ExpiredTasks
+	}
+	ids := make([]string, len(c.Tasks))
+	for i, t := range c.Tasks {
+		ids[i] = t.ID
+	}
+	return ids
+}
+
+// TaskDiff returns the indexed task ids (TaskIDs) present in after but not
+// before (added) and in before but not after (removed). Stores use it to
+// keep their task-id index in step with a context; either may be nil.
 func TaskDiff(before, after *Context) (added, removed []string) {
-	var b, a []*Task
-	if before != nil {
-		b = before.Tasks
+	if before != nil && after != nil && before.Expired == nil && after.Expired == nil {
+		return diffIDs(len(before.Tasks), func(i int) string { return before.Tasks[i].ID },
+			len(after.Tasks), func(i int) string { return after.Tasks[i].ID })
 	}
-	if after != nil {
-		a = after.Tasks
-	}
+	b, a := before.TaskIDs(), after.TaskIDs()
+	return diffIDs(len(b), func(i int) string { return b[i] }, len(a), func(i int) string { return a[i] })
+}
+
+func diffIDs(nb int, b func(int) string, na int, a func(int) string) (added, removed []string) {
 	// The engine only appends tasks and deletes some, so after is before
 	// minus removals plus a suffix: one merge pass finds both in O(n).
 	j := 0
-	for _, t := range b {
-		if j < len(a) && a[j].ID == t.ID {
+	for i := 0; i < nb; i++ {
+		if j < na && a(j) == b(i) {
 			j++
 			continue
 		}
-		removed = append(removed, t.ID)
+		removed = append(removed, b(i))
 	}
-	for _, t := range a[j:] {
-		added = append(added, t.ID)
+	for ; j < na; j++ {
+		added = append(added, a(j))
 	}
 	if len(added) == 0 || len(removed) == 0 {
 		return added, removed
 	}
 	// Both non-empty: reordered lists (not produced by the engine) could
 	// show an id as removed and added; recompute exactly with sets.
-	inB := make(map[string]bool, len(b))
-	for _, t := range b {
-		inB[t.ID] = true
+	inB := make(map[string]bool, nb)
+	for i := 0; i < nb; i++ {
+		inB[b(i)] = true
 	}
-	inA := make(map[string]bool, len(a))
-	for _, t := range a {
-		inA[t.ID] = true
+	inA := make(map[string]bool, na)
+	for i := 0; i < na; i++ {
+		inA[a(i)] = true
 	}
 	added, removed = added[:0], removed[:0]
-	for _, t := range a {
-		if !inB[t.ID] {
-			added = append(added, t.ID)
+	for i := 0; i < na; i++ {
+		if !inB[a(i)] {
+			added = append(added, a(i))
 		}
 	}
-	for _, t := range b {
-		if !inA[t.ID] {
-			removed = append(removed, t.ID)
+	for i := 0; i < nb; i++ {
+		if !inA[b(i)] {
+			removed = append(removed, b(i))
 		}
 	}
 	return added, removed

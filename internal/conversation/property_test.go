@@ -54,10 +54,7 @@ func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 		forgotten := map[string]bool{}
 		forget := func(xs []Expiration) {
 			for _, x := range xs {
-				for _, tk := range x.Dropped {
-					forgotten[tk.ID] = true
-				}
-				for _, id := range x.Evicted {
+				for _, id := range x.Forgotten {
 					forgotten[id] = true
 				}
 			}

@@ -179,8 +179,13 @@ func runSuite(t *testing.T, newBacking func(t *testing.T) backing) {
 		if c := mustContext(t, s, "b", "C1"); c.Expired == nil || c.Expired.Reason != conversation.ExpiredIdleTTL || len(c.Tasks) != 0 {
 			t.Fatalf("C1 %+v", c)
 		}
-		if _, err := s.TaskContext(ctx, "b", "T1"); !errors.Is(err, ErrNotFound) {
-			t.Fatalf("task of an expired context still indexed: %v", err)
+		// The tombstone keeps its tasks indexed: a resume naming only the
+		// task gets "context expired", not "contextId required".
+		if id, err := s.TaskContext(ctx, "b", "T1"); err != nil || id != "C1" {
+			t.Fatalf("task of a tombstone: %q %v", id, err)
+		}
+		if d := mustDecide(t, s, "b", p, t0.Add(90*time.Second), send("T1", "", "m2", "D9"), conversation.KindReject); d.Err.A2AError != conversation.A2AErrorContextExpired {
+			t.Fatalf("resume in expired context: %v", d.Err)
 		}
 		if c := mustContext(t, s, "b", "C2"); c.Tasks[0].State != a2a.TaskStateFailed {
 			t.Fatalf("C2 %+v", c.Tasks[0])
@@ -199,6 +204,9 @@ func runSuite(t *testing.T, newBacking func(t *testing.T) backing) {
 			if _, err := s.Context(ctx, "b", id); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("tombstone %s not deleted: %v", id, err)
 			}
+		}
+		if _, err := s.TaskContext(ctx, "b", "T1"); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("task of a deleted tombstone still indexed: %v", err)
 		}
 		if due, _ := s.Due(ctx, t0.Add(time.Hour), 100); len(due) != 0 {
 			t.Fatalf("due after everything was swept: %v", due)
