@@ -91,13 +91,20 @@ return {rec[1] or false, rec[2] or false, owner or false, live, mem or false}
 
 // commitScript writes a decision if what it was based on is unchanged.
 // Returns 1 on success, 0 on a version conflict, -1 when an added task
-// already belongs to another context.
+// already belongs to another context. ARGV[11] is a random token stored
+// with the record: if the client resent the script after a lost reply, the
+// version differs but the token is ours, and the commit counts as done
+// (otherwise the replica would re-decide on its own write and, for
+// example, drop the request as a duplicate delivery).
 var commitScript = redis.NewScript(`
 local ctx = ARGV[9]
-if (redis.call('HGET', KEYS[1], 'v') or '0') ~= ARGV[1] then return 0 end
+if (redis.call('HGET', KEYS[1], 'v') or '0') ~= ARGV[1] then
+  if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 't') == ARGV[11] then return 1 end
+  return 0
+end
 if ARGV[2] == '1' and (redis.call('GET', KEYS[5]) or '0') ~= ARGV[3] then return 0 end
 local nAdded = tonumber(ARGV[10])
-for i = 11, 10 + nAdded do
+for i = 12, 11 + nAdded do
   local owner = redis.call('HGET', KEYS[2], ARGV[i])
   if owner and owner ~= ctx then return -1 end
 end
@@ -105,15 +112,15 @@ if ARGV[5] == '' then
   redis.call('DEL', KEYS[1])
   redis.call('SREM', KEYS[6], ctx)
 else
-  redis.call('HSET', KEYS[1], 'v', ARGV[6], 'd', ARGV[5])
+  redis.call('HSET', KEYS[1], 'v', ARGV[6], 'd', ARGV[5], 't', ARGV[11])
   redis.call('SADD', KEYS[6], ctx)
 end
 if ARGV[7] == '' then redis.call('ZREM', KEYS[3], ctx) else redis.call('ZADD', KEYS[3], ARGV[7], ctx) end
 if ARGV[8] == '' then redis.call('ZREM', KEYS[4], ctx) else redis.call('ZADD', KEYS[4], ARGV[8], ctx) end
-for i = 11 + nAdded, #ARGV do
+for i = 12 + nAdded, #ARGV do
   if redis.call('HGET', KEYS[2], ARGV[i]) == ctx then redis.call('HDEL', KEYS[2], ARGV[i]) end
 end
-for i = 11, 10 + nAdded do redis.call('HSET', KEYS[2], ARGV[i], ctx) end
+for i = 12, 11 + nAdded do redis.call('HSET', KEYS[2], ARGV[i], ctx) end
 if ARGV[4] == '1' then redis.call('INCR', KEYS[5]) end
 return 1
 `)
@@ -235,9 +242,10 @@ func (r *Redis) commit(ctx context.Context, key Key, snap redisSnapshot, n *conv
 		}
 		return "0"
 	}
-	args := make([]any, 0, 10+len(ch.added)+len(ch.removed))
+	token := strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64(), 36)
+	args := make([]any, 0, 11+len(ch.added)+len(ch.removed))
 	args = append(args, snap.version, flag(ch.becomesLive), snap.mem, flag(ch.becomesLive || ch.leavesLive),
-		data, newVersion, expScore, dueScore, key.ContextID, len(ch.added))
+		data, newVersion, expScore, dueScore, key.ContextID, len(ch.added), token)
 	for _, id := range ch.added {
 		args = append(args, id)
 	}
