@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -15,12 +16,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -383,9 +387,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.agentsSharingIdentity),
 			builder.WithPredicates(createOrDeletePredicate())).
 		// Caller rules tie Agents together: a rule's owner and the Agents it selects both change.
-		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.agentsAffectedByCallerRules),
-			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{},
-				predicate.LabelChangedPredicate{}, createOrDeletePredicate()))).
+		Watches(&a2av1.Agent{}, r.callerRulesHandler()).
 		Owns(&corev1.Secret{}).
 		Owns(&appsv1.Deployment{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrent}).
@@ -427,42 +429,91 @@ func (r *AgentReconciler) agentsForPolicy(ctx context.Context, obj client.Object
 	return reqs
 }
 
-// agentsAffectedByCallerRules maps an Agent event to the Agents whose broker ACLs may change with
-// it: the Agents with caller selectors (they may start or stop admitting it) and, when it has
-// selectors itself, every Agent they can reach (they may join or leave its callers group).
-func (r *AgentReconciler) agentsAffectedByCallerRules(ctx context.Context, obj client.Object) []reconcile.Request {
-	a, ok := obj.(*a2av1.Agent)
+// callerRulesHandler maps Agent events to the Agents whose broker ACLs may change with them: the
+// Agents whose caller selectors match the changed Agent's labels, before or after the change
+// (they start or stop admitting it), and, when the changed Agent has selectors, every Agent
+// they can reach (they may join or leave its callers group). Matching here keeps a fleet-wide
+// rollout from re-reconciling every rule owner for every Agent.
+func (r *AgentReconciler) callerRulesHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.enqueueCallerRuleChanges(ctx, q, nil, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.enqueueCallerRuleChanges(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.enqueueCallerRuleChanges(ctx, q, nil, e.Object)
+		},
+	}
+}
+
+func (r *AgentReconciler) enqueueCallerRuleChanges(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], oldObj, newObj client.Object) {
+	a, ok := newObj.(*a2av1.Agent)
 	if !ok {
-		return nil
+		return
+	}
+	old, _ := oldObj.(*a2av1.Agent)
+	if old != nil && old.Generation == a.Generation && maps.Equal(old.Labels, a.Labels) {
+		return
 	}
 	log := logf.FromContext(ctx)
-	var reqs []reconcile.Request
-	enqueue := func(items []a2av1.Agent) {
-		for _, o := range items {
-			if o.UID != a.UID {
-				reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
-			}
+	add := func(o *a2av1.Agent) {
+		if o.UID != a.UID {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
 		}
 	}
 	var callees a2av1.AgentList
 	if err := r.List(ctx, &callees, client.MatchingFields{IndexAgentHasCallerSelectors: "true"}); err != nil {
 		log.Error(err, "list agents with caller selectors")
 	}
-	enqueue(callees.Items)
-	if len(a.Spec.Callers.From) > 0 {
-		opts := []client.ListOption{client.InNamespace(a.Namespace)}
-		for _, f := range a.Spec.Callers.From {
-			if f.NamespaceSelector != nil {
-				opts = nil // a namespace selector can reach any namespace
-			}
+	for i := range callees.Items {
+		callee := &callees.Items[i]
+		if selectsByLabels(callee, a) || (old != nil && selectsByLabels(callee, old)) {
+			add(callee)
 		}
-		var reachable a2av1.AgentList
-		if err := r.List(ctx, &reachable, opts...); err != nil {
-			log.Error(err, "list agents reachable by caller selectors")
-		}
-		enqueue(reachable.Items)
 	}
-	return reqs
+	if len(a.Spec.Callers.From) == 0 && (old == nil || len(old.Spec.Callers.From) == 0) {
+		return
+	}
+	if old != nil && old.Generation == a.Generation {
+		return // only its labels changed: the Agents it reaches are unaffected
+	}
+	opts := []client.ListOption{client.InNamespace(a.Namespace)}
+	for _, f := range append(slices.Clone(a.Spec.Callers.From), callersFrom(old)...) {
+		if f.NamespaceSelector != nil {
+			opts = nil // a namespace selector can reach any namespace
+		}
+	}
+	var reachable a2av1.AgentList
+	if err := r.List(ctx, &reachable, opts...); err != nil {
+		log.Error(err, "list agents reachable by caller selectors")
+	}
+	for i := range reachable.Items {
+		add(&reachable.Items[i])
+	}
+}
+
+// selectsByLabels reports whether one of callee's caller selectors could select agent. Namespace
+// selectors are not evaluated here (that needs the Namespace): they count as a possible match.
+func selectsByLabels(callee, agent *a2av1.Agent) bool {
+	for _, f := range callee.Spec.Callers.From {
+		if f.NamespaceSelector == nil && callee.Namespace != agent.Namespace {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&f.AgentSelector)
+		if err == nil && sel.Matches(labels.Set(agent.Labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+func callersFrom(a *a2av1.Agent) []a2av1.CallerSelector {
+	if a == nil {
+		return nil
+	}
+	return a.Spec.Callers.From
 }
 
 func (r *AgentReconciler) agentsSharingIdentity(ctx context.Context, obj client.Object) []reconcile.Request {

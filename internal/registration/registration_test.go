@@ -220,20 +220,74 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 		t.Fatal("old password still accepted after rotation")
 	}
 
-	// Delete removes client and card.
-	if err := k8s.Delete(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bot"}}); err != nil {
-		t.Fatalf("delete agent: %v", err)
-	}
-	eventually(t, "bot's client removed from the broker", func() error {
-		st, err := backend.Observe(ctx, &acl.Names{Clients: []string{"a2a:acme/support/bot"}})
-		if err != nil {
-			return err
+	// Relabelling a caller re-evaluates the selectors that admitted it: auditor loses its
+	// role=auditor label, so writer (which admits role=auditor) stops admitting it, and back.
+	writerRequest := "$a2a/v1/request/" + clientID(1)
+	relabel := func(value string) {
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"role":%s}}}`, value)
+		if err := k8s.Patch(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "auditor"}}, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+			t.Fatalf("relabel auditor: %v", err)
 		}
-		if len(st.Clients) != 0 {
-			return fmt.Errorf("client still present")
+	}
+	relabel("null")
+	eventually(t, "caller dropped by the selector loses access", func() error {
+		c, err := tryConnect(ctx, brokerAddr, clientID(4), creds[4])
+		if err != nil {
+			return err // the membership change kicks the session; reconnect
+		}
+		defer func() { _ = c.Disconnect(&paho.Disconnect{}) }()
+		if mayPublish(t, ctx, c, writerRequest) {
+			return fmt.Errorf("auditor may still call writer")
 		}
 		return nil
 	})
+	relabel(`"auditor"`)
+	eventually(t, "caller selected again regains access", func() error {
+		c, err := tryConnect(ctx, brokerAddr, clientID(4), creds[4])
+		if err != nil {
+			return err
+		}
+		defer func() { _ = c.Disconnect(&paho.Disconnect{}) }()
+		if !mayPublish(t, ctx, c, writerRequest) {
+			return fmt.Errorf("auditor may not call writer")
+		}
+		return nil
+	})
+
+	// A card change is republished.
+	patch := []byte(`{"spec":{"card":{"description":"plans the quarter"}}}`)
+	if err := k8s.Patch(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "planner"}}, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatalf("patch card: %v", err)
+	}
+	eventually(t, "updated card republished", func() error {
+		card, _ := retainedCard(t, ctx, conns[0], "$a2a/v1/discovery/"+clientID(0))
+		if card.Description != "plans the quarter" {
+			return fmt.Errorf("card description %q", card.Description)
+		}
+		return nil
+	})
+
+	// Delete removes client, roles and card.
+	botCard := "$a2a/v1/discovery/" + clientID(3)
+	if _, ok := readRetained(t, ctx, conns[2], botCard, 5*time.Second); !ok {
+		t.Fatal("bot has no card before deletion")
+	}
+	if err := k8s.Delete(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bot"}}); err != nil {
+		t.Fatalf("delete agent: %v", err)
+	}
+	eventually(t, "bot's client and roles removed from the broker", func() error {
+		st, err := backend.Observe(ctx, &acl.Names{Clients: []string{"a2a:acme/support/bot"}, Roles: []string{"a2a:agent:acme/support/bot"}})
+		if err != nil {
+			return err
+		}
+		if len(st.Clients)+len(st.Roles) != 0 {
+			return fmt.Errorf("still present: %d clients, %d roles", len(st.Clients), len(st.Roles))
+		}
+		return nil
+	})
+	if p, ok := readRetained(t, ctx, conns[2], botCard, time.Second); ok {
+		t.Fatalf("deleted agent's card still retained: %s", p.Payload)
+	}
 	if _, err := tryConnect(ctx, brokerAddr, clientID(3), creds[3]); err == nil {
 		t.Fatal("deleted agent can still connect")
 	}
@@ -584,12 +638,13 @@ func maySubscribe(t *testing.T, ctx context.Context, c *paho.Client, filter stri
 	return true
 }
 
-// retainedCard reads the retained card on topic through a fresh subscription of c.
-func retainedCard(t *testing.T, ctx context.Context, c *paho.Client, topic string) (a2a.AgentCard, map[string]string) {
+// readRetained subscribes c to topic and returns the retained message, if one arrives in wait.
+func readRetained(t *testing.T, ctx context.Context, c *paho.Client, topic string, wait time.Duration) (*paho.Publish, bool) {
 	t.Helper()
 	got := make(chan *paho.Publish, 1)
 	c.AddOnPublishReceived(func(pr paho.PublishReceived) (bool, error) {
-		if pr.Packet.Topic == topic {
+		// An empty retained publish is a deletion, not a message.
+		if pr.Packet.Topic == topic && len(pr.Packet.Payload) > 0 {
 			select {
 			case got <- pr.Packet:
 			default:
@@ -602,19 +657,28 @@ func retainedCard(t *testing.T, ctx context.Context, c *paho.Client, topic strin
 	}
 	select {
 	case p := <-got:
-		var card a2a.AgentCard
-		if err := json.Unmarshal(p.Payload, &card); err != nil {
-			t.Fatalf("card JSON: %v", err)
-		}
-		props := map[string]string{}
-		for _, u := range p.Properties.User {
-			props[u.Key] = u.Value
-		}
-		return card, props
-	case <-time.After(5 * time.Second):
+		return p, true
+	case <-time.After(wait):
+		return nil, false
+	}
+}
+
+// retainedCard reads the retained card on topic through a fresh subscription of c.
+func retainedCard(t *testing.T, ctx context.Context, c *paho.Client, topic string) (a2a.AgentCard, map[string]string) {
+	t.Helper()
+	p, ok := readRetained(t, ctx, c, topic, 5*time.Second)
+	if !ok {
 		t.Fatalf("no retained card on %s", topic)
 	}
-	return a2a.AgentCard{}, nil
+	var card a2a.AgentCard
+	if err := json.Unmarshal(p.Payload, &card); err != nil {
+		t.Fatalf("card JSON: %v", err)
+	}
+	props := map[string]string{}
+	for _, u := range p.Properties.User {
+		props[u.Key] = u.Value
+	}
+	return card, props
 }
 
 func eventually(t *testing.T, what string, check func() error) {
