@@ -1,0 +1,69 @@
+// Command conversation-service runs one replica of the conversation service
+// (internal/convservice): the A2A-over-MQTT reverse proxy that enforces
+// ConversationPolicies in front of gated agents.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
+)
+
+func env(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+func main() {
+	var cfg convservice.Config
+	var kubeconfig string
+	flag.StringVar(&cfg.BrokerURL, "broker", env("A2A_BROKER", "mqtt://127.0.0.1:1883"), "MQTT v5 broker URL (env A2A_BROKER)")
+	flag.StringVar(&cfg.Username, "username", env("A2A_USERNAME", "a2a:conversation-service"), "broker username (env A2A_USERNAME, from the service Secret)")
+	flag.StringVar(&cfg.ReplicaID, "replica-id", env("A2A_REPLICA_ID", ""), "replica id: MQTT client id suffix and reply topic suffix (default: host name)")
+	flag.StringVar(&cfg.Store, "store", env("A2A_STORE", "bolt:/var/lib/conversation-service/state.db"), "state store: bolt:PATH (one replica) or redis://host:port/db (several)")
+	flag.StringVar(&cfg.RedisPrefix, "redis-prefix", "a2af", "key prefix in Redis")
+	flag.BoolVar(&cfg.SharedSubscriptions, "shared-subscriptions", false,
+		"consume request topics via $share/a2a-conversation/ (only for brokers that deliver $-topics to shared subscriptions; Mosquitto 2.0.x does not)")
+	flag.StringVar(&cfg.Namespace, "namespace", env("A2A_WATCH_NAMESPACE", ""), "watch Agents and ConversationPolicies in this namespace only (default: all)")
+	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 disables)")
+	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
+	flag.DurationVar(&cfg.SweepInterval, "sweep-interval", time.Second, "how often expired contexts and input-required timeouts are applied")
+	flag.IntVar(&cfg.Workers, "workers", 32, "goroutines handling requests and replies")
+	flag.StringVar(&kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig file (default: in-cluster)")
+	zopts := zap.Options{}
+	zopts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	log := zap.New(zap.UseFlagOptions(&zopts))
+	ctrl.SetLogger(log)
+	cfg.Logger = log
+	cfg.Password = os.Getenv("A2A_PASSWORD")
+
+	var err error
+	if kubeconfig != "" {
+		cfg.RestConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg.RestConfig, err = ctrl.GetConfig()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conversation-service: kubernetes config:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := convservice.Run(ctx, cfg); err != nil {
+		log.Error(err, "conversation service failed")
+		os.Exit(1)
+	}
+}

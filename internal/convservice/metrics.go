@@ -1,0 +1,56 @@
+package convservice
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the service's Prometheus instruments, registered on a
+// registry owned by the Service (no process-global state, so several
+// services can run in one test process).
+type metrics struct {
+	activeContexts *prometheus.GaugeVec
+	tasks          *prometheus.GaugeVec
+	requests       *prometheus.CounterVec
+	rejections     *prometheus.CounterVec
+	replies        *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	gatedAgents    prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		activeContexts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "a2a_conversation", Name: "active_contexts",
+			Help: "Unexpired conversation contexts per gated agent (refreshed by the stats loop).",
+		}, []string{"agent"}),
+		tasks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "a2a_conversation", Name: "tasks",
+			Help: "Tasks held in conversation history by state (refreshed by the stats loop).",
+		}, []string{"state"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "a2a_conversation", Name: "requests_total",
+			Help: "Requests handled by decision kind (new_context, new_task, resume, retry, reject, ...).",
+		}, []string{"kind"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "a2a_conversation", Name: "rejections_total",
+			Help: "Requests answered with an error instead of being forwarded, by reason.",
+		}, []string{"reason"}),
+		replies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "a2a_conversation", Name: "replies_total",
+			Help: "Agent replies by outcome (relayed, dropped_unsealed, internal, relay_failed).",
+		}, []string{"outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "a2a_conversation", Name: "proxy_latency_seconds",
+			Help:    "Time the proxy adds: request received to forwarded (path=request), reply received to relayed (path=reply).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"path"}),
+		gatedAgents: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "a2a_conversation", Name: "gated_agents",
+			Help: "Agents whose public request topic this replica consumes.",
+		}),
+	}
+	reg.MustRegister(m.activeContexts, m.tasks, m.requests, m.rejections, m.replies, m.latency, m.gatedAgents,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

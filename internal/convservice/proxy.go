@@ -1,0 +1,374 @@
+package convservice
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// reasonNoMatchingSubscribers is PUBACK reason 0x10: nobody reads the topic
+// (the agent is not connected to its delivery topic).
+const reasonNoMatchingSubscribers = 0x10
+
+// handleTimeout bounds the store and broker work of one message.
+const handleTimeout = 30 * time.Second
+
+// inbound is a copy of what a handler needs of a received publish (paho
+// reuses nothing, but the copy keeps handlers independent of it).
+type inbound struct {
+	topic       string
+	payload     []byte
+	respTo      string
+	corr        []byte
+	user        paho.UserProperties
+	contentType string
+	expiry      *uint32
+	received    time.Time
+}
+
+func newInbound(p *paho.Publish) *inbound {
+	in := &inbound{topic: p.Topic, payload: p.Payload, received: time.Now()}
+	if pp := p.Properties; pp != nil {
+		in.respTo, in.corr, in.user, in.contentType, in.expiry = pp.ResponseTopic, pp.CorrelationData, pp.User, pp.ContentType, pp.MessageExpiry
+	}
+	return in
+}
+
+// onRequest runs on the MQTT receive goroutine: hand over to a worker.
+func (s *Service) onRequest(topic string, p *paho.Publish) {
+	in := newInbound(p)
+	in.topic = topic
+	s.dispatch(in.corr, func() { s.handleRequest(in) })
+}
+
+func (s *Service) onReply(p *paho.Publish) {
+	in := newInbound(p)
+	s.dispatch(in.corr, func() { s.handleReply(in) })
+}
+
+// requesterOf names the requester by its reply topic ("" when the topic is
+// not a profile reply topic).
+func requesterOf(respTo string) string {
+	info, err := a2amqtt.ParseTopic(respTo)
+	if err != nil || info.Method != a2amqtt.MethodReply || info.Agent == "" {
+		return ""
+	}
+	return info.Org + "/" + info.Unit + "/" + info.Agent
+}
+
+// admit applies the profile's reply-path checks shared by the proxy and the
+// history endpoint. It returns false when the request was answered or dropped.
+func (s *Service) admit(ctx context.Context, in *inbound) bool {
+	log := s.log.WithValues("topic", in.topic)
+	if in.respTo == "" {
+		// No reply path: the profile allows dropping.
+		log.Info("dropping request without Response Topic")
+		s.m.rejections.WithLabelValues("no_response_topic").Inc()
+		return false
+	}
+	if strings.ContainsAny(in.respTo, "+#") {
+		log.Info("dropping request with a wildcard Response Topic", "response_topic", in.respTo)
+		s.m.rejections.WithLabelValues("no_response_topic").Inc()
+		return false
+	}
+	if s.claims != nil {
+		won, err := s.claims.claim(ctx, in.respTo, in.corr)
+		if err != nil {
+			// Without the claim two replicas could both handle it; refusing
+			// is safer, and the error is retryable for the requester.
+			log.Error(err, "claim request")
+			s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
+				"conversation service cannot claim the request: shared state unavailable"))
+			return false
+		}
+		if !won {
+			return false
+		}
+	}
+	if len(in.corr) == 0 {
+		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorTransportProtocolError).Inc()
+		s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorTransportProtocolError, "request lacks MQTT Correlation Data"))
+		return false
+	}
+	if in.expiry != nil && time.Since(in.received) > time.Duration(*in.expiry)*time.Second {
+		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorRequestExpired).Inc()
+		s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorRequestExpired,
+			fmt.Sprintf("request expired after waiting %s in the conversation service (message expiry %ds)",
+				time.Since(in.received).Round(time.Millisecond), *in.expiry)))
+		return false
+	}
+	return true
+}
+
+func (s *Service) decode(ctx context.Context, in *inbound, requireTaskID bool) *a2amqtt.InboundRequest {
+	req, err := a2amqtt.DecodeRequest(in.payload, a2amqtt.DecodeLimits{MaxPayloadBytes: s.cfg.MaxPayloadBytes, RequireTaskID: requireTaskID})
+	if err == nil {
+		return req
+	}
+	var de *a2amqtt.DecodeError
+	if errors.As(err, &de) {
+		s.m.rejections.WithLabelValues(reasonOfRPC(de.Err)).Inc()
+		s.replyError(ctx, in, de.ID, de.Err)
+		return nil
+	}
+	s.m.rejections.WithLabelValues("invalid_request").Inc()
+	s.replyError(ctx, in, nil, &a2amqtt.RPCError{Code: -32600, Message: err.Error()})
+	return nil
+}
+
+func reasonOfRPC(e *a2amqtt.RPCError) string {
+	if k := e.A2AError(); k != "" {
+		return k
+	}
+	switch e.Code {
+	case -32700:
+		return "parse_error"
+	case -32600:
+		return "invalid_request"
+	case -32601:
+		return "method_not_found"
+	case -32602:
+		return "invalid_params"
+	}
+	return fmt.Sprintf("code_%d", e.Code)
+}
+
+// reasonOf labels an engine rejection for the rejections metric.
+func reasonOf(e *conversation.Error) string {
+	if e.A2AError != "" {
+		return e.A2AError
+	}
+	switch e.Code {
+	case -32602:
+		if _, ok := e.Details["taskContextId"]; ok {
+			return "context_mismatch"
+		}
+		return "invalid_params"
+	case -32004:
+		return "terminal_task"
+	case -32002:
+		return "task_not_cancelable"
+	}
+	return fmt.Sprintf("code_%d", e.Code)
+}
+
+func (s *Service) handleRequest(in *inbound) {
+	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
+	defer cancel()
+	if !s.admit(ctx, in) {
+		return
+	}
+	g := s.gated.byRequestTopic(in.topic)
+	if g == nil {
+		// Unsubscribe raced with this message: the agent is no longer gated.
+		s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
+			"agent is no longer served by the conversation service; retry"))
+		return
+	}
+	req := s.decode(ctx, in, true)
+	if req == nil {
+		return
+	}
+	log := s.log.WithValues("agent", g.key, "method", req.Method, "task", req.TaskID, "context", req.ContextID)
+	method, ruled := conversation.ParseMethod(req.Method)
+	rt := route{Agent: g.key, TaskID: req.TaskID, ContextID: req.ContextID, Method: method, Correlation: in.corr, ResponseTopic: in.respTo}
+	var d conversation.Decision
+	tracked := false
+	switch {
+	case !ruled, method == conversation.MethodGetTask, method == conversation.MethodListTasks:
+		// Reads and methods the engine does not rule on change no state:
+		// forward without a store round trip.
+		s.m.requests.WithLabelValues(string(conversation.KindRead)).Inc()
+	default:
+		now := s.cfg.Now()
+		var err error
+		d, err = convstore.Decide(ctx, s.store, g.key, g.policy, now, conversation.Request{
+			Method: method, TaskID: req.TaskID, ContextID: req.ContextID, MessageID: req.MessageID,
+			Correlation: in.corr, ResponseTopic: in.respTo, Requester: requesterOf(in.respTo),
+		})
+		if err != nil {
+			log.Error(err, "conversation state unavailable")
+			s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
+			s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
+				"conversation service cannot reach its state store; retry"))
+			return
+		}
+		s.m.requests.WithLabelValues(string(d.Kind)).Inc()
+		for _, x := range d.Expirations {
+			s.expired(ctx, g.key, x)
+		}
+		if d.Kind == conversation.KindReject {
+			log.V(1).Info("request rejected", "code", d.Err.Code, "reason", reasonOf(d.Err))
+			s.m.rejections.WithLabelValues(reasonOf(d.Err)).Inc()
+			data, err := d.Err.Data(now)
+			if err != nil {
+				log.Error(err, "encode rejection data")
+			}
+			s.replyError(ctx, in, req.ID, &a2amqtt.RPCError{Code: d.Err.Code, Message: d.Err.Message, Data: data})
+			return
+		}
+		if !d.Forward {
+			// QoS 1 redelivery of a request already forwarded: its replies
+			// flow on the tracked correlation.
+			log.V(1).Info("duplicate delivery dropped")
+			return
+		}
+		if d.Context != nil {
+			rt.ContextID = d.Context.ID
+		}
+		tracked = d.Changed && d.Task != nil
+	}
+	out := &paho.Publish{
+		Topic: g.delivery, QoS: 1, Payload: in.payload,
+		Properties: &paho.PublishProperties{
+			ResponseTopic:   s.replyTopic,
+			CorrelationData: s.seal.seal(rt),
+			ContentType:     in.contentType,
+			User:            in.user,
+		},
+	}
+	if in.expiry != nil {
+		left := int64(*in.expiry) - int64(time.Since(in.received)/time.Second)
+		left = max(left, 1)
+		v := uint32(left)
+		out.Properties.MessageExpiry = &v
+	}
+	resp, err := s.publish(ctx, out)
+	if err == nil && resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers {
+		err = errors.New("no subscriber on the delivery topic")
+	}
+	if err != nil {
+		log.Info("cannot forward to the agent", "delivery", g.delivery, "err", err.Error())
+		if tracked {
+			// Undo the run the decision started, as the agent refusing it
+			// would: the task must not hold a concurrency slot forever.
+			if _, oerr := convstore.Observe(ctx, s.store, g.key, g.policy, s.cfg.Now(), conversation.Event{
+				Kind: conversation.EventError, TaskID: req.TaskID, Correlation: in.corr, Final: true,
+			}); oerr != nil {
+				log.Error(oerr, "undo forwarded run")
+			}
+		}
+		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
+		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
+			fmt.Sprintf("agent %s is not reading its delivery topic", g.key)))
+		return
+	}
+	s.m.latency.WithLabelValues("request").Observe(time.Since(in.received).Seconds())
+}
+
+// streaming reports whether replies to m form a stream (several replies,
+// the last one marked by its state) rather than one unary result.
+func streaming(m conversation.Method) bool {
+	return m == conversation.MethodSendStreamingMessage || m == conversation.MethodSubscribeToTask
+}
+
+func (s *Service) handleReply(in *inbound) {
+	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
+	defer cancel()
+	rt, err := s.seal.open(in.corr)
+	if err != nil {
+		s.m.replies.WithLabelValues("dropped_unsealed").Inc()
+		s.log.Info("dropping reply with unknown correlation data", "topic", in.topic)
+		return
+	}
+	log := s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method)
+	if rt.TaskID != "" {
+		ev, err := replyEvent(in.payload)
+		if err != nil {
+			log.Info("reply not understood; relaying without observing it", "err", err.Error())
+		} else if ev.Kind != "" {
+			// The sealed route, not the payload, says which task this is:
+			// error replies carry no task id, and an agent must not move
+			// another task's state.
+			ev.TaskID = rt.TaskID
+			ev.Correlation = rt.Correlation
+			ev.Final = ev.Final || !streaming(rt.Method)
+			o, err := convstore.Observe(ctx, s.store, rt.Agent, s.gated.policyOf(rt.Agent), s.cfg.Now(), ev)
+			if err != nil {
+				// Relaying matters more than bookkeeping here; the next
+				// event or the sweeper reconciles the state.
+				log.Error(err, "record reply event")
+			}
+			for _, x := range o.Expirations {
+				s.expired(ctx, rt.Agent, x)
+			}
+		}
+	}
+	if rt.Internal {
+		s.m.replies.WithLabelValues("internal").Inc()
+		return
+	}
+	out := &paho.Publish{
+		Topic: rt.ResponseTopic, QoS: 1, Payload: in.payload,
+		Properties: &paho.PublishProperties{CorrelationData: rt.Correlation, ContentType: in.contentType, User: in.user},
+	}
+	// Pipelined: the worker owning this correlation sends in order, and a
+	// long stream is not paced by one PUBACK round trip per item.
+	if err := s.conn.PublishAsync(ctx, out); err != nil {
+		s.m.replies.WithLabelValues("relay_failed").Inc()
+		log.Error(err, "relay reply", "response_topic", rt.ResponseTopic)
+		return
+	}
+	s.m.replies.WithLabelValues("relayed").Inc()
+	s.m.latency.WithLabelValues("reply").Observe(time.Since(in.received).Seconds())
+}
+
+// replyError answers the requester itself, echoing its correlation data.
+func (s *Service) replyError(ctx context.Context, in *inbound, id any, e *a2amqtt.RPCError) {
+	if in.respTo == "" {
+		return
+	}
+	b, err := encodeResponse(id, nil, &rpcError{Code: e.Code, Message: e.Message, Data: e.Data})
+	if err != nil {
+		s.log.Error(err, "encode error reply")
+		return
+	}
+	s.send(ctx, in, b)
+}
+
+func (s *Service) send(ctx context.Context, in *inbound, payload []byte) {
+	_, err := s.publish(ctx, &paho.Publish{
+		Topic: in.respTo, QoS: 1, Payload: payload,
+		Properties: &paho.PublishProperties{CorrelationData: in.corr, ContentType: "application/json"},
+	})
+	if err != nil {
+		s.log.Error(err, "answer requester", "response_topic", in.respTo)
+	}
+}
+
+// cancelAtAgent sends CancelTask for a task the engine gave up on, so the
+// agent frees what it holds; the reply is observed, not relayed.
+func (s *Service) cancelAtAgent(ctx context.Context, agent, contextID, taskID string) {
+	g := s.gated.agent(agent)
+	if g == nil {
+		return
+	}
+	corr := make([]byte, 16)
+	_, _ = rand.Read(corr)
+	payload, err := json.Marshal(map[string]any{
+		"jsonrpc": "2.0", "id": "conversation-service-cancel-" + taskID, "method": "CancelTask",
+		"params": map[string]string{"id": taskID},
+	})
+	if err != nil {
+		s.log.Error(err, "encode CancelTask")
+		return
+	}
+	rt := route{Agent: agent, TaskID: taskID, ContextID: contextID, Method: conversation.MethodCancelTask, Correlation: corr, Internal: true}
+	_, err = s.publish(ctx, &paho.Publish{
+		Topic: g.delivery, QoS: 1, Payload: payload,
+		Properties: &paho.PublishProperties{ResponseTopic: s.replyTopic, CorrelationData: s.seal.seal(rt), ContentType: "application/json"},
+	})
+	if err != nil {
+		s.log.Info("cannot cancel expired task at the agent", "agent", agent, "task", taskID, "err", err.Error())
+	}
+}

@@ -1,0 +1,259 @@
+package convservice
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// gatedAgent is one agent the service stands in front of.
+type gatedAgent struct {
+	ref      a2amqtt.AgentRef
+	key      string // "org/unit/agent": the store's agent key
+	request  string // public request topic (what requesters publish to)
+	delivery string // where accepted requests go
+	policy   conversation.Policy
+	// policyName is "namespace/name" of the governing ConversationPolicy.
+	policyName string
+}
+
+// registry tracks the gated agents from the Kubernetes API (an informer
+// cache on Agents and ConversationPolicies) and keeps one subscription per
+// gated agent's request topic. Policy edits take effect on the next request
+// without a restart: handlers read the policy at decision time.
+type registry struct {
+	s     *Service
+	cache cache.Cache
+	kick  chan struct{}
+	stop  context.CancelFunc
+	done  chan struct{}
+
+	mu      sync.RWMutex
+	byTopic map[string]*gatedAgent
+	byKey   map[string]*gatedAgent
+	subs    map[string]*a2amqtt.Subscription // by request topic
+}
+
+func newRegistry(ctx context.Context, s *Service) (*registry, error) {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(a2av1.AddToScheme(scheme))
+	opts := cache.Options{Scheme: scheme}
+	if s.cfg.Namespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{s.cfg.Namespace: {}}
+	}
+	c, err := cache.New(s.cfg.RestConfig, opts)
+	if err != nil {
+		return nil, fmt.Errorf("conversation service: kubernetes cache: %w", err)
+	}
+	r := &registry{
+		s: s, cache: c, kick: make(chan struct{}, 1), done: make(chan struct{}),
+		byTopic: map[string]*gatedAgent{}, byKey: map[string]*gatedAgent{}, subs: map[string]*a2amqtt.Subscription{},
+	}
+	handler := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { r.poke() },
+		UpdateFunc: func(any, any) { r.poke() },
+		DeleteFunc: func(any) { r.poke() },
+	}
+	for _, obj := range []client.Object{&a2av1.Agent{}, &a2av1.ConversationPolicy{}} {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			return nil, fmt.Errorf("conversation service: informer for %T: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return nil, fmt.Errorf("conversation service: watch %T: %w", obj, err)
+		}
+	}
+	cctx, stop := context.WithCancel(context.Background())
+	r.stop = stop
+	go func() {
+		defer close(r.done)
+		if err := c.Start(cctx); err != nil {
+			s.log.Error(err, "kubernetes cache stopped")
+		}
+	}()
+	syncCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if !c.WaitForCacheSync(syncCtx) {
+		stop()
+		<-r.done
+		return nil, fmt.Errorf("conversation service: kubernetes cache did not sync: %w", syncCtx.Err())
+	}
+	// Subscribe what exists before reporting ready, so a request published
+	// right after Start returns is not lost.
+	r.resync(ctx)
+	return r, nil
+}
+
+func (r *registry) poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *registry) run(ctx context.Context) {
+	t := time.NewTicker(r.s.cfg.ResyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-t.C:
+		}
+		r.resync(ctx)
+	}
+}
+
+func (r *registry) close() {
+	r.stop()
+	<-r.done
+}
+
+// desired lists the gated agents from the cache.
+func (r *registry) desired(ctx context.Context) (map[string]*gatedAgent, error) {
+	var agents a2av1.AgentList
+	if err := r.cache.List(ctx, &agents); err != nil {
+		return nil, fmt.Errorf("list agents: %w", err)
+	}
+	var policies a2av1.ConversationPolicyList
+	if err := r.cache.List(ctx, &policies); err != nil {
+		return nil, fmt.Errorf("list conversation policies: %w", err)
+	}
+	byName := map[string]*a2av1.ConversationPolicy{}
+	for i := range policies.Items {
+		p := &policies.Items[i]
+		byName[p.Namespace+"/"+p.Name] = p
+	}
+	out := map[string]*gatedAgent{}
+	for i := range agents.Items {
+		a := &agents.Items[i]
+		if a.Status.Topics == nil || a.Status.Topics.Delivery == "" || a.DeletionTimestamp != nil {
+			continue
+		}
+		ref, err := a2amqtt.ParseAgentRef(a.Status.ClientID)
+		if err != nil {
+			r.s.log.Info("skipping gated agent with malformed client id", "agent", client.ObjectKeyFromObject(a), "client_id", a.Status.ClientID)
+			continue
+		}
+		g := &gatedAgent{ref: ref, key: ref.String(), request: ref.RequestTopic(), delivery: a.Status.Topics.Delivery,
+			policy: conversation.DefaultPolicy()}
+		if name := a.Status.ConversationPolicy; name != "" {
+			g.policyName = a.Namespace + "/" + name
+			if p := byName[g.policyName]; p != nil {
+				pol, err := conversation.NewPolicy(&p.Spec)
+				if err != nil {
+					r.s.log.Error(err, "invalid conversation policy, using defaults", "policy", g.policyName)
+				} else {
+					g.policy = pol
+				}
+			}
+		}
+		out[g.request] = g
+	}
+	return out, nil
+}
+
+// resync applies the desired set: new agents are subscribed, gone ones
+// unsubscribed, policies replaced. A subscription the broker refuses (the
+// operator has not granted the gate role yet) is retried on the next pass.
+func (r *registry) resync(ctx context.Context) {
+	want, err := r.desired(ctx)
+	if err != nil {
+		r.s.log.Error(err, "read gated agents")
+		return
+	}
+	byKey := make(map[string]*gatedAgent, len(want))
+	for _, g := range want {
+		byKey[g.key] = g
+	}
+	r.mu.Lock()
+	r.byTopic, r.byKey = want, byKey
+	var add, remove []string
+	for topic := range want {
+		if r.subs[topic] == nil {
+			add = append(add, topic)
+		}
+	}
+	for topic := range r.subs {
+		if want[topic] == nil {
+			remove = append(remove, topic)
+		}
+	}
+	r.mu.Unlock()
+
+	for _, topic := range remove {
+		r.mu.Lock()
+		sub := r.subs[topic]
+		delete(r.subs, topic)
+		r.mu.Unlock()
+		if err := sub.Close(ctx); err != nil {
+			r.s.log.Error(err, "unsubscribe agent that is no longer gated", "topic", topic)
+		} else {
+			r.s.log.Info("stopped consuming request topic", "topic", topic)
+		}
+	}
+	for _, topic := range add {
+		topic := topic
+		sub, err := r.s.conn.Subscribe(ctx, r.s.filter(topic), func(p *paho.Publish) { r.s.onRequest(topic, p) })
+		if err != nil {
+			r.s.log.Info("cannot consume request topic yet, will retry", "topic", topic, "err", err.Error())
+			continue
+		}
+		r.mu.Lock()
+		r.subs[topic] = sub
+		r.mu.Unlock()
+		r.s.log.Info("consuming request topic", "topic", topic, "agent", want[topic].key, "policy", want[topic].policyName)
+	}
+	r.mu.RLock()
+	r.s.m.gatedAgents.Set(float64(len(r.subs)))
+	r.mu.RUnlock()
+}
+
+func (r *registry) byRequestTopic(topic string) *gatedAgent {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byTopic[topic]
+}
+
+func (r *registry) agent(key string) *gatedAgent {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byKey[key]
+}
+
+// policyOf returns the policy of an agent; an agent that is no longer gated
+// keeps the defaults so its stored contexts still expire.
+func (r *registry) policyOf(key string) conversation.Policy {
+	if g := r.agent(key); g != nil {
+		return g.policy
+	}
+	return conversation.DefaultPolicy()
+}
+
+func (r *registry) subscribed() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []string
+	for topic := range r.subs {
+		if g := r.byTopic[topic]; g != nil {
+			out = append(out, g.key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

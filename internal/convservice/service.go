@@ -1,0 +1,497 @@
+// Package convservice is the conversation service: an A2A-over-MQTT reverse
+// proxy in front of the agents a ConversationPolicy governs ("gated" agents,
+// DESIGN §4, internal/gate). It consumes their public request topics, rules
+// on every request with the conversation engine (internal/conversation)
+// through an atomic store update (internal/convstore), forwards accepted
+// requests to the agent's delivery topic, and relays every reply event back
+// to the requester after the engine has observed it, so a follow-up sent the
+// instant a task completes already sees the completion. It also answers
+// GetTask/ListTasks on its own request topic from the store, so responders
+// can read a context's prior turns.
+package convservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"k8s.io/client-go/rest"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
+	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// Config configures one service replica.
+type Config struct {
+	// BrokerURL is the MQTT v5 broker (mqtt://host:1883, ...).
+	BrokerURL string
+	// Username and Password are the service's broker credentials (the
+	// Secret EnsureServiceCredentials writes: username a2a:conversation-service).
+	Username string
+	Password string
+	// ReplicaID names this replica: its MQTT client id is
+	// a2a-fleet/system/conversation-service-{ReplicaID} and agents reply to
+	// $a2a/v1/reply/a2a-fleet/system/conversation-service/{ReplicaID}.
+	// Must match ^[A-Za-z0-9_.-]+$; defaults to the host name.
+	ReplicaID string
+	// Store is "bolt:PATH" (one replica, survives restarts) or
+	// "redis://host:port/db" (several replicas). Ignored when StoreImpl is set.
+	Store string
+	// StoreImpl, when set, is used instead of opening Store (in-process
+	// callers that share a store). The service does not close it.
+	StoreImpl convstore.Store
+	// RedisPrefix namespaces the Redis keys (default "a2af").
+	RedisPrefix string
+	// BoltNoSync skips fsync on bolt commits (tests and benchmarks only).
+	BoltNoSync bool
+	// SharedSubscriptions consumes request topics through
+	// $share/a2a-conversation/...; only for brokers that deliver
+	// $-prefixed topics to shared subscriptions (not Mosquitto 2.0.x).
+	// Otherwise every replica subscribes to the plain topics and a claim
+	// in the shared store picks the one replica that handles a request.
+	SharedSubscriptions bool
+	// RestConfig reaches the Kubernetes API (Agents, ConversationPolicies).
+	RestConfig *rest.Config
+	// Namespace restricts the watch to one namespace ("" = all).
+	Namespace string
+	// MetricsAddr serves /metrics ("" or "0" = off).
+	MetricsAddr string
+	// HealthAddr serves /healthz and /readyz ("" or "0" = off).
+	HealthAddr string
+	// Now is the clock (default time.Now); the engine never reads a clock
+	// itself, so tests can move time.
+	Now func() time.Time
+	// SweepInterval is how often due contexts are expired (default 1s).
+	SweepInterval time.Duration
+	// StatsInterval is how often the context/task gauges are recomputed
+	// from the store (default 15s).
+	StatsInterval time.Duration
+	// ResyncInterval re-reads the gated agents and retries subscriptions
+	// the broker refused (default 10s; changes are also applied on watch
+	// events at once).
+	ResyncInterval time.Duration
+	// Workers is how many goroutines handle requests and replies (default
+	// 32). Messages with the same correlation data go to the same worker,
+	// so a reply stream keeps its order.
+	Workers int
+	// RouteSecret keys the HMAC that seals routes in forwarded correlation
+	// data; every replica must use the same one. Defaults to Password.
+	RouteSecret []byte
+	// MaxPayloadBytes rejects larger requests (default 1 MiB).
+	MaxPayloadBytes int
+	// Logger defaults to logr.Discard().
+	Logger logr.Logger
+	// Registry receives the metrics (default: a new registry, served on
+	// MetricsAddr).
+	Registry *prometheus.Registry
+}
+
+func (c *Config) defaults() error {
+	if c.ReplicaID == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("default replica id from host name: %w", err)
+		}
+		c.ReplicaID = h
+	}
+	if !a2amqtt.ValidID(c.ReplicaID) {
+		return fmt.Errorf("replica id %q must match ^[A-Za-z0-9_.-]+$", c.ReplicaID)
+	}
+	if c.BrokerURL == "" {
+		return errors.New("broker URL is required")
+	}
+	if c.RestConfig == nil {
+		return errors.New("kubernetes rest config is required")
+	}
+	if c.StoreImpl == nil && c.Store == "" {
+		return errors.New("store is required (bolt:PATH or redis://...)")
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = time.Second
+	}
+	if c.StatsInterval <= 0 {
+		c.StatsInterval = 15 * time.Second
+	}
+	if c.ResyncInterval <= 0 {
+		c.ResyncInterval = 10 * time.Second
+	}
+	if c.Workers <= 0 {
+		c.Workers = 32
+	}
+	if c.MaxPayloadBytes <= 0 {
+		c.MaxPayloadBytes = 1 << 20
+	}
+	if c.RouteSecret == nil {
+		c.RouteSecret = []byte(c.Password)
+	}
+	if c.RedisPrefix == "" {
+		c.RedisPrefix = "a2af"
+	}
+	if c.Logger.GetSink() == nil {
+		c.Logger = logr.Discard()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	return nil
+}
+
+// Service is a running replica.
+type Service struct {
+	cfg        Config
+	log        logr.Logger
+	store      convstore.Store
+	ownStore   bool
+	claims     claimer
+	conn       *a2amqtt.Conn
+	seal       sealer
+	replyTopic string
+	m          *metrics
+	gated      *registry
+
+	shards []chan func()
+	wg     sync.WaitGroup
+	stop   context.CancelFunc
+	done   chan struct{}
+	ready  atomic.Bool
+	https  []*http.Server
+	closed sync.Once
+}
+
+// Run starts a replica and serves until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return s.Close()
+}
+
+// Start connects to the store, the broker and the Kubernetes API, subscribes
+// to the gated agents' request topics and returns once the replica serves.
+func Start(ctx context.Context, cfg Config) (*Service, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, fmt.Errorf("conversation service config: %w", err)
+	}
+	s := &Service{
+		cfg:        cfg,
+		log:        cfg.Logger.WithValues("replica", cfg.ReplicaID),
+		seal:       newSealer(cfg.RouteSecret),
+		replyTopic: gate.Service.ReplyTopic(cfg.ReplicaID),
+		m:          newMetrics(cfg.Registry),
+		done:       make(chan struct{}),
+	}
+	if err := s.openStore(); err != nil {
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	fail := func(err error) (*Service, error) {
+		_ = s.Close()
+		return nil, err
+	}
+	if err := s.serveHTTP(); err != nil {
+		return fail(err)
+	}
+	s.shards = make([]chan func(), cfg.Workers)
+	for i := range s.shards {
+		ch := make(chan func(), 256)
+		s.shards[i] = ch
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			for job := range ch {
+				job()
+			}
+		}()
+	}
+	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
+		BrokerURL: cfg.BrokerURL,
+		Username:  cfg.Username,
+		Password:  cfg.Password,
+		Agent:     a2amqtt.AgentRef{Org: gate.Service.Org, Unit: gate.Service.Unit, Agent: gate.Service.Agent + "-" + cfg.ReplicaID},
+		Logger:    slog.New(logr.ToSlogHandler(s.log.WithName("mqtt"))),
+	})
+	if err != nil {
+		return fail(fmt.Errorf("conversation service: connect broker: %w", err))
+	}
+	s.conn = conn
+	// Replies first: a request forwarded before this subscription existed
+	// could be answered into the void.
+	if _, err := conn.Subscribe(ctx, s.replyTopic, s.onReply); err != nil {
+		return fail(fmt.Errorf("conversation service: subscribe reply topic: %w", err))
+	}
+	if _, err := conn.Subscribe(ctx, s.filter(gate.Service.RequestTopic()), s.onHistoryRequest); err != nil {
+		return fail(fmt.Errorf("conversation service: subscribe own request topic: %w", err))
+	}
+	s.gated, err = newRegistry(ctx, s)
+	if err != nil {
+		return fail(err)
+	}
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.gated.run(runCtx) }()
+	go func() { defer s.wg.Done(); s.sweepLoop(runCtx) }()
+	go func() { defer s.wg.Done(); s.statsLoop(runCtx) }()
+	s.ready.Store(true)
+	s.log.Info("conversation service started", "reply_topic", s.replyTopic, "shared_subscriptions", cfg.SharedSubscriptions,
+		"store", storeKind(cfg))
+	return s, nil
+}
+
+func storeKind(cfg Config) string {
+	if cfg.StoreImpl != nil {
+		return "provided"
+	}
+	kind, _, _ := strings.Cut(cfg.Store, ":")
+	return kind
+}
+
+func (s *Service) openStore() error {
+	if s.cfg.StoreImpl != nil {
+		s.store = s.cfg.StoreImpl
+		return nil
+	}
+	switch {
+	case strings.HasPrefix(s.cfg.Store, "bolt:"):
+		b, err := convstore.OpenBolt(strings.TrimPrefix(s.cfg.Store, "bolt:"), &convstore.BoltOptions{NoSync: s.cfg.BoltNoSync, Timeout: 30 * time.Second})
+		if err != nil {
+			return fmt.Errorf("conversation service: %w", err)
+		}
+		s.store, s.ownStore = b, true
+	case strings.HasPrefix(s.cfg.Store, "redis://"), strings.HasPrefix(s.cfg.Store, "rediss://"):
+		opts, err := redis.ParseURL(s.cfg.Store)
+		if err != nil {
+			return fmt.Errorf("conversation service: parse redis URL: %w", err)
+		}
+		c := redis.NewClient(opts)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Ping(ctx).Err(); err != nil {
+			_ = c.Close()
+			return fmt.Errorf("conversation service: redis %s unreachable: %w", opts.Addr, err)
+		}
+		s.store, s.ownStore = convstore.NewRedis(c, s.cfg.RedisPrefix), true
+		if !s.cfg.SharedSubscriptions {
+			s.claims = &redisClaimer{c: c, prefix: s.cfg.RedisPrefix, replica: s.cfg.ReplicaID, ttl: 10 * time.Minute}
+		}
+	default:
+		return fmt.Errorf("conversation service: store %q: want bolt:PATH or redis://", s.cfg.Store)
+	}
+	return nil
+}
+
+// filter is how this replica subscribes to a request topic.
+func (s *Service) filter(topic string) string {
+	if s.cfg.SharedSubscriptions {
+		return "$share/" + gate.ShareGroup + "/" + topic
+	}
+	return topic
+}
+
+func (s *Service) serveHTTP() error {
+	listen := func(addr string, mux *http.ServeMux) error {
+		if addr == "" || addr == "0" {
+			return nil
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("conversation service: listen %s: %w", addr, err)
+		}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		s.https = append(s.https, srv)
+		go func() { _ = srv.Serve(l) }()
+		return nil
+	}
+	metricsMux := http.NewServeMux()
+	metricsMux.Handle("/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	if err := listen(s.cfg.MetricsAddr, metricsMux); err != nil {
+		return err
+	}
+	health := http.NewServeMux()
+	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	return listen(s.cfg.HealthAddr, health)
+}
+
+// ReplyTopic is where agents answer this replica.
+func (s *Service) ReplyTopic() string { return s.replyTopic }
+
+// Registry returns the metrics registry.
+func (s *Service) Registry() *prometheus.Registry { return s.cfg.Registry }
+
+// GatedAgents returns the agents ("org/unit/agent") this replica currently
+// consumes the request topics of.
+func (s *Service) GatedAgents() []string {
+	if s.gated == nil {
+		return nil
+	}
+	return s.gated.subscribed()
+}
+
+// Close stops consuming, drains the workers and closes the connection and
+// (when opened here) the store.
+func (s *Service) Close() error {
+	var errs []error
+	s.closed.Do(func() {
+		s.ready.Store(false)
+		if s.stop != nil {
+			s.stop()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if s.gated != nil {
+			s.gated.close()
+		}
+		if s.conn != nil {
+			errs = append(errs, s.conn.Close(ctx))
+		}
+		for _, ch := range s.shards {
+			close(ch)
+		}
+		s.wg.Wait()
+		for _, h := range s.https {
+			_ = h.Shutdown(ctx)
+		}
+		if s.ownStore && s.store != nil {
+			errs = append(errs, s.store.Close())
+		}
+		close(s.done)
+	})
+	return errors.Join(errs...)
+}
+
+// dispatch runs job on the worker owning key (the correlation data), so
+// messages of one reply stream are handled in order. It blocks when that
+// worker is saturated, which applies backpressure to the broker.
+func (s *Service) dispatch(key []byte, job func()) {
+	h := fnv.New32a()
+	h.Write(key)
+	defer func() {
+		// A message racing with Close finds its worker gone: drop it.
+		_ = recover()
+	}()
+	s.shards[h.Sum32()%uint32(len(s.shards))] <- job
+}
+
+// publish sends p, waiting for the PUBACK.
+func (s *Service) publish(ctx context.Context, p *paho.Publish) (*paho.PublishResponse, error) {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return s.conn.Publish(pctx, p)
+}
+
+func (s *Service) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			swept, err := convstore.Sweep(ctx, s.store, s.gated.policyOf, s.cfg.Now(), 256)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Error(err, "expiry sweep failed")
+				}
+				break
+			}
+			for _, x := range swept {
+				s.expired(ctx, x.Agent, x.Expiration)
+			}
+			if len(swept) < 256 {
+				break
+			}
+		}
+	}
+}
+
+// expired acts on what expiry did: tasks failed by the input-required
+// timeout and unfinished tasks of an expired context are canceled at the
+// agent, which still believes they wait or run.
+func (s *Service) expired(ctx context.Context, agent string, x conversation.Expiration) {
+	for _, t := range x.TimedOut {
+		s.log.Info("input-required timeout: task failed", "agent", agent, "context", x.ContextID, "task", t.TaskID, "waiting_since", t.WaitingSince)
+		s.cancelAtAgent(ctx, agent, x.ContextID, t.TaskID)
+	}
+	if x.Expired != nil {
+		s.log.Info("context expired", "agent", agent, "context", x.ContextID, "reason", x.Expired.Reason)
+		for _, t := range x.Dropped {
+			if !t.Terminal() {
+				s.cancelAtAgent(ctx, agent, x.ContextID, t.ID)
+			}
+		}
+	}
+}
+
+func (s *Service) statsLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.StatsInterval)
+	defer t.Stop()
+	for {
+		s.refreshStats(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// refreshStats recomputes the gauges from the store. It scans every context:
+// cheap at the scale one replica serves, and exact across replicas.
+func (s *Service) refreshStats(ctx context.Context) {
+	now := s.cfg.Now()
+	live := map[string]int{}
+	states := map[string]int{}
+	err := s.store.Contexts(ctx, func(agent string, c *conversation.Context) error {
+		p := s.gated.policyOf(agent)
+		if c.Live(p, now) {
+			live[agent]++
+			for _, t := range c.Tasks {
+				states[string(t.State)]++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error(err, "refresh conversation stats")
+		}
+		return
+	}
+	s.m.activeContexts.Reset()
+	for a, n := range live {
+		s.m.activeContexts.WithLabelValues(a).Set(float64(n))
+	}
+	s.m.tasks.Reset()
+	for st, n := range states {
+		s.m.tasks.WithLabelValues(st).Set(float64(n))
+	}
+}
