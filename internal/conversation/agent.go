@@ -1,7 +1,6 @@
 package conversation
 
 import (
-	"container/heap"
 	"fmt"
 	"time"
 )
@@ -24,7 +23,7 @@ func NewAgent() *Agent {
 	return &Agent{
 		contexts: map[string]*Context{},
 		tasks:    map[string]string{},
-		due:      deadlines{at: map[string]int{}},
+		due:      deadlines{slots: map[string]*dlSlot{}},
 	}
 }
 
@@ -123,14 +122,16 @@ func (a *Agent) Observe(p Policy, now time.Time, ev Event) Outcome {
 // returns what changed.
 func (a *Agent) Expire(p Policy, now time.Time) []Expiration {
 	var out []Expiration
-	for a.due.Len() > 0 && !now.Before(a.due.items[0].at) {
-		id := a.due.items[0].id
+	for a.due.Len() > 0 {
+		id, at := a.due.peek()
+		if now.UnixNano() < at {
+			break
+		}
 		c := a.contexts[id]
 		x := Expire(p, now, c)
 		if !x.Changed {
-			// Deadline passed but nothing to do (clock skew between the
-			// stored deadline and the policy): drop the stale entry.
-			heap.Pop(&a.due)
+			// Deadline passed but nothing to do: drop the stale entry.
+			a.due.remove(id)
 			continue
 		}
 		a.put(id, c, x.Context)
@@ -172,47 +173,99 @@ func (a *Agent) put(id string, old, n *Context) {
 	}
 }
 
-// deadlines is a min-heap of context deadlines with an index for updates.
+// deadlines is a binary min-heap of context deadlines with a slot per
+// context for O(log n) updates. Deadlines are compared inline (unix ns in
+// the item array, no pointer chasing) and an update touches no map but the
+// one look-up: a decision pays O(log n) cache-friendly steps, not O(log n)
+// map writes.
 type deadlines struct {
-	items []deadline
-	at    map[string]int // context id → index in items
+	items []dlItem
+	slots map[string]*dlSlot
 }
 
-type deadline struct {
-	id string
-	at time.Time
+type dlItem struct {
+	at   int64
+	slot *dlSlot
 }
 
-func (h *deadlines) Len() int           { return len(h.items) }
-func (h *deadlines) Less(i, j int) bool { return h.items[i].at.Before(h.items[j].at) }
-func (h *deadlines) Swap(i, j int) {
+type dlSlot struct {
+	id    string
+	index int
+}
+
+func (h *deadlines) Len() int { return len(h.items) }
+
+// peek returns the earliest deadline's context id and time.
+func (h *deadlines) peek() (string, int64) { return h.items[0].slot.id, h.items[0].at }
+
+func (h *deadlines) swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.at[h.items[i].id] = i
-	h.at[h.items[j].id] = j
+	h.items[i].slot.index = i
+	h.items[j].slot.index = j
 }
-func (h *deadlines) Push(x any) {
-	d := x.(deadline)
-	h.at[d.id] = len(h.items)
-	h.items = append(h.items, d)
+
+func (h *deadlines) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if h.items[parent].at <= h.items[i].at {
+			return
+		}
+		h.swap(i, parent)
+		i = parent
+	}
 }
-func (h *deadlines) Pop() any {
-	d := h.items[len(h.items)-1]
-	h.items = h.items[:len(h.items)-1]
-	delete(h.at, d.id)
-	return d
+
+func (h *deadlines) down(i int) {
+	n := len(h.items)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && h.items[r].at < h.items[l].at {
+			m = r
+		}
+		if h.items[i].at <= h.items[m].at {
+			return
+		}
+		h.swap(i, m)
+		i = m
+	}
 }
 
 func (h *deadlines) set(id string, at time.Time) {
-	if i, ok := h.at[id]; ok {
-		h.items[i].at = at
-		heap.Fix(h, i)
+	ns := at.UnixNano()
+	if s, ok := h.slots[id]; ok {
+		old := h.items[s.index].at
+		h.items[s.index].at = ns
+		if ns < old {
+			h.up(s.index)
+		} else {
+			h.down(s.index)
+		}
 		return
 	}
-	heap.Push(h, deadline{id: id, at: at})
+	s := &dlSlot{id: id, index: len(h.items)}
+	h.slots[id] = s
+	h.items = append(h.items, dlItem{at: ns, slot: s})
+	h.up(s.index)
 }
 
 func (h *deadlines) remove(id string) {
-	if i, ok := h.at[id]; ok {
-		heap.Remove(h, i)
+	s, ok := h.slots[id]
+	if !ok {
+		return
+	}
+	delete(h.slots, id)
+	i, last := s.index, len(h.items)-1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.items[last] = dlItem{}
+	h.items = h.items[:last]
+	if i != last {
+		h.down(i)
+		h.up(i)
 	}
 }

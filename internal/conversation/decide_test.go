@@ -507,3 +507,31 @@ func TestNoWriteForIdleEvents(t *testing.T) {
 		t.Fatal("activity older than the resolution not written")
 	}
 }
+
+// TestPolicyChange: a context stored under one policy is judged by the
+// policy in force at the decision, and its indexed deadlines follow.
+func TestPolicyChange(t *testing.T) {
+	long := DefaultPolicy()
+	short := DefaultPolicy()
+	short.IdleTTL = time.Minute
+	a := NewAgent()
+	a.Decide(long, t0, send("T1", "C", "m1", "D1"))
+	if got := a.Context("C").ExpiresAt; !got.Equal(t0.Add(30 * time.Minute)) {
+		t.Fatalf("expires at %v", got)
+	}
+	d := a.Decide(short, t0.Add(2*time.Minute), send("T2", "C", "m2", "D2"))
+	if d.Kind != KindReject || d.Err.Code != CodeContextExpired {
+		t.Fatalf("under the shorter TTL: %s %v", d.Kind, d.Err)
+	}
+	// Lengthening the TTL moves the deadline out without other changes.
+	a.Decide(long, t0, send("T3", "C3", "m3", "D3"))
+	longer := DefaultPolicy()
+	longer.IdleTTL = time.Hour
+	x := Expire(longer, t0.Add(time.Minute), a.Context("C3"))
+	if !x.Changed || x.notable() || !x.Context.ExpiresAt.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("refresh under a longer TTL: %+v", x)
+	}
+	if err := a.check(short); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -60,11 +60,9 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 		}
 		return x
 	}
-	// Fast path: deadlines computed under p match the stored ones and none
-	// has passed. NextDeadline is the earliest of them all.
-	probe := *c
-	probe.refresh(p)
-	fresh := probe.ExpiresAt.Equal(c.ExpiresAt) && probe.NextDeadline.Equal(c.NextDeadline)
+	// Fast path: the stored deadlines were computed under p's durations
+	// and none has passed (NextDeadline is the earliest of them all).
+	fresh := c.Deadlines == p.fingerprint()
 	if fresh && (c.NextDeadline.IsZero() || now.Before(c.NextDeadline)) {
 		return x
 	}

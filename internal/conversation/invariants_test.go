@@ -29,7 +29,7 @@ func (a *Agent) check(p Policy) error {
 				return fmt.Errorf("task %s of context %s indexed under %q", tid, id, a.tasks[tid])
 			}
 		}
-		if i, ok := a.due.at[id]; c.NextDeadline.IsZero() == ok || (ok && !a.due.items[i].at.Equal(c.NextDeadline)) {
+		if s, ok := a.due.slots[id]; c.NextDeadline.IsZero() == ok || (ok && a.due.items[s.index].at != c.NextDeadline.UnixNano()) {
 			return fmt.Errorf("context %s deadline %v not indexed right", id, c.NextDeadline)
 		}
 	}
@@ -39,8 +39,16 @@ func (a *Agent) check(p Policy) error {
 	if live != a.live {
 		return fmt.Errorf("live count %d, recount %d", a.live, live)
 	}
-	if a.due.Len() != len(a.due.at) {
-		return fmt.Errorf("deadline heap %d items, index %d", a.due.Len(), len(a.due.at))
+	if a.due.Len() != len(a.due.slots) {
+		return fmt.Errorf("deadline heap %d items, index %d", a.due.Len(), len(a.due.slots))
+	}
+	for i, it := range a.due.items {
+		if it.slot.index != i {
+			return fmt.Errorf("deadline heap item %d thinks it is at %d", i, it.slot.index)
+		}
+		if i > 0 && a.due.items[(i-1)/2].at > it.at {
+			return fmt.Errorf("deadline heap order broken at %d", i)
+		}
 	}
 	return nil
 }

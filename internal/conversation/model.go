@@ -182,6 +182,9 @@ type Context struct {
 	// expiry, an input-required timeout, or the end of a tombstone. Stores
 	// index it for the sweeper. Zero: nothing scheduled.
 	NextDeadline time.Time `json:"nextDeadline,omitzero"`
+	// Deadlines is the fingerprint of the policy durations ExpiresAt and
+	// NextDeadline were computed with; a different policy recomputes them.
+	Deadlines uint64 `json:"deadlines,omitempty"`
 	// Version is owned by the store (optimistic concurrency); the engine
 	// copies it unchanged.
 	Version uint64 `json:"version"`
@@ -288,6 +291,7 @@ func (c *Context) DeepClone() *Context {
 // returns a changed context calls it last, so the stored indexes always
 // match the stored record.
 func (c *Context) refresh(p Policy) {
+	c.Deadlines = p.fingerprint()
 	if c.Expired != nil {
 		c.ExpiresAt = time.Time{}
 		c.NextDeadline = c.Expired.At.Add(p.tombstoneTTL())

@@ -117,6 +117,22 @@ func (p Policy) Validate() error {
 	return nil
 }
 
+// fingerprint identifies the durations that deadlines derive from, so the
+// engine can tell a context's stored deadlines are current without
+// recomputing them (FNV-1a over the four values).
+func (p Policy) fingerprint() uint64 {
+	h := uint64(14695981039346656037)
+	for _, d := range []time.Duration{p.IdleTTL, p.MaxAge, p.InputRequiredTimeout, p.tombstoneTTL()} {
+		v := uint64(d)
+		for i := 0; i < 8; i++ {
+			h ^= v & 0xff
+			h *= 1099511628211
+			v >>= 8
+		}
+	}
+	return h | 1 // never 0, the value of contexts stored before fingerprints
+}
+
 func (p Policy) history() int {
 	if p.HistoryTasksPerContext <= 0 {
 		return DefaultHistoryTasksPerContext
