@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/redis/go-redis/v9"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
@@ -146,4 +148,61 @@ func BenchmarkBoltRecovery(b *testing.B) {
 	b.ReportMetric(float64(elapsed.Milliseconds())/float64(b.N), "recover-ms")
 	b.ReportMetric(float64(n), "contexts")
 	b.ReportMetric(float64(fi.Size())/(1<<20), "file-MB")
+}
+
+// benchStoreDecide measures one follow-up turn through the store
+// (convstore.Decide: load, decide, commit) and its completion (Observe).
+func benchStoreDecide(b *testing.B, s Store) {
+	ctx := context.Background()
+	p := conversation.DefaultPolicy()
+	p.MaxConcurrentTasksPerContext = 1
+	const contexts = 1000
+	for i := 0; i < contexts; i++ {
+		id := fmt.Sprintf("C%d", i)
+		if _, err := Decide(ctx, s, "b", p, t0, send(id+"-T", id, "m", id)); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Observe(ctx, s, "b", p, t0, status(id+"-T", id, a2a.TaskStateCompleted)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("C%d", i%contexts)
+		tid := fmt.Sprintf("%s-T%d", id, i)
+		start := time.Now()
+		d, err := Decide(ctx, s, "b", p, t0, send(tid, id, "m", tid))
+		lat = append(lat, time.Since(start))
+		if err != nil || d.Kind != conversation.KindNewTask {
+			b.Fatalf("%s %v %v", d.Kind, d.Err, err)
+		}
+		if _, err := Observe(ctx, s, "b", p, t0, status(tid, tid, a2a.TaskStateCompleted)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "decide-p50-µs")
+	b.ReportMetric(float64(lat[(len(lat)-1)*99/100].Microseconds()), "decide-p99-µs")
+}
+
+// BenchmarkStoreDecide compares a decision round trip through each store.
+// Bolt syncs every commit (the default), Redis runs on loopback.
+//
+//	go test -run '^$' -bench BenchmarkStoreDecide -benchtime 2000x ./internal/convstore/
+func BenchmarkStoreDecide(b *testing.B) {
+	b.Run("bolt", func(b *testing.B) {
+		s, err := OpenBolt(filepath.Join(b.TempDir(), "conv.db"), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		benchStoreDecide(b, s)
+	})
+	b.Run("redis", func(b *testing.B) {
+		s := NewRedis(redis.NewClient(&redis.Options{Addr: startRedis(b)}), "bench")
+		defer s.Close()
+		benchStoreDecide(b, s)
+	})
 }
