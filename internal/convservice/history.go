@@ -26,10 +26,12 @@ func (s *Service) onHistoryRequest(p *paho.Publish) {
 }
 
 // handleHistory serves GetTask and ListTasks (by contextId) from the store
-// on the service's own request topic. The agent whose history is read is
-// the one whose reply topic the request names: only that agent may
-// subscribe to it (ACLs), so an agent can read its own conversations and no
-// one else's.
+// on the service's own request topic. The caller is the agent whose reply
+// topic the request names (only that agent may subscribe to it, by ACL).
+// The agent whose history is read is params.tenant ("org/unit/agent"),
+// defaulting to the caller: a responder reads its own conversations, and a
+// requester may read the contexts it opened with a gated agent, nobody
+// else's.
 func (s *Service) handleHistory(in *inbound) {
 	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
 	defer cancel()
@@ -40,22 +42,31 @@ func (s *Service) handleHistory(in *inbound) {
 	if req == nil {
 		return
 	}
-	agent := requesterOf(in.respTo)
-	if agent == "" {
+	caller := requesterOf(in.respTo)
+	if caller == "" {
 		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorTransportProtocolError,
 			"history queries must name the querying agent's reply topic ($a2a/v1/reply/{org}/{unit}/{agent}/...) as Response Topic"))
 		return
 	}
+	var scope struct {
+		Tenant string `json:"tenant"`
+	}
+	_ = json.Unmarshal(req.Params, &scope)
+	agent := caller
+	if scope.Tenant != "" {
+		agent = scope.Tenant
+	}
 	now := s.cfg.Now()
 	p := s.gated.policyOf(agent)
+	allowed := func(c *conversation.Context) bool { return caller == agent || (c != nil && c.Requester == caller) }
 	var result any
 	var rerr *rpcError
 	method, _ := conversation.ParseMethod(req.Method)
 	switch method {
 	case conversation.MethodGetTask:
-		result, rerr = s.getTask(ctx, agent, p, now, req)
+		result, rerr = s.getTask(ctx, agent, p, now, req, allowed)
 	case conversation.MethodListTasks:
-		result, rerr = s.listTasks(ctx, agent, p, now, req)
+		result, rerr = s.listTasks(ctx, agent, p, now, req, allowed)
 	default:
 		rerr = &rpcError{Code: -32601, Message: fmt.Sprintf("method %q is not served by the conversation service: it answers GetTask and ListTasks", req.Method)}
 	}
@@ -67,7 +78,7 @@ func (s *Service) handleHistory(in *inbound) {
 	s.send(ctx, in, b)
 }
 
-func (s *Service) getTask(ctx context.Context, agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest) (any, *rpcError) {
+func (s *Service) getTask(ctx context.Context, agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool) (any, *rpcError) {
 	if req.TaskID == "" {
 		return nil, &rpcError{Code: -32602, Message: "params.id (the task id) is required"}
 	}
@@ -83,13 +94,13 @@ func (s *Service) getTask(ctx context.Context, agent string, p conversation.Poli
 		return nil, storeError(err)
 	}
 	t := c.Task(req.TaskID)
-	if t == nil || !c.Live(p, now) {
+	if t == nil || !c.Live(p, now) || !allowed(c) {
 		return nil, &rpcError{Code: -32001, Message: fmt.Sprintf("task %s not found in the conversation history of %s", req.TaskID, agent)}
 	}
 	return taskOf(c.ID, t), nil
 }
 
-func (s *Service) listTasks(ctx context.Context, agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest) (any, *rpcError) {
+func (s *Service) listTasks(ctx context.Context, agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool) (any, *rpcError) {
 	var params a2a.ListTasksRequest
 	if len(req.Params) > 0 {
 		if err := json.Unmarshal(req.Params, &params); err != nil {
@@ -104,6 +115,10 @@ func (s *Service) listTasks(ctx context.Context, agent string, p conversation.Po
 		return nil, storeError(err)
 	}
 	resp := &a2a.ListTasksResponse{Tasks: []*a2a.Task{}}
+	if c != nil && !allowed(c) {
+		// Indistinguishable from an unknown context: no probing of others' ids.
+		c = nil
+	}
 	if c != nil && c.Expired != nil {
 		data, _ := json.Marshal(map[string]any{"a2a_error": conversation.A2AErrorContextExpired, "contextId": c.ID,
 			"reason": string(c.Expired.Reason), "expiredAt": c.Expired.At.UTC().Format(time.RFC3339)})

@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/google/uuid"
+
+	"github.com/a2a-fleet/a2a-fleet/examples/agents"
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// rawAgent is an A2A-over-MQTT responder written against plain paho with
+// hand-rolled JSON-RPC: proof that a gated agent needs no code from this
+// project, only the identity and delivery topic the operator gives it. It
+// echoes; "slow ..." takes 300ms; "ask ..." stops at input-required and the
+// next message of that task completes it.
+type rawAgent struct {
+	c      *paho.Client
+	mu     sync.Mutex
+	tasks  map[string]rawTask
+	delay  time.Duration
+	topic  string
+	closed chan struct{}
+}
+
+type rawTask struct {
+	contextID, state string
+}
+
+func startRawAgent(t testing.TB, ctx context.Context, addr, username, password string, id a2amqtt.AgentRef, topic string) *rawAgent {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("raw agent dial: %v", err)
+	}
+	a := &rawAgent{tasks: map[string]rawTask{}, topic: topic, closed: make(chan struct{})}
+	a.c = paho.NewClient(paho.ClientConfig{
+		Conn: conn,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			go a.serve(pr.Packet)
+			return true, nil
+		}},
+	})
+	ack, err := a.c.Connect(ctx, &paho.Connect{ClientID: id.ClientID(), CleanStart: true, KeepAlive: 30,
+		Username: username, UsernameFlag: true, Password: []byte(password), PasswordFlag: true})
+	if err != nil || ack.ReasonCode != 0 {
+		t.Fatalf("raw agent connect: %v %v", err, ack)
+	}
+	sa, err := a.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
+	if err != nil || sa.Reasons[0] >= 0x80 {
+		t.Fatalf("raw agent subscribe %s: %v %v", topic, err, sa)
+	}
+	t.Cleanup(func() { _ = a.c.Disconnect(&paho.Disconnect{}) })
+	return a
+}
+
+func (a *rawAgent) reply(p *paho.Publish, body map[string]any) {
+	b, _ := json.Marshal(body)
+	_, _ = a.c.Publish(context.Background(), &paho.Publish{Topic: p.Properties.ResponseTopic, QoS: 1, Payload: b,
+		Properties: &paho.PublishProperties{CorrelationData: p.Properties.CorrelationData, ContentType: "application/json"}})
+}
+
+func (a *rawAgent) serve(p *paho.Publish) {
+	var req struct {
+		ID     any    `json:"id"`
+		Method string `json:"method"`
+		Params struct {
+			ID      string `json:"id"`
+			Message struct {
+				TaskID    string `json:"taskId"`
+				ContextID string `json:"contextId"`
+				Parts     []struct {
+					Text string `json:"text"`
+				} `json:"parts"`
+			} `json:"message"`
+		} `json:"params"`
+	}
+	if p.Properties == nil || p.Properties.ResponseTopic == "" {
+		return
+	}
+	if err := json.Unmarshal(p.Payload, &req); err != nil {
+		a.reply(p, map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": -32700, "message": err.Error()}})
+		return
+	}
+	task := func(id, ctxID, state, text string) map[string]any {
+		return map[string]any{"id": id, "contextId": ctxID, "status": map[string]any{"state": state,
+			"message": map[string]any{"messageId": uuid.NewString(), "role": "ROLE_AGENT", "parts": []any{map[string]any{"text": text}}}}}
+	}
+	switch req.Method {
+	case "SendMessage", "SendStreamingMessage":
+		m := req.Params.Message
+		text := ""
+		if len(m.Parts) > 0 {
+			text = m.Parts[0].Text
+		}
+		a.mu.Lock()
+		prev, known := a.tasks[m.TaskID]
+		if known && prev.contextID != m.ContextID {
+			a.mu.Unlock()
+			a.reply(p, map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32602, "message": "context mismatch"}})
+			return
+		}
+		state := "TASK_STATE_COMPLETED"
+		answer := "echo: " + text
+		if strings.HasPrefix(text, "ask") && !known {
+			state, answer = "TASK_STATE_INPUT_REQUIRED", "what else?"
+		}
+		a.tasks[m.TaskID] = rawTask{contextID: m.ContextID, state: state}
+		a.mu.Unlock()
+		if strings.HasPrefix(text, "slow") {
+			time.Sleep(300 * time.Millisecond)
+		}
+		if req.Method == "SendMessage" {
+			a.reply(p, map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": map[string]any{"task": task(m.TaskID, m.ContextID, state, answer)}})
+			return
+		}
+		a.reply(p, map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": map[string]any{"statusUpdate": map[string]any{
+			"taskId": m.TaskID, "contextId": m.ContextID, "status": map[string]any{"state": "TASK_STATE_WORKING"}}}})
+		a.reply(p, map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": map[string]any{"statusUpdate": map[string]any{
+			"taskId": m.TaskID, "contextId": m.ContextID, "final": true,
+			"status": task(m.TaskID, m.ContextID, state, answer)["status"]}}})
+	case "GetTask", "CancelTask":
+		a.mu.Lock()
+		tk, ok := a.tasks[req.Params.ID]
+		if ok && req.Method == "CancelTask" && tk.state != "TASK_STATE_COMPLETED" {
+			tk.state = "TASK_STATE_CANCELED"
+			a.tasks[req.Params.ID] = tk
+		}
+		a.mu.Unlock()
+		if !ok {
+			a.reply(p, map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32001, "message": "task not found"}})
+			return
+		}
+		a.reply(p, map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": task(req.Params.ID, tk.contextID, tk.state, "")})
+	default:
+		a.reply(p, map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
+	}
+}
+
+// startSDKAgent runs an examples/agents executor with the SDK Responder
+// behind the service. The SDK Responder always subscribes the agent's
+// public request topic (a2amqtt.ResponderOptions has no request-topic
+// option), which the broker refuses a gated agent. So the responder runs
+// unchanged on a private in-process broker, and a thin bridge, connected to
+// the real broker as the agent, moves requests from the delivery topic to
+// it and its replies back (to the service's reply topic, echoing the
+// service's correlation data).
+func startSDKAgent(t testing.TB, ctx context.Context, st *stack, kind agents.Kind, name string, delay time.Duration) *a2amqtt.Conn {
+	t.Helper()
+	private := brokertest.StartMochi(t)
+	id := ref(name)
+	a, err := agents.Start(ctx, kind, agents.Options{BrokerURL: private.URL(), Agent: id, Delay: delay, Direct: true})
+	if err != nil {
+		t.Fatalf("start %s agent: %v", kind, err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	inner, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: private.URL(), Agent: a2amqtt.AgentRef{Org: org, Unit: unit, Agent: name + "-bridge"}})
+	if err != nil {
+		t.Fatalf("bridge connect private broker: %v", err)
+	}
+	t.Cleanup(func() { _ = inner.Close(context.Background()) })
+	outer, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: st.brokerURL, Username: st.usernames[name], Password: st.passwords[name], Agent: id})
+	if err != nil {
+		t.Fatalf("bridge connect broker as %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = outer.Close(context.Background()) })
+	type origin struct {
+		topic string
+		corr  []byte
+	}
+	var mu sync.Mutex
+	routes := map[string]origin{}
+	innerReply := a2amqtt.AgentRef{Org: org, Unit: unit, Agent: name + "-bridge"}.ReplyTopic("r")
+	if _, err := inner.Subscribe(ctx, innerReply, func(p *paho.Publish) {
+		mu.Lock()
+		o, ok := routes[string(p.Properties.CorrelationData)]
+		mu.Unlock()
+		if !ok {
+			return
+		}
+		_, _ = outer.Publish(context.Background(), &paho.Publish{Topic: o.topic, QoS: 1, Payload: p.Payload,
+			Properties: &paho.PublishProperties{CorrelationData: o.corr, ContentType: p.Properties.ContentType, User: p.Properties.User}})
+	}); err != nil {
+		t.Fatalf("bridge subscribe: %v", err)
+	}
+	var n int
+	if _, err := outer.Subscribe(ctx, gate.DeliveryTopic(id), func(p *paho.Publish) {
+		mu.Lock()
+		n++
+		key := fmt.Sprintf("b%d", n)
+		routes[key] = origin{topic: p.Properties.ResponseTopic, corr: p.Properties.CorrelationData}
+		mu.Unlock()
+		go func() {
+			_, _ = inner.Publish(context.Background(), &paho.Publish{Topic: id.RequestTopic(), QoS: 1, Payload: p.Payload,
+				Properties: &paho.PublishProperties{ResponseTopic: innerReply, CorrelationData: []byte(key), User: p.Properties.User}})
+		}()
+	}); err != nil {
+		t.Fatalf("bridge subscribe delivery topic: %v", err)
+	}
+	return outer
+}
