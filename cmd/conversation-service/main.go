@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -28,7 +27,6 @@ func env(key, def string) string {
 
 func main() {
 	var cfg convservice.Config
-	var kubeconfig string
 	flag.StringVar(&cfg.BrokerURL, "broker", env("A2A_BROKER", "mqtt://127.0.0.1:1883"), "MQTT v5 broker URL (env A2A_BROKER)")
 	flag.StringVar(&cfg.Username, "username", env("A2A_USERNAME", "a2a:conversation-service"), "broker username (env A2A_USERNAME, from the service Secret)")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("A2A_REPLICA_ID", ""), "replica id: MQTT client id suffix and reply topic suffix (default: host name)")
@@ -41,7 +39,8 @@ func main() {
 	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
 	flag.DurationVar(&cfg.SweepInterval, "sweep-interval", time.Second, "how often expired contexts and input-required timeouts are applied")
 	flag.IntVar(&cfg.Workers, "workers", 32, "goroutines handling requests and replies")
-	flag.StringVar(&kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "kubeconfig file (default: in-cluster)")
+	// --kubeconfig is controller-runtime's flag (ctrl.GetConfig): that file,
+	// else $KUBECONFIG, else in-cluster config.
 	zopts := zap.Options{}
 	zopts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -51,12 +50,7 @@ func main() {
 	cfg.Password = os.Getenv("A2A_PASSWORD")
 
 	var err error
-	if kubeconfig != "" {
-		cfg.RestConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg.RestConfig, err = ctrl.GetConfig()
-	}
-	if err != nil {
+	if cfg.RestConfig, err = ctrl.GetConfig(); err != nil {
 		fmt.Fprintln(os.Stderr, "conversation-service: kubernetes config:", err)
 		os.Exit(2)
 	}

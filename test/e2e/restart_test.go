@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/a2a-fleet/a2a-fleet/examples/agents"
+	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+var buildOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+// serviceBinary builds cmd/conversation-service once per test run.
+func serviceBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "conversation-service-e2e")
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		buildOnce.path = filepath.Join(dir, "conversation-service")
+		out, err := exec.Command("go", "build", "-o", buildOnce.path, "github.com/a2a-fleet/a2a-fleet/cmd/conversation-service").CombinedOutput()
+		if err != nil {
+			buildOnce.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildOnce.err != nil {
+		t.Fatal(buildOnce.err)
+	}
+	return buildOnce.path
+}
+
+// kubeconfig writes restCfg as a kubeconfig file for subprocesses.
+func kubeconfig(t testing.TB) string {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: restCfg.Host, CertificateAuthorityData: restCfg.CAData, InsecureSkipTLSVerify: restCfg.Insecure}
+	cfg.AuthInfos["e2e"] = &clientcmdapi.AuthInfo{ClientCertificateData: restCfg.CertData, ClientKeyData: restCfg.KeyData, Token: restCfg.BearerToken}
+	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "e2e"}
+	cfg.CurrentContext = "e2e"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// proc is a conversation-service subprocess.
+type proc struct {
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	exited chan struct{}
+}
+
+func (st *stack) spawnService(t testing.TB, replica, store string, extra ...string) *proc {
+	t.Helper()
+	health := freePort(t)
+	args := append([]string{"--broker", st.brokerURL, "--username", st.svcUser, "--replica-id", replica, "--store", store,
+		"--namespace", st.ns, "--kubeconfig", kubeconfig(t), "--metrics-bind-address", "0",
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", health), "--sweep-interval", "100ms"}, extra...)
+	p := &proc{cmd: exec.Command(serviceBinary(t), args...), exited: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), "A2A_PASSWORD="+st.svcPass)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start service: %v", err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("service %s output:\n%s", replica, p.out.String())
+		}
+	})
+	eventually(t, 60*time.Second, "service "+replica+" ready", func() error {
+		select {
+		case <-p.exited:
+			t.Fatalf("service exited: %s", p.out.String())
+		default:
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	return p
+}
+
+// kill is kill -9: no graceful shutdown, no final writes.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+func TestRestartKeepsConversations(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st := newStack(t, ctx, "mosquitto")
+	memoryConn := startSDKAgent(t, ctx, st, agents.KindMemory, "memory", 0)
+	store := "bolt:" + filepath.Join(t.TempDir(), "state.db")
+	svc := st.spawnService(t, "r1", store)
+	r := st.requester(t, ctx)
+	conv := a2amqtt.NewConversation(r.Transport(ref("memory")))
+	if _, err := conv.Send(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := conv.Send(ctx, "remind me to water the plants"); err != nil || state(res) != a2a.TaskStateInputRequired {
+		t.Fatalf("interrupt: %v %v", err, state(res))
+	}
+	svc.kill()
+	st.spawnService(t, "r1", store)
+	res, err := conv.Send(ctx, "tonight")
+	if err != nil || state(res) != a2a.TaskStateCompleted || !containsAll(a2amqtt.ResultText(res), "water the plants tonight") {
+		t.Fatalf("resume after kill -9: %v %v %q", err, state(res), a2amqtt.ResultText(res))
+	}
+	if _, err := conv.Send(ctx, "third"); err != nil {
+		t.Fatalf("next turn after restart: %v", err)
+	}
+	agentSide, err := a2amqtt.NewRequester(ctx, memoryConn, a2amqtt.RequesterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := agentSide.Transport(gate.Service).ListTasks(ctx, nil, &a2a.ListTasksRequest{ContextID: conv.ContextID()})
+	if err != nil || len(list.Tasks) != 3 {
+		t.Fatalf("history after restart: %v %+v", err, list)
+	}
+	for _, tk := range list.Tasks {
+		if tk.Status.State != a2a.TaskStateCompleted {
+			t.Errorf("task %s in state %s after restart, want completed", tk.ID, tk.Status.State)
+		}
+	}
+}
+
+func TestTwoReplicasOnRedis(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	addr := startRedis(t)
+	st := newStack(t, ctx, "mosquitto")
+	startRawAgent(t, ctx, st.addr, st.usernames["guarded"], st.passwords["guarded"], ref("guarded"), gate.DeliveryTopic(ref("guarded")))
+	store := "redis://" + addr + "/0"
+	a := st.spawnService(t, "a", store)
+	st.spawnService(t, "b", store)
+	r := st.requester(t, ctx)
+	guarded := r.Transport(ref("guarded"))
+	c := uuid.NewString()
+	// Both replicas receive every request (plain subscriptions); the claim
+	// in Redis picks one. With maxConcurrentTasksPerContext 1, a follow-up
+	// decided by one replica right after the other relayed the completion
+	// must still be accepted: the store saw the completion first.
+	turns := func(n int) {
+		t.Helper()
+		for i := range n {
+			res, err := send(ctx, guarded, uuid.NewString(), c, "go")
+			if err != nil || state(res) != a2a.TaskStateCompleted {
+				t.Fatalf("turn %d: %v %v", i, err, state(res))
+			}
+		}
+	}
+	turns(200)
+	a.kill()
+	turns(200)
+}
+
+// startRedis runs a throwaway redis-server (hack/install-redis.sh) on a free
+// loopback port.
+func startRedis(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("REDIS_SERVER_BIN")
+	if bin == "" {
+		bin = "/usr/bin/redis-server"
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("redis-server not found at %s: run hack/install-redis.sh (or set REDIS_SERVER_BIN): %v", bin, err)
+	}
+	port := freePort(t)
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	eventually(t, 10*time.Second, "redis up", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		return c.Ping(ctx).Err()
+	})
+	return addr
+}
