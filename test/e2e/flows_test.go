@@ -26,12 +26,17 @@ import (
 
 var gatedNames = []string{"acme/sales/confirm", "acme/sales/guarded", "acme/sales/memory", "acme/sales/raw"}
 
-// startService runs a replica in process on a bolt store in a temp dir.
+// startService runs a replica in process on a bolt store (no fsync) in a
+// temp dir.
 func (st *stack) startService(t testing.TB, ctx context.Context, clk *clock, replica string) *convservice.Service {
+	return st.startServiceWith(t, ctx, clk, replica, true)
+}
+
+func (st *stack) startServiceWith(t testing.TB, ctx context.Context, clk *clock, replica string, noSync bool) *convservice.Service {
 	t.Helper()
 	svc, err := convservice.Start(ctx, convservice.Config{
 		BrokerURL: st.brokerURL, Username: st.svcUser, Password: st.svcPass, ReplicaID: replica,
-		Store: "bolt:" + filepath.Join(t.TempDir(), "state.db"), BoltNoSync: true,
+		Store: "bolt:" + filepath.Join(t.TempDir(), "state.db"), BoltNoSync: noSync,
 		RestConfig: restCfg, Namespace: st.ns, Now: clk.Now,
 		SweepInterval: 50 * time.Millisecond, ResyncInterval: 500 * time.Millisecond, StatsInterval: 200 * time.Millisecond,
 		Logger: serviceLogger(t),
