@@ -43,11 +43,6 @@ func ParseMethod(name string) (m Method, ok bool) {
 	return Method(name), false
 }
 
-// sends reports whether m carries a message (starts or resumes a task).
-func (m Method) sends() bool {
-	return m == MethodSendMessage || m == MethodSendStreamingMessage
-}
-
 // ParseState maps an A2A v1.0 ("TASK_STATE_INPUT_REQUIRED") or v0.3
 // ("input-required") task state to a2a-go's TaskState; unknown strings give
 // TaskStateUnspecified, which the engine ignores.
