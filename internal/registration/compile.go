@@ -122,6 +122,10 @@ func Compile(in Input) acl.Desired {
 		// Callers from other orgs need the card too; same-org callers have it through the org role.
 		{Type: acl.SubscribeLiteral, Topic: id.DiscoveryTopic(), Allow: true},
 	}}
+	if in.Gated {
+		// Callers may ask the conversation service about the contexts they opened with this agent.
+		callers.ACLs = append(callers.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: gate.Service.RequestTopic(), Allow: true})
+	}
 	if in.PoolID != "" {
 		pool := a2amqtt.PoolRef{Org: id.Org, Unit: id.Unit, Pool: in.PoolID}
 		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.SubscribeLiteral, Topic: pool.SharedSubscription(), Allow: true})

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
-	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/gate"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -147,65 +145,20 @@ func (a *rawAgent) serve(p *paho.Publish) {
 	}
 }
 
-// startSDKAgent runs an examples/agents executor with the SDK Responder
-// behind the service. The SDK Responder always subscribes the agent's
-// public request topic (a2amqtt.ResponderOptions has no request-topic
-// option), which the broker refuses a gated agent. So the responder runs
-// unchanged on a private in-process broker, and a thin bridge, connected to
-// the real broker as the agent, moves requests from the delivery topic to
-// it and its replies back (to the service's reply topic, echoing the
-// service's correlation data).
+// startSDKAgent runs an examples/agents executor with the SDK Responder, connected as the agent
+// with its operator-issued credentials and reading the delivery topic the operator assigned
+// (ResponderOptions.RequestTopic, A2A_REQUEST_TOPIC in a workload): nothing else in the agent
+// knows that the conversation service stands in front of it.
 func startSDKAgent(t testing.TB, ctx context.Context, st *stack, kind agents.Kind, name string, delay time.Duration) *a2amqtt.Conn {
 	t.Helper()
-	private := brokertest.StartMochi(t)
 	id := ref(name)
-	a, err := agents.Start(ctx, kind, agents.Options{BrokerURL: private.URL(), Agent: id, Delay: delay, Direct: true})
+	a, err := agents.Start(ctx, kind, agents.Options{
+		BrokerURL: st.brokerURL, Username: st.usernames[name], Password: st.passwords[name],
+		Agent: id, RequestTopic: gate.DeliveryTopic(id), Delay: delay, Direct: true,
+	})
 	if err != nil {
 		t.Fatalf("start %s agent: %v", kind, err)
 	}
 	t.Cleanup(func() { _ = a.Close(context.Background()) })
-	inner, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: private.URL(), Agent: a2amqtt.AgentRef{Org: org, Unit: unit, Agent: name + "-bridge"}})
-	if err != nil {
-		t.Fatalf("bridge connect private broker: %v", err)
-	}
-	t.Cleanup(func() { _ = inner.Close(context.Background()) })
-	outer, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: st.brokerURL, Username: st.usernames[name], Password: st.passwords[name], Agent: id})
-	if err != nil {
-		t.Fatalf("bridge connect broker as %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = outer.Close(context.Background()) })
-	type origin struct {
-		topic string
-		corr  []byte
-	}
-	var mu sync.Mutex
-	routes := map[string]origin{}
-	innerReply := a2amqtt.AgentRef{Org: org, Unit: unit, Agent: name + "-bridge"}.ReplyTopic("r")
-	if _, err := inner.Subscribe(ctx, innerReply, func(p *paho.Publish) {
-		mu.Lock()
-		o, ok := routes[string(p.Properties.CorrelationData)]
-		mu.Unlock()
-		if !ok {
-			return
-		}
-		_, _ = outer.Publish(context.Background(), &paho.Publish{Topic: o.topic, QoS: 1, Payload: p.Payload,
-			Properties: &paho.PublishProperties{CorrelationData: o.corr, ContentType: p.Properties.ContentType, User: p.Properties.User}})
-	}); err != nil {
-		t.Fatalf("bridge subscribe: %v", err)
-	}
-	var n int
-	if _, err := outer.Subscribe(ctx, gate.DeliveryTopic(id), func(p *paho.Publish) {
-		mu.Lock()
-		n++
-		key := fmt.Sprintf("b%d", n)
-		routes[key] = origin{topic: p.Properties.ResponseTopic, corr: p.Properties.CorrelationData}
-		mu.Unlock()
-		go func() {
-			_, _ = inner.Publish(context.Background(), &paho.Publish{Topic: id.RequestTopic(), QoS: 1, Payload: p.Payload,
-				Properties: &paho.PublishProperties{ResponseTopic: innerReply, CorrelationData: []byte(key), User: p.Properties.User}})
-		}()
-	}); err != nil {
-		t.Fatalf("bridge subscribe delivery topic: %v", err)
-	}
-	return outer
+	return a.Conn
 }

@@ -131,12 +131,11 @@ func seedFlows(t *testing.T, kind string) {
 		if err != nil || task.ContextID != conv.ContextID() || task.Status.State != a2a.TaskStateCompleted {
 			t.Fatalf("agent's GetTask: %v %+v", err, task)
 		}
-		// Requesters may not query the service at all (ACLs grant its
-		// request topic to gated agents only), so the service's
-		// requester-reads-its-own-contexts rule (params.tenant) is unused
-		// until the operator grants that topic to callers.
-		if _, err := r.Transport(gate.Service).GetTask(ctx, nil, &a2a.GetTaskRequest{Tenant: "acme/sales/memory", ID: conv.State().Tasks[1]}); err == nil {
-			t.Fatal("a requester queried the service's history")
+		// ... and so may the requester, for the contexts it opened (params.tenant names the agent;
+		// the operator grants callers of gated agents the service's request topic).
+		mine, err := r.Transport(gate.Service).GetTask(ctx, nil, &a2a.GetTaskRequest{Tenant: "acme/sales/memory", ID: conv.State().Tasks[1]})
+		if err != nil || mine.ContextID != conv.ContextID() {
+			t.Fatalf("requester's GetTask of its own context: %v %+v", err, mine)
 		}
 	})
 	t.Run("input-required, then resume with the same task id and fresh correlation", func(t *testing.T) {
