@@ -39,6 +39,10 @@ test: verify tools-test ## Run every check and test: generated files, gofmt, vet
 	echo "$$(grep -c -E '^\s*--- PASS' $(LOCALBIN)/test.log) passed, $$(grep -c -E '^\s*--- FAIL' $(LOCALBIN)/test.log) failed, $$(grep -c -E '^\s*--- SKIP' $(LOCALBIN)/test.log) skipped"; \
 	exit $$rc
 
+.PHONY: test-e2e
+test-e2e: ## End-to-end suite against the cluster in KUBECONFIG (operator, service and broker deployed there, e.g. hack/kind-e2e.sh).
+	E2E_USE_EXISTING_CLUSTER=1 go test ./test/e2e/ -count=1 -timeout 15m -v
+
 ##@ Development
 
 .PHONY: manifests
@@ -83,8 +87,12 @@ control-plane: ## Build kube-apiserver, etcd and kubectl from source into bin/k8
 mosquitto: ## Install Mosquitto 2.x from Debian packages (idempotent).
 	hack/install-mosquitto.sh
 
+.PHONY: redis
+redis: ## Install redis-server from Debian packages (idempotent).
+	hack/install-redis.sh
+
 .PHONY: tools-test
-tools-test: control-plane mosquitto ## Everything the tests need.
+tools-test: control-plane mosquitto redis ## Everything the tests need.
 
 .PHONY: build
 build: ## Build the binaries into bin/.
