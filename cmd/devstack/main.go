@@ -17,6 +17,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -31,7 +32,7 @@ import (
 
 // startBroker starts the embedded broker (identities kept in the state dir) or points at a real
 // Mosquitto, and returns the registrar for it.
-func startBroker(o options, stateDir string, mgr ctrl.Manager) (controllers.Registrar, string, func(), error) {
+func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Registrar, string, func(), error) {
 	if o.mosquittoURL != "" {
 		if o.mosquittoPassword == "" {
 			return nil, "", nil, errors.New("--mosquitto-url needs --mosquitto-admin-password (or $MOSQUITTO_ADMIN_PASSWORD)")
@@ -56,6 +57,8 @@ type options struct {
 	// real Mosquitto (dynamic-security plugin) administered as mosquittoAdmin.
 	brokerAddr, mosquittoURL          string
 	mosquittoAdmin, mosquittoPassword string
+	// samples is the folder of manifests applied at start ("" applies none).
+	samples string
 }
 
 func main() {
@@ -69,6 +72,7 @@ func main() {
 	flag.StringVar(&o.mosquittoURL, "mosquitto-url", "", "Use this Mosquitto (with the dynamic-security plugin) instead of the embedded broker.")
 	flag.StringVar(&o.mosquittoAdmin, "mosquitto-admin", "admin", "Dynsec admin username for --mosquitto-url.")
 	flag.StringVar(&o.mosquittoPassword, "mosquitto-admin-password", os.Getenv("MOSQUITTO_ADMIN_PASSWORD"), "Dynsec admin password for --mosquitto-url (or $MOSQUITTO_ADMIN_PASSWORD).")
+	flag.StringVar(&o.samples, "samples", "config/samples", "Apply these manifests at start and run the example agents they name (empty: none).")
 	zapOpts := zap.Options{Development: true}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -142,7 +146,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer stopBroker()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: registrar, WorkloadBrokerURL: brokerURL}); err != nil {
+	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: registrar, WorkloadBrokerURL: brokerURL, Gating: true}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -151,25 +155,61 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(ctx) }()
+
+	// A client that reads around the manager's cache, for the set-up steps below.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	svc, err := startConversationService(ctx, direct, registrar, brokerURL, stateDir, cfg)
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	if o.samples != "" {
+		if err := applySamples(ctx, direct, o.samples); err != nil {
+			return err
+		}
+		stopAgents, err := startExampleAgents(ctx, direct, brokerURL)
+		if err != nil {
+			return err
+		}
+		defer stopAgents()
+	}
 
 	kubectl := filepath.Join(o.assets, "kubectl")
 	fmt.Printf(`
 a2a-fleet local stack is up:
-  control plane %s, MQTT broker %s, operator running in this process.
+  control plane %s
+  MQTT broker   %s
+  operator, conversation service and the example agents of %s run in this process.
 State: %s (delete it to start from scratch). Stop with Ctrl-C.
 
 Try, in another shell:
   export KUBECONFIG=%s
   alias kubectl=%s
-  kubectl apply -f config/samples/
   kubectl get agents,conversationpolicies
   kubectl describe agent confirm
-  kubectl get secret echo-mqtt-credentials -o jsonpath='{.data.password}' | base64 -d
-`, cfg.Host, brokerURL, stateDir, kubeconfigPath, kubectl)
+
+Chat with the confirmation agent (it asks "go ahead?" and waits for your answer) as the
+console identity of the samples:
+  export A2A_BROKER=%s A2A_AS=acme/demo/console A2A_USERNAME=a2a:acme/demo/console
+  export A2A_PASSWORD=$(kubectl get secret console-mqtt-credentials -o jsonpath='{.data.password}' | base64 -d)
+  go run ./cmd/a2actl chat acme/demo/confirm
+`, cfg.Host, brokerURL, o.samples, stateDir, kubeconfigPath, kubectl, brokerURL)
 
 	start := time.Now()
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("run operator: %w", err)
+	select {
+	case err := <-mgrDone:
+		if err != nil {
+			return fmt.Errorf("run operator: %w", err)
+		}
+	case <-ctx.Done():
+		<-mgrDone
 	}
 	fmt.Printf("devstack: stopped after %s\n", time.Since(start).Round(time.Second))
 	return nil

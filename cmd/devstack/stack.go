@@ -1,0 +1,178 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/examples/agents"
+	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
+	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/policy"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+)
+
+// devNamespace holds what the local stack creates for itself (the service's Secret).
+const devNamespace = "a2a-fleet-system"
+
+// exampleLabel on a sample Agent names the example agent (examples/agents) the stack runs for it.
+const exampleLabel = "a2a.fleet.dev/example"
+
+// startConversationService gives the service its broker identity and runs it in-process with a
+// bbolt store in the state dir, so conversations survive restarts of the stack.
+func startConversationService(ctx context.Context, c client.Client, reg *registration.Registrar, brokerURL, stateDir string, cfg *rest.Config) (*convservice.Service, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devNamespace}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create namespace %s: %w", devNamespace, err)
+	}
+	key := client.ObjectKey{Namespace: devNamespace, Name: "conversation-service-credentials"}
+	if err := registration.EnsureServiceCredentials(ctx, c, reg.Backend, key); err != nil {
+		return nil, err
+	}
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, key, secret); err != nil {
+		return nil, fmt.Errorf("read service credentials: %w", err)
+	}
+	svc, err := convservice.Start(ctx, convservice.Config{
+		BrokerURL:   brokerURL,
+		Username:    gate.ServiceUsername,
+		Password:    string(secret.Data[controllers.SecretKeyPassword]),
+		ReplicaID:   "dev",
+		Store:       "bolt:" + filepath.Join(stateDir, "conversations.db"),
+		RestConfig:  cfg,
+		MetricsAddr: "127.0.0.1:18090",
+		HealthAddr:  "127.0.0.1:18091",
+		Logger:      ctrl.Log.WithName("conversation-service"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start conversation service: %w", err)
+	}
+	return svc, nil
+}
+
+// applySamples creates every manifest of dir in the default namespace, leaving existing objects
+// as they are (what `kubectl create` would do, without failing on a restart of the stack).
+func applySamples(ctx context.Context, c client.Client, dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("no sample manifests in %s (err %v)", dir, err)
+	}
+	// Policies first, so that governed Agents are gated from their first reconcile on.
+	slices.SortStableFunc(files, func(a, b string) int {
+		return cmp.Compare(boolInt(!strings.Contains(filepath.Base(a), "policy")), boolInt(!strings.Contains(filepath.Base(b), "policy")))
+	})
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", f, err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(raw, &u.Object); err != nil {
+			return fmt.Errorf("parse %s: %w", f, err)
+		}
+		if u.GetNamespace() == "" {
+			u.SetNamespace(metav1.NamespaceDefault)
+		}
+		if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("apply %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// startExampleAgents waits until every sample Agent labelled with an example kind is Ready and
+// runs that example with the Agent's credentials and request (or delivery) topic.
+func startExampleAgents(ctx context.Context, c client.Client, brokerURL string) (func(), error) {
+	var list a2av1.AgentList
+	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceDefault), client.HasLabels{exampleLabel}); err != nil {
+		return nil, fmt.Errorf("list example agents: %w", err)
+	}
+	var running []*agents.Agent
+	stop := func() {
+		for _, a := range running {
+			_ = a.Close(context.Background())
+		}
+	}
+	for i := range list.Items {
+		a, err := startExampleAgent(ctx, c, &list.Items[i], brokerURL)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		running = append(running, a)
+	}
+	return stop, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent, brokerURL string) (*agents.Agent, error) {
+	key := client.ObjectKeyFromObject(sample)
+	deadline := time.Now().Add(time.Minute)
+	agent := &a2av1.Agent{}
+	for {
+		if err := c.Get(ctx, key, agent); err != nil {
+			return nil, fmt.Errorf("get agent %s: %w", key, err)
+		}
+		// Ready under the policy that governs it: only then is its delivery topic final.
+		var policies a2av1.ConversationPolicyList
+		if err := c.List(ctx, &policies, client.InNamespace(key.Namespace)); err != nil {
+			return nil, fmt.Errorf("list policies: %w", err)
+		}
+		want := ""
+		if m := policy.Matching(policies.Items, agent.Labels); len(m) > 0 {
+			want = m[0].Name
+		}
+		if meta.IsStatusConditionTrue(agent.Status.Conditions, a2av1.ConditionReady) &&
+			agent.Status.ConversationPolicy == want && (want == "") == (agent.Status.Topics.Delivery == "") {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("agent %s not Ready after a minute: %v", key, agent.Status.Conditions)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	secret := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: agent.Status.CredentialsSecret}, secret); err != nil {
+		return nil, fmt.Errorf("read credentials of %s: %w", key, err)
+	}
+	kind := agents.Kind(agent.Labels[exampleLabel])
+	a, err := agents.Start(ctx, kind, agents.Options{
+		BrokerURL:    brokerURL,
+		Username:     string(secret.Data[controllers.SecretKeyUsername]),
+		Password:     string(secret.Data[controllers.SecretKeyPassword]),
+		Agent:        controllers.AgentIdentity(agent),
+		RequestTopic: agent.Status.Topics.Delivery,
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("start example agent %s (%s)", key, kind), err)
+	}
+	return a, nil
+}
