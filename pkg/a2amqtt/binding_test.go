@@ -3,6 +3,7 @@ package a2amqtt
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -380,5 +381,16 @@ func waitRuns(t *testing.T, e *scriptExec, n int64) {
 			t.Fatalf("executor started %d executions, want %d", e.runs.Load(), n)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestConversationErrorsUnwrap(t *testing.T) {
+	raw := []byte(`{"code":-32061,"message":"context has 1 working task (limit 1)","data":{"a2a_error":"concurrency_limit","limit":1}}`)
+	var e RPCError
+	if err := json.Unmarshal(raw, &e); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(&e, ErrConcurrencyLimit) || errors.Is(&e, a2a.ErrInternalError) {
+		t.Fatalf("concurrency_limit must unwrap to ErrConcurrencyLimit, not an internal error: %v", e.Unwrap())
 	}
 }

@@ -73,6 +73,20 @@ var a2aCodes = []struct {
 	{-31403, a2a.ErrUnauthorized},
 }
 
+// Errors of a2a-fleet's conversation service, which enforces ConversationPolicies in front of
+// governed agents (codes -32060..-32062, docs/conversation.md); matched by error.data.a2a_error.
+var (
+	ErrContextExpired      = errors.New("conversation context expired")
+	ErrConcurrencyLimit    = errors.New("conversation concurrency limit reached")
+	ErrActiveContextsLimit = errors.New("active conversation contexts limit reached")
+)
+
+var conversationErrors = map[string]error{
+	"context_expired":       ErrContextExpired,
+	"concurrency_limit":     ErrConcurrencyLimit,
+	"active_contexts_limit": ErrActiveContextsLimit,
+}
+
 var bindingErrors = map[string]struct {
 	code int
 	err  error
@@ -120,6 +134,9 @@ func (e *RPCError) Unwrap() error {
 	if k := e.A2AError(); k != "" {
 		if b, ok := bindingErrors[k]; ok && b.code == e.Code {
 			return b.err
+		}
+		if err, ok := conversationErrors[k]; ok {
+			return err
 		}
 	}
 	for _, c := range a2aCodes {
