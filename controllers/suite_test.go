@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,16 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
@@ -33,6 +28,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/testenv"
 )
 
 // brokeredNamespace is reconciled by a second manager that has a Registrar, so that the suite covers
@@ -40,61 +36,27 @@ import (
 const brokeredNamespace = "brokered"
 
 var (
-	scheme    = runtime.NewScheme()
+	scheme    *runtime.Scheme
 	k8s       client.Client
 	restCfg   *rest.Config
 	registrar = newRecordingRegistrar()
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(a2av1.AddToScheme(scheme))
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(zapLevel())), zap.StacktraceLevel(zapcore.PanicLevel)))
-
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		// Never skip: a suite that silently does nothing would report green without proving anything.
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test` (it builds kube-apiserver and etcd with hack/build-control-plane.sh)")
-		return 1
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-	}
-	var err error
-	restCfg, err = env.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "start control plane from %s: %v\n", assets, err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "stop control plane: %v\n", err)
-		}
-	}()
-	if v, err := discovery.NewDiscoveryClientForConfigOrDie(restCfg).ServerVersion(); err == nil {
-		fmt.Printf("envtest: kube-apiserver %s (%s) from %s\n", v.GitVersion, v.Platform, assets)
-	} else {
-		fmt.Fprintf(os.Stderr, "server version: %v\n", err)
-		return 1
-	}
-
-	k8s, err = client.New(restCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "client: %v\n", err)
-		return 1
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	testenv.Main(m, "..", func(cp *testenv.ControlPlane) error {
+		scheme, restCfg, k8s = cp.Scheme, cp.Config, cp.Client
+		return startManagers(ctx)
+	})
+}
 
+// startManagers runs two managers: one without a broker for every namespace but
+// brokeredNamespace, and one with the recording Registrar for that namespace only.
+func startManagers(ctx context.Context) error {
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: brokeredNamespace}}); err != nil {
-		fmt.Fprintf(os.Stderr, "create namespace: %v\n", err)
-		return 1
+		return fmt.Errorf("create namespace: %w", err)
 	}
 	plainCache := controllers.CacheOptions()
 	plainCache.DefaultFieldSelector = fields.OneTermNotEqualSelector("metadata.namespace", brokeredNamespace)
@@ -103,8 +65,7 @@ func runSuite(m *testing.M) int {
 		err = controllers.Setup(ctx, plain, controllers.Options{})
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
-		return 1
+		return fmt.Errorf("manager: %w", err)
 	}
 	brokeredCache := controllers.CacheOptions()
 	brokeredCache.DefaultNamespaces = map[string]cache.Config{brokeredNamespace: {}}
@@ -113,8 +74,7 @@ func runSuite(m *testing.M) int {
 		err = controllers.Setup(ctx, brokered, controllers.Options{Registrar: registrar})
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "brokered manager: %v\n", err)
-		return 1
+		return fmt.Errorf("brokered manager: %w", err)
 	}
 	for _, mgr := range []ctrl.Manager{plain, brokered} {
 		go func() {
@@ -123,7 +83,7 @@ func runSuite(m *testing.M) int {
 			}
 		}()
 	}
-	return m.Run()
+	return nil
 }
 
 func newManager(cacheOpts cache.Options) (ctrl.Manager, error) {
@@ -145,18 +105,10 @@ func zapLevel() int8 {
 	return 1 // errors only, keeps `go test` output readable
 }
 
-// eventually polls check until it returns nil or the timeout passes, then fails with its last error.
+// eventually polls check until it returns nil or 20 s pass.
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: still failing after 20s: %v", what, err)
+	testenv.Eventually(t, 20*time.Second, what, check)
 }
 
 // newNamespace creates a namespace for one test and deletes it when the test ends.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,14 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
@@ -38,41 +34,22 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/internal/testenv"
 )
 
 var (
-	scheme  = runtime.NewScheme()
+	scheme  *runtime.Scheme
 	restCfg *rest.Config
 	k8s     client.Client
 )
 
 func TestMain(m *testing.M) {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(a2av1.AddToScheme(scheme))
 	// Errors only: reconcile errors during outage tests are expected and asserted on.
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel + 1)))
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`")
-		os.Exit(1)
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-	}
-	var err error
-	if restCfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "start control plane:", err)
-		os.Exit(1)
-	}
-	if k8s, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, "client:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	testenv.Main(m, filepath.Join("..", ".."), func(cp *testenv.ControlPlane) error {
+		scheme, restCfg, k8s = cp.Scheme, cp.Config, cp.Client
+		return nil
+	})
 }
 
 // fleet is the test fleet: 6 agents, 2 orgs, 3 units, every caller rule kind.
@@ -236,8 +213,8 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 			return err // the membership change kicks the session; reconnect
 		}
 		defer func() { _ = c.Disconnect(&paho.Disconnect{}) }()
-		if mayPublish(t, ctx, c, writerRequest) {
-			return fmt.Errorf("auditor may still call writer")
+		if allowed, err := publishVerdict(ctx, c, writerRequest); err != nil || allowed {
+			return fmt.Errorf("auditor may still call writer (err %v)", err)
 		}
 		return nil
 	})
@@ -248,8 +225,8 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 			return err
 		}
 		defer func() { _ = c.Disconnect(&paho.Disconnect{}) }()
-		if !mayPublish(t, ctx, c, writerRequest) {
-			return fmt.Errorf("auditor may not call writer")
+		if allowed, err := publishVerdict(ctx, c, writerRequest); err != nil || !allowed {
+			return fmt.Errorf("auditor may not call writer (err %v)", err)
 		}
 		return nil
 	})
@@ -285,9 +262,13 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 		}
 		return nil
 	})
-	if p, ok := readRetained(t, ctx, conns[2], botCard, time.Second); ok {
-		t.Fatalf("deleted agent's card still retained: %s", p.Payload)
-	}
+	// Unregister removes the ACLs first, then clears the card.
+	eventually(t, "deleted agent's card cleared", func() error {
+		if p, ok := readRetained(t, ctx, conns[2], botCard, 500*time.Millisecond); ok {
+			return fmt.Errorf("card still retained: %s", p.Payload)
+		}
+		return nil
+	})
 	if _, err := tryConnect(ctx, brokerAddr, clientID(3), creds[3]); err == nil {
 		t.Fatal("deleted agent can still connect")
 	}
@@ -614,14 +595,23 @@ func connect(t *testing.T, ctx context.Context, addr, clientID, password string)
 // mayPublish sends a QoS 1 publish and reads the broker's verdict from the PUBACK.
 func mayPublish(t *testing.T, ctx context.Context, c *paho.Client, topic string) bool {
 	t.Helper()
-	resp, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(`{}`)})
-	if resp != nil {
-		return resp.ReasonCode < 0x80
-	}
+	allowed, err := publishVerdict(ctx, c, topic)
 	if err != nil {
 		t.Fatalf("publish %s: %v", topic, err)
 	}
-	return true
+	return allowed
+}
+
+// publishVerdict is mayPublish for callers that retry: an ACL change kicks the session, so a
+// publish can fail without a verdict.
+func publishVerdict(ctx context.Context, c *paho.Client, topic string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(`{}`)})
+	if resp != nil {
+		return resp.ReasonCode < 0x80, nil
+	}
+	return err == nil, err
 }
 
 // maySubscribe subscribes and reads the verdict from the SUBACK, then unsubscribes.
@@ -683,13 +673,5 @@ func retainedCard(t *testing.T, ctx context.Context, c *paho.Client, topic strin
 
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: still failing after 30s: %v", what, err)
+	testenv.Eventually(t, 30*time.Second, what, check)
 }

@@ -9,7 +9,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,14 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
@@ -43,45 +39,22 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/internal/testenv"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 var (
-	scheme  = runtime.NewScheme()
+	scheme  *runtime.Scheme
 	restCfg *rest.Config
 	k8s     client.Client
 )
 
 func TestMain(m *testing.M) {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(a2av1.AddToScheme(scheme))
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel + 1)))
-	existing := os.Getenv("E2E_USE_EXISTING_CLUSTER") == "1"
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		UseExistingCluster:    &existing,
-	}
-	if !existing {
-		assets := os.Getenv("KUBEBUILDER_ASSETS")
-		if assets == "" {
-			fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test` (or set E2E_USE_EXISTING_CLUSTER=1 with KUBECONFIG)")
-			os.Exit(1)
-		}
-		env.BinaryAssetsDirectory = assets
-	}
-	var err error
-	if restCfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "start control plane:", err)
-		os.Exit(1)
-	}
-	if k8s, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, "client:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	testenv.Main(m, filepath.Join("..", ".."), func(cp *testenv.ControlPlane) error {
+		scheme, restCfg, k8s = cp.Scheme, cp.Config, cp.Client
+		return nil
+	})
 }
 
 // clock is the service's injected clock: tests move it forward to expire
@@ -278,15 +251,7 @@ func startOperator(t testing.TB, ctx context.Context, backend acl.Backend, broke
 
 func eventually(t testing.TB, timeout time.Duration, what string, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = fn(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: %v", what, err)
+	testenv.Eventually(t, timeout, what, fn)
 }
 
 // requester connects the client agent with its generated credentials.

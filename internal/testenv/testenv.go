@@ -1,0 +1,123 @@
+// Package testenv starts the real control plane the test suites run against and holds the small
+// helpers they share. It is imported by tests only.
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+)
+
+// ExistingClusterEnv names the variable that points the suites at the cluster in KUBECONFIG
+// (kind) instead of a local control plane.
+const ExistingClusterEnv = "E2E_USE_EXISTING_CLUSTER"
+
+// ControlPlane is a running kube-apiserver + etcd with the CRDs installed.
+type ControlPlane struct {
+	Config *rest.Config
+	Client client.Client
+	Scheme *runtime.Scheme
+	env    *envtest.Environment
+}
+
+// NewScheme holds the Kubernetes and a2a-fleet types.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(a2av1.AddToScheme(s))
+	return s
+}
+
+// Start runs the control plane built by hack/build-control-plane.sh (KUBEBUILDER_ASSETS) with
+// the CRDs of repoRoot/config/crd/bases, or uses the cluster in KUBECONFIG when
+// E2E_USE_EXISTING_CLUSTER=1. It never falls back to skipping: without binaries it fails.
+func Start(repoRoot string) (*ControlPlane, error) {
+	existing := os.Getenv(ExistingClusterEnv) == "1"
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		UseExistingCluster:    &existing,
+	}
+	if !existing {
+		assets := os.Getenv("KUBEBUILDER_ASSETS")
+		if assets == "" {
+			return nil, errors.New("KUBEBUILDER_ASSETS is not set: run `make test` (it builds kube-apiserver and etcd with hack/build-control-plane.sh), or set " + ExistingClusterEnv + "=1 with KUBECONFIG")
+		}
+		env.BinaryAssetsDirectory = assets
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	scheme := NewScheme()
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	v, err := discovery.NewDiscoveryClientForConfigOrDie(cfg).ServerVersion()
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("server version: %w", err)
+	}
+	// Evidence in the test log of what the suite ran against.
+	fmt.Printf("envtest: kube-apiserver %s (%s) from %s\n", v.GitVersion, v.Platform, cmpOr(env.BinaryAssetsDirectory, "KUBECONFIG"))
+	return &ControlPlane{Config: cfg, Client: c, Scheme: scheme, env: env}, nil
+}
+
+// Stop stops the control plane (a no-op for an existing cluster).
+func (c *ControlPlane) Stop() error { return c.env.Stop() }
+
+// Main runs a package's tests against a control plane started by Start and exits.
+func Main(m *testing.M, repoRoot string, setup func(*ControlPlane) error) {
+	cp, err := Start(repoRoot)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := 1
+	if err := setup(cp); err != nil {
+		fmt.Fprintln(os.Stderr, "setup:", err)
+	} else {
+		code = m.Run()
+	}
+	if err := cp.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop control plane:", err)
+	}
+	os.Exit(code)
+}
+
+// Eventually polls check until it returns nil, failing the test with the last error once
+// timeout has passed.
+func Eventually(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
