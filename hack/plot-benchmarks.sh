@@ -39,12 +39,13 @@ fi
 
 data=$(mktemp)
 trap 'rm -f "$data"' EXIT
-printf 'metric\tdirect\tproxy\np50 latency (µs)\t%s\t%s\np99 latency (µs)\t%s\t%s\n' "$dp50" "$pp50" "$dp99" "$pp99" >"$data"
+printf 'p50 latency\t%s\t%s\np99 latency\t%s\t%s\n' "$dp50" "$pp50" "$dp99" "$pp99" >"$data"
 
 gnuplot <<GNUPLOT
 set terminal pngcairo size 1000,420 font ",11" noenhanced
 set output "$out_png"
 set multiplot layout 1,2 title "Request to final reply: direct to the agent vs through the conversation service (same broker, same run)"
+set datafile separator "\t"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
@@ -57,9 +58,11 @@ set title "Throughput"
 set ylabel "requests/s"
 set yrange [0:*]
 set xtics ("direct" 0, "through the service" 1)
-plot "-" using 1:2:xtic(3) with boxes notitle lc rgb "#59a14f"
-0 $drps direct
-1 $prps through-the-service
+set datafile separator whitespace
+set boxwidth 0.5
+plot "-" using 1:2 with boxes notitle lc rgb "#59a14f"
+0 $drps
+1 $prps
 e
 unset multiplot
 GNUPLOT
