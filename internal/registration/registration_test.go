@@ -17,14 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -38,16 +33,15 @@ import (
 )
 
 var (
-	scheme  *runtime.Scheme
-	restCfg *rest.Config
-	k8s     client.Client
+	cp  *testenv.ControlPlane
+	k8s client.Client
 )
 
 func TestMain(m *testing.M) {
 	// Errors only: reconcile errors during outage tests are expected and asserted on.
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel + 1)))
-	testenv.Main(m, filepath.Join("..", ".."), func(cp *testenv.ControlPlane) error {
-		scheme, restCfg, k8s = cp.Scheme, cp.Config, cp.Client
+	testenv.Main(m, filepath.Join("..", ".."), func(c *testenv.ControlPlane) error {
+		cp, k8s = c, c.Client
 		return nil
 	})
 }
@@ -459,41 +453,7 @@ func startOperatorWithResync(t testing.TB, ctx context.Context, backend acl.Back
 
 func startOperatorWith(t testing.TB, ctx context.Context, backend acl.Backend, brokerURL string, opts controllers.Options) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "reg-"}}
-	if err := k8s.Create(ctx, ns); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	cacheOpts := controllers.CacheOptions()
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns.Name: {}}
-	skip := true
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme: scheme, Cache: cacheOpts,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: &skip},
-	})
-	if err != nil {
-		t.Fatalf("manager: %v", err)
-	}
-	cards, err := registration.NewMQTTCardPublisher(ctx, backend, brokerURL, nil)
-	if err != nil {
-		t.Fatalf("card publisher: %v", err)
-	}
-	t.Cleanup(func() { _ = cards.Close(context.Background()) })
-	reg := &registration.Registrar{Reader: mgr.GetClient(), Backend: backend, Cards: cards, BrokerURL: brokerURL}
-	opts.Registrar = reg
-	if err := controllers.Setup(ctx, mgr, opts); err != nil {
-		t.Fatalf("setup: %v", err)
-	}
-	mctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(mctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	t.Cleanup(func() { stop(); <-done })
-	return ns.Name
+	return cp.StartOperator(t, ctx, "reg-", backend, brokerURL, opts)
 }
 
 // applyFleet creates the fleet, waits for every Agent to be Ready and returns their passwords.

@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,15 +11,24 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
 // ExistingClusterEnv names the variable that points the suites at the cluster in KUBECONFIG
@@ -120,4 +130,44 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// StartOperator runs the controllers with a broker Registrar on backend, scoped to a fresh
+// namespace (named with prefix) that it returns; the operator stops when the test ends.
+func (c *ControlPlane) StartOperator(t testing.TB, ctx context.Context, prefix string, backend acl.Backend, brokerURL string, opts controllers.Options) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	if err := c.Client.Create(ctx, ns); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	cacheOpts := controllers.CacheOptions()
+	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns.Name: {}}
+	skip := true // several operators in one process register controllers with the same names
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme: c.Scheme, Cache: cacheOpts,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: &skip},
+	})
+	if err != nil {
+		t.Fatalf("manager: %v", err)
+	}
+	cards, err := registration.NewMQTTCardPublisher(ctx, backend, brokerURL, nil)
+	if err != nil {
+		t.Fatalf("card publisher: %v", err)
+	}
+	t.Cleanup(func() { _ = cards.Close(context.Background()) })
+	opts.Registrar = &registration.Registrar{Reader: mgr.GetClient(), Backend: backend, Cards: cards, BrokerURL: brokerURL}
+	if err := controllers.Setup(ctx, mgr, opts); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	mctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(mctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	return ns.Name
 }

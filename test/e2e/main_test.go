@@ -19,17 +19,12 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -44,15 +39,15 @@ import (
 )
 
 var (
-	scheme  *runtime.Scheme
+	cp      *testenv.ControlPlane
 	restCfg *rest.Config
 	k8s     client.Client
 )
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel + 1)))
-	testenv.Main(m, filepath.Join("..", ".."), func(cp *testenv.ControlPlane) error {
-		scheme, restCfg, k8s = cp.Scheme, cp.Config, cp.Client
+	testenv.Main(m, filepath.Join("..", ".."), func(c *testenv.ControlPlane) error {
+		cp, restCfg, k8s = c, c.Config, c.Client
 		return nil
 	})
 }
@@ -213,40 +208,7 @@ func apply(t testing.TB, ctx context.Context, ns, manifest string) {
 // namespace (registration_test.go's pattern).
 func startOperator(t testing.TB, ctx context.Context, backend acl.Backend, brokerURL string) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
-	if err := k8s.Create(ctx, ns); err != nil {
-		t.Fatalf("create namespace: %v", err)
-	}
-	cacheOpts := controllers.CacheOptions()
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns.Name: {}}
-	skip := true
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme: scheme, Cache: cacheOpts,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: &skip},
-	})
-	if err != nil {
-		t.Fatalf("manager: %v", err)
-	}
-	cards, err := registration.NewMQTTCardPublisher(ctx, backend, brokerURL, nil)
-	if err != nil {
-		t.Fatalf("card publisher: %v", err)
-	}
-	t.Cleanup(func() { _ = cards.Close(context.Background()) })
-	reg := &registration.Registrar{Reader: mgr.GetClient(), Backend: backend, Cards: cards, BrokerURL: brokerURL}
-	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: reg, Gating: true}); err != nil {
-		t.Fatalf("setup: %v", err)
-	}
-	mctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(mctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	t.Cleanup(func() { stop(); <-done })
-	return ns.Name
+	return cp.StartOperator(t, ctx, "e2e-", backend, brokerURL, controllers.Options{Gating: true})
 }
 
 func eventually(t testing.TB, timeout time.Duration, what string, fn func() error) {
