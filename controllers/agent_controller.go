@@ -61,7 +61,8 @@ const (
 // resolves identities, topics and policies and reports the Agent as not registered.
 type Registrar interface {
 	// Register creates or updates everything the Agent needs on the broker. It must be idempotent.
-	// creds.PasswordChanged says that the broker must be given creds.Password.
+	// creds.PasswordChanged says that the broker must be given creds.Password. It may record what
+	// it published in agent.Status (the controller writes status afterwards).
 	Register(ctx context.Context, agent *a2av1.Agent, creds Credentials) error
 	// Unregister removes everything Register created. Missing pieces are not an error.
 	Unregister(ctx context.Context, agent *a2av1.Agent) error

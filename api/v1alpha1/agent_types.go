@@ -280,6 +280,12 @@ type AgentStatus struct {
 	// +kubebuilder:validation:MaxItems=10
 	OverlappingPolicies []string `json:"overlappingPolicies,omitempty"`
 
+	// PublishedCardDigest is the SHA-256 of the agent card the operator last published. The card is
+	// republished only when it changes, so the operator never overwrites the "online" card a
+	// connected agent publishes for itself.
+	// +optional
+	PublishedCardDigest string `json:"publishedCardDigest,omitempty"`
+
 	// CredentialsSecret is the name of the Secret with the agent's broker credentials.
 	// +optional
 	CredentialsSecret string `json:"credentialsSecret,omitempty"`

@@ -2,7 +2,9 @@ package registration
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -36,7 +38,8 @@ type Registrar struct {
 
 var _ controllers.Registrar = (*Registrar)(nil)
 
-// Register makes the broker hold the Agent's client, ACLs and retained card.
+// Register makes the broker hold the Agent's client, ACLs and retained card. It records the
+// digest of the card it published in agent.Status.PublishedCardDigest.
 func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds controllers.Credentials) error {
 	id := controllers.AgentIdentity(agent)
 	in := Input{Agent: id, Scope: agent.Spec.Callers.Scope, PoolID: agent.Spec.PoolID,
@@ -68,6 +71,13 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds cont
 	if err != nil {
 		return fmt.Errorf("encode agent card: %w", err)
 	}
+	sum := sha256.Sum256(card)
+	digest := hex.EncodeToString(sum[:])
+	if digest == agent.Status.PublishedCardDigest {
+		// Republishing an unchanged card would overwrite the "online" card that a connected agent
+		// publishes for itself with our "registered, not seen" one.
+		return nil
+	}
 	// Registered, not observed online: the agent's own online card (source "agent") replaces this
 	// one when it connects, its LWT when it dies.
 	if err := r.Cards.PublishCard(ctx, id.DiscoveryTopic(), card, map[string]string{
@@ -75,6 +85,7 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds cont
 	}); err != nil {
 		return &controllers.StageError{Stage: controllers.StageCard, Err: err}
 	}
+	agent.Status.PublishedCardDigest = digest
 	return nil
 }
 

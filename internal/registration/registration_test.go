@@ -298,6 +298,19 @@ func TestBrokerOutageAndDriftRepair(t *testing.T) {
 		return nil
 	})
 
+	// A connected agent's own "online" card survives resyncs: the operator republishes only a
+	// changed card.
+	self := connect(t, ctx, broker.Addr(), clientID(0), passwords[0])
+	online := &paho.Publish{Topic: "$a2a/v1/discovery/" + clientID(0), QoS: 1, Retain: true, Payload: []byte(`{"name":"planner"}`),
+		Properties: &paho.PublishProperties{User: paho.UserProperties{{Key: "a2a-status", Value: "online"}, {Key: "a2a-status-source", Value: "agent"}}}}
+	if _, err := self.Publish(ctx, online); err != nil {
+		t.Fatalf("publish own card: %v", err)
+	}
+	time.Sleep(3 * time.Second) // several 1 s resyncs
+	if _, props := retainedCard(t, ctx, self, online.Topic); props["a2a-status-source"] != "agent" {
+		t.Fatalf("a resync overwrote the agent's own card: %v", props)
+	}
+
 	broker.Stop()
 	readyIs := func(want metav1.ConditionStatus, reason string) func() error {
 		return func() error {
