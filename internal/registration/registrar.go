@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,16 +54,25 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds cont
 	if in.CalledBy, err = r.calleesAdmitting(ctx, agent); err != nil {
 		return err
 	}
-	names := SharedNames(in)
-	if in.Observed, err = r.Backend.Observe(ctx, &names); err != nil {
-		return &controllers.StageError{Stage: controllers.StageACLs, Err: fmt.Errorf("observe shared ACL objects: %w", err)}
+	// Observe once and diff against that same observation: shared groups hold other agents'
+	// references, and a second, later observation (as acl.Apply makes) could contain a reference
+	// added meanwhile that this agent's desired list does not know, which Diff would then remove.
+	names := involvedNames(in)
+	if in.Observed, err = r.observe(ctx, names); err != nil {
+		return &controllers.StageError{Stage: controllers.StageACLs, Err: err}
 	}
 	desired := Compile(in)
 	desired.Passwords = map[string]string{Username(id): creds.Password}
-	res, err := acl.Apply(ctx, r.Backend, desired)
-	if err != nil {
-		return &controllers.StageError{Stage: controllers.StageACLs, Err: err}
+	if err := desired.Validate(r.Backend.Prefix(), in.Observed); err != nil {
+		return &controllers.StageError{Stage: controllers.StageACLs, Err: fmt.Errorf("invalid desired ACLs: %w", err)}
 	}
+	cmds := acl.Diff(in.Observed, desired)
+	if len(cmds) > 0 {
+		if err := r.Backend.Execute(ctx, cmds); err != nil {
+			return &controllers.StageError{Stage: controllers.StageACLs, Err: fmt.Errorf("apply %d ACL commands (%s): %w", len(cmds), acl.Summary(cmds), err)}
+		}
+	}
+	res := acl.Result{Commands: cmds}
 	if creds.PasswordChanged && !createdClient(res, Username(id)) {
 		if err := acl.SetPassword(ctx, r.Backend, Username(id), creds.Password); err != nil {
 			return &controllers.StageError{Stage: controllers.StageCredentials, Err: fmt.Errorf("set password: %w", err)}
@@ -99,6 +110,51 @@ func (r *Registrar) Unregister(ctx context.Context, agent *a2av1.Agent) error {
 		return fmt.Errorf("clear agent card: %w", err)
 	}
 	return nil
+}
+
+// observe reads names plus the roles that the observed groups reference (other agents' roles in
+// the shared groups), which validation needs to see.
+func (r *Registrar) observe(ctx context.Context, names acl.Names) (acl.State, error) {
+	st, err := r.Backend.Observe(ctx, &names)
+	if err != nil {
+		return acl.State{}, fmt.Errorf("observe ACL objects: %w", err)
+	}
+	var missing acl.Names
+	for _, g := range st.Groups {
+		for _, ref := range g.Roles {
+			if _, ok := st.Roles[ref.Name]; !ok && !slices.Contains(missing.Roles, ref.Name) {
+				missing.Roles = append(missing.Roles, ref.Name)
+			}
+		}
+	}
+	if len(missing.Roles) == 0 {
+		return st, nil
+	}
+	refs, err := r.Backend.Observe(ctx, &missing)
+	if err != nil {
+		return acl.State{}, fmt.Errorf("observe referenced roles: %w", err)
+	}
+	maps.Copy(st.Roles, refs.Roles)
+	return st, nil
+}
+
+// involvedNames lists every broker object Compile may create, change, delete or read for in.
+func involvedNames(in Input) acl.Names {
+	n := SharedNames(in)
+	d := Compile(in) // with nothing observed yet: names only
+	for name := range d.Roles {
+		n.Roles = append(n.Roles, name)
+	}
+	for name := range d.Groups {
+		n.Groups = append(n.Groups, name)
+	}
+	for name := range d.Clients {
+		n.Clients = append(n.Clients, name)
+	}
+	n.Roles = append(n.Roles, d.Delete.Roles...)
+	n.Groups = append(n.Groups, d.Delete.Groups...)
+	n.Clients = append(n.Clients, d.Delete.Clients...)
+	return n
 }
 
 func createdClient(res acl.Result, username string) bool {
