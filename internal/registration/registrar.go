@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,14 +56,14 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds cont
 	// references, and a second, later observation (as acl.Apply makes) could contain a reference
 	// added meanwhile that this agent's desired list does not know, which Diff would then remove.
 	names := involvedNames(in)
-	if in.Observed, err = r.observe(ctx, names); err != nil {
-		return &controllers.StageError{Stage: controllers.StageACLs, Err: err}
+	if in.Observed, err = r.Backend.Observe(ctx, &names); err != nil {
+		return &controllers.StageError{Stage: controllers.StageACLs, Err: fmt.Errorf("observe ACL objects: %w", err)}
 	}
 	desired := Compile(in)
 	desired.Passwords = map[string]string{Username(id): creds.Password}
-	if err := desired.Validate(r.Backend.Prefix(), in.Observed); err != nil {
-		return &controllers.StageError{Stage: controllers.StageACLs, Err: fmt.Errorf("invalid desired ACLs: %w", err)}
-	}
+	// Not desired.Validate: it wants every role the shared groups reference observed, which is
+	// O(fleet) reads per Agent; Compile only emits prefixed names, and the broker itself refuses
+	// a reference to a missing role.
 	cmds := acl.Diff(in.Observed, desired)
 	if len(cmds) > 0 {
 		if err := r.Backend.Execute(ctx, cmds); err != nil {
@@ -110,32 +108,6 @@ func (r *Registrar) Unregister(ctx context.Context, agent *a2av1.Agent) error {
 		return fmt.Errorf("clear agent card: %w", err)
 	}
 	return nil
-}
-
-// observe reads names plus the roles that the observed groups reference (other agents' roles in
-// the shared groups), which validation needs to see.
-func (r *Registrar) observe(ctx context.Context, names acl.Names) (acl.State, error) {
-	st, err := r.Backend.Observe(ctx, &names)
-	if err != nil {
-		return acl.State{}, fmt.Errorf("observe ACL objects: %w", err)
-	}
-	var missing acl.Names
-	for _, g := range st.Groups {
-		for _, ref := range g.Roles {
-			if _, ok := st.Roles[ref.Name]; !ok && !slices.Contains(missing.Roles, ref.Name) {
-				missing.Roles = append(missing.Roles, ref.Name)
-			}
-		}
-	}
-	if len(missing.Roles) == 0 {
-		return st, nil
-	}
-	refs, err := r.Backend.Observe(ctx, &missing)
-	if err != nil {
-		return acl.State{}, fmt.Errorf("observe referenced roles: %w", err)
-	}
-	maps.Copy(st.Roles, refs.Roles)
-	return st, nil
 }
 
 // involvedNames lists every broker object Compile may create, change, delete or read for in.
