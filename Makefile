@@ -9,8 +9,10 @@ export GOTOOLCHAIN := local
 LOCALBIN := $(CURDIR)/bin
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
+STATICCHECK_VERSION ?= v0.8.2
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE := $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+STATICCHECK := $(LOCALBIN)/staticcheck-$(STATICCHECK_VERSION)
 IMG ?= a2a-fleet/operator:dev
 # Generous ceiling for the whole suite; it takes a few minutes (docs/development.md).
 TEST_TIMEOUT ?= 25m
@@ -55,7 +57,7 @@ generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: verify
-verify: verify-generated fmt-check vet verify-kustomize ## Static checks that CI runs before the tests.
+verify: verify-generated fmt-check vet lint verify-mod verify-kustomize ## Static checks that CI runs before the tests.
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail when generated files differ from what is committed.
@@ -74,6 +76,14 @@ fmt-check: ## Fail when a Go file is not gofmt-clean.
 .PHONY: vet
 vet: ## go vet.
 	go vet ./...
+
+.PHONY: lint
+lint: $(STATICCHECK) ## staticcheck (pinned, built from the module proxy).
+	$(STATICCHECK) ./...
+
+.PHONY: verify-mod
+verify-mod: ## Fail when go.mod/go.sum are not tidy.
+	@go mod tidy -diff || { echo "go.mod is not tidy: run 'go mod tidy' and commit"; exit 1; }
 
 .PHONY: verify-kustomize
 verify-kustomize: $(KUSTOMIZE) ## Render config/default to make sure the install manifests build.
@@ -116,6 +126,10 @@ undeploy: $(KUSTOMIZE) ## Remove what deploy installed.
 $(CONTROLLER_GEN):
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 	mv $(LOCALBIN)/controller-gen $@
+
+$(STATICCHECK):
+	GOBIN=$(LOCALBIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(LOCALBIN)/staticcheck $@
 
 $(KUSTOMIZE):
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -31,8 +30,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
-	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/policy"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -63,7 +63,7 @@ type Registrar interface {
 	// Register creates or updates everything the Agent needs on the broker. It must be idempotent.
 	// creds.PasswordChanged says that the broker must be given creds.Password. It may record what
 	// it published in agent.Status (the controller writes status afterwards).
-	Register(ctx context.Context, agent *a2av1.Agent, creds Credentials) error
+	Register(ctx context.Context, agent *a2av1.Agent, creds registration.Credentials) error
 	// Unregister removes everything Register created. Missing pieces are not an error.
 	Unregister(ctx context.Context, agent *a2av1.Agent) error
 }
@@ -85,22 +85,6 @@ type AgentReconciler struct {
 	// Gating puts the conversation service in front of every Agent a ConversationPolicy governs.
 	Gating bool
 }
-
-// Registration stages, so that a failure shows in the right condition.
-const (
-	StageACLs        = "ACLs"
-	StageCard        = "Card"
-	StageCredentials = "Credentials"
-)
-
-// StageError is a registration failure in one stage.
-type StageError struct {
-	Stage string
-	Err   error
-}
-
-func (e *StageError) Error() string { return strings.ToLower(e.Stage) + ": " + e.Err.Error() }
-func (e *StageError) Unwrap() error { return e.Err }
 
 // +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents/status,verbs=get;update;patch
@@ -132,7 +116,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 
 	before := agent.DeepCopy()
-	id := AgentIdentity(agent)
+	id := identity.Of(agent)
 	agent.Status.AgentID = id.Agent
 	agent.Status.ClientID = id.ClientID()
 	agent.Status.Topics = &a2av1.AgentTopics{
@@ -149,21 +133,21 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	if r.Gating && agent.Status.ConversationPolicy != "" {
-		agent.Status.Topics.Delivery = gate.DeliveryTopic(id)
+		agent.Status.Topics.Delivery = identity.DeliveryTopic(id)
 	}
 
 	holder, err := r.identityHolder(ctx, agent)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	var creds Credentials
+	var creds registration.Credentials
 	if holder == nil {
 		// The Secret is only issued to the holder of the identity: a conflicting Agent must not get
 		// a password for a client ID it does not own.
 		if creds, err = r.ensureCredentials(ctx, agent); err != nil {
 			return ctrl.Result{}, err
 		}
-		agent.Status.CredentialsSecret = CredentialsSecretName(agent)
+		agent.Status.CredentialsSecret = identity.CredentialsSecretName(agent)
 	}
 
 	regErr := r.registerOnBroker(ctx, agent, creds, holder)
@@ -237,7 +221,7 @@ func (r *AgentReconciler) resolvePolicy(ctx context.Context, agent *a2av1.Agent)
 // the oldest one wins, then the lexically first namespace/name.
 func (r *AgentReconciler) identityHolder(ctx context.Context, agent *a2av1.Agent) (*types.NamespacedName, error) {
 	var same a2av1.AgentList
-	if err := r.List(ctx, &same, client.MatchingFields{IndexAgentClientID: agent.Status.ClientID}); err != nil {
+	if err := r.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: agent.Status.ClientID}); err != nil {
 		return nil, fmt.Errorf("list agents with client ID %s: %w", agent.Status.ClientID, err)
 	}
 	var holder *a2av1.Agent
@@ -270,7 +254,7 @@ func agentPrecedes(a, b *a2av1.Agent) bool {
 }
 
 // registerOnBroker runs the Registrar and records ACLsSynced and Registered.
-func (r *AgentReconciler) registerOnBroker(ctx context.Context, agent *a2av1.Agent, creds Credentials, holder *types.NamespacedName) error {
+func (r *AgentReconciler) registerOnBroker(ctx context.Context, agent *a2av1.Agent, creds registration.Credentials, holder *types.NamespacedName) error {
 	both := func(status metav1.ConditionStatus, reason, message string) {
 		r.setCondition(agent, a2av1.ConditionACLsSynced, status, reason, message)
 		r.setCondition(agent, a2av1.ConditionRegistered, status, reason, message)
@@ -289,17 +273,17 @@ func (r *AgentReconciler) registerOnBroker(ctx context.Context, agent *a2av1.Age
 	err := r.Registrar.Register(ctx, agent, creds)
 	if err == nil && creds.PasswordChanged {
 		if markErr := r.markPasswordSynced(ctx, agent); markErr != nil {
-			err = &StageError{Stage: StageCredentials, Err: markErr}
+			err = &registration.StageError{Stage: registration.StageCredentials, Err: markErr}
 		}
 	}
-	var stage *StageError
+	var stage *registration.StageError
 	switch {
 	case err == nil:
 		r.setCondition(agent, a2av1.ConditionACLsSynced, metav1.ConditionTrue, a2av1.ReasonACLsApplied,
 			"the broker grants exactly the topics this agent and its callers need")
 		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionTrue, a2av1.ReasonRegistered,
-			"broker client "+BrokerUsername(agent)+" exists and the agent card is published")
-	case errors.As(err, &stage) && stage.Stage != StageACLs:
+			"broker client "+identity.BrokerUsername(agent)+" exists and the agent card is published")
+	case errors.As(err, &stage) && stage.Stage != registration.StageACLs:
 		r.setCondition(agent, a2av1.ConditionACLsSynced, metav1.ConditionTrue, a2av1.ReasonACLsApplied,
 			"the broker grants exactly the topics this agent and its callers need")
 		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, err.Error())
@@ -367,15 +351,6 @@ func (r *AgentReconciler) emitTransitions(before, after *a2av1.Agent, holder *ty
 	}
 }
 
-// AgentIdentity is the Agent's resolved identity: spec.agentID defaults to metadata.name.
-func AgentIdentity(agent *a2av1.Agent) a2amqtt.AgentRef {
-	agentID := agent.Spec.AgentID
-	if agentID == "" {
-		agentID = agent.Name
-	}
-	return a2amqtt.AgentRef{Org: agent.Spec.OrgID, Unit: agent.Spec.UnitID, Agent: agentID}
-}
-
 // SetupWithManager registers the controller and its watches.
 func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
@@ -416,7 +391,7 @@ func (r *AgentReconciler) agentsForPolicy(ctx context.Context, obj client.Object
 	}
 	var governed a2av1.AgentList
 	if err := r.List(ctx, &governed, client.InNamespace(p.Namespace),
-		client.MatchingFields{IndexAgentPolicy: p.Name}); err != nil {
+		client.MatchingFields{identity.IndexAgentPolicy: p.Name}); err != nil {
 		log.Error(err, "list agents governed by policy", "policy", p.Name)
 	}
 	add(governed.Items)
@@ -465,7 +440,7 @@ func (r *AgentReconciler) enqueueCallerRuleChanges(ctx context.Context, q workqu
 		}
 	}
 	var callees a2av1.AgentList
-	if err := r.List(ctx, &callees, client.MatchingFields{IndexAgentHasCallerSelectors: "true"}); err != nil {
+	if err := r.List(ctx, &callees, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
 		log.Error(err, "list agents with caller selectors")
 	}
 	for i := range callees.Items {
@@ -523,7 +498,7 @@ func (r *AgentReconciler) agentsSharingIdentity(ctx context.Context, obj client.
 		return nil
 	}
 	var same a2av1.AgentList
-	if err := r.List(ctx, &same, client.MatchingFields{IndexAgentClientID: AgentIdentity(a).ClientID()}); err != nil {
+	if err := r.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: identity.Of(a).ClientID()}); err != nil {
 		logf.FromContext(ctx).Error(err, "list agents sharing a client ID")
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 )
 
 func getSecret(ns, name string) (*corev1.Secret, error) {
@@ -39,10 +40,10 @@ func TestCredentialsSecretAndRotation(t *testing.T) {
 		if !metav1.IsControlledBy(s, a) {
 			return fmt.Errorf("secret not controlled by the agent: %v", s.OwnerReferences)
 		}
-		if got := string(s.Data[controllers.SecretKeyClientID]); got != "acme/keys/keyholder" || string(s.Data[controllers.SecretKeyUsername]) != "a2a:"+got {
-			return fmt.Errorf("secret username/clientID = %q/%q", s.Data[controllers.SecretKeyUsername], got)
+		if got := string(s.Data[identity.SecretKeyClientID]); got != "acme/keys/keyholder" || string(s.Data[identity.SecretKeyUsername]) != "a2a:"+got {
+			return fmt.Errorf("secret username/clientID = %q/%q", s.Data[identity.SecretKeyUsername], got)
 		}
-		first = string(s.Data[controllers.SecretKeyPassword])
+		first = string(s.Data[identity.SecretKeyPassword])
 		if len(first) < 40 {
 			return fmt.Errorf("password of %d chars is too weak", len(first))
 		}
@@ -76,7 +77,7 @@ func TestCredentialsSecretAndRotation(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		now := string(s.Data[controllers.SecretKeyPassword])
+		now := string(s.Data[identity.SecretKeyPassword])
 		if now == first {
 			return fmt.Errorf("password unchanged")
 		}

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
-	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
 // recordingRegistrar stands in for the broker at the controllers.Registrar seam. It proves the
@@ -24,7 +24,7 @@ func newRecordingRegistrar() *recordingRegistrar {
 	return &recordingRegistrar{registered: map[string]int{}, unregistered: map[string]int{}, passwordsSet: map[string][]string{}}
 }
 
-func (r *recordingRegistrar) Register(_ context.Context, a *a2av1.Agent, creds controllers.Credentials) error {
+func (r *recordingRegistrar) Register(_ context.Context, a *a2av1.Agent, creds registration.Credentials) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.failing {

@@ -11,13 +11,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
 
-// Labels the operator puts on what it creates.
-const (
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedByValue = "a2a-fleet"
-	LabelAgent     = "a2a.fleet.dev/agent"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 )
 
 // Options configure the controllers.
@@ -49,7 +44,7 @@ const DefaultResyncPeriod = 10 * time.Minute
 // they carry the operator's managed-by label, so a cluster with many Secrets costs no memory.
 func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue})},
+		&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{identity.LabelManagedBy: identity.ManagedByValue})},
 	}}
 }
 

@@ -28,7 +28,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
-	"github.com/a2a-fleet/a2a-fleet/internal/testenv"
+	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
 
 // brokeredNamespace is reconciled by a second manager that has a Registrar, so that the suite covers

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 )
 
 // Workload reasons.
@@ -46,9 +47,9 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, agent *a2av1.Ag
 		if deploy.Labels == nil {
 			deploy.Labels = map[string]string{}
 		}
-		deploy.Labels[LabelManagedBy] = ManagedByValue
-		deploy.Labels[LabelAgent] = agent.Name
-		selector := map[string]string{LabelAgent: agent.Name, "app.kubernetes.io/component": "agent"}
+		deploy.Labels[identity.LabelManagedBy] = identity.ManagedByValue
+		deploy.Labels[identity.LabelAgent] = agent.Name
+		selector := map[string]string{identity.LabelAgent: agent.Name, "app.kubernetes.io/component": "agent"}
 		deploy.Spec.Replicas = ptr.To(ptr.Deref(agent.Spec.Workload.Replicas, 1))
 		deploy.Spec.Selector = &metav1.LabelSelector{MatchLabels: selector}
 		tmpl := *agent.Spec.Workload.Template.DeepCopy()
@@ -87,7 +88,7 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, agent *a2av1.Ag
 // workloadEnv is what every container of the workload learns about its identity. The password
 // comes from the Secret by reference, never as a literal in the pod spec.
 func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
-	id := AgentIdentity(agent)
+	id := identity.Of(agent)
 	secretRef := func(key string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: agent.Status.CredentialsSecret}, Key: key,
@@ -100,8 +101,8 @@ func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
 		{Name: "A2A_AGENT", Value: id.Agent},
 		{Name: "A2A_CLIENT_ID", Value: id.ClientID()},
 		{Name: "A2A_REQUEST_TOPIC", Value: cmp.Or(agent.Status.Topics.Delivery, id.RequestTopic())},
-		{Name: "A2A_USERNAME", ValueFrom: secretRef(SecretKeyUsername)},
-		{Name: "A2A_PASSWORD", ValueFrom: secretRef(SecretKeyPassword)},
+		{Name: "A2A_USERNAME", ValueFrom: secretRef(identity.SecretKeyUsername)},
+		{Name: "A2A_PASSWORD", ValueFrom: secretRef(identity.SecretKeyPassword)},
 	}
 	if agent.Spec.PoolID != "" {
 		env = append(env, corev1.EnvVar{Name: "A2A_POOLS", Value: agent.Spec.PoolID})

@@ -326,5 +326,5 @@ type AgentList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Agent{}, &AgentList{})
+	objects = append(objects, &Agent{}, &AgentList{})
 }

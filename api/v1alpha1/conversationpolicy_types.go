@@ -150,5 +150,5 @@ type ConversationPolicyList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&ConversationPolicy{}, &ConversationPolicyList{})
+	objects = append(objects, &ConversationPolicy{}, &ConversationPolicyList{})
 }

@@ -22,10 +22,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
-	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
-	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/policy"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
@@ -53,8 +52,8 @@ func startConversationService(ctx context.Context, c client.Client, reg *registr
 	}
 	svc, err := convservice.Start(ctx, convservice.Config{
 		BrokerURL:   brokerURL,
-		Username:    gate.ServiceUsername,
-		Password:    string(secret.Data[controllers.SecretKeyPassword]),
+		Username:    identity.ServiceUsername,
+		Password:    string(secret.Data[identity.SecretKeyPassword]),
 		ReplicaID:   "dev",
 		Store:       "bolt:" + filepath.Join(stateDir, "conversations.db"),
 		RestConfig:  cfg,
@@ -166,9 +165,9 @@ func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent
 	kind := agents.Kind(agent.Labels[exampleLabel])
 	a, err := agents.Start(ctx, kind, agents.Options{
 		BrokerURL:    brokerURL,
-		Username:     string(secret.Data[controllers.SecretKeyUsername]),
-		Password:     string(secret.Data[controllers.SecretKeyPassword]),
-		Agent:        controllers.AgentIdentity(agent),
+		Username:     string(secret.Data[identity.SecretKeyUsername]),
+		Password:     string(secret.Data[identity.SecretKeyPassword]),
+		Agent:        identity.Of(agent),
 		RequestTopic: agent.Status.Topics.Delivery,
 	})
 	if err != nil {

@@ -75,11 +75,11 @@ func BenchmarkDecide(b *testing.B) {
 	if os.Getenv("BENCH_NOGC") != "" {
 		// Separate the code's latency from the runtime's: warm the heap
 		// (no page faults) and pause the GC (no assists, no sweeping).
-		warm := make([][]byte, 0, 1<<20)
-		for i := 0; i < 1<<20; i++ {
-			warm = append(warm, make([]byte, 512))
+		warm := make([][]byte, 1<<20)
+		for i := range warm {
+			warm[i] = make([]byte, 512)
 		}
-		warm = nil
+		runtime.KeepAlive(warm)
 		runtime.GC()
 		runtime.GC()
 		defer debug.SetGCPercent(debug.SetGCPercent(-1))

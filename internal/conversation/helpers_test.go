@@ -31,16 +31,15 @@ type step struct {
 	// sweep runs Agent.Expire.
 	sweep bool
 
-	kind      Kind   // expected decision kind (requests)
-	forward   *bool  // expected Forward when set
-	code      int    // expected error code for rejections
-	sentinel  error  // expected errors.Is target for rejections
-	a2aErr    string // expected error.data.a2a_error
-	known     *bool  // expected Outcome.Known (events)
-	freed     *bool  // expected Outcome.SlotFreed (events)
-	ended     *bool  // expected Outcome.StreamEnded (events)
-	check     func(t *testing.T, a *Agent, d Decision, o Outcome, x []Expiration)
-	checkName string
+	kind     Kind   // expected decision kind (requests)
+	forward  *bool  // expected Forward when set
+	code     int    // expected error code for rejections
+	sentinel error  // expected errors.Is target for rejections
+	a2aErr   string // expected error.data.a2a_error
+	known    *bool  // expected Outcome.Known (events)
+	freed    *bool  // expected Outcome.SlotFreed (events)
+	ended    *bool  // expected Outcome.StreamEnded (events)
+	check    func(t *testing.T, a *Agent, d Decision, o Outcome, x []Expiration)
 }
 
 func yes() *bool { b := true; return &b }

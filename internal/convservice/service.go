@@ -33,7 +33,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
-	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -197,7 +197,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		cfg:        cfg,
 		log:        cfg.Logger.WithValues("replica", cfg.ReplicaID),
 		seal:       newSealer(cfg.RouteSecret),
-		replyTopic: gate.Service.ReplyTopic(cfg.ReplicaID),
+		replyTopic: identity.Service.ReplyTopic(cfg.ReplicaID),
 		m:          newMetrics(cfg.Registry),
 		done:       make(chan struct{}),
 	}
@@ -229,7 +229,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		BrokerURL: cfg.BrokerURL,
 		Username:  cfg.Username,
 		Password:  cfg.Password,
-		Agent:     a2amqtt.AgentRef{Org: gate.Service.Org, Unit: gate.Service.Unit, Agent: gate.Service.Agent + "-" + cfg.ReplicaID},
+		Agent:     a2amqtt.AgentRef{Org: identity.Service.Org, Unit: identity.Service.Unit, Agent: identity.Service.Agent + "-" + cfg.ReplicaID},
 		Logger:    slog.New(logr.ToSlogHandler(s.log.WithName("mqtt"))),
 	})
 	if err != nil {
@@ -241,7 +241,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if _, err := conn.Subscribe(ctx, s.replyTopic, s.onReply); err != nil {
 		return fail(fmt.Errorf("conversation service: subscribe reply topic: %w", err))
 	}
-	if _, err := conn.Subscribe(ctx, s.filter(gate.Service.RequestTopic()), s.onHistoryRequest); err != nil {
+	if _, err := conn.Subscribe(ctx, s.filter(identity.Service.RequestTopic()), s.onHistoryRequest); err != nil {
 		return fail(fmt.Errorf("conversation service: subscribe own request topic: %w", err))
 	}
 	s.gated, err = newRegistry(ctx, s)
@@ -303,7 +303,7 @@ func (s *Service) openStore() error {
 // filter is how this replica subscribes to a request topic.
 func (s *Service) filter(topic string) string {
 	if s.cfg.SharedSubscriptions {
-		return "$share/" + gate.ShareGroup + "/" + topic
+		return a2amqtt.SharedSubscription(identity.ShareGroup, topic)
 	}
 	return topic
 }

@@ -18,51 +18,26 @@ import (
 	"strings"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
-	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-// Object names; every name carries acl.DefaultPrefix so nothing else on the broker is touched.
-func agentRoleName(id a2amqtt.AgentRef) string { return acl.DefaultPrefix + "agent:" + id.ClientID() }
-func callersRoleName(id a2amqtt.AgentRef) string {
-	return acl.DefaultPrefix + "callers:" + id.ClientID()
-}
-
-// CallersGroupName is the group whose members may call the agent (selector-admitted callers).
-func CallersGroupName(id a2amqtt.AgentRef) string {
-	return acl.DefaultPrefix + "callers:" + id.ClientID()
-}
-
-// UnitGroupName is the group every agent of a unit belongs to.
-func UnitGroupName(org, unit string) string { return acl.DefaultPrefix + "unit:" + org + "/" + unit }
-
-// OrgGroupName is the group every agent of an organization belongs to.
-func OrgGroupName(org string) string { return acl.DefaultPrefix + "org:" + org }
-
-func orgRoleName(org string) string { return acl.DefaultPrefix + "org:" + org }
-
-// ServiceGroupName is the group of the conversation service's clients; every gated agent adds
-// its gate role to it.
-const ServiceGroupName = acl.DefaultPrefix + "conversation-service"
-
-func gateRoleName(id a2amqtt.AgentRef) string { return acl.DefaultPrefix + "gate:" + id.ClientID() }
-
 // ServiceIdentity is the conversation service's base broker identity: its client (any client
 // ID: replicas connect side by side), its own request and reply topics, and the right to relay
-// replies to any requester. The per-agent gate roles reach it through ServiceGroupName.
+// replies to any requester. The per-agent gate roles reach it through identity.ServiceGroupName.
 func ServiceIdentity(observed acl.State) acl.State {
-	role := acl.Role{Name: gate.ServiceUsername, ACLs: []acl.ACL{
-		{Type: acl.SubscribeLiteral, Topic: "$share/" + gate.ShareGroup + "/" + gate.Service.RequestTopic(), Allow: true},
-		{Type: acl.SubscribeLiteral, Topic: gate.Service.RequestTopic(), Allow: true},
-		{Type: acl.SubscribePattern, Topic: gate.ServiceReplyFilter(), Allow: true},
-		{Type: acl.PublishClientSend, Topic: "$a2a/v1/reply/#", Allow: true},
+	role := acl.Role{Name: identity.ServiceUsername, ACLs: []acl.ACL{
+		{Type: acl.SubscribeLiteral, Topic: identity.RequestSubscription(identity.Service), Allow: true},
+		{Type: acl.SubscribeLiteral, Topic: identity.Service.RequestTopic(), Allow: true},
+		{Type: acl.SubscribePattern, Topic: identity.ServiceReplyFilter(), Allow: true},
+		{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodReply), Allow: true},
 	}}
-	group := acl.Group{Name: ServiceGroupName}
-	if have, ok := observed.Groups[ServiceGroupName]; ok {
+	group := acl.Group{Name: identity.ServiceGroupName}
+	if have, ok := observed.Groups[identity.ServiceGroupName]; ok {
 		group.Roles = slices.Clone(have.Roles)
 	}
-	client := acl.Client{Username: gate.ServiceUsername, Roles: []acl.RoleRef{{Name: role.Name}}, Groups: []string{ServiceGroupName}}
+	client := acl.Client{Username: identity.ServiceUsername, Roles: []acl.RoleRef{{Name: role.Name}}, Groups: []string{identity.ServiceGroupName}}
 	return acl.NewState([]acl.Role{role}, []acl.Group{group}, []acl.Client{client})
 }
 
@@ -92,10 +67,10 @@ type Input struct {
 
 // SharedNames lists the objects Compile needs to have observed.
 func SharedNames(in Input) acl.Names {
-	n := acl.Names{Groups: []string{UnitGroupName(in.Agent.Org, in.Agent.Unit), OrgGroupName(in.Agent.Org), ServiceGroupName}}
+	n := acl.Names{Groups: []string{identity.UnitGroupName(in.Agent.Org, in.Agent.Unit), identity.OrgGroupName(in.Agent.Org), identity.ServiceGroupName}}
 	for _, callee := range in.CalledBy {
-		n.Groups = append(n.Groups, CallersGroupName(callee))
-		n.Roles = append(n.Roles, callersRoleName(callee))
+		n.Groups = append(n.Groups, identity.CallersGroupName(callee))
+		n.Roles = append(n.Roles, identity.CallersRoleName(callee))
 	}
 	return n
 }
@@ -103,28 +78,28 @@ func SharedNames(in Input) acl.Names {
 // Compile returns the broker objects for one agent. Password handling is the caller's.
 func Compile(in Input) acl.Desired {
 	id := in.Agent
-	own := acl.Role{Name: agentRoleName(id), ACLs: []acl.ACL{
+	own := acl.Role{Name: identity.AgentRoleName(id), ACLs: []acl.ACL{
 		{Type: acl.SubscribePattern, Topic: id.Topic(a2amqtt.MethodReply) + "/#", Allow: true},
 		{Type: acl.PublishClientSend, Topic: id.DiscoveryTopic(), Allow: true},
 		{Type: acl.PublishClientSend, Topic: id.EventTopic(), Allow: true},
 	}}
 	if in.Gated {
 		own.ACLs = append(own.ACLs,
-			acl.ACL{Type: acl.SubscribeLiteral, Topic: gate.DeliveryTopic(id), Allow: true},
+			acl.ACL{Type: acl.SubscribeLiteral, Topic: identity.DeliveryTopic(id), Allow: true},
 			// Replies go to the service, which relays them; history queries go to it too.
-			acl.ACL{Type: acl.PublishClientSend, Topic: gate.ServiceReplyFilter(), Allow: true},
-			acl.ACL{Type: acl.PublishClientSend, Topic: gate.Service.RequestTopic(), Allow: true})
+			acl.ACL{Type: acl.PublishClientSend, Topic: identity.ServiceReplyFilter(), Allow: true},
+			acl.ACL{Type: acl.PublishClientSend, Topic: identity.Service.RequestTopic(), Allow: true})
 	} else {
 		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.SubscribeLiteral, Topic: id.RequestTopic(), Allow: true})
 	}
-	callers := acl.Role{Name: callersRoleName(id), ACLs: []acl.ACL{
+	callers := acl.Role{Name: identity.CallersRoleName(id), ACLs: []acl.ACL{
 		{Type: acl.PublishClientSend, Topic: id.RequestTopic(), Allow: true},
 		// Callers from other orgs need the card too; same-org callers have it through the org role.
 		{Type: acl.SubscribeLiteral, Topic: id.DiscoveryTopic(), Allow: true},
 	}}
 	if in.Gated {
 		// Callers may ask the conversation service about the contexts they opened with this agent.
-		callers.ACLs = append(callers.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: gate.Service.RequestTopic(), Allow: true})
+		callers.ACLs = append(callers.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: identity.Service.RequestTopic(), Allow: true})
 	}
 	if in.PoolID != "" {
 		pool := a2amqtt.PoolRef{Org: id.Org, Unit: id.Unit, Pool: in.PoolID}
@@ -134,9 +109,9 @@ func Compile(in Input) acl.Desired {
 	// Replies go to whoever may call: the whole unit or org, or each selected caller.
 	switch in.Scope {
 	case a2av1.CallerScopeSameUnit:
-		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: "$a2a/v1/reply/" + id.Org + "/" + id.Unit + "/#", Allow: true})
+		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodReply, id.Org, id.Unit), Allow: true})
 	case a2av1.CallerScopeSameOrg:
-		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: "$a2a/v1/reply/" + id.Org + "/#", Allow: true})
+		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodReply, id.Org), Allow: true})
 	}
 	for _, c := range sortedRefs(in.Callers) {
 		if c == id {
@@ -146,30 +121,30 @@ func Compile(in Input) acl.Desired {
 	}
 	own.ACLs = dedupe(own.ACLs)
 
-	orgRole := acl.Role{Name: orgRoleName(id.Org), ACLs: []acl.ACL{
-		{Type: acl.SubscribePattern, Topic: "$a2a/v1/discovery/" + id.Org + "/#", Allow: true},
+	orgRole := acl.Role{Name: identity.OrgRoleName(id.Org), ACLs: []acl.ACL{
+		{Type: acl.SubscribePattern, Topic: a2amqtt.MethodFilter(a2amqtt.MethodDiscovery, id.Org), Allow: true},
 	}}
 	// Mosquitto 2.0.11 never delivers $-topics to shared subscriptions (docs/broker.md), so a
 	// service replica may also subscribe to the public request topic directly and split the work
 	// with its peers through the state store instead.
-	gateRole := acl.Role{Name: gateRoleName(id), ACLs: []acl.ACL{
-		{Type: acl.SubscribeLiteral, Topic: gate.RequestSubscription(id), Allow: true},
+	gateRole := acl.Role{Name: identity.GateRoleName(id), ACLs: []acl.ACL{
+		{Type: acl.SubscribeLiteral, Topic: identity.RequestSubscription(id), Allow: true},
 		{Type: acl.SubscribeLiteral, Topic: id.RequestTopic(), Allow: true},
-		{Type: acl.PublishClientSend, Topic: gate.DeliveryTopic(id), Allow: true},
+		{Type: acl.PublishClientSend, Topic: identity.DeliveryTopic(id), Allow: true},
 	}}
-	serviceGroup := sharedGroup(ServiceGroupName, in.Observed, gateRole.Name, in.Gated)
-	unitGroup := sharedGroup(UnitGroupName(id.Org, id.Unit), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameUnit)
-	orgGroup := sharedGroup(OrgGroupName(id.Org), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameOrg)
+	serviceGroup := sharedGroup(identity.ServiceGroupName, in.Observed, gateRole.Name, in.Gated)
+	unitGroup := sharedGroup(identity.UnitGroupName(id.Org, id.Unit), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameUnit)
+	orgGroup := sharedGroup(identity.OrgGroupName(id.Org), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameOrg)
 	orgGroup.Roles = withRef(orgGroup.Roles, orgRole.Name, true)
 
 	memberOf := []string{unitGroup.Name, orgGroup.Name}
 	for _, callee := range sortedRefs(in.CalledBy) {
 		if callee != id {
-			memberOf = append(memberOf, CallersGroupName(callee))
+			memberOf = append(memberOf, identity.CallersGroupName(callee))
 		}
 	}
 	client := acl.Client{
-		Username: Username(id),
+		Username: identity.Username(id),
 		ClientID: id.ClientID(),
 		Roles:    []acl.RoleRef{{Name: own.Name}},
 		Groups:   memberOf,
@@ -185,16 +160,16 @@ func Compile(in Input) acl.Desired {
 		unneeded.Roles = append(unneeded.Roles, callers.Name)
 	}
 	if in.HasSelectors {
-		groups = append(groups, acl.Group{Name: CallersGroupName(id), Roles: []acl.RoleRef{{Name: callers.Name}}})
+		groups = append(groups, acl.Group{Name: identity.CallersGroupName(id), Roles: []acl.RoleRef{{Name: callers.Name}}})
 	} else {
-		unneeded.Groups = append(unneeded.Groups, CallersGroupName(id))
+		unneeded.Groups = append(unneeded.Groups, identity.CallersGroupName(id))
 	}
 	if in.Gated {
 		roles = append(roles, gateRole)
 	} else {
 		unneeded.Roles = append(unneeded.Roles, gateRole.Name)
 	}
-	if _, observed := in.Observed.Groups[ServiceGroupName]; in.Gated || observed {
+	if _, observed := in.Observed.Groups[identity.ServiceGroupName]; in.Gated || observed {
 		groups = append(groups, serviceGroup)
 	}
 	state := acl.NewState(roles, groups, []acl.Client{client})
@@ -204,12 +179,12 @@ func Compile(in Input) acl.Desired {
 		if callee == id {
 			continue
 		}
-		if _, ok := in.Observed.Roles[callersRoleName(callee)]; !ok {
-			state.Roles[callersRoleName(callee)] = calleeCallersRole(callee)
+		if _, ok := in.Observed.Roles[identity.CallersRoleName(callee)]; !ok {
+			state.Roles[identity.CallersRoleName(callee)] = calleeCallersRole(callee)
 		}
-		if _, ok := in.Observed.Groups[CallersGroupName(callee)]; !ok {
-			name := CallersGroupName(callee)
-			state.Groups[name] = acl.Group{Name: name, Roles: []acl.RoleRef{{Name: callersRoleName(callee)}}}
+		if _, ok := in.Observed.Groups[identity.CallersGroupName(callee)]; !ok {
+			name := identity.CallersGroupName(callee)
+			state.Groups[name] = acl.Group{Name: name, Roles: []acl.RoleRef{{Name: identity.CallersRoleName(callee)}}}
 		}
 	}
 	state.DefaultACL = &acl.DenyByDefault
@@ -219,22 +194,19 @@ func Compile(in Input) acl.Desired {
 // calleeCallersRole is the minimal callers role of another agent; that agent's own reconcile
 // owns its full content (pool topics) and converges it.
 func calleeCallersRole(id a2amqtt.AgentRef) acl.Role {
-	return acl.Role{Name: callersRoleName(id), ACLs: []acl.ACL{
+	return acl.Role{Name: identity.CallersRoleName(id), ACLs: []acl.ACL{
 		{Type: acl.PublishClientSend, Topic: id.RequestTopic(), Allow: true},
 		{Type: acl.SubscribeLiteral, Topic: id.DiscoveryTopic(), Allow: true},
 	}}
 }
 
-// Username is the broker username of an agent (see controllers.BrokerUsername).
-func Username(id a2amqtt.AgentRef) string { return acl.DefaultPrefix + id.ClientID() }
-
 // Removal lists what Unregister deletes: the agent's client, roles and callers group. Shared
 // groups lose the agent's role reference through the role's deletion.
 func Removal(id a2amqtt.AgentRef) acl.Desired {
 	return acl.Desired{Delete: acl.Names{
-		Clients: []string{Username(id)},
-		Groups:  []string{CallersGroupName(id)},
-		Roles:   []string{agentRoleName(id), callersRoleName(id), gateRoleName(id)},
+		Clients: []string{identity.Username(id)},
+		Groups:  []string{identity.CallersGroupName(id)},
+		Roles:   []string{identity.AgentRoleName(id), identity.CallersRoleName(id), identity.GateRoleName(id)},
 	}}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -119,7 +120,7 @@ func TestCompileCreatesOnlyWhatIsNeeded(t *testing.T) {
 	if !slices.Contains(d.Delete.Roles, "a2a:callers:acme/sales/planner") || !slices.Contains(d.Delete.Groups, "a2a:callers:acme/sales/planner") {
 		t.Fatalf("unneeded objects left behind after a spec change: %+v", d.Delete)
 	}
-	if _, ok := d.Groups[ServiceGroupName]; ok {
+	if _, ok := d.Groups[identity.ServiceGroupName]; ok {
 		t.Fatal("no gating, no service group")
 	}
 	d = Compile(Input{Agent: planner, Scope: a2av1.CallerScopeSameUnit})

@@ -12,12 +12,10 @@ import (
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
-
-// operatorUsername is the broker identity the operator publishes agent cards with. It holds
-// only the right to publish on discovery topics, not the ACL admin rights.
-const operatorUsername = acl.DefaultPrefix + "operator"
 
 // MQTTCardPublisher publishes agent cards over its own autopaho connection.
 type MQTTCardPublisher struct {
@@ -32,20 +30,20 @@ func NewMQTTCardPublisher(ctx context.Context, backend acl.Backend, brokerURL st
 		return nil, fmt.Errorf("generate operator password: %w", err)
 	}
 	password := base64.RawURLEncoding.EncodeToString(raw)
-	role := acl.Role{Name: operatorUsername, ACLs: []acl.ACL{
-		{Type: acl.PublishClientSend, Topic: "$a2a/v1/discovery/#", Allow: true},
+	role := acl.Role{Name: identity.OperatorUsername, ACLs: []acl.ACL{
+		{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodDiscovery), Allow: true},
 	}}
-	client := acl.Client{Username: operatorUsername, Roles: []acl.RoleRef{{Name: role.Name}}}
+	client := acl.Client{Username: identity.OperatorUsername, Roles: []acl.RoleRef{{Name: role.Name}}}
 	desired := acl.Desired{
 		State:     acl.NewState([]acl.Role{role}, nil, []acl.Client{client}),
-		Passwords: map[string]string{operatorUsername: password},
+		Passwords: map[string]string{identity.OperatorUsername: password},
 	}
 	res, err := acl.Apply(ctx, backend, desired)
 	if err != nil {
 		return nil, fmt.Errorf("ensure operator identity: %w", err)
 	}
-	if !createdClient(res, operatorUsername) {
-		if err := acl.SetPassword(ctx, backend, operatorUsername, password); err != nil {
+	if !createdClient(res, identity.OperatorUsername) {
+		if err := acl.SetPassword(ctx, backend, identity.OperatorUsername, password); err != nil {
 			return nil, fmt.Errorf("set operator password: %w", err)
 		}
 	}
@@ -60,7 +58,7 @@ func NewMQTTCardPublisher(ctx context.Context, backend acl.Backend, brokerURL st
 		KeepAlive:                     30,
 		CleanStartOnInitialConnection: true,
 		SessionExpiryInterval:         0,
-		ConnectUsername:               operatorUsername,
+		ConnectUsername:               identity.OperatorUsername,
 		ConnectPassword:               []byte(password),
 		ConnectTimeout:                10 * time.Second,
 		ClientConfig:                  paho.ClientConfig{ClientID: fmt.Sprintf("a2a-fleet-operator-%x", raw[:6])},

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
-	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
@@ -27,7 +28,7 @@ type CardPublisher interface {
 	PublishCard(ctx context.Context, topic string, payload []byte, props map[string]string) error
 }
 
-// Registrar implements controllers.Registrar on a broker backend.
+// Registrar registers Agents on a broker backend (the controllers' Registrar).
 type Registrar struct {
 	// Reader lists Agents and Namespaces to resolve caller selectors (the manager's cache).
 	Reader    client.Reader
@@ -36,12 +37,10 @@ type Registrar struct {
 	BrokerURL string
 }
 
-var _ controllers.Registrar = (*Registrar)(nil)
-
 // Register makes the broker hold the Agent's client, ACLs and retained card. It records the
 // digest of the card it published in agent.Status.PublishedCardDigest.
-func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds controllers.Credentials) error {
-	id := controllers.AgentIdentity(agent)
+func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds Credentials) error {
+	id := identity.Of(agent)
 	in := Input{Agent: id, Scope: agent.Spec.Callers.Scope, PoolID: agent.Spec.PoolID,
 		Gated:        agent.Status.Topics != nil && agent.Status.Topics.Delivery != "",
 		HasSelectors: len(agent.Spec.Callers.From) > 0}
@@ -57,23 +56,23 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds cont
 	// added meanwhile that this agent's desired list does not know, which Diff would then remove.
 	names := involvedNames(in)
 	if in.Observed, err = r.Backend.Observe(ctx, &names); err != nil {
-		return &controllers.StageError{Stage: controllers.StageACLs, Err: fmt.Errorf("observe ACL objects: %w", err)}
+		return &StageError{Stage: StageACLs, Err: fmt.Errorf("observe ACL objects: %w", err)}
 	}
 	desired := Compile(in)
-	desired.Passwords = map[string]string{Username(id): creds.Password}
+	desired.Passwords = map[string]string{identity.Username(id): creds.Password}
 	// Not desired.Validate: it wants every role the shared groups reference observed, which is
 	// O(fleet) reads per Agent; Compile only emits prefixed names, and the broker itself refuses
 	// a reference to a missing role.
 	cmds := acl.Diff(in.Observed, desired)
 	if len(cmds) > 0 {
 		if err := r.Backend.Execute(ctx, cmds); err != nil {
-			return &controllers.StageError{Stage: controllers.StageACLs, Err: fmt.Errorf("apply %d ACL commands (%s): %w", len(cmds), acl.Summary(cmds), err)}
+			return &StageError{Stage: StageACLs, Err: fmt.Errorf("apply %d ACL commands (%s): %w", len(cmds), acl.Summary(cmds), err)}
 		}
 	}
 	res := acl.Result{Commands: cmds}
-	if creds.PasswordChanged && !createdClient(res, Username(id)) {
-		if err := acl.SetPassword(ctx, r.Backend, Username(id), creds.Password); err != nil {
-			return &controllers.StageError{Stage: controllers.StageCredentials, Err: fmt.Errorf("set password: %w", err)}
+	if creds.PasswordChanged && !createdClient(res, identity.Username(id)) {
+		if err := acl.SetPassword(ctx, r.Backend, identity.Username(id), creds.Password); err != nil {
+			return &StageError{Stage: StageCredentials, Err: fmt.Errorf("set password: %w", err)}
 		}
 	}
 	card, err := json.Marshal(BuildCard(agent, id, r.BrokerURL))
@@ -92,7 +91,7 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds cont
 	if err := r.Cards.PublishCard(ctx, id.DiscoveryTopic(), card, map[string]string{
 		a2amqtt.PropStatus: a2amqtt.StatusOffline, a2amqtt.PropStatusSource: a2amqtt.SourceBroker,
 	}); err != nil {
-		return &controllers.StageError{Stage: controllers.StageCard, Err: err}
+		return &StageError{Stage: StageCard, Err: err}
 	}
 	agent.Status.PublishedCardDigest = digest
 	return nil
@@ -100,7 +99,7 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds cont
 
 // Unregister removes the Agent's client, roles and callers group, and clears its card.
 func (r *Registrar) Unregister(ctx context.Context, agent *a2av1.Agent) error {
-	id := controllers.AgentIdentity(agent)
+	id := identity.Of(agent)
 	if _, err := acl.Apply(ctx, r.Backend, Removal(id)); err != nil {
 		return fmt.Errorf("remove ACLs: %w", err)
 	}
@@ -157,7 +156,7 @@ func (r *Registrar) selectedCallers(ctx context.Context, agent *a2av1.Agent) ([]
 			}
 			for j := range agents.Items {
 				if agents.Items[j].DeletionTimestamp.IsZero() {
-					out = append(out, controllers.AgentIdentity(&agents.Items[j]))
+					out = append(out, identity.Of(&agents.Items[j]))
 				}
 			}
 		}
@@ -169,7 +168,7 @@ func (r *Registrar) selectedCallers(ctx context.Context, agent *a2av1.Agent) ([]
 // with selectors are examined (field index), so the cost follows the number of rules.
 func (r *Registrar) calleesAdmitting(ctx context.Context, agent *a2av1.Agent) ([]a2amqtt.AgentRef, error) {
 	var callees a2av1.AgentList
-	if err := r.Reader.List(ctx, &callees, client.MatchingFields{controllers.IndexAgentHasCallerSelectors: "true"}); err != nil {
+	if err := r.Reader.List(ctx, &callees, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
 		return nil, fmt.Errorf("list agents with caller selectors: %w", err)
 	}
 	var nsLabels labels.Set
@@ -201,7 +200,7 @@ func (r *Registrar) calleesAdmitting(ctx context.Context, agent *a2av1.Agent) ([
 					continue
 				}
 			}
-			out = append(out, controllers.AgentIdentity(callee))
+			out = append(out, identity.Of(callee))
 			break
 		}
 	}
@@ -244,8 +243,31 @@ func New(reader client.Reader, backend acl.Backend, brokerURL string, tlsCfg *tl
 // NewDynsec returns a Registrar for Mosquitto's dynamic-security plugin, connecting as the dynsec
 // admin on first use (so the operator starts while the broker is down).
 func NewDynsec(reader client.Reader, brokerURL, adminUser, adminPassword string, tlsCfg *tls.Config) *Registrar {
-	backend := NewLazyBackend(acl.DefaultPrefix, func(ctx context.Context) (acl.Backend, error) {
+	backend := NewLazyBackend(identity.BrokerPrefix, func(ctx context.Context) (acl.Backend, error) {
 		return dynsec.Connect(ctx, dynsec.Config{URL: brokerURL, Username: adminUser, Password: adminPassword, TLS: tlsCfg})
 	})
 	return New(reader, backend, brokerURL, tlsCfg)
+}
+
+// Registration stages, so that a failure shows in the right condition.
+const (
+	StageACLs        = "ACLs"
+	StageCard        = "Card"
+	StageCredentials = "Credentials"
+)
+
+// StageError is a registration failure in one stage.
+type StageError struct {
+	Stage string
+	Err   error
+}
+
+func (e *StageError) Error() string { return strings.ToLower(e.Stage) + ": " + e.Err.Error() }
+func (e *StageError) Unwrap() error { return e.Err }
+
+// Credentials are an Agent's broker credentials.
+type Credentials struct {
+	Username, Password, ClientID string
+	// PasswordChanged is true when the broker does not yet have Password.
+	PasswordChanged bool
 }

@@ -29,7 +29,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
-	"github.com/a2a-fleet/a2a-fleet/internal/testenv"
+	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
 
 var (

@@ -14,8 +14,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	"github.com/a2a-fleet/a2a-fleet/controllers"
-	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
@@ -34,10 +33,10 @@ func EnsureServiceCredentials(ctx context.Context, c client.Client, backend acl.
 		}
 		secret = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: secretKey.Namespace, Name: secretKey.Name,
-				Labels: map[string]string{controllers.LabelManagedBy: controllers.ManagedByValue}},
+				Labels: map[string]string{identity.LabelManagedBy: identity.ManagedByValue}},
 			Data: map[string][]byte{
-				controllers.SecretKeyUsername: []byte(gate.ServiceUsername),
-				controllers.SecretKeyPassword: []byte(base64.RawURLEncoding.EncodeToString(raw)),
+				identity.SecretKeyUsername: []byte(identity.ServiceUsername),
+				identity.SecretKeyPassword: []byte(base64.RawURLEncoding.EncodeToString(raw)),
 			},
 		}
 		if err := c.Create(ctx, secret); err != nil {
@@ -47,23 +46,23 @@ func EnsureServiceCredentials(ctx context.Context, c client.Client, backend acl.
 	case err != nil:
 		return fmt.Errorf("get service credentials secret: %w", err)
 	}
-	password := string(secret.Data[controllers.SecretKeyPassword])
+	password := string(secret.Data[identity.SecretKeyPassword])
 
-	only := acl.Names{Groups: []string{ServiceGroupName}}
+	only := acl.Names{Groups: []string{identity.ServiceGroupName}}
 	observed, err := backend.Observe(ctx, &only)
 	if err != nil {
 		return fmt.Errorf("observe service group: %w", err)
 	}
 	res, err := acl.Apply(ctx, backend, acl.Desired{
 		State:     ServiceIdentity(observed),
-		Passwords: map[string]string{gate.ServiceUsername: password},
+		Passwords: map[string]string{identity.ServiceUsername: password},
 	})
 	if err != nil {
 		return fmt.Errorf("apply service identity: %w", err)
 	}
-	if created && !createdClient(res, gate.ServiceUsername) {
+	if created && !createdClient(res, identity.ServiceUsername) {
 		// A new Secret for an existing broker client: the broker must learn the new password.
-		if err := acl.SetPassword(ctx, backend, gate.ServiceUsername, password); err != nil {
+		if err := acl.SetPassword(ctx, backend, identity.ServiceUsername, password); err != nil {
 			return fmt.Errorf("set service password: %w", err)
 		}
 	}

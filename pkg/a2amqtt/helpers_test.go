@@ -8,7 +8,6 @@ import (
 	"iter"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,7 +111,6 @@ func messageText(m *a2a.Message) string {
 // counts executions so dedupe tests can assert "ran once".
 type scriptExec struct {
 	runs atomic.Int64
-	mu   sync.Mutex
 	fn   func(ctx context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool)
 }
 

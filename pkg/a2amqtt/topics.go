@@ -18,6 +18,9 @@ const (
 	MethodRequest   = "request"
 	MethodReply     = "reply"
 	MethodEvent     = "event"
+	// MethodDelivery is not in the profile: it is this project's private topic on which the
+	// conversation service forwards requests to an agent it stands in front of.
+	MethodDelivery = "delivery"
 )
 
 // poolSegment is the literal path segment that marks a pool request topic:
@@ -134,7 +137,20 @@ func (p PoolRef) GroupID() string { return GroupID(p.Org, p.Unit, p.Pool) }
 // SharedSubscription is the filter pool members subscribe to:
 // $share/{group}/$a2a/v1/request/{org}/{unit}/pool/{pool}.
 func (p PoolRef) SharedSubscription() string {
-	return "$share/" + p.GroupID() + "/" + p.RequestTopic()
+	return SharedSubscription(p.GroupID(), p.RequestTopic())
+}
+
+// SharedSubscription is the MQTT v5 shared-subscription filter $share/{group}/{filter}.
+func SharedSubscription(group, filter string) string { return "$share/" + group + "/" + filter }
+
+// MethodFilter covers every topic of one method under a scope: MethodFilter("reply", "acme")
+// is $a2a/v1/reply/acme/#, MethodFilter("reply") is $a2a/v1/reply/#.
+func MethodFilter(method string, scope ...string) string {
+	t := TopicPrefix + "/" + method
+	for _, s := range scope {
+		t += "/" + s
+	}
+	return t + "/#"
 }
 
 // GroupID derives the shared-subscription group id for a pool. Characters

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
-	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -26,7 +26,6 @@ type rawAgent struct {
 	c      *paho.Client
 	mu     sync.Mutex
 	tasks  map[string]rawTask
-	delay  time.Duration
 	topic  string
 	closed chan struct{}
 }
@@ -154,7 +153,7 @@ func startSDKAgent(t testing.TB, ctx context.Context, st *stack, kind agents.Kin
 	id := ref(name)
 	a, err := agents.Start(ctx, kind, agents.Options{
 		BrokerURL: st.brokerURL, Username: st.usernames[name], Password: st.passwords[name],
-		Agent: id, RequestTopic: gate.DeliveryTopic(id), Delay: delay, Direct: true,
+		Agent: id, RequestTopic: identity.DeliveryTopic(id), Delay: delay, Direct: true,
 	})
 	if err != nil {
 		t.Fatalf("start %s agent: %v", kind, err)

@@ -12,7 +12,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/google/uuid"
 
-	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -29,7 +29,7 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 	st := newStack(b, ctx, "mosquitto")
 	// E2E_BENCH_NOSYNC=1 drops bbolt's fsync to show what the disk costs.
 	st.startServiceWith(b, ctx, &clock{}, "bench", os.Getenv("E2E_BENCH_NOSYNC") == "1")
-	startRawAgent(b, ctx, st.addr, st.usernames["raw"], st.passwords["raw"], ref("raw"), gate.DeliveryTopic(ref("raw")))
+	startRawAgent(b, ctx, st.addr, st.usernames["raw"], st.passwords["raw"], ref("raw"), identity.DeliveryTopic(ref("raw")))
 	startRawAgent(b, ctx, st.addr, st.usernames["direct"], st.passwords["direct"], ref("direct"), ref("direct").RequestTopic())
 	r := st.requester(b, ctx)
 	const sequential, parallel, workers = 2000, 4000, 16

@@ -20,7 +20,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
-	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -100,8 +100,8 @@ func seedFlows(t *testing.T, kind string) {
 	svc := st.startService(t, ctx, clk, "r1")
 	memoryConn := startSDKAgent(t, ctx, st, agents.KindMemory, "memory", 100*time.Millisecond)
 	startSDKAgent(t, ctx, st, agents.KindConfirm, "confirm", 0)
-	startRawAgent(t, ctx, st.addr, st.usernames["raw"], st.passwords["raw"], ref("raw"), gate.DeliveryTopic(ref("raw")))
-	startRawAgent(t, ctx, st.addr, st.usernames["guarded"], st.passwords["guarded"], ref("guarded"), gate.DeliveryTopic(ref("guarded")))
+	startRawAgent(t, ctx, st.addr, st.usernames["raw"], st.passwords["raw"], ref("raw"), identity.DeliveryTopic(ref("raw")))
+	startRawAgent(t, ctx, st.addr, st.usernames["guarded"], st.passwords["guarded"], ref("guarded"), identity.DeliveryTopic(ref("guarded")))
 	r := st.requester(t, ctx)
 	memory, confirm, raw, guarded := r.Transport(ref("memory")), r.Transport(ref("confirm")), r.Transport(ref("raw")), r.Transport(ref("guarded"))
 
@@ -123,17 +123,17 @@ func seedFlows(t *testing.T, kind string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		list, err := agentSide.Transport(gate.Service).ListTasks(ctx, nil, &a2a.ListTasksRequest{ContextID: conv.ContextID()})
+		list, err := agentSide.Transport(identity.Service).ListTasks(ctx, nil, &a2a.ListTasksRequest{ContextID: conv.ContextID()})
 		if err != nil || len(list.Tasks) != 2 || list.Tasks[0].Status.State != a2a.TaskStateCompleted || string(list.Tasks[1].ID) != string(conv.State().Tasks[0]) {
 			t.Fatalf("agent's ListTasks: %v %+v", err, list)
 		}
-		task, err := agentSide.Transport(gate.Service).GetTask(ctx, nil, &a2a.GetTaskRequest{ID: conv.State().Tasks[1]})
+		task, err := agentSide.Transport(identity.Service).GetTask(ctx, nil, &a2a.GetTaskRequest{ID: conv.State().Tasks[1]})
 		if err != nil || task.ContextID != conv.ContextID() || task.Status.State != a2a.TaskStateCompleted {
 			t.Fatalf("agent's GetTask: %v %+v", err, task)
 		}
 		// ... and so may the requester, for the contexts it opened (params.tenant names the agent;
 		// the operator grants callers of gated agents the service's request topic).
-		mine, err := r.Transport(gate.Service).GetTask(ctx, nil, &a2a.GetTaskRequest{Tenant: "acme/sales/memory", ID: conv.State().Tasks[1]})
+		mine, err := r.Transport(identity.Service).GetTask(ctx, nil, &a2a.GetTaskRequest{Tenant: "acme/sales/memory", ID: conv.State().Tasks[1]})
 		if err != nil || mine.ContextID != conv.ContextID() {
 			t.Fatalf("requester's GetTask of its own context: %v %+v", err, mine)
 		}
@@ -234,7 +234,7 @@ func seedFlows(t *testing.T, kind string) {
 		t.Logf("1000 back-to-back turns in one context in %s", time.Since(start).Round(time.Millisecond))
 	})
 	t.Run("direct publish to the delivery topic is refused", func(t *testing.T) {
-		_, err := r.Conn().Publish(ctx, &paho.Publish{Topic: gate.DeliveryTopic(ref("raw")), QoS: 1, Payload: []byte("{}")})
+		_, err := r.Conn().Publish(ctx, &paho.Publish{Topic: identity.DeliveryTopic(ref("raw")), QoS: 1, Payload: []byte("{}")})
 		if err == nil {
 			t.Fatal("the broker accepted a publish that bypasses the service")
 		}

@@ -34,7 +34,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
-	"github.com/a2a-fleet/a2a-fleet/internal/testenv"
+	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 

@@ -22,7 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
-	"github.com/a2a-fleet/a2a-fleet/internal/gate"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -156,7 +156,7 @@ func TestRestartKeepsConversations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := agentSide.Transport(gate.Service).ListTasks(ctx, nil, &a2a.ListTasksRequest{ContextID: conv.ContextID()})
+	list, err := agentSide.Transport(identity.Service).ListTasks(ctx, nil, &a2a.ListTasksRequest{ContextID: conv.ContextID()})
 	if err != nil || len(list.Tasks) != 3 {
 		t.Fatalf("history after restart: %v %+v", err, list)
 	}
@@ -172,7 +172,7 @@ func TestTwoReplicasOnRedis(t *testing.T) {
 	defer cancel()
 	addr := startRedis(t)
 	st := newStack(t, ctx, "mosquitto")
-	startRawAgent(t, ctx, st.addr, st.usernames["guarded"], st.passwords["guarded"], ref("guarded"), gate.DeliveryTopic(ref("guarded")))
+	startRawAgent(t, ctx, st.addr, st.usernames["guarded"], st.passwords["guarded"], ref("guarded"), identity.DeliveryTopic(ref("guarded")))
 	store := "redis://" + addr + "/0"
 	a := st.spawnService(t, "a", store)
 	st.spawnService(t, "b", store)

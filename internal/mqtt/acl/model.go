@@ -22,10 +22,12 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 )
 
 // DefaultPrefix marks the broker objects this operator owns.
-const DefaultPrefix = "a2a:"
+const DefaultPrefix = identity.BrokerPrefix
 
 // ACLType is a dynsec ACL type; the values are the plugin's JSON names.
 type ACLType string

@@ -1,0 +1,82 @@
+// Package identity is the one home of every name the operator, the conversation service and the
+// tests derive from an Agent: its A2A identity (org/unit/agent), its broker username, the broker
+// objects (roles, groups) that carry its ACLs, the Kubernetes names and keys of its credentials,
+// the labels and indexes the controllers use, and the conversation service's own identity.
+//
+// Topic literals ($a2a/v1/...) belong to pkg/a2amqtt; this package only composes them.
+package identity
+
+import (
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// BrokerPrefix marks every broker object (client, role, group) the operator owns, so hand-made
+// broker objects (the dynsec admin, say) are never touched.
+const BrokerPrefix = "a2a:"
+
+// Of is the Agent's resolved identity: spec.agentID defaults to metadata.name.
+func Of(agent *a2av1.Agent) a2amqtt.AgentRef {
+	agentID := agent.Spec.AgentID
+	if agentID == "" {
+		agentID = agent.Name
+	}
+	return a2amqtt.AgentRef{Org: agent.Spec.OrgID, Unit: agent.Spec.UnitID, Agent: agentID}
+}
+
+// Username is the broker username of an agent identity: its Client ID under BrokerPrefix.
+func Username(id a2amqtt.AgentRef) string { return BrokerPrefix + id.ClientID() }
+
+// BrokerUsername is the broker username of an Agent.
+func BrokerUsername(agent *a2av1.Agent) string { return Username(Of(agent)) }
+
+// Broker object names of one agent.
+func AgentRoleName(id a2amqtt.AgentRef) string   { return BrokerPrefix + "agent:" + id.ClientID() }
+func CallersRoleName(id a2amqtt.AgentRef) string { return BrokerPrefix + "callers:" + id.ClientID() }
+
+// CallersGroupName is the group whose members may call the agent (selector-admitted callers).
+func CallersGroupName(id a2amqtt.AgentRef) string { return BrokerPrefix + "callers:" + id.ClientID() }
+
+// GateRoleName is the role that lets the conversation service stand in front of a gated agent.
+func GateRoleName(id a2amqtt.AgentRef) string { return BrokerPrefix + "gate:" + id.ClientID() }
+
+// UnitGroupName is the group every agent of a unit belongs to.
+func UnitGroupName(org, unit string) string { return BrokerPrefix + "unit:" + org + "/" + unit }
+
+// OrgGroupName is the group every agent of an organization belongs to.
+func OrgGroupName(org string) string { return BrokerPrefix + "org:" + org }
+
+// OrgRoleName is the role of OrgGroupName.
+func OrgRoleName(org string) string { return BrokerPrefix + "org:" + org }
+
+// The operator's own broker identity, which publishes the retained registration cards.
+const (
+	OperatorUsername = BrokerPrefix + "operator"
+	OperatorRoleName = BrokerPrefix + "operator"
+)
+
+// Kubernetes names, keys and labels of what the operator creates for an Agent.
+const (
+	// Keys of the credentials Secret; workloads read them through env vars.
+	SecretKeyUsername = "username"
+	SecretKeyPassword = "password"
+	SecretKeyClientID = "clientID"
+
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "a2a-fleet"
+	LabelAgent     = "a2a.fleet.dev/agent"
+)
+
+// CredentialsSecretName is the name of the Secret holding an Agent's broker credentials.
+func CredentialsSecretName(agent *a2av1.Agent) string { return agent.Name + "-mqtt-credentials" }
+
+// Field indexes on the operator's cache.
+const (
+	// IndexAgentClientID indexes Agents by their resolved MQTT Client ID {org}/{unit}/{agent}.
+	IndexAgentClientID = "a2a.fleet.dev/client-id"
+	// IndexAgentPolicy indexes Agents by status.conversationPolicy.
+	IndexAgentPolicy = "a2a.fleet.dev/conversation-policy"
+	// IndexAgentHasCallerSelectors marks Agents with callers.from selectors ("true"), the only
+	// ones whose rules can admit another Agent individually.
+	IndexAgentHasCallerSelectors = "a2a.fleet.dev/has-caller-selectors"
+)
