@@ -34,8 +34,8 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
-	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
 
 var (
