@@ -11,6 +11,8 @@ require (
 	github.com/prometheus/client_golang v1.24.0
 	github.com/redis/go-redis/v9 v9.17.3
 	go.etcd.io/bbolt v1.5.0
+	go.opentelemetry.io/otel v1.44.0
+	go.opentelemetry.io/otel/trace v1.44.0
 	go.uber.org/zap v1.27.1
 	golang.org/x/sys v0.47.0
 	k8s.io/api v0.37.2

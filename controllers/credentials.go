@@ -2,8 +2,6 @@ package controllers
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,7 +68,7 @@ func (r *AgentReconciler) ensureCredentials(ctx context.Context, agent *a2av1.Ag
 
 	password := string(secret.Data[identity.SecretKeyPassword])
 	if needPassword {
-		if password, err = newPassword(); err != nil {
+		if password, err = identity.NewPassword(); err != nil {
 			return registration.Credentials{}, err
 		}
 	}
@@ -117,13 +115,4 @@ func (r *AgentReconciler) markPasswordSynced(ctx context.Context, agent *a2av1.A
 		return fmt.Errorf("mark password synced: %w", err)
 	}
 	return nil
-}
-
-// newPassword returns 32 random bytes, URL-safe base64 encoded (256 bits of entropy).
-func newPassword() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("generate password: %w", err)
-	}
-	return base64.RawURLEncoding.EncodeToString(b), nil
 }

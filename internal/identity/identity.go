@@ -7,6 +7,10 @@
 package identity
 
 import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -80,3 +84,19 @@ const (
 	// ones whose rules can admit another Agent individually.
 	IndexAgentHasCallerSelectors = "a2a.fleet.dev/has-caller-selectors"
 )
+
+// NewPassword returns a broker password: 32 random bytes, URL-safe base64 encoded (256 bits of
+// entropy). Every credential the operator issues comes from here.
+func NewPassword() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate password: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// SenderProperty is the MQTT user property in which a broker that knows the publisher's identity
+// (the embedded broker) tells subscribers who published a message: the publisher's broker
+// username. The broker sets it and drops any copy the publisher sent; brokers that cannot
+// (Mosquitto 2.0) never set it, so its absence proves nothing.
+const SenderProperty = "a2a-fleet-sender"

@@ -2,9 +2,7 @@ package registration
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/base64"
 	"fmt"
 	"net/url"
 	"time"
@@ -25,11 +23,10 @@ type MQTTCardPublisher struct {
 // NewMQTTCardPublisher gives the operator's card-publishing identity a fresh password on the
 // broker (through backend) and connects with it. Nothing is stored: every start rotates it.
 func NewMQTTCardPublisher(ctx context.Context, backend acl.Backend, brokerURL string, tlsCfg *tls.Config) (*MQTTCardPublisher, error) {
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		return nil, fmt.Errorf("generate operator password: %w", err)
+	password, err := identity.NewPassword()
+	if err != nil {
+		return nil, fmt.Errorf("operator credentials: %w", err)
 	}
-	password := base64.RawURLEncoding.EncodeToString(raw)
 	role := acl.Role{Name: identity.OperatorUsername, ACLs: []acl.ACL{
 		{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodDiscovery), Allow: true},
 	}}
@@ -48,9 +45,9 @@ func NewMQTTCardPublisher(ctx context.Context, backend acl.Backend, brokerURL st
 		}
 	}
 
-	u, err := url.Parse(brokerURL)
+	u, err := a2amqtt.ParseBrokerURL(brokerURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse broker URL: %w", err)
+		return nil, err
 	}
 	cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{u},
@@ -61,7 +58,7 @@ func NewMQTTCardPublisher(ctx context.Context, backend acl.Backend, brokerURL st
 		ConnectUsername:               identity.OperatorUsername,
 		ConnectPassword:               []byte(password),
 		ConnectTimeout:                10 * time.Second,
-		ClientConfig:                  paho.ClientConfig{ClientID: fmt.Sprintf("a2a-fleet-operator-%x", raw[:6])},
+		ClientConfig:                  paho.ClientConfig{ClientID: "a2a-fleet-operator-" + password[:8]},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect card publisher: %w", err)

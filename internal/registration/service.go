@@ -2,8 +2,6 @@ package registration
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"time"
 
@@ -27,16 +25,16 @@ func EnsureServiceCredentials(ctx context.Context, c client.Client, backend acl.
 	created := false
 	switch {
 	case apierrors.IsNotFound(err):
-		raw := make([]byte, 32)
-		if _, err := rand.Read(raw); err != nil {
-			return fmt.Errorf("generate service password: %w", err)
+		password, err := identity.NewPassword()
+		if err != nil {
+			return fmt.Errorf("service credentials: %w", err)
 		}
 		secret = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: secretKey.Namespace, Name: secretKey.Name,
 				Labels: map[string]string{identity.LabelManagedBy: identity.ManagedByValue}},
 			Data: map[string][]byte{
 				identity.SecretKeyUsername: []byte(identity.ServiceUsername),
-				identity.SecretKeyPassword: []byte(base64.RawURLEncoding.EncodeToString(raw)),
+				identity.SecretKeyPassword: []byte(password),
 			},
 		}
 		if err := c.Create(ctx, secret); err != nil {

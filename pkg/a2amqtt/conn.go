@@ -110,7 +110,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	if err := cfg.Agent.Validate(); err != nil {
 		return nil, fmt.Errorf("a2amqtt: %w", err)
 	}
-	u, err := parseBrokerURL(cfg.BrokerURL)
+	u, err := ParseBrokerURL(cfg.BrokerURL)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +230,9 @@ func reconnectBackoff(attempt int) time.Duration {
 	return min(d, 5*time.Second)
 }
 
-func parseBrokerURL(raw string) (*url.URL, error) {
+// ParseBrokerURL parses a broker address: mqtt:// (default when no scheme is given), tcp://,
+// tls://, ssl://, mqtts://, ws:// or wss://, with the default MQTT ports filled in.
+func ParseBrokerURL(raw string) (*url.URL, error) {
 	if raw == "" {
 		return nil, errors.New("a2amqtt: broker URL is required (e.g. mqtt://127.0.0.1:1883)")
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // Config configures Connect.
@@ -108,12 +109,9 @@ func Connect(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("dynsec: broker URL is required")
 	}
-	u, err := url.Parse(cfg.URL)
+	u, err := a2amqtt.ParseBrokerURL(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("dynsec: broker URL %q: %w", cfg.URL, err)
-	}
-	if u.Scheme == "mqtts" {
-		u.Scheme = "tls"
+		return nil, fmt.Errorf("dynsec: %w", err)
 	}
 	if cfg.Username == "" {
 		return nil, errors.New("dynsec: admin username is required")
