@@ -86,7 +86,14 @@ type Conn struct {
 
 	aborting atomic.Bool
 	closed   atomic.Bool
-	connErr  atomic.Value // last connect error (error)
+	// connErr is the last connect error. An atomic.Pointer, not an atomic.Value: a Value panics
+	// when a later Store has another concrete type (a dial error, then a CONNACK refusal), and
+	// that panic inside autopaho's connection goroutine froze the client for ever.
+	connErr atomic.Pointer[error]
+	// up is true while a connection is established; downSince is when it was last lost (unix
+	// nanoseconds, 0 before the first connection). Health checks read them.
+	up        atomic.Bool
+	downSince atomic.Int64
 }
 
 type subEntry struct {
@@ -157,11 +164,13 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 			}()
 		},
 		OnConnectionDown: func() bool {
+			c.up.Store(false)
+			c.downSince.Store(time.Now().UnixNano())
 			c.log.Debug("mqtt connection down")
 			return !c.aborting.Load() && !c.closed.Load()
 		},
 		OnConnectError: func(err error) {
-			c.connErr.Store(err)
+			c.connErr.Store(&err)
 			if cfg.FailFast {
 				failOnce.Do(func() { close(firstFail) })
 			}
@@ -208,16 +217,47 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	case <-firstFail:
 		cancel()
 		<-cm.Done()
-		return nil, fmt.Errorf("a2amqtt: broker %s unreachable as %s: %w", u.Redacted(), cfg.Agent.ClientID(), c.connErr.Load().(error))
+		return nil, fmt.Errorf("a2amqtt: broker %s unreachable as %s: %w", u.Redacted(), cfg.Agent.ClientID(), c.lastConnErr())
 	case <-waitCtx.Done():
 		cancel()
 		<-cm.Done()
 		cause := waitCtx.Err()
-		if last, ok := c.connErr.Load().(error); ok && last != nil {
+		if last := c.lastConnErr(); last != nil {
 			cause = last
 		}
 		return nil, fmt.Errorf("a2amqtt: broker %s unreachable as %s: %w", u.Redacted(), cfg.Agent.ClientID(), cause)
 	}
+}
+
+func (c *Conn) lastConnErr() error {
+	if p := c.connErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Healthy returns nil while the connection is up, or has been down for less than grace (an
+// expected reconnect), and otherwise an error naming how long it has been down and the last
+// connect error. Readiness probes of processes built on Conn use it.
+func (c *Conn) Healthy(grace time.Duration) error {
+	if c.closed.Load() {
+		return errors.New("mqtt connection closed")
+	}
+	if c.up.Load() {
+		return nil
+	}
+	since := c.downSince.Load()
+	if since == 0 {
+		return errors.New("mqtt connection not established yet")
+	}
+	down := time.Since(time.Unix(0, since))
+	if down < grace {
+		return nil
+	}
+	if err := c.lastConnErr(); err != nil {
+		return fmt.Errorf("mqtt connection down for %s: %w", down.Round(time.Second), err)
+	}
+	return fmt.Errorf("mqtt connection down for %s", down.Round(time.Second))
 }
 
 // reconnectBackoff: autopaho waits backoff(0) before every connection
@@ -262,6 +302,7 @@ func ParseBrokerURL(raw string) (*url.URL, error) {
 // onUp runs after every (re)connect: the session is clean, so every
 // subscription is re-established before presence says "online".
 func (c *Conn) onUp(cm *autopaho.ConnectionManager) {
+	c.up.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
 	defer cancel()
 	c.mu.Lock()
