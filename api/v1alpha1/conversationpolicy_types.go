@@ -71,6 +71,54 @@ type ConversationPolicySpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	HistoryTasksPerContext int32 `json:"historyTasksPerContext,omitempty"`
+
+	// History chooses what the conversation service keeps of each context for GetTask/ListTasks
+	// (historyLength) and for agents that fetch prior turns: nothing, task summaries (states and
+	// timestamps, the default) or the messages and artifacts themselves, bounded per context.
+	// +optional
+	History *HistorySpec `json:"history,omitempty"`
+
+	// FirstEventTimeout bounds how long a forwarded request may wait for the agent's first event
+	// (an acknowledgement that some agent took it). When it passes, the task fails with a
+	// responder-unavailable error to the requester and its context slot is released, so an
+	// agent that is offline cannot hold a context's only working slot until the idle TTL.
+	// Between 1s and 1h; default 30s.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="firstEventTimeout must be between 1s and 1h"
+	FirstEventTimeout *metav1.Duration `json:"firstEventTimeout,omitempty"`
+}
+
+// HistoryMode is what the conversation service keeps of a context.
+// +kubebuilder:validation:Enum=None;Summaries;Messages
+type HistoryMode string
+
+const (
+	// HistoryNone keeps no history: GetTask/ListTasks by context answer only the live tasks.
+	HistoryNone HistoryMode = "None"
+	// HistorySummaries keeps each task's state and timestamps (no content).
+	HistorySummaries HistoryMode = "Summaries"
+	// HistoryMessages keeps each task's messages and artifacts too, up to MaxBytesPerContext.
+	HistoryMessages HistoryMode = "Messages"
+)
+
+// HistorySpec configures the history the conversation service keeps per context.
+type HistorySpec struct {
+	// Mode is None, Summaries (default) or Messages.
+	// +optional
+	// +kubebuilder:default=Summaries
+	Mode HistoryMode `json:"mode,omitempty"`
+
+	// MaxBytesPerContext bounds the message and artifact content kept per context in Messages
+	// mode (the oldest turns are dropped first). Between 1 KiB and 4 MiB; default 64 KiB.
+	// +optional
+	// +kubebuilder:default=65536
+	// +kubebuilder:validation:Minimum=1024
+	// +kubebuilder:validation:Maximum=4194304
+	MaxBytesPerContext int32 `json:"maxBytesPerContext,omitempty"`
 }
 
 // PolicyConflict records an Agent that several ConversationPolicies select.
