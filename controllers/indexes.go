@@ -9,6 +9,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
 // FieldIndexer is the part of a manager that registers cache indexes.
@@ -39,6 +40,29 @@ func SetupIndexes(ctx context.Context, mgr FieldIndexer) error {
 		return nil
 	}); err != nil {
 		return fmt.Errorf("index agents with caller selectors: %w", err)
+	}
+	for _, ix := range []struct {
+		name string
+		fn   func(*a2av1.Agent) []string
+	}{
+		{identity.IndexAgentUnit, func(a *a2av1.Agent) []string { return []string{a.Spec.OrgID + "/" + a.Spec.UnitID} }},
+		{identity.IndexAgentOrg, func(a *a2av1.Agent) []string { return []string{a.Spec.OrgID} }},
+		{identity.IndexAgentPool, func(a *a2av1.Agent) []string {
+			if a.Spec.PoolID == "" {
+				return nil
+			}
+			return []string{tenancy.PoolKey(a)}
+		}},
+		{indexAgentGated, func(a *a2av1.Agent) []string {
+			if gated(a) {
+				return []string{"true"}
+			}
+			return nil
+		}},
+	} {
+		if err := idx.IndexField(ctx, &a2av1.Agent{}, ix.name, func(o client.Object) []string { return ix.fn(o.(*a2av1.Agent)) }); err != nil {
+			return fmt.Errorf("index agents by %s: %w", ix.name, err)
+		}
 	}
 	return nil
 }

@@ -3,10 +3,13 @@ package controllers
 import (
 	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	psaapi "k8s.io/pod-security-admission/api"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -32,6 +35,18 @@ type Options struct {
 	// repairs hand-made changes (drift) and notices outages; ±20 % jitter spreads the load.
 	// Zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// WorkloadSecurityFloor is the lowest Pod Security level (privileged, baseline, restricted)
+	// an Agent workload is checked at, whatever its namespace's enforce label says; empty means
+	// baseline.
+	WorkloadSecurityFloor string
+}
+
+// BindFlags registers the flags of the options that belong to the controllers themselves (the
+// broker and leader-election flags are the binary's).
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.WorkloadSecurityFloor, "workload-security-floor", string(DefaultWorkloadSecurityFloor),
+		"Lowest Pod Security level (privileged, baseline, restricted) Agent workloads are checked at; a namespace's pod-security.kubernetes.io/enforce label can only raise it.")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "Agents reconciled in parallel.")
 }
 
 // DefaultMaxConcurrentReconciles is the Agent reconcile parallelism when unset.
@@ -40,11 +55,15 @@ const DefaultMaxConcurrentReconciles = 8
 // DefaultResyncPeriod is the broker resync period when Options.ResyncPeriod is zero.
 const DefaultResyncPeriod = 10 * time.Minute
 
-// CacheOptions keeps the operator's informers to what it manages: Secrets are cached only when
-// they carry the operator's managed-by label, so a cluster with many Secrets costs no memory.
+// CacheOptions keeps the operator's informers to what it manages: Secrets and Deployments are
+// cached only when they carry the operator's managed-by label, so a cluster with many of them
+// costs no memory. (The controllers read around the cache, through the API reader, before they
+// create one, so a foreign object with the same name is never overwritten.)
 func CacheOptions() cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{identity.LabelManagedBy: identity.ManagedByValue})
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{identity.LabelManagedBy: identity.ManagedByValue})},
+		&corev1.Secret{}:     {Label: managed},
+		&appsv1.Deployment{}: {Label: managed},
 	}}
 }
 
@@ -54,18 +73,40 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := SetupIndexes(ctx, mgr); err != nil {
 		return err
 	}
+	workloads, err := NewWorkloadPolicy(psaapi.Level(opts.WorkloadSecurityFloor))
+	if err != nil {
+		return err
+	}
+	resync := cmp.Or(opts.ResyncPeriod, DefaultResyncPeriod)
+	var tracker *SharedTracker
+	if opts.Registrar != nil {
+		tracker = NewSharedTracker()
+		if err := (&SharedReconciler{
+			Client: mgr.GetClient(), Registrar: opts.Registrar, Tracker: tracker, Gating: opts.Gating, Resync: resync,
+		}).SetupWithManager(mgr, 4); err != nil {
+			return fmt.Errorf("set up shared ACL controller: %w", err)
+		}
+	}
 	if err := (&AgentReconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("a2a-fleet-agent"),
 		Registrar: opts.Registrar,
-		Resync:    cmp.Or(opts.ResyncPeriod, DefaultResyncPeriod),
+		Shared:    tracker,
+		Resync:    resync,
+		Workloads: workloads,
 
 		WorkloadBrokerURL: opts.WorkloadBrokerURL,
 		MaxConcurrent:     cmp.Or(opts.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles),
 		Gating:            opts.Gating,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
+	}
+	if err := (&TenantReconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("a2a-fleet-tenant"),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up tenant controller: %w", err)
 	}
 	if err := (&ConversationPolicyReconciler{
 		Client:   mgr.GetClient(),

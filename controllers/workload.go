@@ -3,18 +3,27 @@ package controllers
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
 // Workload reasons.
@@ -24,54 +33,115 @@ const (
 	ReasonWorkloadInvalid     = "InvalidWorkload"
 )
 
+// FieldManager is the server-side apply field manager of the operator's writes.
+const FieldManager = "a2a-fleet-operator"
+
 // WorkloadName is the name of the Deployment that runs an Agent's workload.
 func WorkloadName(agent *a2av1.Agent) string { return agent.Name + "-agent" }
 
-// reconcileWorkload creates or updates the Deployment of spec.workload (or deletes it when the
-// workload was removed) and sets WorkloadAvailable from the Deployment's own status.
-func (r *AgentReconciler) reconcileWorkload(ctx context.Context, agent *a2av1.Agent) error {
-	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: WorkloadName(agent), Namespace: agent.Namespace}}
-	if agent.Spec.Workload == nil || agent.Status.CredentialsSecret == "" {
-		// No workload, or no credentials to give it (identity conflict): nothing may run.
-		if err := r.Get(ctx, client.ObjectKeyFromObject(deploy), deploy); err == nil && metav1.IsControlledBy(deploy, agent) {
-			if err := r.Delete(ctx, deploy); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("delete workload: %w", err)
-			}
+// appliedDeployments remembers, per Agent, the digest of the Deployment last applied and the
+// generation the API server gave it, so that a reconcile with nothing new sends no request at
+// all; a Deployment changed by someone else (new generation) is applied again.
+type appliedDeployments struct {
+	mu   sync.Mutex
+	last map[types.UID]appliedDeployment
+}
+
+type appliedDeployment struct {
+	digest     string
+	generation int64
+}
+
+func (a *appliedDeployments) get(uid types.UID) (appliedDeployment, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v, ok := a.last[uid]
+	return v, ok
+}
+
+func (a *appliedDeployments) set(uid types.UID, v appliedDeployment) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last == nil {
+		a.last = map[types.UID]appliedDeployment{}
+	}
+	a.last[uid] = v
+}
+
+func (a *appliedDeployments) forget(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.last, uid)
+}
+
+// reconcileWorkload applies the Deployment of spec.workload with server-side apply (or deletes it
+// when there is no workload, no credentials, or the workload is not permitted) and sets
+// WorkloadAvailable from the Deployment's own status. checksum is the credentials' digest; ""
+// means the Agent may run nothing.
+func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.View, agent *a2av1.Agent, checksum string) error {
+	key := client.ObjectKey{Namespace: agent.Namespace, Name: WorkloadName(agent)}
+	if agent.Spec.Workload == nil || checksum == "" {
+		if err := r.deleteWorkload(ctx, agent, key); err != nil {
+			return err
 		}
 		if agent.Spec.Workload == nil {
 			removeCondition(agent, a2av1.ConditionWorkloadAvailable)
+		} else {
+			ready := conditionOf(agent, a2av1.ConditionRegistered)
+			r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ready.Reason,
+				"no workload runs without the agent's credentials: "+ready.Message)
 		}
 		return nil
 	}
-	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, deploy, func() error {
-		if deploy.Labels == nil {
-			deploy.Labels = map[string]string{}
+	if violations, err := r.Workloads.Check(ctx, view, agent); err != nil {
+		return err
+	} else if len(violations) > 0 {
+		if err := r.deleteWorkload(ctx, agent, key); err != nil {
+			return err
 		}
-		deploy.Labels[identity.LabelManagedBy] = identity.ManagedByValue
-		deploy.Labels[identity.LabelAgent] = agent.Name
-		selector := map[string]string{identity.LabelAgent: agent.Name, "app.kubernetes.io/component": "agent"}
-		deploy.Spec.Replicas = ptr.To(ptr.Deref(agent.Spec.Workload.Replicas, 1))
-		deploy.Spec.Selector = &metav1.LabelSelector{MatchLabels: selector}
-		tmpl := *agent.Spec.Workload.Template.DeepCopy()
-		if tmpl.Labels == nil {
-			tmpl.Labels = map[string]string{}
-		}
-		for k, v := range selector {
-			tmpl.Labels[k] = v
-		}
-		env := r.workloadEnv(agent)
-		for i := range tmpl.Spec.Containers {
-			tmpl.Spec.Containers[i].Env = mergeEnv(tmpl.Spec.Containers[i].Env, env)
-		}
-		deploy.Spec.Template = tmpl
-		return controllerutil.SetControllerReference(agent, deploy, r.Scheme())
-	})
-	if err != nil {
-		if apierrors.IsInvalid(err) {
-			r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadInvalid, err.Error())
+		// Terminal until the spec (or the namespace's level, or the Tenant) changes, each of which
+		// reconciles: no retry.
+		r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
+			"the workload is not run: "+strings.Join(violations, "; "))
+		return nil
+	}
+
+	deploy := &appsv1.Deployment{}
+	err := r.Get(ctx, key, deploy)
+	if apierrors.IsNotFound(err) {
+		// The cache holds only Deployments with our label: never take over someone else's.
+		if err := r.APIReader.Get(ctx, key, deploy); err == nil && !metav1.IsControlledBy(deploy, agent) {
+			r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
+				fmt.Sprintf("Deployment %s exists and is not this Agent's; delete or rename it", key.Name))
 			return nil
+		} else if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get workload deployment: %w", err)
 		}
-		return fmt.Errorf("apply workload deployment: %w", err)
+		deploy = nil
+	} else if err != nil {
+		return fmt.Errorf("get workload deployment: %w", err)
+	}
+
+	desired, err := r.desiredDeployment(agent, checksum)
+	if err != nil {
+		return err
+	}
+	digest, err := digestOf(desired)
+	if err != nil {
+		return err
+	}
+	last, known := r.deployments.get(agent.UID)
+	if deploy == nil || !known || last.digest != digest || last.generation != deploy.Generation {
+		applied, err := r.applyDeployment(ctx, desired)
+		if err != nil {
+			if apierrors.IsInvalid(err) {
+				r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadInvalid, err.Error())
+				return nil
+			}
+			return fmt.Errorf("apply workload deployment: %w", err)
+		}
+		r.deployments.set(agent.UID, appliedDeployment{digest: digest, generation: applied.Generation})
+		deploy = applied
 	}
 	for _, c := range deploy.Status.Conditions {
 		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue {
@@ -81,8 +151,100 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, agent *a2av1.Ag
 		}
 	}
 	r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadProgressing,
-		fmt.Sprintf("Deployment %s has %d/%d replicas available", deploy.Name, deploy.Status.AvailableReplicas, ptr.Deref(deploy.Spec.Replicas, 1)))
+		fmt.Sprintf("Deployment %s has %d/%d replicas available", key.Name, deploy.Status.AvailableReplicas, ptr.Deref(deploy.Spec.Replicas, 1)))
 	return nil
+}
+
+func conditionOf(agent *a2av1.Agent, condType string) metav1.Condition {
+	for _, c := range agent.Status.Conditions {
+		if c.Type == condType {
+			return c
+		}
+	}
+	return metav1.Condition{Reason: a2av1.ReasonBrokerNotConfigured, Message: "not registered"}
+}
+
+func (r *AgentReconciler) deleteWorkload(ctx context.Context, agent *a2av1.Agent, key client.ObjectKey) error {
+	deploy := &appsv1.Deployment{}
+	if err := r.Get(ctx, key, deploy); err == nil && metav1.IsControlledBy(deploy, agent) {
+		if err := r.Delete(ctx, deploy); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete workload: %w", err)
+		}
+	}
+	r.deployments.forget(agent.UID)
+	return nil
+}
+
+// desiredDeployment is the Deployment the operator applies for the Agent: the template with the
+// operator's labels, identity env, credentials checksum, and the service account token off unless
+// the template asks for it.
+func (r *AgentReconciler) desiredDeployment(agent *a2av1.Agent, checksum string) (*appsv1.Deployment, error) {
+	selector := map[string]string{identity.LabelAgent: agent.Name, "app.kubernetes.io/component": "agent"}
+	tmpl := *agent.Spec.Workload.Template.DeepCopy()
+	if tmpl.Labels == nil {
+		tmpl.Labels = map[string]string{}
+	}
+	for k, v := range selector {
+		tmpl.Labels[k] = v
+	}
+	if tmpl.Annotations == nil {
+		tmpl.Annotations = map[string]string{}
+	}
+	tmpl.Annotations[AnnotationCredentialsChecksum] = checksum
+	if tmpl.Spec.AutomountServiceAccountToken == nil {
+		tmpl.Spec.AutomountServiceAccountToken = ptr.To(false)
+	}
+	env := r.workloadEnv(agent)
+	for i := range tmpl.Spec.Containers {
+		tmpl.Spec.Containers[i].Env = mergeEnv(tmpl.Spec.Containers[i].Env, env)
+	}
+	deploy := &appsv1.Deployment{
+		TypeMeta: metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: WorkloadName(agent), Namespace: agent.Namespace, Labels: map[string]string{
+			identity.LabelManagedBy: identity.ManagedByValue, identity.LabelAgent: agent.Name,
+		}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(ptr.Deref(agent.Spec.Workload.Replicas, 1)),
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			Template: tmpl,
+		},
+	}
+	if err := controllerutil.SetControllerReference(agent, deploy, r.Scheme()); err != nil {
+		return nil, fmt.Errorf("own workload deployment: %w", err)
+	}
+	return deploy, nil
+}
+
+// applyDeployment sends desired with server-side apply under FieldManager and returns what the
+// API server made of it.
+func (r *AgentReconciler) applyDeployment(ctx context.Context, desired *appsv1.Deployment) (*appsv1.Deployment, error) {
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return nil, fmt.Errorf("convert deployment: %w", err)
+	}
+	u := &unstructured.Unstructured{Object: raw}
+	// Fields the operator does not set must not be claimed by the apply.
+	delete(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u.Object, "spec", "strategy")
+	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return nil, err
+	}
+	out := &appsv1.Deployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+		return nil, fmt.Errorf("read applied deployment: %w", err)
+	}
+	return out, nil
+}
+
+func digestOf(v any) (string, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("digest: %w", err)
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // workloadEnv is what every container of the workload learns about its identity. The password
@@ -91,7 +253,7 @@ func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
 	id := identity.Of(agent)
 	secretRef := func(key string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: agent.Status.CredentialsSecret}, Key: key,
+			LocalObjectReference: corev1.LocalObjectReference{Name: identity.CredentialsSecretName(agent)}, Key: key,
 		}}
 	}
 	env := []corev1.EnvVar{

@@ -12,9 +12,13 @@ type AgentSpec struct {
 	// OrgID is the organization segment of the agent's identity and topics
 	// ($a2a/v1/request/{orgID}/{unitID}/{agentID}). It must match ^[A-Za-z0-9_.-]+$ (the A2A over MQTT
 	// profile's identifier rule), be at most 64 characters long, and cannot change after creation.
+	// The namespace must be allowed to claim it: a Tenant binding the namespace to this org, or,
+	// for a namespace no Tenant binds, the org named like the namespace (docs/security.md). The
+	// org a2a-fleet is reserved for the operator and the conversation service.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	// +kubebuilder:validation:XValidation:rule="self != 'a2a-fleet'",message="orgID a2a-fleet is reserved for the operator and the conversation service"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="orgID is immutable: delete and recreate the Agent to change its identity"
 	OrgID string `json:"orgID"`
 
@@ -211,14 +215,20 @@ type CallerSelector struct {
 
 // AgentWorkload is the workload that runs an agent.
 type AgentWorkload struct {
-	// Replicas is the number of pods. More than one only makes sense for pool members.
+	// Replicas is the number of pods: 0 or 1. An Agent is one identity with one MQTT client ID, and
+	// replicas sharing it would take over each other's session; to scale out, create several
+	// Agents with the same poolID.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:validation:XValidation:rule="self <= 1",message="replicas must be 0 or 1: replicas would share one MQTT client ID and take over each other's session; to scale out, create several Agents with the same poolID"
 	Replicas *int32 `json:"replicas,omitempty"`
 
-	// Template is the pod template. The operator adds environment variables with the broker URL,
+	// Template is the pod template. It must fit the namespace's Pod Security level (never below the
+	// operator's floor, baseline by default), run as the default ServiceAccount or one its Tenant
+	// allows, and reference no Secret but the Agent's own credentials (docs/security.md); the
+	// service account token is not mounted unless automountServiceAccountToken is true. The
+	// operator adds environment variables with the broker URL,
 	// identity, topics and credentials to every container: A2A_BROKER, A2A_ORG, A2A_UNIT,
 	// A2A_AGENT, A2A_CLIENT_ID, A2A_REQUEST_TOPIC, A2A_POOLS, and A2A_USERNAME and A2A_PASSWORD
 	// from the credentials Secret.
@@ -251,7 +261,7 @@ type AgentStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Registered, ACLsSynced, WorkloadAvailable.
+	// Conditions: Ready, IdentityPermitted, Registered, ACLsSynced, WorkloadAvailable.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -285,6 +295,11 @@ type AgentStatus struct {
 	// connected agent publishes for itself.
 	// +optional
 	PublishedCardDigest string `json:"publishedCardDigest,omitempty"`
+
+	// Tenant is the Tenant whose binding permits the agent's identity; empty when no Tenant binds
+	// the namespace (then only the org named like the namespace is permitted).
+	// +optional
+	Tenant string `json:"tenant,omitempty"`
 
 	// CredentialsSecret is the name of the Secret with the agent's broker credentials.
 	// +optional

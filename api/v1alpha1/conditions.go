@@ -10,8 +10,12 @@ const (
 	ConditionACLsSynced = "ACLsSynced"
 	// ConditionWorkloadAvailable reflects the agent workload's Deployment availability.
 	ConditionWorkloadAvailable = "WorkloadAvailable"
-	// ConditionConflicted is true when a ConversationPolicy shares Agents with other policies.
+	// ConditionConflicted is true when a ConversationPolicy shares Agents with other policies, or a
+	// Tenant claims an org or namespaces that an older Tenant holds.
 	ConditionConflicted = "Conflicted"
+	// ConditionIdentityPermitted is true when the Agent's namespace may claim its org, unit and pool
+	// (a Tenant, or the namespace default) and the org is not reserved.
+	ConditionIdentityPermitted = "IdentityPermitted"
 )
 
 // Condition reasons, CamelCase as metav1.Condition requires.
@@ -28,8 +32,33 @@ const (
 	ReasonRegistered = "Registered"
 	// ReasonIdentityConflict: another Agent already holds the same orgID/unitID/agentID.
 	ReasonIdentityConflict = "IdentityConflict"
-	// ReasonInvalidCallers: a caller selector could not be evaluated.
+	// ReasonInvalidCallers: a caller selector could not be evaluated (terminal until the spec changes).
 	ReasonInvalidCallers = "InvalidCallers"
+	// ReasonIdentityPermitted: the namespace may claim the Agent's identity.
+	ReasonIdentityPermitted = "IdentityPermitted"
+	// ReasonIdentityNotPermitted: the namespace may not claim the Agent's org, unit or pool, or the
+	// org is reserved; nothing is registered on the broker and no credentials are issued.
+	ReasonIdentityNotPermitted = "IdentityNotPermitted"
+	// ReasonSharedACLsPending: the Agent's own broker objects are in place, but the shared unit, org
+	// or conversation-service roles do not include its entries yet.
+	ReasonSharedACLsPending = "SharedACLsPending"
+	// ReasonPoolNotGranted: the Agent's pool belongs to another namespace that grants this one no
+	// AgentGrant of kind Pools; the Agent is registered but not a pool member.
+	ReasonPoolNotGranted = "PoolNotGranted"
+	// ReasonCredentialsConflict: a Secret with the credentials' name exists and is not the Agent's.
+	ReasonCredentialsConflict = "CredentialsConflict"
+	// ReasonWorkloadNotPermitted: spec.workload asks for more than the Agent may have (Pod Security
+	// level, ServiceAccount, other Secrets); no Deployment is run until the spec changes.
+	ReasonWorkloadNotPermitted = "WorkloadNotPermitted"
+	// ReasonTenantBound: a Tenant is in effect.
+	ReasonTenantBound = "Bound"
+	// ReasonOrgConflict: an older Tenant claims the same org; this one binds nothing.
+	ReasonOrgConflict = "OrgConflict"
+	// ReasonNamespaceConflict: an older Tenant binds some of the namespaces this one selects.
+	ReasonNamespaceConflict = "NamespaceConflict"
+	// ReasonInvalidNamespaceSelector: a Tenant's namespaceSelector cannot be evaluated; it selects
+	// nothing (listed namespaces stay bound).
+	ReasonInvalidNamespaceSelector = "InvalidNamespaceSelector"
 	// ReasonInvalidSelector: a policy's agentSelector could not be evaluated.
 	ReasonInvalidSelector = "InvalidSelector"
 	// ReasonSelectorResolved: a policy's selector was evaluated.

@@ -9,7 +9,8 @@ import (
 
 // BuildCard turns an Agent's spec into the A2A v1.0 agent card published on its discovery topic,
 // with the MQTT interface (and the pool interface for pool members) the operator derives.
-func BuildCard(agent *a2av1.Agent, id a2amqtt.AgentRef, brokerURL string) *a2a.AgentCard {
+// pool is the pool the agent is a member of ("" when none, or when it may not join its pool).
+func BuildCard(agent *a2av1.Agent, id a2amqtt.AgentRef, pool, brokerURL string) *a2a.AgentCard {
 	spec := agent.Spec.Card
 	card := &a2a.AgentCard{
 		Name:               spec.Name,
@@ -25,10 +26,10 @@ func BuildCard(agent *a2av1.Agent, id a2amqtt.AgentRef, brokerURL string) *a2a.A
 		SupportedInterfaces: []*a2a.AgentInterface{a2amqtt.AgentInterface(brokerURL, id)},
 		Skills:              make([]a2a.AgentSkill, 0, len(spec.Skills)),
 	}
-	if agent.Spec.PoolID != "" {
-		pool := a2amqtt.PoolRef{Org: id.Org, Unit: id.Unit, Pool: agent.Spec.PoolID}
+	if pool != "" {
+		ref := a2amqtt.PoolRef{Org: id.Org, Unit: id.Unit, Pool: pool}
 		card.SupportedInterfaces = append(card.SupportedInterfaces,
-			a2a.NewAgentInterface(brokerURL+"/"+pool.RequestTopic(), a2amqtt.TransportProtocolMQTT))
+			a2a.NewAgentInterface(brokerURL+"/"+ref.RequestTopic(), a2amqtt.TransportProtocolMQTT))
 	}
 	if p := spec.Provider; p != nil {
 		card.Provider = &a2a.AgentProvider{Org: p.Organization, URL: p.URL}

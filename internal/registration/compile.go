@@ -1,19 +1,27 @@
 // Package registration turns an Agent into a live, least-privilege identity on the broker: a
 // client with exactly the topic ACLs the A2A over MQTT profile needs, and a retained agent card.
 //
-// The ACL model grows with agents plus caller rules, never with agents²:
+// The ACL model is built so that no change to one Agent or policy disconnects any other client
+// (docs/registration.md, "No collateral kicks"):
 //
-//   - every agent has its own role (its request/reply/discovery/event topics and the reply topics
-//     of the callers it admits) and a "callers" role (publish to its request topic);
-//   - callers admitted by scope get the callers role through one shared group per unit or org
-//     (one group-role reference per agent);
-//   - callers admitted by selector join the agent's "callers" group (one membership per rule match).
+//   - every agent has one client and one own role; the client joins its unit and org groups when
+//     it is created (inline groups of createClient, no kick) and never changes groups again;
+//   - each unit and org group holds exactly one fixed shared role whose ACL list says whom the
+//     scope admits (publish to the request and pool topics of the SameUnit/SameOrg agents; the
+//     org's discovery topics). Shared roles change by modifyRole only, which kicks nobody;
+//   - a caller admitted by another agent's callers.from gets "publish to that agent's request
+//     topic, read its card" in its own role (modifyRole, no kick when gaining);
+//   - the conversation service reaches every gated agent through one gates role in its group,
+//     also changed by modifyRole only.
 //
-// Shared groups are edited with add/remove of single role references, so concurrent reconciles of
-// different agents never overwrite each other.
+// Shared role content is computed from the Kubernetes cache (the live members of the unit, org
+// or gate), never read-modify-written from the broker, so concurrent reconciles of different
+// agents cannot lose each other's entries.
 package registration
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -23,59 +31,68 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-// ServiceIdentity is the conversation service's base broker identity: its client (any client
-// ID: replicas connect side by side), its own request and reply topics, and the right to relay
-// replies to any requester. The per-agent gate roles reach it through identity.ServiceGroupName.
-func ServiceIdentity(observed acl.State) acl.State {
-	role := acl.Role{Name: identity.ServiceUsername, ACLs: []acl.ACL{
-		{Type: acl.SubscribeLiteral, Topic: identity.RequestSubscription(identity.Service), Allow: true},
-		{Type: acl.SubscribeLiteral, Topic: identity.Service.RequestTopic(), Allow: true},
-		{Type: acl.SubscribePattern, Topic: identity.ServiceReplyFilter(), Allow: true},
-		{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodReply), Allow: true},
-	}}
-	group := acl.Group{Name: identity.ServiceGroupName}
-	if have, ok := observed.Groups[identity.ServiceGroupName]; ok {
-		group.Roles = slices.Clone(have.Roles)
-	}
-	client := acl.Client{Username: identity.ServiceUsername, Roles: []acl.RoleRef{{Name: role.Name}}, Groups: []string{identity.ServiceGroupName}}
-	return acl.NewState([]acl.Role{role}, []acl.Group{group}, []acl.Client{client})
+// Member is how a live agent appears in the ACLs of others: the shared roles of its unit and org
+// (by scope), the gates role (when gated), and the own roles of the callers it selects.
+type Member struct {
+	Agent a2amqtt.AgentRef
+	Scope a2av1.CallerScope
+	// Pool is the pool the agent is a member of ("" when none, or when it may not join it).
+	Pool string
+	// Gated: a ConversationPolicy governs the agent and the conversation service stands in front.
+	Gated bool
 }
 
-// Input is everything the ACLs of one agent depend on.
+// callerACLs is what a caller admitted to m may do: publish to its request (and pool) topic, read
+// its card when it is of another org (same-org callers read every card of the org through the org
+// role), and, for a gated agent, ask the conversation service about the contexts it opened.
+func callerACLs(m Member, crossOrg bool) []acl.ACL {
+	out := []acl.ACL{{Type: acl.PublishClientSend, Topic: m.Agent.RequestTopic(), Allow: true}}
+	if m.Pool != "" {
+		out = append(out, acl.ACL{Type: acl.PublishClientSend, Topic: poolRef(m.Agent, m.Pool).RequestTopic(), Allow: true})
+	}
+	if crossOrg {
+		out = append(out, acl.ACL{Type: acl.SubscribeLiteral, Topic: m.Agent.DiscoveryTopic(), Allow: true})
+	}
+	if m.Gated {
+		out = append(out, acl.ACL{Type: acl.PublishClientSend, Topic: identity.Service.RequestTopic(), Allow: true})
+	}
+	return out
+}
+
+func poolRef(id a2amqtt.AgentRef, pool string) a2amqtt.PoolRef {
+	return a2amqtt.PoolRef{Org: id.Org, Unit: id.Unit, Pool: pool}
+}
+
+// Input is everything the agent's own broker objects depend on.
 type Input struct {
 	Agent a2amqtt.AgentRef
 	Scope a2av1.CallerScope
-	// PoolID is empty when the agent is not a pool member.
-	PoolID string
-	// Gated puts the conversation service in front of the agent (a ConversationPolicy governs
-	// it): the service reads the public request topic, the agent reads its delivery topic and
-	// replies to the service.
+	// Pool is the pool the agent is a member of ("" when none or not granted).
+	Pool string
+	// Gated puts the conversation service in front of the agent: it reads its delivery topic,
+	// replies only to the service, and gets no reply grant to any caller.
 	Gated bool
-	// HasSelectors is true when the agent has callers.from rules (even if they select nobody
-	// now): only then does it need a callers group.
-	HasSelectors bool
-	// Callers are the agents its callers.from selectors admit (it publishes to their replies).
+	// Callers are the live agents its callers.from selectors admit (with their namespaces'
+	// consent): it may publish replies to them (unless gated).
 	Callers []a2amqtt.AgentRef
-	// CalledBy are the agents whose callers.from selectors admit this agent (it joins their
-	// callers groups).
-	CalledBy []a2amqtt.AgentRef
-	// Observed is the broker's current view of the shared objects (see SharedNames): the unit
-	// and org groups, whose role references belong to many agents, and the callers groups and
-	// roles of CalledBy, which belong to those agents.
+	// Callees are the live agents whose callers.from selectors admit this agent: it may call them.
+	Callees []Member
+	// Observed is the broker's view of OwnNames(Agent).
 	Observed acl.State
 }
 
-// SharedNames lists the objects Compile needs to have observed.
-func SharedNames(in Input) acl.Names {
-	n := acl.Names{Groups: []string{identity.UnitGroupName(in.Agent.Org, in.Agent.Unit), identity.OrgGroupName(in.Agent.Org), identity.ServiceGroupName}}
-	for _, callee := range in.CalledBy {
-		n.Groups = append(n.Groups, identity.CallersGroupName(callee))
-		n.Roles = append(n.Roles, identity.CallersRoleName(callee))
+// OwnNames lists the broker objects Compile needs observed: the agent's client and role, its unit
+// and org groups (only whether they exist), and the objects of the earlier per-agent model that
+// Compile deletes when it finds them.
+func OwnNames(id a2amqtt.AgentRef) acl.Names {
+	return acl.Names{
+		Clients: []string{identity.Username(id)},
+		Roles:   []string{identity.AgentRoleName(id), identity.CallersRoleName(id), identity.GateRoleName(id)},
+		Groups:  []string{identity.UnitGroupName(id.Org, id.Unit), identity.OrgGroupName(id.Org), identity.CallersGroupName(id)},
 	}
-	return n
 }
 
-// Compile returns the broker objects for one agent. Password handling is the caller's.
+// Compile returns the agent's own broker objects. Password handling is the caller's.
 func Compile(in Input) acl.Desired {
 	id := in.Agent
 	own := acl.Role{Name: identity.AgentRoleName(id), ACLs: []acl.ACL{
@@ -86,122 +103,66 @@ func Compile(in Input) acl.Desired {
 	if in.Gated {
 		own.ACLs = append(own.ACLs,
 			acl.ACL{Type: acl.SubscribeLiteral, Topic: identity.DeliveryTopic(id), Allow: true},
-			// Replies go to the service, which relays them; history queries go to it too.
+			// Replies go to the service, which relays them; history queries go to it too. No reply
+			// grant to any caller: a gated agent answers only through the service.
 			acl.ACL{Type: acl.PublishClientSend, Topic: identity.ServiceReplyFilter(), Allow: true},
 			acl.ACL{Type: acl.PublishClientSend, Topic: identity.Service.RequestTopic(), Allow: true})
 	} else {
 		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.SubscribeLiteral, Topic: id.RequestTopic(), Allow: true})
-	}
-	callers := acl.Role{Name: identity.CallersRoleName(id), ACLs: []acl.ACL{
-		{Type: acl.PublishClientSend, Topic: id.RequestTopic(), Allow: true},
-		// Callers from other orgs need the card too; same-org callers have it through the org role.
-		{Type: acl.SubscribeLiteral, Topic: id.DiscoveryTopic(), Allow: true},
-	}}
-	if in.Gated {
-		// Callers may ask the conversation service about the contexts they opened with this agent.
-		callers.ACLs = append(callers.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: identity.Service.RequestTopic(), Allow: true})
-	}
-	if in.PoolID != "" {
-		pool := a2amqtt.PoolRef{Org: id.Org, Unit: id.Unit, Pool: in.PoolID}
-		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.SubscribeLiteral, Topic: pool.SharedSubscription(), Allow: true})
-		callers.ACLs = append(callers.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: pool.RequestTopic(), Allow: true})
-	}
-	// Replies go to whoever may call: the whole unit or org, or each selected caller.
-	switch in.Scope {
-	case a2av1.CallerScopeSameUnit:
-		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodReply, id.Org, id.Unit), Allow: true})
-	case a2av1.CallerScopeSameOrg:
-		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodReply, id.Org), Allow: true})
-	}
-	for _, c := range sortedRefs(in.Callers) {
-		if c == id {
-			continue
+		switch in.Scope {
+		case a2av1.CallerScopeSameUnit:
+			own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodReply, id.Org, id.Unit), Allow: true})
+		case a2av1.CallerScopeSameOrg:
+			own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodReply, id.Org), Allow: true})
 		}
-		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: c.Topic(a2amqtt.MethodReply) + "/#", Allow: true})
+		for _, c := range sortedRefs(in.Callers) {
+			if c != id {
+				own.ACLs = append(own.ACLs, acl.ACL{Type: acl.PublishClientSend, Topic: c.Topic(a2amqtt.MethodReply) + "/#", Allow: true})
+			}
+		}
+	}
+	if in.Pool != "" {
+		own.ACLs = append(own.ACLs, acl.ACL{Type: acl.SubscribeLiteral, Topic: poolRef(id, in.Pool).SharedSubscription(), Allow: true})
+	}
+	callees := slices.Clone(in.Callees)
+	slices.SortFunc(callees, func(a, b Member) int { return strings.Compare(a.Agent.ClientID(), b.Agent.ClientID()) })
+	for _, m := range callees {
+		if m.Agent != id {
+			own.ACLs = append(own.ACLs, callerACLs(m, m.Agent.Org != id.Org)...)
+		}
 	}
 	own.ACLs = dedupe(own.ACLs)
 
-	orgRole := acl.Role{Name: identity.OrgRoleName(id.Org), ACLs: []acl.ACL{
-		{Type: acl.SubscribePattern, Topic: a2amqtt.MethodFilter(a2amqtt.MethodDiscovery, id.Org), Allow: true},
-	}}
-	// Mosquitto 2.0.11 never delivers $-topics to shared subscriptions (docs/broker.md), so a
-	// service replica may also subscribe to the public request topic directly and split the work
-	// with its peers through the state store instead.
-	gateRole := acl.Role{Name: identity.GateRoleName(id), ACLs: []acl.ACL{
-		{Type: acl.SubscribeLiteral, Topic: identity.RequestSubscription(id), Allow: true},
-		{Type: acl.SubscribeLiteral, Topic: id.RequestTopic(), Allow: true},
-		{Type: acl.PublishClientSend, Topic: identity.DeliveryTopic(id), Allow: true},
-	}}
-	serviceGroup := sharedGroup(identity.ServiceGroupName, in.Observed, gateRole.Name, in.Gated)
-	unitGroup := sharedGroup(identity.UnitGroupName(id.Org, id.Unit), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameUnit)
-	orgGroup := sharedGroup(identity.OrgGroupName(id.Org), in.Observed, callers.Name, in.Scope == a2av1.CallerScopeSameOrg)
-	orgGroup.Roles = withRef(orgGroup.Roles, orgRole.Name, true)
-
-	memberOf := []string{unitGroup.Name, orgGroup.Name}
-	for _, callee := range sortedRefs(in.CalledBy) {
-		if callee != id {
-			memberOf = append(memberOf, identity.CallersGroupName(callee))
-		}
-	}
+	unit, org := identity.UnitGroupName(id.Org, id.Unit), identity.OrgGroupName(id.Org)
 	client := acl.Client{
 		Username: identity.Username(id),
 		ClientID: id.ClientID(),
 		Roles:    []acl.RoleRef{{Name: own.Name}},
-		Groups:   memberOf,
+		Groups:   []string{unit, org},
 	}
-	// Objects nobody needs are not created (each dynsec command costs a rewrite of the broker's
-	// whole configuration file), and are deleted when a spec change makes them unneeded.
-	roles := []acl.Role{own, orgRole}
-	groups := []acl.Group{unitGroup, orgGroup}
-	var unneeded acl.Names
-	if in.Scope != a2av1.CallerScopeNone || in.HasSelectors {
-		roles = append(roles, callers)
-	} else {
-		unneeded.Roles = append(unneeded.Roles, callers.Name)
-	}
-	if in.HasSelectors {
-		groups = append(groups, acl.Group{Name: identity.CallersGroupName(id), Roles: []acl.RoleRef{{Name: callers.Name}}})
-	} else {
-		unneeded.Groups = append(unneeded.Groups, identity.CallersGroupName(id))
-	}
-	if in.Gated {
-		roles = append(roles, gateRole)
-	} else {
-		unneeded.Roles = append(unneeded.Roles, gateRole.Name)
-	}
-	if _, observed := in.Observed.Groups[identity.ServiceGroupName]; in.Gated || observed {
-		groups = append(groups, serviceGroup)
-	}
-	state := acl.NewState(roles, groups, []acl.Client{client})
-	// The groups of the agents that admit this one must exist before it can join them. Their
-	// content belongs to those agents, so they are only created when missing, never changed.
-	for _, callee := range in.CalledBy {
-		if callee == id {
-			continue
-		}
-		if _, ok := in.Observed.Roles[identity.CallersRoleName(callee)]; !ok {
-			state.Roles[identity.CallersRoleName(callee)] = calleeCallersRole(callee)
-		}
-		if _, ok := in.Observed.Groups[identity.CallersGroupName(callee)]; !ok {
-			name := identity.CallersGroupName(callee)
-			state.Groups[name] = acl.Group{Name: name, Roles: []acl.RoleRef{{Name: identity.CallersRoleName(callee)}}}
+	state := acl.NewState([]acl.Role{own}, nil, []acl.Client{client})
+	// The client joins its unit and org groups when it is created, so they must exist. Their
+	// content belongs to the shared reconcile: they are only created when missing (an empty
+	// shared role first; createRole of an existing role is a no-op), never changed here.
+	for _, shared := range []struct{ group, role string }{
+		{unit, identity.UnitRoleName(id.Org, id.Unit)},
+		{org, identity.OrgRoleName(id.Org)},
+	} {
+		if _, ok := in.Observed.Groups[shared.group]; !ok {
+			state.Roles[shared.role] = acl.Role{Name: shared.role}
+			state.Groups[shared.group] = acl.Group{Name: shared.group, Roles: []acl.RoleRef{{Name: shared.role}}}
 		}
 	}
 	state.DefaultACL = &acl.DenyByDefault
-	return acl.Desired{State: state, Delete: unneeded}
-}
-
-// calleeCallersRole is the minimal callers role of another agent; that agent's own reconcile
-// owns its full content (pool topics) and converges it.
-func calleeCallersRole(id a2amqtt.AgentRef) acl.Role {
-	return acl.Role{Name: identity.CallersRoleName(id), ACLs: []acl.ACL{
-		{Type: acl.PublishClientSend, Topic: id.RequestTopic(), Allow: true},
-		{Type: acl.SubscribeLiteral, Topic: id.DiscoveryTopic(), Allow: true},
+	return acl.Desired{State: state, Delete: acl.Names{
+		// The per-agent objects of the earlier model, if an upgrade left them.
+		Roles:  []string{identity.CallersRoleName(id), identity.GateRoleName(id)},
+		Groups: []string{identity.CallersGroupName(id)},
 	}}
 }
 
-// Removal lists what Unregister deletes: the agent's client, roles and callers group. Shared
-// groups lose the agent's role reference through the role's deletion.
+// Removal lists what Unregister deletes: the agent's client and role (and the per-agent objects
+// of the earlier model). The shared roles drop the agent through the shared reconcile.
 func Removal(id a2amqtt.AgentRef) acl.Desired {
 	return acl.Desired{Delete: acl.Names{
 		Clients: []string{identity.Username(id)},
@@ -210,23 +171,171 @@ func Removal(id a2amqtt.AgentRef) acl.Desired {
 	}}
 }
 
-// sharedGroup keeps every role reference of the observed group that is not this agent's, and
-// adds or drops this agent's callers role.
-func sharedGroup(name string, observed acl.State, role string, member bool) acl.Group {
-	g := acl.Group{Name: name}
-	if have, ok := observed.Groups[name]; ok {
-		g.Roles = slices.Clone(have.Roles)
-	}
-	g.Roles = withRef(g.Roles, role, member)
-	return g
+// SharedKind is the kind of a shared broker object.
+type SharedKind string
+
+// The shared objects.
+const (
+	SharedUnit  SharedKind = "unit"
+	SharedOrg   SharedKind = "org"
+	SharedGates SharedKind = "gates"
+)
+
+// SharedKey names one shared object: a unit's or an org's role and group, or the service's gates.
+type SharedKey struct {
+	Kind      SharedKind
+	Org, Unit string
 }
 
-func withRef(refs []acl.RoleRef, role string, present bool) []acl.RoleRef {
-	refs = slices.DeleteFunc(refs, func(r acl.RoleRef) bool { return r.Name == role })
-	if present {
-		refs = append(refs, acl.RoleRef{Name: role})
+// UnitKey, OrgKey and GatesKey build SharedKeys.
+func UnitKey(org, unit string) SharedKey { return SharedKey{Kind: SharedUnit, Org: org, Unit: unit} }
+func OrgKey(org string) SharedKey        { return SharedKey{Kind: SharedOrg, Org: org} }
+
+// GatesKey is the key of the conversation service's gates role.
+var GatesKey = SharedKey{Kind: SharedGates}
+
+// String encodes the key as "unit:{org}/{unit}", "org:{org}" or "gates" (identifiers cannot
+// contain ':' or '/').
+func (k SharedKey) String() string {
+	switch k.Kind {
+	case SharedUnit:
+		return "unit:" + k.Org + "/" + k.Unit
+	case SharedOrg:
+		return "org:" + k.Org
 	}
-	return refs
+	return string(k.Kind)
+}
+
+// ParseSharedKey is the inverse of String.
+func ParseSharedKey(s string) (SharedKey, error) {
+	kind, rest, _ := strings.Cut(s, ":")
+	switch SharedKind(kind) {
+	case SharedUnit:
+		if org, unit, ok := strings.Cut(rest, "/"); ok && org != "" && unit != "" {
+			return UnitKey(org, unit), nil
+		}
+	case SharedOrg:
+		if rest != "" {
+			return OrgKey(rest), nil
+		}
+	case SharedGates:
+		if rest == "" {
+			return GatesKey, nil
+		}
+	}
+	return SharedKey{}, fmt.Errorf("not a shared object key: %q", s)
+}
+
+// KeysOf are the shared objects an agent may appear in.
+func KeysOf(id a2amqtt.AgentRef, gating bool) []SharedKey {
+	keys := []SharedKey{UnitKey(id.Org, id.Unit), OrgKey(id.Org)}
+	if gating {
+		keys = append(keys, GatesKey)
+	}
+	return keys
+}
+
+// Contribution is what member m puts into the shared object k (nil: nothing).
+func Contribution(k SharedKey, m Member) []acl.ACL {
+	switch {
+	case k.Kind == SharedUnit && m.Scope == a2av1.CallerScopeSameUnit && m.Agent.Org == k.Org && m.Agent.Unit == k.Unit,
+		k.Kind == SharedOrg && m.Scope == a2av1.CallerScopeSameOrg && m.Agent.Org == k.Org:
+		return callerACLs(m, false)
+	case k.Kind == SharedGates && m.Gated:
+		// Mosquitto 2.0.11 never delivers $-topics to shared subscriptions (docs/broker.md), so a
+		// service replica may also subscribe to the public request topic directly and split the
+		// work with its peers through the state store instead.
+		return []acl.ACL{
+			{Type: acl.SubscribeLiteral, Topic: identity.RequestSubscription(m.Agent), Allow: true},
+			{Type: acl.SubscribeLiteral, Topic: m.Agent.RequestTopic(), Allow: true},
+			{Type: acl.PublishClientSend, Topic: identity.DeliveryTopic(m.Agent), Allow: true},
+		}
+	}
+	return nil
+}
+
+// SharedRoleName is the role of shared object k.
+func SharedRoleName(k SharedKey) string {
+	switch k.Kind {
+	case SharedUnit:
+		return identity.UnitRoleName(k.Org, k.Unit)
+	case SharedOrg:
+		return identity.OrgRoleName(k.Org)
+	}
+	return identity.GatesRoleName
+}
+
+// SharedGroupName is the group that holds k's role.
+func SharedGroupName(k SharedKey) string {
+	switch k.Kind {
+	case SharedUnit:
+		return identity.UnitGroupName(k.Org, k.Unit)
+	case SharedOrg:
+		return identity.OrgGroupName(k.Org)
+	}
+	return identity.ServiceGroupName
+}
+
+// SharedNames are the broker objects SharedDesired needs observed.
+func SharedNames(k SharedKey) acl.Names {
+	return acl.Names{Roles: []string{SharedRoleName(k)}, Groups: []string{SharedGroupName(k)}}
+}
+
+// SharedDesired is the desired state of shared object k given its members: the role with the
+// union of their contributions (plus, for an org, reading the org's cards), and the group holding
+// exactly that role.
+func SharedDesired(k SharedKey, members []Member) acl.Desired {
+	role := acl.Role{Name: SharedRoleName(k)}
+	if k.Kind == SharedOrg {
+		role.ACLs = append(role.ACLs, acl.ACL{Type: acl.SubscribePattern, Topic: a2amqtt.MethodFilter(a2amqtt.MethodDiscovery, k.Org), Allow: true})
+	}
+	var entries []acl.ACL
+	for _, m := range members {
+		entries = append(entries, Contribution(k, m)...)
+	}
+	// One order whatever the members' order, so that the same set never looks like a change.
+	slices.SortFunc(entries, func(a, b acl.ACL) int {
+		return cmp.Or(cmp.Compare(a.Type, b.Type), cmp.Compare(a.Topic, b.Topic))
+	})
+	role.ACLs = dedupe(append(role.ACLs, entries...))
+	group := acl.Group{Name: SharedGroupName(k), Roles: []acl.RoleRef{{Name: role.Name}}}
+	return acl.Desired{State: acl.NewState([]acl.Role{role}, []acl.Group{group}, nil)}
+}
+
+// ServiceNames are the broker objects ServiceIdentity needs observed.
+func ServiceNames() acl.Names {
+	return acl.Names{Groups: []string{identity.ServiceGroupName}, Roles: []string{identity.GatesRoleName}}
+}
+
+// ServiceIdentity is the conversation service's base broker identity: its client (any client
+// ID: replicas connect side by side), its own request and reply topics, the right to relay
+// replies to any requester, and its group, which holds exactly the gates role (the agents it
+// stands in front of; that role's content belongs to the shared reconcile of GatesKey and is only
+// created, empty, when missing). observed must include ServiceNames().
+func ServiceIdentity(observed acl.State) acl.State {
+	role := acl.Role{Name: identity.ServiceUsername, ACLs: []acl.ACL{
+		{Type: acl.SubscribeLiteral, Topic: identity.RequestSubscription(identity.Service), Allow: true},
+		{Type: acl.SubscribeLiteral, Topic: identity.Service.RequestTopic(), Allow: true},
+		{Type: acl.SubscribePattern, Topic: identity.ServiceReplyFilter(), Allow: true},
+		{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodReply), Allow: true},
+	}}
+	roles := []acl.Role{role}
+	if _, ok := observed.Roles[identity.GatesRoleName]; !ok {
+		roles = append(roles, acl.Role{Name: identity.GatesRoleName})
+	}
+	group := acl.Group{Name: identity.ServiceGroupName, Roles: []acl.RoleRef{{Name: identity.GatesRoleName}}}
+	client := acl.Client{Username: identity.ServiceUsername, Roles: []acl.RoleRef{{Name: role.Name}}, Groups: []string{identity.ServiceGroupName}}
+	return acl.NewState(roles, []acl.Group{group}, []acl.Client{client})
+}
+
+// withoutRevocationKicks drops the commands that Diff puts before a modifyRole only to disconnect
+// the role's holders when a subscribe grant is revoked (docs/broker.md), for the revocations drop
+// selects: those whose holders must not be disconnected. The modifyRole that follows sets the full
+// list either way, so the broker state is the same.
+func withoutRevocationKicks(cmds []acl.Command, drop func(acl.Command) bool) []acl.Command {
+	return slices.DeleteFunc(cmds, func(c acl.Command) bool {
+		return (c.Op == acl.OpRemoveRoleACL || c.Op == acl.OpAddRoleACL) && drop(c)
+	})
 }
 
 func sortedRefs(in []a2amqtt.AgentRef) []a2amqtt.AgentRef {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -30,40 +32,43 @@ type CardPublisher interface {
 
 // Registrar registers Agents on a broker backend (the controllers' Registrar).
 type Registrar struct {
-	// Reader lists Agents and Namespaces to resolve caller selectors (the manager's cache).
+	// Reader lists Agents, Namespaces, Tenants and AgentGrants to resolve caller selectors and
+	// consent (the manager's cache).
 	Reader    client.Reader
 	Backend   acl.Backend
 	Cards     CardPublisher
 	BrokerURL string
 }
 
-// Register makes the broker hold the Agent's client, ACLs and retained card. It records the
-// digest of the card it published in agent.Status.PublishedCardDigest.
+// Register makes the broker hold the Agent's client, own role and retained card. It records the
+// digest of the card it published in agent.Status.PublishedCardDigest. The Agent must be live
+// (permitted, the holder of its identity: the controller checks) and its caller selectors valid.
 func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds Credentials) error {
 	id := identity.Of(agent)
-	in := Input{Agent: id, Scope: agent.Spec.Callers.Scope, PoolID: agent.Spec.PoolID,
-		Gated:        agent.Status.Topics != nil && agent.Status.Topics.Delivery != "",
-		HasSelectors: len(agent.Spec.Callers.From) > 0}
-	var err error
-	if in.Callers, err = r.selectedCallers(ctx, agent); err != nil {
-		return err
+	view, err := (&tenancy.Authorizer{Reader: r.Reader}).View(ctx)
+	if err != nil {
+		return &StageError{Stage: StageACLs, Err: err}
 	}
-	if in.CalledBy, err = r.calleesAdmitting(ctx, agent); err != nil {
-		return err
+	in, err := InputFor(ctx, view, agent)
+	if err != nil {
+		return &StageError{Stage: StageACLs, Err: err}
 	}
-	// Observe once and diff against that same observation: shared groups hold other agents'
-	// references, and a second, later observation (as acl.Apply makes) could contain a reference
-	// added meanwhile that this agent's desired list does not know, which Diff would then remove.
-	names := involvedNames(in)
+	// Observe once and diff against that same observation.
+	names := OwnNames(id)
 	if in.Observed, err = r.Backend.Observe(ctx, &names); err != nil {
 		return &StageError{Stage: StageACLs, Err: fmt.Errorf("observe ACL objects: %w", err)}
 	}
 	desired := Compile(in)
 	desired.Passwords = map[string]string{identity.Username(id): creds.Password}
-	// Not desired.Validate: it wants every role the shared groups reference observed, which is
-	// O(fleet) reads per Agent; Compile only emits prefixed names, and the broker itself refuses
-	// a reference to a missing role.
-	cmds := acl.Diff(in.Observed, desired)
+	// Not desired.Validate: Compile only emits prefixed names, and the broker itself refuses a
+	// reference to a missing role.
+	ownRole := identity.AgentRoleName(id)
+	cmds := withoutRevocationKicks(acl.Diff(in.Observed, desired), func(c acl.Command) bool {
+		// A caller that loses another agent's card keeps its connection: cards are discovery
+		// metadata, and the subscription ends at its next reconnect. Only the agent's own
+		// request, delivery and pool subscriptions are revoked with a kick (of itself).
+		return c.Role == ownRole && isDiscoveryTopic(c.ACL.Topic)
+	})
 	if len(cmds) > 0 {
 		if err := r.Backend.Execute(ctx, cmds); err != nil {
 			return &StageError{Stage: StageACLs, Err: fmt.Errorf("apply %d ACL commands (%s): %w", len(cmds), acl.Summary(cmds), err)}
@@ -75,7 +80,7 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds Cred
 			return &StageError{Stage: StageCredentials, Err: fmt.Errorf("set password: %w", err)}
 		}
 	}
-	card, err := json.Marshal(BuildCard(agent, id, r.BrokerURL))
+	card, err := json.Marshal(BuildCard(agent, id, in.Pool, r.BrokerURL))
 	if err != nil {
 		return fmt.Errorf("encode agent card: %w", err)
 	}
@@ -97,7 +102,14 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds Cred
 	return nil
 }
 
-// Unregister removes the Agent's client, roles and callers group, and clears its card.
+func isDiscoveryTopic(topic string) bool {
+	info, err := a2amqtt.ParseTopic(topic)
+	return err == nil && info.Method == a2amqtt.MethodDiscovery
+}
+
+// Unregister removes the Agent's client and role, and clears its card. The controller calls it
+// only for the holder of the identity, so deleting the loser of an identity conflict never
+// touches the winner's broker state.
 func (r *Registrar) Unregister(ctx context.Context, agent *a2av1.Agent) error {
 	id := identity.Of(agent)
 	if _, err := acl.Apply(ctx, r.Backend, Removal(id)); err != nil {
@@ -109,23 +121,26 @@ func (r *Registrar) Unregister(ctx context.Context, agent *a2av1.Agent) error {
 	return nil
 }
 
-// involvedNames lists every broker object Compile may create, change, delete or read for in.
-func involvedNames(in Input) acl.Names {
-	n := SharedNames(in)
-	d := Compile(in) // with nothing observed yet: names only
-	for name := range d.Roles {
-		n.Roles = append(n.Roles, name)
+// ApplyShared makes shared object k hold exactly the contributions of members (computed by the
+// caller from the cache: the live agents of the unit, org or gate). It changes the shared role by
+// modifyRole only and disconnects nobody: the unit and org roles grant publishing (checked per
+// message) and the org's constant discovery pattern; the conversation service unsubscribes by
+// itself from an agent that is no longer gated (its registry drops it), so taking that
+// subscribe grant away needs no kick either.
+func (r *Registrar) ApplyShared(ctx context.Context, k SharedKey, members []Member) error {
+	names := SharedNames(k)
+	observed, err := r.Backend.Observe(ctx, &names)
+	if err != nil {
+		return fmt.Errorf("observe %s: %w", k, err)
 	}
-	for name := range d.Groups {
-		n.Groups = append(n.Groups, name)
+	cmds := withoutRevocationKicks(acl.Diff(observed, SharedDesired(k, members)), func(acl.Command) bool { return true })
+	if len(cmds) == 0 {
+		return nil
 	}
-	for name := range d.Clients {
-		n.Clients = append(n.Clients, name)
+	if err := r.Backend.Execute(ctx, cmds); err != nil {
+		return fmt.Errorf("apply %s (%s): %w", k, acl.Summary(cmds), err)
 	}
-	n.Roles = append(n.Roles, d.Delete.Roles...)
-	n.Groups = append(n.Groups, d.Delete.Groups...)
-	n.Clients = append(n.Clients, d.Delete.Clients...)
-	return n
+	return nil
 }
 
 func createdClient(res acl.Result, username string) bool {
@@ -137,78 +152,164 @@ func createdClient(res acl.Result, username string) bool {
 	return false
 }
 
-// selectedCallers resolves the Agent's callers.from selectors to identities.
-func (r *Registrar) selectedCallers(ctx context.Context, agent *a2av1.Agent) ([]a2amqtt.AgentRef, error) {
-	var out []a2amqtt.AgentRef
+// MemberOf is how agent appears in the ACLs of others, and whether it is live at all (permitted,
+// the holder of its identity, not being deleted): only live agents appear anywhere. Gating is
+// read from status.topics.delivery, which the controller sets.
+func MemberOf(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) (Member, bool, error) {
+	live, err := v.Live(ctx, agent)
+	if err != nil || !live {
+		return Member{}, false, err
+	}
+	m := Member{Agent: identity.Of(agent), Scope: agent.Spec.Callers.Scope,
+		Gated: agent.Status.Topics != nil && agent.Status.Topics.Delivery != ""}
+	joined, _, err := v.PoolJoined(ctx, agent)
+	if err != nil {
+		return Member{}, false, err
+	}
+	if joined {
+		m.Pool = agent.Spec.PoolID
+	}
+	return m, true, nil
+}
+
+// InputFor resolves everything the Agent's own broker objects depend on (Observed excepted): its
+// membership, the live callers its selectors admit where their namespaces consent, and the live
+// agents whose selectors admit it where its namespace consents.
+func InputFor(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) (Input, error) {
+	self, live, err := MemberOf(ctx, v, agent)
+	if err != nil {
+		return Input{}, err
+	}
+	if !live {
+		return Input{}, fmt.Errorf("agent %s/%s does not hold identity %s", agent.Namespace, agent.Name, identity.Of(agent).ClientID())
+	}
+	in := Input{Agent: self.Agent, Scope: self.Scope, Pool: self.Pool, Gated: self.Gated}
+	if in.Callers, _, err = SelectedCallers(ctx, v, agent); err != nil {
+		return Input{}, err
+	}
+	if in.Callees, err = calleesAdmitting(ctx, v, agent); err != nil {
+		return Input{}, err
+	}
+	return in, nil
+}
+
+// SelectedCallers resolves the Agent's callers.from selectors to the live agents they admit.
+// Agents of another namespace count only where an AgentGrant of their namespace consents;
+// ungranted lists the namespaces whose selected agents were left out for want of one.
+func SelectedCallers(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) (callers []a2amqtt.AgentRef, ungranted []string, err error) {
+	reader := v.Reader()
 	for i, from := range agent.Spec.Callers.From {
 		sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
 		if err != nil {
-			return nil, fmt.Errorf("callers.from[%d].agentSelector: %w", i, err)
+			return nil, nil, fmt.Errorf("callers.from[%d].agentSelector: %w", i, err)
 		}
-		namespaces, err := r.namespaces(ctx, agent.Namespace, from.NamespaceSelector)
+		namespaces, err := namespaces(ctx, reader, agent.Namespace, from.NamespaceSelector)
 		if err != nil {
-			return nil, fmt.Errorf("callers.from[%d].namespaceSelector: %w", i, err)
+			return nil, nil, fmt.Errorf("callers.from[%d].namespaceSelector: %w", i, err)
 		}
 		for _, ns := range namespaces {
 			var agents a2av1.AgentList
-			if err := r.Reader.List(ctx, &agents, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-				return nil, fmt.Errorf("list caller agents: %w", err)
+			if err := reader.List(ctx, &agents, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+				return nil, nil, fmt.Errorf("list caller agents: %w", err)
 			}
 			for j := range agents.Items {
-				if agents.Items[j].DeletionTimestamp.IsZero() {
-					out = append(out, identity.Of(&agents.Items[j]))
+				c := &agents.Items[j]
+				if c.UID == agent.UID {
+					continue
 				}
+				live, err := v.Live(ctx, c)
+				if err != nil {
+					return nil, nil, err
+				}
+				if !live {
+					continue
+				}
+				granted, err := v.CallerGranted(ctx, agent.Namespace, c)
+				if err != nil {
+					return nil, nil, err
+				}
+				if !granted {
+					if !slices.Contains(ungranted, ns) {
+						ungranted = append(ungranted, ns)
+					}
+					continue
+				}
+				callers = append(callers, identity.Of(c))
 			}
+		}
+	}
+	slices.Sort(ungranted)
+	return callers, ungranted, nil
+}
+
+// calleesAdmitting finds the live Agents whose callers.from selectors select this Agent (with its
+// namespace's consent where they are of another namespace). Only Agents with selectors are
+// examined (field index), so the cost follows the number of rules.
+func calleesAdmitting(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) ([]Member, error) {
+	var callees a2av1.AgentList
+	if err := v.Reader().List(ctx, &callees, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
+		return nil, fmt.Errorf("list agents with caller selectors: %w", err)
+	}
+	var out []Member
+	for i := range callees.Items {
+		callee := &callees.Items[i]
+		if callee.UID == agent.UID {
+			continue
+		}
+		selects, err := Selects(ctx, v, callee, agent)
+		if err != nil {
+			return nil, err
+		}
+		if !selects {
+			continue
+		}
+		m, live, err := MemberOf(ctx, v, callee)
+		if err != nil {
+			return nil, err
+		}
+		if live {
+			out = append(out, m)
 		}
 	}
 	return out, nil
 }
 
-// calleesAdmitting finds the Agents whose callers.from selectors select this Agent. Only Agents
-// with selectors are examined (field index), so the cost follows the number of rules.
-func (r *Registrar) calleesAdmitting(ctx context.Context, agent *a2av1.Agent) ([]a2amqtt.AgentRef, error) {
-	var callees a2av1.AgentList
-	if err := r.Reader.List(ctx, &callees, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
-		return nil, fmt.Errorf("list agents with caller selectors: %w", err)
-	}
-	var nsLabels labels.Set
-	var out []a2amqtt.AgentRef
-	for i := range callees.Items {
-		callee := &callees.Items[i]
-		if callee.UID == agent.UID || !callee.DeletionTimestamp.IsZero() {
+// Selects reports whether one of callee's callers.from rules admits agent: its agent selector
+// matches, its namespace rule covers the agent's namespace, and the agent's namespace consents
+// when it is another one.
+func Selects(ctx context.Context, v *tenancy.View, callee, agent *a2av1.Agent) (bool, error) {
+	for _, from := range callee.Spec.Callers.From {
+		sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
+		if err != nil || !sel.Matches(labels.Set(agent.Labels)) {
 			continue
 		}
-		for _, from := range callee.Spec.Callers.From {
-			sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
-			if err != nil || !sel.Matches(labels.Set(agent.Labels)) {
+		if from.NamespaceSelector == nil {
+			if callee.Namespace != agent.Namespace {
 				continue
 			}
-			if from.NamespaceSelector == nil {
-				if callee.Namespace != agent.Namespace {
-					continue
-				}
-			} else {
-				if nsLabels == nil {
-					ns := &corev1.Namespace{}
-					if err := r.Reader.Get(ctx, client.ObjectKey{Name: agent.Namespace}, ns); err != nil {
-						return nil, fmt.Errorf("get namespace %s: %w", agent.Namespace, err)
-					}
-					nsLabels = labels.Set(ns.Labels)
-				}
-				nsSel, err := metav1.LabelSelectorAsSelector(from.NamespaceSelector)
-				if err != nil || !nsSel.Matches(nsLabels) {
-					continue
-				}
+		} else {
+			ns, err := v.Namespace(ctx, agent.Namespace)
+			if err != nil {
+				return false, err
 			}
-			out = append(out, identity.Of(callee))
-			break
+			nsSel, err := metav1.LabelSelectorAsSelector(from.NamespaceSelector)
+			if err != nil || !nsSel.Matches(labels.Set(ns.Labels)) {
+				continue
+			}
+		}
+		granted, err := v.CallerGranted(ctx, callee.Namespace, agent)
+		if err != nil {
+			return false, err
+		}
+		if granted {
+			return true, nil
 		}
 	}
-	return out, nil
+	return false, nil
 }
 
 // namespaces returns the namespaces a caller selector searches.
-func (r *Registrar) namespaces(ctx context.Context, own string, sel *metav1.LabelSelector) ([]string, error) {
+func namespaces(ctx context.Context, reader client.Reader, own string, sel *metav1.LabelSelector) ([]string, error) {
 	if sel == nil {
 		return []string{own}, nil
 	}
@@ -217,7 +318,7 @@ func (r *Registrar) namespaces(ctx context.Context, own string, sel *metav1.Labe
 		return nil, err
 	}
 	var list corev1.NamespaceList
-	if err := r.Reader.List(ctx, &list, client.MatchingLabelsSelector{Selector: s}); err != nil {
+	if err := reader.List(ctx, &list, client.MatchingLabelsSelector{Selector: s}); err != nil {
 		return nil, fmt.Errorf("list namespaces: %w", err)
 	}
 	out := make([]string, 0, len(list.Items))

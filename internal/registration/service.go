@@ -46,7 +46,7 @@ func EnsureServiceCredentials(ctx context.Context, c client.Client, backend acl.
 	}
 	password := string(secret.Data[identity.SecretKeyPassword])
 
-	only := acl.Names{Groups: []string{identity.ServiceGroupName}}
+	only := ServiceNames()
 	observed, err := backend.Observe(ctx, &only)
 	if err != nil {
 		return fmt.Errorf("observe service group: %w", err)

@@ -1,0 +1,486 @@
+package controllers
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
+)
+
+type workqueueOf = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// SetupWithManager registers the Agent controller and its watches. Every watch maps an event to
+// exactly the Agents whose outcome it can change.
+func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&a2av1.Agent{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		// A policy change can move Agents in or out of its selector.
+		Watches(&a2av1.ConversationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.agentsForPolicy)).
+		// Claimants of one client ID: a newcomer may outrank an Agent (same-second creation); once
+		// the holder is gone, or stops being permitted, or has removed its broker state, the next
+		// Agent in line takes over.
+		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.agentsSharingIdentity),
+			builder.WithPredicates(identityHolderChangePredicate())).
+		// Caller rules tie Agents together: a rule's owner and the Agents it selects both change.
+		Watches(&a2av1.Agent{}, r.callerRulesHandler()).
+		// Pool ownership follows the oldest member: members appearing or leaving move it.
+		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.poolMembers), builder.WithPredicates(createOrDeletePredicate())).
+		// Tenancy: which namespace may claim which org, unit and pool.
+		Watches(&a2av1.Tenant{}, r.tenantHandler()).
+		// Consent: being selected as callers, joining pools.
+		Watches(&a2av1.AgentGrant{}, r.grantHandler()).
+		// Namespace labels drive Tenant selectors, caller namespace selectors and Pod Security levels.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.agentsForNamespace), builder.WithPredicates(
+			predicate.Or[client.Object](predicate.LabelChangedPredicate{}, createOrDeletePredicate()))).
+		// Only a deletion or a change of the data of a credentials Secret concerns the Agent (not
+		// the operator's own writes of it, which it made knowingly).
+		Owns(&corev1.Secret{}, builder.WithPredicates(secretChangePredicate())).
+		// Only availability changes (and edits by others) of a workload Deployment.
+		Owns(&appsv1.Deployment{}, builder.WithPredicates(deploymentChangePredicate())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrent}).
+		Named("agent")
+	if r.Shared != nil {
+		b = b.WatchesRawSource(r.Shared.agentWakeups())
+	}
+	return b.Complete(r)
+}
+
+// identityHolderChangePredicate passes what can hand an identity from one claimant to another:
+// creation, deletion (start and end), and a change of whether the Agent is permitted or
+// registered.
+func identityHolderChangePredicate() predicate.Funcs {
+	p := createOrDeletePredicate()
+	p.UpdateFunc = func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*a2av1.Agent)
+		n, ok2 := e.ObjectNew.(*a2av1.Agent)
+		if !ok1 || !ok2 {
+			return false
+		}
+		for _, t := range []string{a2av1.ConditionIdentityPermitted, a2av1.ConditionRegistered} {
+			if meta.IsStatusConditionTrue(o.Status.Conditions, t) != meta.IsStatusConditionTrue(n.Status.Conditions, t) {
+				return true
+			}
+		}
+		return !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+	}
+	return p
+}
+
+func secretChangePredicate() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Secret)
+			n, ok2 := e.ObjectNew.(*corev1.Secret)
+			return ok1 && ok2 && !maps.EqualFunc(o.Data, n.Data, func(a, b []byte) bool { return string(a) == string(b) })
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// deploymentChangePredicate passes a change of availability (condition or replica counts) and a
+// new generation (the spec was changed, possibly by someone else: the operator re-applies its
+// fields), and deletions.
+func deploymentChangePredicate() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*appsv1.Deployment)
+			n, ok2 := e.ObjectNew.(*appsv1.Deployment)
+			if !ok1 || !ok2 {
+				return false
+			}
+			return o.Generation != n.Generation || available(o) != available(n) ||
+				o.Status.AvailableReplicas != n.Status.AvailableReplicas
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+func available(d *appsv1.Deployment) bool {
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentAvailable {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// requests collects deduplicated reconcile requests.
+type requests struct {
+	seen map[types.NamespacedName]bool
+	out  []reconcile.Request
+}
+
+func (q *requests) add(ns, name string) {
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	if q.seen == nil {
+		q.seen = map[types.NamespacedName]bool{}
+	}
+	if !q.seen[key] {
+		q.seen[key] = true
+		q.out = append(q.out, reconcile.Request{NamespacedName: key})
+	}
+}
+
+func (q *requests) addAll(items []a2av1.Agent) {
+	for i := range items {
+		q.add(items[i].Namespace, items[i].Name)
+	}
+}
+
+// agentsForPolicy maps a policy event to the Agents it selects now and those it governed before.
+func (r *AgentReconciler) agentsForPolicy(ctx context.Context, obj client.Object) []reconcile.Request {
+	p, ok := obj.(*a2av1.ConversationPolicy)
+	if !ok {
+		return nil
+	}
+	log := logf.FromContext(ctx)
+	var q requests
+	var governed a2av1.AgentList
+	if err := r.List(ctx, &governed, client.InNamespace(p.Namespace),
+		client.MatchingFields{identity.IndexAgentPolicy: p.Name}); err != nil {
+		log.Error(err, "list agents governed by policy", "policy", p.Name)
+	}
+	q.addAll(governed.Items)
+	if sel, err := metav1.LabelSelectorAsSelector(&p.Spec.AgentSelector); err == nil {
+		var selected a2av1.AgentList
+		if err := r.List(ctx, &selected, client.InNamespace(p.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			log.Error(err, "list agents selected by policy", "policy", p.Name)
+		}
+		q.addAll(selected.Items)
+	}
+	return q.out
+}
+
+func (r *AgentReconciler) agentsSharingIdentity(ctx context.Context, obj client.Object) []reconcile.Request {
+	a, ok := obj.(*a2av1.Agent)
+	if !ok {
+		return nil
+	}
+	var same a2av1.AgentList
+	if err := r.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: identity.Of(a).ClientID()}); err != nil {
+		logf.FromContext(ctx).Error(err, "list agents sharing a client ID")
+		return nil
+	}
+	var q requests
+	for _, o := range same.Items {
+		if o.UID != a.UID {
+			q.add(o.Namespace, o.Name)
+		}
+	}
+	return q.out
+}
+
+// poolMembers maps a pool member's appearance or disappearance to the other members: the owner
+// of the pool (its oldest member's namespace) may change.
+func (r *AgentReconciler) poolMembers(ctx context.Context, obj client.Object) []reconcile.Request {
+	a, ok := obj.(*a2av1.Agent)
+	if !ok || a.Spec.PoolID == "" {
+		return nil
+	}
+	var members a2av1.AgentList
+	if err := r.List(ctx, &members, client.MatchingFields{identity.IndexAgentPool: tenancy.PoolKey(a)}); err != nil {
+		logf.FromContext(ctx).Error(err, "list pool members")
+		return nil
+	}
+	var q requests
+	for _, m := range members.Items {
+		if m.UID != a.UID {
+			q.add(m.Namespace, m.Name)
+		}
+	}
+	return q.out
+}
+
+// callerRulesHandler maps Agent events to the Agents whose broker ACLs may change with them: the
+// Agents whose caller selectors match the changed Agent's labels, before or after the change
+// (they start or stop admitting it), and, when the changed Agent has selectors, every Agent they
+// can reach (they may start or stop calling it). Matching here keeps a fleet-wide rollout from
+// re-reconciling every rule owner for every Agent.
+func (r *AgentReconciler) callerRulesHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueueOf) {
+			r.enqueueCallerRuleChanges(ctx, q, nil, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueueOf) {
+			r.enqueueCallerRuleChanges(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueueOf) {
+			r.enqueueCallerRuleChanges(ctx, q, nil, e.Object)
+		},
+	}
+}
+
+func (r *AgentReconciler) enqueueCallerRuleChanges(ctx context.Context, q workqueueOf, oldObj, newObj client.Object) {
+	a, ok := newObj.(*a2av1.Agent)
+	if !ok {
+		return
+	}
+	old, _ := oldObj.(*a2av1.Agent)
+	if old != nil && old.Generation == a.Generation && maps.Equal(old.Labels, a.Labels) &&
+		old.DeletionTimestamp.Equal(a.DeletionTimestamp) && gated(old) == gated(a) {
+		return
+	}
+	log := logf.FromContext(ctx)
+	add := func(o *a2av1.Agent) {
+		if o.UID != a.UID {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
+		}
+	}
+	var callees a2av1.AgentList
+	if err := r.List(ctx, &callees, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
+		log.Error(err, "list agents with caller selectors")
+	}
+	for i := range callees.Items {
+		callee := &callees.Items[i]
+		if selectsByLabels(callee, a) || (old != nil && selectsByLabels(callee, old)) {
+			add(callee)
+		}
+	}
+	if len(a.Spec.Callers.From) == 0 && (old == nil || len(old.Spec.Callers.From) == 0) {
+		return
+	}
+	if old != nil && old.Generation == a.Generation && gated(old) == gated(a) {
+		return // only its labels changed: the Agents it reaches are unaffected
+	}
+	opts := []client.ListOption{client.InNamespace(a.Namespace)}
+	for _, f := range append(slices.Clone(a.Spec.Callers.From), callersFrom(old)...) {
+		if f.NamespaceSelector != nil {
+			opts = nil // a namespace selector can reach any namespace
+		}
+	}
+	var reachable a2av1.AgentList
+	if err := r.List(ctx, &reachable, opts...); err != nil {
+		log.Error(err, "list agents reachable by caller selectors")
+	}
+	for i := range reachable.Items {
+		add(&reachable.Items[i])
+	}
+}
+
+// selectsByLabels reports whether one of callee's caller selectors could select agent. Namespace
+// selectors are not evaluated here (that needs the Namespace): they count as a possible match.
+func selectsByLabels(callee, agent *a2av1.Agent) bool {
+	for _, f := range callee.Spec.Callers.From {
+		if f.NamespaceSelector == nil && callee.Namespace != agent.Namespace {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&f.AgentSelector)
+		if err == nil && sel.Matches(labels.Set(agent.Labels)) {
+			return true
+		}
+	}
+	return false
+}
+
+func callersFrom(a *a2av1.Agent) []a2av1.CallerSelector {
+	if a == nil {
+		return nil
+	}
+	return a.Spec.Callers.From
+}
+
+// tenantHandler maps a Tenant event to the Agents of every namespace whose binding it can change:
+// the namespaces the old or new Tenant selects, those named like its org (the zero-config rule),
+// and those of other Tenants of the same org (precedence).
+func (r *AgentReconciler) tenantHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	enqueue := func(ctx context.Context, q workqueueOf, objs ...client.Object) {
+		var tenants []a2av1.Tenant
+		for _, o := range objs {
+			if t, ok := o.(*a2av1.Tenant); ok {
+				tenants = append(tenants, *t)
+			}
+		}
+		for _, req := range r.agentsForTenants(ctx, tenants) {
+			q.Add(req)
+		}
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueueOf) {
+			enqueue(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueueOf) {
+			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
+				enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueueOf) {
+			enqueue(ctx, q, e.Object)
+		},
+	}
+}
+
+func (r *AgentReconciler) agentsForTenants(ctx context.Context, changed []a2av1.Tenant) []reconcile.Request {
+	log := logf.FromContext(ctx)
+	var all a2av1.TenantList
+	if err := r.List(ctx, &all); err != nil {
+		log.Error(err, "list tenants")
+		return nil
+	}
+	orgs := map[string]bool{}
+	for _, t := range changed {
+		orgs[t.Spec.OrgID] = true
+	}
+	involved := slices.Clone(changed)
+	for _, t := range all.Items {
+		if orgs[t.Spec.OrgID] {
+			involved = append(involved, t)
+		}
+	}
+	b := tenancy.NewBindings(involved)
+	var namespaces corev1.NamespaceList
+	if err := r.List(ctx, &namespaces); err != nil {
+		log.Error(err, "list namespaces")
+		return nil
+	}
+	var q requests
+	for i := range namespaces.Items {
+		ns := &namespaces.Items[i]
+		hit := orgs[ns.Name]
+		for j := range involved {
+			hit = hit || b.Selects(&involved[j], ns)
+		}
+		if !hit {
+			continue
+		}
+		var agents a2av1.AgentList
+		if err := r.List(ctx, &agents, client.InNamespace(ns.Name)); err != nil {
+			log.Error(err, "list agents", "namespace", ns.Name)
+			continue
+		}
+		q.addAll(agents.Items)
+	}
+	return q.out
+}
+
+// grantHandler maps an AgentGrant event (old and new spec) to the Agents whose ACLs depend on it.
+func (r *AgentReconciler) grantHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	enqueue := func(ctx context.Context, q workqueueOf, objs ...client.Object) {
+		var q2 requests
+		for _, o := range objs {
+			if g, ok := o.(*a2av1.AgentGrant); ok {
+				r.agentsForGrant(ctx, g, &q2)
+			}
+		}
+		for _, req := range q2.out {
+			q.Add(req)
+		}
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueueOf) {
+			enqueue(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueueOf) {
+			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
+				enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueueOf) {
+			enqueue(ctx, q, e.Object)
+		},
+	}
+}
+
+// agentsForGrant: for Callers, the granting namespace's Agents the grant covers (they gain or lose
+// the right to call the selectors' owners) and the Agents of the from namespaces with namespace
+// selectors (they gain or lose reply grants); for Pools, the from namespaces' pool members.
+func (r *AgentReconciler) agentsForGrant(ctx context.Context, g *a2av1.AgentGrant, q *requests) {
+	log := logf.FromContext(ctx)
+	from := map[string]bool{}
+	for _, f := range g.Spec.From {
+		from[f.Namespace] = true
+	}
+	var callersGranted, poolsGranted bool
+	for _, to := range g.Spec.To {
+		switch to.Kind {
+		case a2av1.AgentGrantCallers:
+			callersGranted = true
+			opts := []client.ListOption{client.InNamespace(g.Namespace)}
+			if to.AgentSelector != nil {
+				sel, err := metav1.LabelSelectorAsSelector(to.AgentSelector)
+				if err != nil {
+					continue
+				}
+				opts = append(opts, client.MatchingLabelsSelector{Selector: sel})
+			}
+			var covered a2av1.AgentList
+			if err := r.List(ctx, &covered, opts...); err != nil {
+				log.Error(err, "list agents covered by grant", "grant", g.Name)
+			}
+			q.addAll(covered.Items)
+		case a2av1.AgentGrantPools:
+			poolsGranted = true
+		}
+	}
+	if callersGranted {
+		var rules a2av1.AgentList
+		if err := r.List(ctx, &rules, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
+			log.Error(err, "list agents with caller selectors")
+		}
+		for _, a := range rules.Items {
+			if from[a.Namespace] && hasNamespaceSelectors(&a) {
+				q.add(a.Namespace, a.Name)
+			}
+		}
+	}
+	if poolsGranted {
+		for ns := range from {
+			var members a2av1.AgentList
+			if err := r.List(ctx, &members, client.InNamespace(ns)); err != nil {
+				log.Error(err, "list agents", "namespace", ns)
+			}
+			for _, a := range members.Items {
+				if a.Spec.PoolID != "" {
+					q.add(a.Namespace, a.Name)
+				}
+			}
+		}
+	}
+}
+
+// agentsForNamespace maps a namespace's creation, deletion or relabelling to its own Agents
+// (Tenant selectors, Pod Security level) and to the Agents with namespace selectors (they may
+// start or stop admitting its Agents).
+func (r *AgentReconciler) agentsForNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
+	log := logf.FromContext(ctx)
+	var q requests
+	var own a2av1.AgentList
+	if err := r.List(ctx, &own, client.InNamespace(obj.GetName())); err != nil {
+		log.Error(err, "list agents", "namespace", obj.GetName())
+	}
+	q.addAll(own.Items)
+	var rules a2av1.AgentList
+	if err := r.List(ctx, &rules, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
+		log.Error(err, "list agents with caller selectors")
+	}
+	for _, a := range rules.Items {
+		if hasNamespaceSelectors(&a) {
+			q.add(a.Namespace, a.Name)
+		}
+	}
+	return q.out
+}

@@ -1,0 +1,228 @@
+package tenancy
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+)
+
+// Authorizer answers the tenancy questions from a client.Reader (the manager's cache, which must
+// index Agents by identity.IndexAgentClientID and identity.IndexAgentPool).
+type Authorizer struct {
+	Reader client.Reader
+}
+
+// View is one consistent look at the objects tenancy depends on, memoizing what it reads, for the
+// length of one reconcile. It is not safe for concurrent use.
+type View struct {
+	reader    client.Reader
+	bindings  *Bindings
+	ns        map[string]*corev1.Namespace
+	grants    map[string][]a2av1.AgentGrant
+	decisions map[types.UID]Decision
+}
+
+// View lists the Tenants and starts a View.
+func (a *Authorizer) View(ctx context.Context) (*View, error) {
+	var tenants a2av1.TenantList
+	if err := a.Reader.List(ctx, &tenants); err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return &View{
+		reader: a.Reader, bindings: NewBindings(tenants.Items),
+		ns: map[string]*corev1.Namespace{}, grants: map[string][]a2av1.AgentGrant{}, decisions: map[types.UID]Decision{},
+	}, nil
+}
+
+// Reader is the reader the view reads through.
+func (v *View) Reader() client.Reader { return v.reader }
+
+// Bindings are the Tenants' bindings of this view.
+func (v *View) Bindings() *Bindings { return v.bindings }
+
+// Namespace returns a namespace (a missing one as a Namespace with only its name, so that the
+// rules still apply: Agents outlive their namespace only while it terminates).
+func (v *View) Namespace(ctx context.Context, name string) (*corev1.Namespace, error) {
+	if ns, ok := v.ns[name]; ok {
+		return ns, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := v.reader.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("get namespace %s: %w", name, err)
+		}
+		ns = &corev1.Namespace{}
+		ns.Name = name
+	}
+	v.ns[name] = ns
+	return ns, nil
+}
+
+// Grants returns the AgentGrants of namespace ns.
+func (v *View) Grants(ctx context.Context, ns string) ([]a2av1.AgentGrant, error) {
+	if g, ok := v.grants[ns]; ok {
+		return g, nil
+	}
+	var list a2av1.AgentGrantList
+	if err := v.reader.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("list agent grants in %s: %w", ns, err)
+	}
+	v.grants[ns] = list.Items
+	return list.Items, nil
+}
+
+// Authorize decides whether agent's namespace may make the agent's claim.
+func (v *View) Authorize(ctx context.Context, agent *a2av1.Agent) (Decision, error) {
+	if d, ok := v.decisions[agent.UID]; ok && agent.UID != "" {
+		return d, nil
+	}
+	ns, err := v.Namespace(ctx, agent.Namespace)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := v.bindings.Authorize(ns, ClaimOf(agent))
+	if agent.UID != "" {
+		v.decisions[agent.UID] = d
+	}
+	return d, nil
+}
+
+// Holder is the Agent that holds agent's client ID: among the Agents that claim it and are
+// permitted to, the oldest (then lexically first namespace, then name). Agents being deleted
+// still count, because they hold the identity until their finalizer has removed the broker
+// state. nil means nobody may hold it.
+func (v *View) Holder(ctx context.Context, agent *a2av1.Agent) (*a2av1.Agent, error) {
+	var same a2av1.AgentList
+	if err := v.reader.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: identity.Of(agent).ClientID()}); err != nil {
+		return nil, fmt.Errorf("list agents with client ID %s: %w", identity.Of(agent).ClientID(), err)
+	}
+	candidates := same.Items
+	if !containsUID(candidates, agent.UID) {
+		// The cache may not have seen the Agent yet (a fresh create).
+		candidates = append(candidates, *agent)
+	}
+	var holder *a2av1.Agent
+	for i := range candidates {
+		c := &candidates[i]
+		if c.UID == agent.UID {
+			c = agent
+		}
+		d, err := v.Authorize(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		if d.Permitted && (holder == nil || AgentPrecedes(c, holder)) {
+			holder = c
+		}
+	}
+	return holder, nil
+}
+
+// Live reports whether agent is a live identity on the bus: permitted, the holder of its client
+// ID, and not being deleted. Only live Agents appear in other Agents' ACLs.
+func (v *View) Live(ctx context.Context, agent *a2av1.Agent) (bool, error) {
+	if !agent.DeletionTimestamp.IsZero() {
+		return false, nil
+	}
+	h, err := v.Holder(ctx, agent)
+	if err != nil || h == nil {
+		return false, err
+	}
+	return h.UID == agent.UID, nil
+}
+
+// PoolOwner is the namespace that owns agent's pool: the namespace of the pool's oldest live
+// member ("" when agent is in no pool or the pool has no live member).
+func (v *View) PoolOwner(ctx context.Context, agent *a2av1.Agent) (string, error) {
+	if agent.Spec.PoolID == "" {
+		return "", nil
+	}
+	key := PoolKey(agent)
+	var members a2av1.AgentList
+	if err := v.reader.List(ctx, &members, client.MatchingFields{identity.IndexAgentPool: key}); err != nil {
+		return "", fmt.Errorf("list members of pool %s: %w", key, err)
+	}
+	if !containsUID(members.Items, agent.UID) {
+		members.Items = append(members.Items, *agent)
+	}
+	var oldest *a2av1.Agent
+	for i := range members.Items {
+		m := &members.Items[i]
+		live, err := v.Live(ctx, m)
+		if err != nil {
+			return "", err
+		}
+		if live && (oldest == nil || AgentPrecedes(m, oldest)) {
+			oldest = m
+		}
+	}
+	if oldest == nil {
+		return "", nil
+	}
+	return oldest.Namespace, nil
+}
+
+// PoolJoined reports whether agent may be a member of its pool: it is in one, and the pool is
+// owned by its own namespace or the owner grants its namespace Pools. owner is the owning
+// namespace, for messages.
+func (v *View) PoolJoined(ctx context.Context, agent *a2av1.Agent) (joined bool, owner string, err error) {
+	if agent.Spec.PoolID == "" {
+		return false, "", nil
+	}
+	if owner, err = v.PoolOwner(ctx, agent); err != nil {
+		return false, "", err
+	}
+	if owner == "" || owner == agent.Namespace {
+		return true, agent.Namespace, nil
+	}
+	grants, err := v.Grants(ctx, owner)
+	if err != nil {
+		return false, owner, err
+	}
+	return PoolGranted(grants, owner, agent.Namespace, agent.Spec.PoolID), owner, nil
+}
+
+// CallerGranted reports whether an Agent of selectorNS may select caller through callers.from.
+func (v *View) CallerGranted(ctx context.Context, selectorNS string, caller *a2av1.Agent) (bool, error) {
+	if selectorNS == caller.Namespace {
+		return true, nil
+	}
+	grants, err := v.Grants(ctx, caller.Namespace)
+	if err != nil {
+		return false, err
+	}
+	return CallerGranted(grants, selectorNS, caller), nil
+}
+
+// PoolKey is the index value of an Agent's pool: "{org}/{unit}/{pool}".
+func PoolKey(agent *a2av1.Agent) string {
+	return agent.Spec.OrgID + "/" + agent.Spec.UnitID + "/" + agent.Spec.PoolID
+}
+
+// AgentPrecedes orders claimants of one identity: the oldest first, then the lexically first
+// namespace, then name.
+func AgentPrecedes(a, b *a2av1.Agent) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
+}
+
+func containsUID(agents []a2av1.Agent, uid types.UID) bool {
+	for i := range agents {
+		if agents[i].UID == uid {
+			return true
+		}
+	}
+	return false
+}
