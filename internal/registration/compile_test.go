@@ -20,20 +20,21 @@ func hasACL(r acl.Role, t acl.ACLType, topic string) bool {
 	return slices.ContainsFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == t && a.Topic == topic && a.Allow })
 }
 
+// observedShared is a broker on which planner's unit and org groups exist already.
+var observedShared = acl.NewState(nil, []acl.Group{{Name: "a2a:unit:acme/sales"}, {Name: "a2a:org:acme"}}, nil)
+
 func TestCompileOwnTopicsAndScopes(t *testing.T) {
 	cases := []struct {
 		scope      a2av1.CallerScope
 		replyTopic string
-		unitRef    bool
-		orgRef     bool
 	}{
-		{a2av1.CallerScopeNone, "", false, false},
-		{a2av1.CallerScopeSameUnit, "$a2a/v1/reply/acme/sales/#", true, false},
-		{a2av1.CallerScopeSameOrg, "$a2a/v1/reply/acme/#", false, true},
+		{a2av1.CallerScopeNone, ""},
+		{a2av1.CallerScopeSameUnit, "$a2a/v1/reply/acme/sales/#"},
+		{a2av1.CallerScopeSameOrg, "$a2a/v1/reply/acme/#"},
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.scope), func(t *testing.T) {
-			d := Compile(Input{Agent: planner, Scope: tc.scope})
+			d := Compile(Input{Agent: planner, Scope: tc.scope, Observed: observedShared})
 			own := d.Roles["a2a:agent:acme/sales/planner"]
 			for _, want := range []struct {
 				t     acl.ACLType
@@ -54,15 +55,13 @@ func TestCompileOwnTopicsAndScopes(t *testing.T) {
 			if tc.replyTopic == "" && len(own.ACLs) != 4 {
 				t.Errorf("scope None must grant only the agent's own topics, got %v", own.ACLs)
 			}
-			callersRef := acl.RoleRef{Name: "a2a:callers:acme/sales/planner"}
-			if got := slices.Contains(d.Groups["a2a:unit:acme/sales"].Roles, callersRef); got != tc.unitRef {
-				t.Errorf("unit group has callers role = %v, want %v", got, tc.unitRef)
-			}
-			if got := slices.Contains(d.Groups["a2a:org:acme"].Roles, callersRef); got != tc.orgRef {
-				t.Errorf("org group has callers role = %v, want %v", got, tc.orgRef)
+			// The agent's own objects only: the shared groups exist and are not touched.
+			if len(d.Roles) != 1 || len(d.Groups) != 0 {
+				t.Errorf("Compile must not change shared objects: roles %v, groups %v", keys(d.Roles), keys(d.Groups))
 			}
 			c := d.Clients["a2a:acme/sales/planner"]
-			if c.ClientID != "acme/sales/planner" || !slices.Equal(c.Groups, []string{"a2a:unit:acme/sales", "a2a:org:acme"}) {
+			if c.ClientID != "acme/sales/planner" || !slices.Equal(c.Groups, []string{"a2a:unit:acme/sales", "a2a:org:acme"}) ||
+				!slices.Equal(c.Roles, []acl.RoleRef{{Name: "a2a:agent:acme/sales/planner"}}) {
 				t.Errorf("client = %+v", c)
 			}
 			if d.DefaultACL == nil || d.DefaultACL.PublishClientSend || d.DefaultACL.Subscribe {
@@ -72,83 +71,193 @@ func TestCompileOwnTopicsAndScopes(t *testing.T) {
 	}
 }
 
-func TestCompileKeepsOtherAgentsReferencesInSharedGroups(t *testing.T) {
-	observed := acl.NewState(nil, []acl.Group{{Name: "a2a:unit:acme/sales", Roles: []acl.RoleRef{
-		{Name: "a2a:callers:acme/sales/writer"}, {Name: "a2a:callers:acme/sales/planner"},
-	}}}, nil)
-	// planner narrows its scope: its reference goes, writer's stays.
-	d := Compile(Input{Agent: planner, Scope: a2av1.CallerScopeNone, Observed: observed})
-	if got := d.Groups["a2a:unit:acme/sales"].Roles; !slices.Equal(got, []acl.RoleRef{{Name: "a2a:callers:acme/sales/writer"}}) {
-		t.Fatalf("unit group roles = %v", got)
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestCompileCreatesMissingSharedGroupsEmptyAndOnce(t *testing.T) {
+	d := Compile(Input{Agent: planner, Scope: a2av1.CallerScopeSameUnit})
+	for _, g := range []struct{ group, role string }{{"a2a:unit:acme/sales", "a2a:unit:acme/sales"}, {"a2a:org:acme", "a2a:org:acme"}} {
+		if got := d.Groups[g.group]; !slices.Equal(got.Roles, []acl.RoleRef{{Name: g.role}}) {
+			t.Errorf("group %s = %+v, want exactly role %s", g.group, got, g.role)
+		}
+		if r, ok := d.Roles[g.role]; !ok || len(r.ACLs) != 0 {
+			t.Errorf("shared role %s must be created empty (its content is the shared reconcile's): %+v", g.role, r)
+		}
+	}
+	// Against an empty broker: createRole, createGroup, addGroupRole per shared object (the group
+	// is new, so addGroupRole kicks nobody), then the agent's role and client.
+	cmds := acl.Diff(acl.State{}, d)
+	for _, c := range cmds {
+		if c.Kicks() && c.Op != acl.OpAddGroupRole && c.Op != acl.OpModifyClient {
+			t.Errorf("unexpected kicking command on creation: %s", c)
+		}
+	}
+}
+
+func TestCompileGatedAgentRepliesOnlyThroughTheService(t *testing.T) {
+	d := Compile(Input{Agent: planner, Scope: a2av1.CallerScopeSameOrg, Gated: true, Callers: []a2amqtt.AgentRef{auditor}, Observed: observedShared})
+	own := d.Roles["a2a:agent:acme/sales/planner"]
+	for _, a := range own.ACLs {
+		info, err := a2amqtt.ParseTopic(a.Topic)
+		if a.Type == acl.PublishClientSend && err == nil && info.Method == a2amqtt.MethodReply && info.Org != identity.ReservedOrg {
+			t.Errorf("gated agent may reply to a caller directly: %s", a)
+		}
+		if a.Type == acl.PublishClientSend && a.Topic == "$a2a/v1/reply/acme/#" {
+			t.Errorf("gated agent keeps its scope's reply grant: %s", a)
+		}
+	}
+	for _, want := range []struct {
+		t     acl.ACLType
+		topic string
+	}{
+		{acl.SubscribeLiteral, "$a2a/v1/delivery/acme/sales/planner"},
+		{acl.PublishClientSend, identity.ServiceReplyFilter()},
+		{acl.PublishClientSend, identity.Service.RequestTopic()},
+	} {
+		if !hasACL(own, want.t, want.topic) {
+			t.Errorf("gated role lacks %s %s", want.t, want.topic)
+		}
+	}
+	if hasACL(own, acl.SubscribeLiteral, planner.RequestTopic()) {
+		t.Error("gated agent may still read its public request topic")
 	}
 }
 
 func TestCompileSelectedCallersAndCallees(t *testing.T) {
-	d := Compile(Input{Agent: planner, HasSelectors: true, Callers: []a2amqtt.AgentRef{auditor, auditor, planner}, CalledBy: []a2amqtt.AgentRef{writer}})
-	own := d.Roles["a2a:agent:acme/sales/planner"]
-	if !hasACL(own, acl.PublishClientSend, "$a2a/v1/reply/other/audit/auditor/#") {
-		t.Fatalf("selected caller's reply topic missing: %v", own.ACLs)
+	// planner admits auditor by selector: planner replies to auditor.
+	d := Compile(Input{Agent: planner, Callers: []a2amqtt.AgentRef{auditor}, Observed: observedShared})
+	if !hasACL(d.Roles["a2a:agent:acme/sales/planner"], acl.PublishClientSend, "$a2a/v1/reply/other/audit/auditor/#") {
+		t.Error("planner cannot reply to its selected caller")
 	}
-	if len(own.ACLs) != 5 {
-		t.Fatalf("duplicates and self must not add entries: %v", own.ACLs)
+	// auditor is admitted by planner (a pool member, gated) and by writer: its own role holds
+	// the calls; the client stays in its own unit and org groups only.
+	d = Compile(Input{Agent: auditor, Callees: []Member{
+		{Agent: planner, Pool: "workers", Gated: true},
+		{Agent: writer},
+	}, Observed: acl.NewState(nil, []acl.Group{{Name: "a2a:unit:other/audit"}, {Name: "a2a:org:other"}}, nil)})
+	own := d.Roles["a2a:agent:other/audit/auditor"]
+	for _, topic := range []string{planner.RequestTopic(), "$a2a/v1/request/acme/sales/pool/workers", writer.RequestTopic(), identity.Service.RequestTopic()} {
+		if !hasACL(own, acl.PublishClientSend, topic) {
+			t.Errorf("caller cannot publish to %s: %v", topic, own.ACLs)
+		}
 	}
-	if !slices.Contains(d.Clients["a2a:acme/sales/planner"].Groups, "a2a:callers:acme/sales/writer") {
-		t.Fatalf("planner must join writer's callers group: %v", d.Clients["a2a:acme/sales/planner"].Groups)
+	if !hasACL(own, acl.SubscribeLiteral, planner.DiscoveryTopic()) {
+		t.Error("a caller of another org cannot read the callee's card")
 	}
-	// writer's group and role did not exist: created minimal; when they exist they are left alone.
-	if _, ok := d.Groups["a2a:callers:acme/sales/writer"]; !ok {
-		t.Fatal("missing callee group not created")
+	if c := d.Clients["a2a:other/audit/auditor"]; !slices.Equal(c.Groups, []string{"a2a:unit:other/audit", "a2a:org:other"}) {
+		t.Errorf("a selected caller must not join other groups (that kicks it): %v", c.Groups)
 	}
-	observed := acl.NewState([]acl.Role{{Name: "a2a:callers:acme/sales/writer"}}, []acl.Group{{Name: "a2a:callers:acme/sales/writer"}}, nil)
-	d = Compile(Input{Agent: planner, CalledBy: []a2amqtt.AgentRef{writer}, Observed: observed})
-	if _, ok := d.Groups["a2a:callers:acme/sales/writer"]; ok {
-		t.Fatal("an existing callee group must not be rewritten by another agent")
-	}
-	if _, ok := d.Roles["a2a:callers:acme/sales/writer"]; ok {
-		t.Fatal("an existing callee role must not be rewritten by another agent")
-	}
-}
-
-func TestCompileCreatesOnlyWhatIsNeeded(t *testing.T) {
-	d := Compile(Input{Agent: planner, Scope: a2av1.CallerScopeNone})
-	if _, ok := d.Roles["a2a:callers:acme/sales/planner"]; ok {
-		t.Fatal("an agent nobody may call needs no callers role")
-	}
-	if _, ok := d.Groups["a2a:callers:acme/sales/planner"]; ok {
-		t.Fatal("an agent without selectors needs no callers group")
-	}
-	if !slices.Contains(d.Delete.Roles, "a2a:callers:acme/sales/planner") || !slices.Contains(d.Delete.Groups, "a2a:callers:acme/sales/planner") {
-		t.Fatalf("unneeded objects left behind after a spec change: %+v", d.Delete)
-	}
-	if _, ok := d.Groups[identity.ServiceGroupName]; ok {
-		t.Fatal("no gating, no service group")
-	}
-	d = Compile(Input{Agent: planner, Scope: a2av1.CallerScopeSameUnit})
-	if _, ok := d.Roles["a2a:callers:acme/sales/planner"]; !ok {
-		t.Fatal("scope-admitted callers need the callers role")
+	// Same-org callees need no card literal: the org role covers it.
+	d = Compile(Input{Agent: writer, Callees: []Member{{Agent: planner}}, Observed: observedShared})
+	if hasACL(d.Roles["a2a:agent:acme/sales/writer"], acl.SubscribeLiteral, planner.DiscoveryTopic()) {
+		t.Error("same-org callee's card literal is redundant")
 	}
 }
 
-func TestCompilePool(t *testing.T) {
-	d := Compile(Input{Agent: planner, PoolID: "p1", Scope: a2av1.CallerScopeSameUnit})
-	pool := a2amqtt.PoolRef{Org: "acme", Unit: "sales", Pool: "p1"}
-	if !hasACL(d.Roles["a2a:agent:acme/sales/planner"], acl.SubscribeLiteral, pool.SharedSubscription()) {
-		t.Fatal("pool member cannot subscribe to the shared pool topic")
+func TestCompilePoolAndLegacyCleanup(t *testing.T) {
+	d := Compile(Input{Agent: planner, Pool: "workers", Observed: observedShared})
+	if !hasACL(d.Roles["a2a:agent:acme/sales/planner"], acl.SubscribeLiteral, "$share/a2a.acme.sales.workers/$a2a/v1/request/acme/sales/pool/workers") {
+		t.Errorf("pool member cannot subscribe to its pool: %v", d.Roles["a2a:agent:acme/sales/planner"].ACLs)
 	}
-	if !hasACL(d.Roles["a2a:callers:acme/sales/planner"], acl.PublishClientSend, pool.RequestTopic()) {
-		t.Fatal("callers cannot publish to the pool topic")
+	// The earlier model's per-agent objects are removed when found.
+	if !slices.Contains(d.Delete.Roles, "a2a:callers:acme/sales/planner") || !slices.Contains(d.Delete.Roles, "a2a:gate:acme/sales/planner") ||
+		!slices.Contains(d.Delete.Groups, "a2a:callers:acme/sales/planner") {
+		t.Errorf("legacy objects not deleted: %+v", d.Delete)
 	}
 }
 
-// TestCompileSizeIsConstantPerAgent: without selector rules an agent costs a fixed number of
-// broker entries whatever the fleet size.
+func TestSharedObjects(t *testing.T) {
+	members := []Member{
+		{Agent: writer, Scope: a2av1.CallerScopeSameUnit, Pool: "workers"},
+		{Agent: planner, Scope: a2av1.CallerScopeSameOrg, Gated: true},
+		{Agent: a2amqtt.AgentRef{Org: "acme", Unit: "sales", Agent: "quiet"}, Scope: a2av1.CallerScopeNone},
+	}
+	unit := SharedDesired(UnitKey("acme", "sales"), members)
+	ur := unit.Roles["a2a:unit:acme/sales"]
+	if !hasACL(ur, acl.PublishClientSend, writer.RequestTopic()) || !hasACL(ur, acl.PublishClientSend, "$a2a/v1/request/acme/sales/pool/workers") {
+		t.Errorf("unit role lacks the SameUnit agent's topics: %v", ur.ACLs)
+	}
+	if hasACL(ur, acl.PublishClientSend, planner.RequestTopic()) {
+		t.Error("unit role admits a SameOrg agent's callers (that is the org role's job)")
+	}
+	if g := unit.Groups["a2a:unit:acme/sales"]; !slices.Equal(g.Roles, []acl.RoleRef{{Name: "a2a:unit:acme/sales"}}) {
+		t.Errorf("unit group = %+v", g)
+	}
+	org := SharedDesired(OrgKey("acme"), members)
+	or := org.Roles["a2a:org:acme"]
+	if !hasACL(or, acl.SubscribePattern, "$a2a/v1/discovery/acme/#") || !hasACL(or, acl.PublishClientSend, planner.RequestTopic()) ||
+		!hasACL(or, acl.PublishClientSend, identity.Service.RequestTopic()) || hasACL(or, acl.PublishClientSend, writer.RequestTopic()) {
+		t.Errorf("org role = %v", or.ACLs)
+	}
+	gates := SharedDesired(GatesKey, members)
+	gr := gates.Roles[identity.GatesRoleName]
+	if len(gr.ACLs) != 3 || !hasACL(gr, acl.PublishClientSend, identity.DeliveryTopic(planner)) || !hasACL(gr, acl.SubscribeLiteral, planner.RequestTopic()) {
+		t.Errorf("gates role = %v", gr.ACLs)
+	}
+	if g := gates.Groups[identity.ServiceGroupName]; !slices.Equal(g.Roles, []acl.RoleRef{{Name: identity.GatesRoleName}}) {
+		t.Errorf("service group = %+v", g)
+	}
+	// The content does not depend on the members' order.
+	reversed := slices.Clone(members)
+	slices.Reverse(reversed)
+	if !slices.Equal(SharedDesired(UnitKey("acme", "sales"), reversed).Roles["a2a:unit:acme/sales"].ACLs, ur.ACLs) {
+		t.Error("member order changes the unit role")
+	}
+	// Shrinking a shared role never kicks: the shared reconcile drops the revocation kick.
+	cmds := withoutRevocationKicks(acl.Diff(acl.NewState([]acl.Role{gr}, []acl.Group{gates.Groups[identity.ServiceGroupName]}, nil),
+		SharedDesired(GatesKey, nil)), func(acl.Command) bool { return true })
+	if len(cmds) != 1 || cmds[0].Op != acl.OpModifyRole {
+		t.Errorf("ungating the last agent: %v, want one modifyRole", cmds)
+	}
+}
+
+func TestSharedKeys(t *testing.T) {
+	for _, k := range []SharedKey{UnitKey("acme", "sales"), OrgKey("acme"), GatesKey} {
+		got, err := ParseSharedKey(k.String())
+		if err != nil || got != k {
+			t.Errorf("ParseSharedKey(%q) = %v, %v", k, got, err)
+		}
+	}
+	for _, bad := range []string{"", "unit:acme", "org:", "gates:x", "pool:a/b"} {
+		if _, err := ParseSharedKey(bad); err == nil {
+			t.Errorf("ParseSharedKey(%q) accepted", bad)
+		}
+	}
+}
+
+func TestServiceIdentityKeepsTheGatesRole(t *testing.T) {
+	fresh := ServiceIdentity(acl.State{})
+	if r, ok := fresh.Roles[identity.GatesRoleName]; !ok || len(r.ACLs) != 0 {
+		t.Errorf("a fresh service identity must create the gates role empty: %+v", fresh.Roles)
+	}
+	existing := acl.NewState([]acl.Role{{Name: identity.GatesRoleName, ACLs: []acl.ACL{{Type: acl.PublishClientSend, Topic: "x", Allow: true}}}}, nil, nil)
+	if _, ok := ServiceIdentity(existing).Roles[identity.GatesRoleName]; ok {
+		t.Error("the service identity must never rewrite the gates role's content")
+	}
+	if g := fresh.Groups[identity.ServiceGroupName]; !slices.Equal(g.Roles, []acl.RoleRef{{Name: identity.GatesRoleName}}) {
+		t.Errorf("service group = %+v", g)
+	}
+}
+
+// TestCompileSizeIsConstantPerAgent: an agent's own objects do not grow with its unit or org.
 func TestCompileSizeIsConstantPerAgent(t *testing.T) {
-	d := Compile(Input{Agent: planner, Scope: a2av1.CallerScopeSameOrg})
-	entries := 0
-	for _, r := range d.Roles {
-		entries += len(r.ACLs)
+	d := Compile(Input{Agent: planner, Scope: a2av1.CallerScopeSameUnit, Observed: observedShared})
+	observed := observedShared.Clone()
+	observed.DefaultACL = &acl.DenyByDefault
+	cmds := acl.Diff(observed, d)
+	// createRole, createClient, modifyClient: nothing about the rest of the unit.
+	if len(cmds) != 3 {
+		t.Errorf("creating an agent in an existing unit: %d commands (%s), want 3", len(cmds), acl.Summary(cmds))
 	}
-	if entries != 8 || len(d.Clients) != 1 {
-		t.Fatalf("entries = %d clients = %d", entries, len(d.Clients))
+	for _, c := range cmds {
+		if c.Group != "" || (c.Role != "" && c.Role != "a2a:agent:acme/sales/planner") {
+			t.Errorf("creating an agent touches a shared object: %s", c)
+		}
 	}
 }

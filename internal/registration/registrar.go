@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -203,39 +202,49 @@ func SelectedCallers(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) (
 		if err != nil {
 			return nil, nil, fmt.Errorf("callers.from[%d].agentSelector: %w", i, err)
 		}
-		namespaces, err := namespaces(ctx, reader, agent.Namespace, from.NamespaceSelector)
-		if err != nil {
+		opts := []client.ListOption{client.MatchingLabelsSelector{Selector: sel}}
+		var nsSel labels.Selector
+		if from.NamespaceSelector == nil {
+			opts = append(opts, client.InNamespace(agent.Namespace))
+		} else if nsSel, err = metav1.LabelSelectorAsSelector(from.NamespaceSelector); err != nil {
 			return nil, nil, fmt.Errorf("callers.from[%d].namespaceSelector: %w", i, err)
 		}
-		for _, ns := range namespaces {
-			var agents a2av1.AgentList
-			if err := reader.List(ctx, &agents, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-				return nil, nil, fmt.Errorf("list caller agents: %w", err)
+		var agents a2av1.AgentList
+		if err := reader.List(ctx, &agents, opts...); err != nil {
+			return nil, nil, fmt.Errorf("list caller agents: %w", err)
+		}
+		for j := range agents.Items {
+			c := &agents.Items[j]
+			if c.UID == agent.UID {
+				continue
 			}
-			for j := range agents.Items {
-				c := &agents.Items[j]
-				if c.UID == agent.UID {
-					continue
-				}
-				live, err := v.Live(ctx, c)
+			if nsSel != nil {
+				ns, err := v.Namespace(ctx, c.Namespace)
 				if err != nil {
 					return nil, nil, err
 				}
-				if !live {
+				if !nsSel.Matches(labels.Set(ns.Labels)) {
 					continue
 				}
-				granted, err := v.CallerGranted(ctx, agent.Namespace, c)
-				if err != nil {
-					return nil, nil, err
-				}
-				if !granted {
-					if !slices.Contains(ungranted, ns) {
-						ungranted = append(ungranted, ns)
-					}
-					continue
-				}
-				callers = append(callers, identity.Of(c))
 			}
+			live, err := v.Live(ctx, c)
+			if err != nil {
+				return nil, nil, err
+			}
+			if !live {
+				continue
+			}
+			granted, err := v.CallerGranted(ctx, agent.Namespace, c)
+			if err != nil {
+				return nil, nil, err
+			}
+			if !granted {
+				if !slices.Contains(ungranted, c.Namespace) {
+					ungranted = append(ungranted, c.Namespace)
+				}
+				continue
+			}
+			callers = append(callers, identity.Of(c))
 		}
 	}
 	slices.Sort(ungranted)
@@ -306,26 +315,6 @@ func Selects(ctx context.Context, v *tenancy.View, callee, agent *a2av1.Agent) (
 		}
 	}
 	return false, nil
-}
-
-// namespaces returns the namespaces a caller selector searches.
-func namespaces(ctx context.Context, reader client.Reader, own string, sel *metav1.LabelSelector) ([]string, error) {
-	if sel == nil {
-		return []string{own}, nil
-	}
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	if err != nil {
-		return nil, err
-	}
-	var list corev1.NamespaceList
-	if err := reader.List(ctx, &list, client.MatchingLabelsSelector{Selector: s}); err != nil {
-		return nil, fmt.Errorf("list namespaces: %w", err)
-	}
-	out := make([]string, 0, len(list.Items))
-	for _, ns := range list.Items {
-		out = append(out, ns.Name)
-	}
-	return out, nil
 }
 
 // New returns a Registrar on backend whose cards are published by a lazily connected operator

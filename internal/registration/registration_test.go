@@ -1,12 +1,15 @@
 package registration_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
@@ -46,36 +50,58 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// fleet is the test fleet: 6 agents, 2 orgs, 3 units, every caller rule kind.
+// fleet is the test fleet: 7 agents of two tenants in two namespaces (acme, globex) and a squatter
+// namespace that no Tenant binds, 3 orgs, 4 units, every caller rule kind, and a cross-namespace
+// selector that one namespace consents to (AgentGrant) and another does not.
 var fleet = []struct {
-	name, org, unit string
-	labels          map[string]string
-	callers         string // YAML of spec.callers
+	name, ns, org, unit string // ns: the tenant key of the namespace ("squat": the unbound one)
+	labels              map[string]string
+	callers             string // YAML of spec.callers
 }{
-	{"planner", "acme", "sales", nil, "{scope: SameUnit}"},
-	{"writer", "acme", "sales", nil, "{scope: None, from: [{agentSelector: {matchLabels: {role: auditor}}}]}"},
-	{"helpdesk", "acme", "support", map[string]string{"role": "auditor"}, "{scope: SameOrg}"},
-	{"bot", "acme", "support", nil, "{scope: None}"},
-	{"auditor", "globex", "audit", map[string]string{"role": "auditor"}, "{scope: None}"},
-	{"reporter", "globex", "audit", nil, "{scope: SameUnit, from: [{agentSelector: {matchLabels: {role: auditor}}}]}"},
+	{"planner", "acme", "acme", "sales", nil, "{scope: SameUnit}"},
+	{"writer", "acme", "acme", "sales", nil, "{scope: None, from: [{agentSelector: {matchLabels: {role: auditor}}, namespaceSelector: {}}]}"},
+	{"helpdesk", "acme", "acme", "support", map[string]string{"role": "auditor"}, "{scope: SameOrg}"},
+	{"bot", "acme", "acme", "support", nil, "{scope: None}"},
+	{"auditor", "globex", "globex", "audit", map[string]string{"role": "auditor"}, "{scope: None}"},
+	{"reporter", "globex", "globex", "audit", nil, "{scope: SameUnit, from: [{agentSelector: {matchLabels: {role: auditor}}}]}"},
+	// A namespace no Tenant binds may be the org named like itself (org "" here: filled in).
+	{"lurker", "squat", "", "x", map[string]string{"role": "auditor"}, "{scope: SameOrg}"},
 }
 
-// mayCall is the rule the broker must enforce: the callee's scope covers the caller, or one of
-// its selectors picks the caller.
-func mayCall(caller, callee int) bool {
+// squatters are Agents of the unbound namespace that claim the tenants' orgs: refused, nothing on
+// the broker.
+var squatters = []struct{ name, org, unit string }{
+	{"impostor", "acme", "sales"},
+	{"service", "globex", "audit"},
+}
+
+// fleetEnv is where the fleet lives: namespaces by tenant key, and each agent's resolved org.
+type fleetEnv struct {
+	ns   map[string]string
+	orgs []string
+}
+
+func (e *fleetEnv) clientID(i int) string { return e.orgs[i] + "/" + fleet[i].unit + "/" + fleet[i].name }
+func (e *fleetEnv) nsOf(i int) string    { return e.ns[fleet[i].ns] }
+
+// mayCall is the rule the broker must enforce: the callee's scope covers the caller, or one of its
+// selectors picks the caller where the caller's namespace consents.
+func (e *fleetEnv) mayCall(caller, callee int) bool {
 	c, x := fleet[caller], fleet[callee]
 	switch {
-	case strings.Contains(x.callers, "SameUnit") && c.org == x.org && c.unit == x.unit:
+	case strings.Contains(x.callers, "SameUnit") && e.orgs[caller] == e.orgs[callee] && c.unit == x.unit:
 		return true
-	case strings.Contains(x.callers, "SameOrg") && c.org == x.org:
+	case strings.Contains(x.callers, "SameOrg") && e.orgs[caller] == e.orgs[callee]:
 		return true
 	case strings.Contains(x.callers, "role: auditor") && c.labels["role"] == "auditor":
-		return true
+		if strings.Contains(x.callers, "namespaceSelector") {
+			// writer: its own namespace, and globex, whose grant consents; not the squatter's.
+			return c.ns == x.ns || c.ns == "globex"
+		}
+		return c.ns == x.ns
 	}
 	return false
 }
-
-func clientID(i int) string { return fleet[i].org + "/" + fleet[i].unit + "/" + fleet[i].name }
 
 func TestACLMatrixOnMosquittoDynsec(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -106,17 +132,20 @@ func TestACLMatrixOnEmbeddedBroker(t *testing.T) {
 // checkFleetOnBroker applies the fleet through the operator and checks every broker decision the
 // caller rules imply, the card, credentials, rotation and deletion.
 func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL, brokerAddr string) {
-	ns := startOperator(t, ctx, backend, brokerURL)
-	creds := applyFleet(t, ctx, ns)
+	env := startFleetOperator(t, ctx, backend, brokerURL, controllers.Options{})
+	creds := env.applyFleet(t, ctx)
+	clientID := env.clientID
+	env.checkSquatters(t, ctx, backend)
 
 	conns := make([]*paho.Client, len(fleet))
+	kicks := make([]*kickCounter, len(fleet))
 	for i := range fleet {
-		conns[i] = connect(t, ctx, brokerAddr, clientID(i), creds[i])
+		conns[i], kicks[i] = connectCounting(t, ctx, brokerAddr, clientID(i), creds[i])
 	}
 	checked := 0
 	for c := range fleet {
 		for x := range fleet {
-			want := mayCall(c, x)
+			want := env.mayCall(c, x)
 			request := "$a2a/v1/request/" + clientID(x)
 			if got := mayPublish(t, ctx, conns[c], request); got != want {
 				t.Errorf("%s publish to %s: allowed=%v, want %v", clientID(c), request, got, want)
@@ -134,7 +163,7 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 			}
 			// Cards are visible within the org and to admitted callers.
 			discovery := "$a2a/v1/discovery/" + clientID(x)
-			wantCard := fleet[c].org == fleet[x].org || want
+			wantCard := env.orgs[c] == env.orgs[x] || want
 			if got := maySubscribe(t, ctx, conns[c], discovery); got != wantCard {
 				t.Errorf("%s subscribe %s: allowed=%v, want %v", clientID(c), discovery, got, wantCard)
 			}
@@ -149,7 +178,7 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 		}
 		checked += 2
 	}
-	t.Logf("ACL matrix: %d agents, %d broker decisions checked", len(fleet), checked)
+	t.Logf("ACL matrix: %d agents in 3 namespaces (2 tenants, 1 unbound), %d broker decisions checked", len(fleet), checked)
 
 	// The retained card is the spec's, with the MQTT interface, marked as registered by the broker side.
 	card, props := retainedCard(t, ctx, conns[0], "$a2a/v1/discovery/"+clientID(0))
@@ -170,6 +199,7 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 
 	// Rotation: the old password stops working, the new one works.
 	old := creds[1]
+	ns := env.ns["acme"]
 	updateAnnotation(t, ctx, ns, fleet[1].name, controllers.AnnotationRotateCredentials, "r1")
 	eventually(t, "rotated password accepted by the broker", func() error {
 		s := &corev1.Secret{}
@@ -190,36 +220,33 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 	if _, err := tryConnect(ctx, brokerAddr, clientID(1), old); err == nil {
 		t.Fatal("old password still accepted after rotation")
 	}
+	// From here on, no change to one Agent may disconnect another: count the disconnects of
+	// every connected agent but writer (whose own password was rotated above).
+	for i, k := range kicks {
+		if i != 1 {
+			k.reset()
+		}
+	}
 
 	// Relabelling a caller re-evaluates the selectors that admitted it: auditor loses its
 	// role=auditor label, so writer (which admits role=auditor) stops admitting it, and back.
 	writerRequest := "$a2a/v1/request/" + clientID(1)
 	relabel := func(value string) {
 		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"role":%s}}}`, value)
-		if err := k8s.Patch(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "auditor"}}, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		if err := k8s.Patch(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: env.ns["globex"], Name: "auditor"}}, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 			t.Fatalf("relabel auditor: %v", err)
 		}
 	}
 	relabel("null")
 	eventually(t, "caller dropped by the selector loses access", func() error {
-		c, err := tryConnect(ctx, brokerAddr, clientID(4), creds[4])
-		if err != nil {
-			return err // the membership change kicks the session; reconnect
-		}
-		defer func() { _ = c.Disconnect(&paho.Disconnect{}) }()
-		if allowed, err := publishVerdict(ctx, c, writerRequest); err != nil || allowed {
+		if allowed, err := publishVerdict(ctx, conns[4], writerRequest); err != nil || allowed {
 			return fmt.Errorf("auditor may still call writer (err %v)", err)
 		}
 		return nil
 	})
 	relabel(`"auditor"`)
 	eventually(t, "caller selected again regains access", func() error {
-		c, err := tryConnect(ctx, brokerAddr, clientID(4), creds[4])
-		if err != nil {
-			return err
-		}
-		defer func() { _ = c.Disconnect(&paho.Disconnect{}) }()
-		if allowed, err := publishVerdict(ctx, c, writerRequest); err != nil || !allowed {
+		if allowed, err := publishVerdict(ctx, conns[4], writerRequest); err != nil || !allowed {
 			return fmt.Errorf("auditor may not call writer (err %v)", err)
 		}
 		return nil
@@ -234,6 +261,20 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 		card, _ := retainedCard(t, ctx, conns[0], "$a2a/v1/discovery/"+clientID(0))
 		if card.Description != "plans the quarter" {
 			return fmt.Errorf("card description %q", card.Description)
+		}
+		return nil
+	})
+
+	// A new SameOrg agent joins acme: creating it changes the org role only.
+	newbie := fmt.Sprintf(`apiVersion: a2a.fleet.dev/v1alpha1
+kind: Agent
+metadata: {name: newbie}
+spec: {orgID: acme, unitID: support, card: {name: newbie, description: test agent}, callers: {scope: SameOrg}}
+`)
+	applyManifest(t, ctx, ns, newbie)
+	eventually(t, "the org's agents may call the new SameOrg agent", func() error {
+		if allowed, err := publishVerdict(ctx, conns[0], "$a2a/v1/request/acme/support/newbie"); err != nil || !allowed {
+			return fmt.Errorf("planner may not call newbie (err %v)", err)
 		}
 		return nil
 	})
@@ -266,6 +307,16 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 	if _, err := tryConnect(ctx, brokerAddr, clientID(3), creds[3]); err == nil {
 		t.Fatal("deleted agent can still connect")
 	}
+	// Relabelling, rotating nobody else's password, creating and deleting Agents of the same unit
+	// and org: no other client was disconnected.
+	for i, k := range kicks {
+		if i == 1 || i == 3 {
+			continue // writer's password was rotated; bot was deleted
+		}
+		if n := k.count(); n != 0 {
+			t.Errorf("%s was disconnected %d times by changes to other Agents: %v", clientID(i), n, k.reasons())
+		}
+	}
 }
 
 // TestBrokerOutageAndDriftRepair: a role deleted by hand comes back within one resync; a broker
@@ -280,8 +331,9 @@ func TestBrokerOutageAndDriftRepair(t *testing.T) {
 		t.Fatalf("connect dynsec backend: %v", err)
 	}
 	t.Cleanup(func() { _ = backend.Close(context.Background()) })
-	ns := startOperatorWithResync(t, ctx, backend, broker.URL(), time.Second)
-	passwords := applyFleet(t, ctx, ns)
+	env := startFleetOperator(t, ctx, backend, broker.URL(), controllers.Options{ResyncPeriod: time.Second})
+	passwords := env.applyFleet(t, ctx)
+	clientID, ns := env.clientID, env.nsOf(0)
 
 	role := "a2a:agent:" + clientID(0)
 	if err := backend.Execute(ctx, []acl.Command{{Op: acl.OpDeleteRole, Role: role}}); err != nil {
@@ -369,7 +421,8 @@ func TestGatedAgentsOnlyReachableThroughTheService(t *testing.T) {
 }
 
 func checkGating(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL, brokerAddr string) {
-	ns := startOperatorWith(t, ctx, backend, brokerURL, controllers.Options{Gating: true})
+	env := startFleetOperator(t, ctx, backend, brokerURL, controllers.Options{Gating: true})
+	clientID, ns := env.clientID, env.ns["acme"]
 	secretKey := client.ObjectKey{Namespace: ns, Name: "conversation-service-credentials"}
 	if err := registration.EnsureServiceCredentials(ctx, k8s, backend, secretKey); err != nil {
 		t.Fatalf("service credentials: %v", err)
@@ -388,7 +441,7 @@ spec:
 	if err := k8s.Create(ctx, u); err != nil {
 		t.Fatalf("create policy: %v", err)
 	}
-	creds := applyFleet(t, ctx, ns)
+	creds := env.applyFleet(t, ctx)
 	// helpdesk (index 2) is governed (label role=auditor) and admits all of acme (SameOrg).
 	const gated, caller, stranger = 2, 0, 4
 	eventually(t, "delivery topic in status", func() error {
@@ -450,29 +503,58 @@ spec:
 	}
 }
 
-// startOperator runs the controllers with the broker registrar, scoped to a fresh namespace.
-func startOperator(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL string) string {
-	return startOperatorWithResync(t, ctx, backend, brokerURL, 0)
-}
-
-// startOperatorFor is startOperator for benchmarks.
+// startOperatorFor runs the operator for benchmarks over one fresh namespace bound to org "acme".
 func startOperatorFor(b *testing.B, ctx context.Context, backend acl.Backend, brokerURL string) string {
-	return startOperatorWithResync(b, ctx, backend, brokerURL, 0)
+	return cp.StartOperator(b, ctx, "reg-", backend, brokerURL, controllers.Options{})
 }
 
-func startOperatorWithResync(t testing.TB, ctx context.Context, backend acl.Backend, brokerURL string, resync time.Duration) string {
-	return startOperatorWith(t, ctx, backend, brokerURL, controllers.Options{ResyncPeriod: resync})
-}
-
-func startOperatorWith(t testing.TB, ctx context.Context, backend acl.Backend, brokerURL string, opts controllers.Options) string {
+// startFleetOperator runs the operator over the fleet's three namespaces: acme and globex, each
+// bound to its org by a Tenant, and an unbound one; globex consents (AgentGrant) that acme's
+// Agents select its auditors as callers.
+func startFleetOperator(t testing.TB, ctx context.Context, backend acl.Backend, brokerURL string, opts controllers.Options) *fleetEnv {
 	t.Helper()
-	return cp.StartOperator(t, ctx, "reg-", backend, brokerURL, opts)
-}
-
-// applyFleet creates the fleet, waits for every Agent to be Ready and returns their passwords.
-func applyFleet(t *testing.T, ctx context.Context, ns string) []string {
-	t.Helper()
+	env := &fleetEnv{ns: map[string]string{}}
+	cacheOpts := controllers.CacheOptions()
+	cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+	for _, key := range []string{"acme", "globex", "squat"} {
+		ns := cp.NewNamespace(t, ctx, "reg-"+key+"-")
+		if key != "squat" {
+			cp.BindNamespace(t, ctx, ns, key)
+		}
+		env.ns[key] = ns
+		cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+	}
 	for _, a := range fleet {
+		env.orgs = append(env.orgs, cmp.Or(a.org, env.ns[a.ns]))
+	}
+	applyManifest(t, ctx, env.ns["globex"], fmt.Sprintf(`apiVersion: a2a.fleet.dev/v1alpha1
+kind: AgentGrant
+metadata: {name: acme-may-select-auditors}
+spec:
+  from: [{namespace: %s}]
+  to: [{kind: Callers, agentSelector: {matchLabels: {role: auditor}}}]
+`, env.ns["acme"]))
+	cp.RunOperator(t, ctx, cacheOpts, backend, brokerURL, opts)
+	return env
+}
+
+func applyManifest(t testing.TB, ctx context.Context, ns, manifest string) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
+		t.Fatalf("manifest: %v\n%s", err, manifest)
+	}
+	u.SetNamespace(ns)
+	if err := k8s.Create(ctx, u); err != nil {
+		t.Fatalf("create %s: %v", u.GetName(), err)
+	}
+}
+
+// applyFleet creates the fleet and the squatters, waits for every fleet Agent to be Ready and
+// returns their passwords.
+func (e *fleetEnv) applyFleet(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	for i, a := range fleet {
 		var labels string
 		for k, v := range a.labels {
 			labels += fmt.Sprintf("\n    %s: %s", k, v)
@@ -487,31 +569,31 @@ spec:
   unitID: %s
   card: {name: %s, description: test agent}
   callers: %s
-`, a.name, labels, a.org, a.unit, a.name, a.callers)
+`, a.name, labels, e.orgs[i], a.unit, a.name, a.callers)
 		if labels != "" {
 			manifest = strings.Replace(manifest, "labels: {}", "labels:", 1)
 		}
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
-			t.Fatalf("manifest: %v\n%s", err, manifest)
-		}
-		u.SetNamespace(ns)
-		if err := k8s.Create(ctx, u); err != nil {
-			t.Fatalf("create %s: %v", a.name, err)
-		}
+		applyManifest(t, ctx, e.nsOf(i), manifest)
+	}
+	for _, s := range squatters {
+		applyManifest(t, ctx, e.ns["squat"], fmt.Sprintf(`apiVersion: a2a.fleet.dev/v1alpha1
+kind: Agent
+metadata: {name: %s, labels: {role: auditor}}
+spec: {orgID: %s, unitID: %s, card: {name: %s, description: squatter}, callers: {scope: SameOrg}}
+`, s.name, s.org, s.unit, s.name))
 	}
 	passwords := make([]string, len(fleet))
 	eventually(t, "all agents Ready", func() error {
 		for i, a := range fleet {
 			ag := &a2av1.Agent{}
-			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: a.name}, ag); err != nil {
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: e.nsOf(i), Name: a.name}, ag); err != nil {
 				return err
 			}
 			if !meta.IsStatusConditionTrue(ag.Status.Conditions, a2av1.ConditionReady) {
 				return fmt.Errorf("%s not ready: %v", a.name, ag.Status.Conditions)
 			}
 			s := &corev1.Secret{}
-			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: ag.Status.CredentialsSecret}, s); err != nil {
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: e.nsOf(i), Name: ag.Status.CredentialsSecret}, s); err != nil {
 				return err
 			}
 			passwords[i] = string(s.Data["password"])
@@ -519,6 +601,91 @@ spec:
 		return nil
 	})
 	return passwords
+}
+
+// checkSquatters: the unbound namespace's claims on the tenants' orgs are refused with
+// IdentityNotPermitted naming the Tenant, get no Secret and leave nothing on the broker.
+func (e *fleetEnv) checkSquatters(t *testing.T, ctx context.Context, backend acl.Backend) {
+	t.Helper()
+	for _, s := range squatters {
+		eventually(t, "squatter refused", func() error {
+			a := &a2av1.Agent{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: e.ns["squat"], Name: s.name}, a); err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(a.Status.Conditions, a2av1.ConditionIdentityPermitted)
+			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != a2av1.ReasonIdentityNotPermitted ||
+				!strings.Contains(c.Message, "belongs to Tenant testenv-"+e.ns[s.org]) {
+				return fmt.Errorf("%s: IdentityPermitted = %+v", s.name, c)
+			}
+			if a.Status.CredentialsSecret != "" {
+				return fmt.Errorf("%s got credentials %s", s.name, a.Status.CredentialsSecret)
+			}
+			return nil
+		})
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: e.ns["squat"], Name: s.name + "-mqtt-credentials"}, &corev1.Secret{}); err == nil {
+			t.Errorf("squatter %s has a credentials Secret", s.name)
+		}
+		username := "a2a:" + s.org + "/" + s.unit + "/" + s.name
+		st, err := backend.Observe(ctx, &acl.Names{Clients: []string{username}, Roles: []string{"a2a:agent:" + s.org + "/" + s.unit + "/" + s.name}})
+		if err != nil {
+			t.Fatalf("observe: %v", err)
+		}
+		if len(st.Clients)+len(st.Roles) != 0 {
+			t.Errorf("squatter %s is on the broker: %+v", s.name, st)
+		}
+	}
+}
+
+// kickCounter counts the disconnects a connected client sees.
+type kickCounter struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (k *kickCounter) add(why string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.seen = append(k.seen, why)
+}
+
+func (k *kickCounter) count() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.seen)
+}
+
+func (k *kickCounter) reasons() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.seen)
+}
+
+func (k *kickCounter) reset() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.seen = nil
+}
+
+// connectCounting connects like connect and counts every disconnect the broker causes.
+func connectCounting(t *testing.T, ctx context.Context, addr, clientID, password string) (*paho.Client, *kickCounter) {
+	t.Helper()
+	k := &kickCounter{}
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn,
+		OnServerDisconnect: func(d *paho.Disconnect) { k.add(fmt.Sprintf("DISCONNECT reason 0x%02x", d.ReasonCode)) },
+		OnClientError:      func(err error) { k.add(err.Error()) },
+	})
+	ack, err := c.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30,
+		Username: "a2a:" + clientID, UsernameFlag: true, Password: []byte(password), PasswordFlag: true})
+	if err != nil || ack.ReasonCode != 0 {
+		t.Fatalf("agent %s cannot connect with its generated credentials: %v %v", clientID, err, ack)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
+	return c, k
 }
 
 func updateAnnotation(t *testing.T, ctx context.Context, ns, name, key, value string) {

@@ -133,15 +133,55 @@ func cmpOr(a, b string) string {
 }
 
 // StartOperator runs the controllers with a broker Registrar on backend, scoped to a fresh
-// namespace (named with prefix) that it returns; the operator stops when the test ends.
+// namespace (named with prefix) that it returns, bound to org "acme" (the org the suites' Agents
+// claim) by a Tenant; the operator stops and the Tenant goes when the test ends.
 func (c *ControlPlane) StartOperator(t testing.TB, ctx context.Context, prefix string, backend acl.Backend, brokerURL string, opts controllers.Options) string {
+	t.Helper()
+	return c.StartTenantOperator(t, ctx, prefix, backend, brokerURL, opts, "acme")["acme"]
+}
+
+// StartTenantOperator runs the controllers with a broker Registrar on backend over fresh
+// namespaces, one per org, each bound to its org by a Tenant, and returns org → namespace.
+func (c *ControlPlane) StartTenantOperator(t testing.TB, ctx context.Context, prefix string, backend acl.Backend, brokerURL string, opts controllers.Options, orgs ...string) map[string]string {
+	t.Helper()
+	namespaces := map[string]string{}
+	cacheOpts := controllers.CacheOptions()
+	cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+	for _, org := range orgs {
+		ns := c.NewNamespace(t, ctx, prefix)
+		c.BindNamespace(t, ctx, ns, org)
+		namespaces[org] = ns
+		cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+	}
+	c.RunOperator(t, ctx, cacheOpts, backend, brokerURL, opts)
+	return namespaces
+}
+
+// NewNamespace creates a namespace named with prefix.
+func (c *ControlPlane) NewNamespace(t testing.TB, ctx context.Context, prefix string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
 	if err := c.Client.Create(ctx, ns); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
-	cacheOpts := controllers.CacheOptions()
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns.Name: {}}
+	return ns.Name
+}
+
+// BindNamespace creates a Tenant (named after the namespace) that binds ns to org, deleted when
+// the test ends.
+func (c *ControlPlane) BindNamespace(t testing.TB, ctx context.Context, ns, org string) {
+	t.Helper()
+	tenant := &a2av1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "testenv-" + ns}, Spec: a2av1.TenantSpec{OrgID: org, Namespaces: []string{ns}}}
+	if err := c.Client.Create(ctx, tenant); err != nil {
+		t.Fatalf("create tenant: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), tenant) })
+}
+
+// RunOperator runs the controllers with a broker Registrar on backend and the given cache scope
+// until the test ends.
+func (c *ControlPlane) RunOperator(t testing.TB, ctx context.Context, cacheOpts cache.Options, backend acl.Backend, brokerURL string, opts controllers.Options) {
+	t.Helper()
 	skip := true // several operators in one process register controllers with the same names
 	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
 		Scheme: c.Scheme, Cache: cacheOpts,
@@ -169,5 +209,4 @@ func (c *ControlPlane) StartOperator(t testing.TB, ctx context.Context, prefix s
 		}
 	}()
 	t.Cleanup(func() { stop(); <-done })
-	return ns.Name
 }
