@@ -81,8 +81,10 @@ type fleetEnv struct {
 	orgs []string
 }
 
-func (e *fleetEnv) clientID(i int) string { return e.orgs[i] + "/" + fleet[i].unit + "/" + fleet[i].name }
-func (e *fleetEnv) nsOf(i int) string    { return e.ns[fleet[i].ns] }
+func (e *fleetEnv) clientID(i int) string {
+	return e.orgs[i] + "/" + fleet[i].unit + "/" + fleet[i].name
+}
+func (e *fleetEnv) nsOf(i int) string { return e.ns[fleet[i].ns] }
 
 // mayCall is the rule the broker must enforce: the callee's scope covers the caller, or one of its
 // selectors picks the caller where the caller's namespace consents.
