@@ -38,6 +38,8 @@ func TestAdmissionRejectsBadManifests(t *testing.T) {
 		{"duplicate skill ids", agent("  orgID: o\n  unitID: u\n  card:\n    name: agent\n    description: d\n    skills:\n    - {id: s, name: a, description: a}\n    - {id: s, name: b, description: b}\n"), []string{"spec.card.skills[1]", "Duplicate value"}},
 		{"documentation URL not a URL", agent("  orgID: o\n  unitID: u\n  card: {name: agent, description: d, documentationURL: 'not a url'}\n"), []string{"spec.card.documentationURL", "must be an absolute URL"}},
 		{"workload with bad replicas", agent("  orgID: o\n  unitID: u\n" + card + "  workload:\n    replicas: -1\n    template: {spec: {containers: [{name: c, image: i}]}}\n"), []string{"spec.workload.replicas", "greater than or equal to 0"}},
+		{"workload with replicas sharing one client ID", agent("  orgID: o\n  unitID: u\n" + card + "  workload:\n    replicas: 2\n    template: {spec: {containers: [{name: c, image: i}]}}\n"), []string{"spec.workload.replicas", "replicas must be 0 or 1", "poolID"}},
+		{"reserved org", agent("  orgID: a2a-fleet\n  unitID: system\n  agentID: conversation-service\n" + card), []string{"spec.orgID", "orgID a2a-fleet is reserved"}},
 		{"workload container without name", agent("  orgID: o\n  unitID: u\n" + card + "  workload:\n    template: {spec: {containers: [{image: i}]}}\n"), []string{"spec.workload.template.spec.containers[0].name", "Required value"}},
 
 		{"zero idle TTL", policy("  contextIdleTTL: 0s\n"), []string{"spec.contextIdleTTL", "contextIdleTTL must be between 1s and 720h"}},

@@ -91,8 +91,20 @@ func (r *AgentReconciler) prepareCredentials(ctx context.Context, agent *a2av1.A
 	}
 
 	wantRotation := agent.Annotations[AnnotationRotateCredentials]
-	needPassword := !exists || len(secret.Data[identity.SecretKeyPassword]) == 0 ||
-		(wantRotation != "" && secret.Annotations[annotationRotatedFor] != wantRotation)
+	needsPassword := func(s *corev1.Secret) bool {
+		return len(s.Data[identity.SecretKeyPassword]) == 0 || (wantRotation != "" && s.Annotations[annotationRotatedFor] != wantRotation)
+	}
+	needPassword := !exists || needsPassword(secret)
+	if exists && needPassword {
+		// A new password goes to the broker before the Secret: decide on the API server's copy,
+		// never on a cache that may not have seen our last write yet (that would push a password
+		// the Secret update then fails to store).
+		fresh := &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(secret), fresh); err != nil {
+			return nil, fmt.Errorf("get credentials secret: %w", err)
+		}
+		secret, needPassword = fresh, needsPassword(fresh)
+	}
 	if exists && !needPassword && string(secret.Data[identity.SecretKeyClientID]) == clientID && string(secret.Data[identity.SecretKeyUsername]) == username {
 		synced := secret.Annotations[annotationPasswordSynced] == "true"
 		if !synced {

@@ -17,11 +17,12 @@ type recordingRegistrar struct {
 	registered   map[string]int // client ID -> Register calls
 	unregistered map[string]int
 	passwordsSet map[string][]string // client ID -> passwords pushed to the "broker"
+	shared       map[string][]string // shared key -> client IDs of the last ApplyShared
 	failing      bool
 }
 
 func newRecordingRegistrar() *recordingRegistrar {
-	return &recordingRegistrar{registered: map[string]int{}, unregistered: map[string]int{}, passwordsSet: map[string][]string{}}
+	return &recordingRegistrar{registered: map[string]int{}, unregistered: map[string]int{}, passwordsSet: map[string][]string{}, shared: map[string][]string{}}
 }
 
 func (r *recordingRegistrar) Register(_ context.Context, a *a2av1.Agent, creds registration.Credentials) error {
@@ -47,6 +48,20 @@ func (r *recordingRegistrar) Unregister(_ context.Context, a *a2av1.Agent) error
 		return errors.New("dial tcp 127.0.0.1:1883: connect: connection refused")
 	}
 	r.unregistered[a.Status.ClientID]++
+	return nil
+}
+
+func (r *recordingRegistrar) ApplyShared(_ context.Context, key registration.SharedKey, members []registration.Member) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failing {
+		return errors.New("dial tcp 127.0.0.1:1883: connect: connection refused")
+	}
+	ids := []string{}
+	for _, m := range members {
+		ids = append(ids, m.Agent.ClientID())
+	}
+	r.shared[key.String()] = ids
 	return nil
 }
 

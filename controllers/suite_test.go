@@ -52,14 +52,27 @@ func TestMain(m *testing.M) {
 	})
 }
 
+// suiteTenantLabel marks the namespaces the suite's Tenant binds to org acme, the org the tests'
+// Agents claim.
+const suiteTenantLabel = "a2a.fleet.dev/test-tenant"
+
 // startManagers runs two managers: one without a broker for every namespace but
 // brokeredNamespace, and one with the recording Registrar for that namespace only.
 func startManagers(ctx context.Context) error {
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: brokeredNamespace}}); err != nil {
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: brokeredNamespace, Labels: map[string]string{suiteTenantLabel: "acme"}}}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
+	}
+	if err := k8s.Create(ctx, &a2av1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "suite-acme"}, Spec: a2av1.TenantSpec{
+		OrgID: "acme", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{suiteTenantLabel: "acme"}},
+	}}); err != nil {
+		return fmt.Errorf("create tenant: %w", err)
 	}
 	plainCache := controllers.CacheOptions()
 	plainCache.DefaultFieldSelector = fields.OneTermNotEqualSelector("metadata.namespace", brokeredNamespace)
+	// Cluster-scoped kinds have no metadata.namespace field to select on.
+	for _, o := range []client.Object{&a2av1.Tenant{}, &corev1.Namespace{}} {
+		plainCache.ByObject[o] = cache.ByObject{Field: fields.Everything()}
+	}
 	plain, err := newManager(plainCache)
 	if err == nil {
 		err = controllers.Setup(ctx, plain, controllers.Options{})
@@ -111,10 +124,11 @@ func eventually(t *testing.T, what string, check func() error) {
 	testenv.Eventually(t, 20*time.Second, what, check)
 }
 
-// newNamespace creates a namespace for one test and deletes it when the test ends.
+// newNamespace creates a namespace for one test, bound to org acme by the suite's Tenant, and
+// deletes it when the test ends.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-", Labels: map[string]string{suiteTenantLabel: "acme"}}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}

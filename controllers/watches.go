@@ -367,12 +367,7 @@ func (r *AgentReconciler) agentsForTenants(ctx context.Context, changed []a2av1.
 		if !hit {
 			continue
 		}
-		var agents a2av1.AgentList
-		if err := r.List(ctx, &agents, client.InNamespace(ns.Name)); err != nil {
-			log.Error(err, "list agents", "namespace", ns.Name)
-			continue
-		}
-		q.addAll(agents.Items)
+		q.addAll(r.agentsIn(ctx, ns.Name))
 	}
 	return q.out
 }
@@ -449,11 +444,7 @@ func (r *AgentReconciler) agentsForGrant(ctx context.Context, g *a2av1.AgentGran
 	}
 	if poolsGranted {
 		for ns := range from {
-			var members a2av1.AgentList
-			if err := r.List(ctx, &members, client.InNamespace(ns)); err != nil {
-				log.Error(err, "list agents", "namespace", ns)
-			}
-			for _, a := range members.Items {
+			for _, a := range r.agentsIn(ctx, ns) {
 				if a.Spec.PoolID != "" {
 					q.add(a.Namespace, a.Name)
 				}
@@ -468,11 +459,7 @@ func (r *AgentReconciler) agentsForGrant(ctx context.Context, g *a2av1.AgentGran
 func (r *AgentReconciler) agentsForNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
 	log := logf.FromContext(ctx)
 	var q requests
-	var own a2av1.AgentList
-	if err := r.List(ctx, &own, client.InNamespace(obj.GetName())); err != nil {
-		log.Error(err, "list agents", "namespace", obj.GetName())
-	}
-	q.addAll(own.Items)
+	q.addAll(r.agentsIn(ctx, obj.GetName()))
 	var rules a2av1.AgentList
 	if err := r.List(ctx, &rules, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
 		log.Error(err, "list agents with caller selectors")
@@ -483,4 +470,15 @@ func (r *AgentReconciler) agentsForNamespace(ctx context.Context, obj client.Obj
 		}
 	}
 	return q.out
+}
+
+// agentsIn lists the Agents of a namespace for an event mapping. A namespace the cache does not
+// cover (an operator scoped to some namespaces) has none the operator manages.
+func (r *AgentReconciler) agentsIn(ctx context.Context, ns string) []a2av1.Agent {
+	var agents a2av1.AgentList
+	if err := r.List(ctx, &agents, client.InNamespace(ns)); err != nil {
+		logf.FromContext(ctx).V(1).Info("cannot list agents for an event", "namespace", ns, "error", err.Error())
+		return nil
+	}
+	return agents.Items
 }

@@ -20,7 +20,7 @@ func TestWorkloadDeployment(t *testing.T) {
 	ns := brokeredNamespace
 	workload := `  poolID: workers
   workload:
-    replicas: 2
+    replicas: 1
     template:
       spec:
         containers:
@@ -37,7 +37,7 @@ func TestWorkloadDeployment(t *testing.T) {
 	deploy := &appsv1.Deployment{}
 	eventually(t, "deployment created", func() error { return k8s.Get(ctx, key, deploy) })
 	a := getAgent(t, ns, "runner")
-	if !metav1.IsControlledBy(deploy, a) || *deploy.Spec.Replicas != 2 {
+	if !metav1.IsControlledBy(deploy, a) || *deploy.Spec.Replicas != 1 {
 		t.Fatalf("deployment not owned or wrong replicas: %+v", deploy.ObjectMeta.OwnerReferences)
 	}
 	env := map[string]corev1.EnvVar{}
@@ -59,7 +59,7 @@ func TestWorkloadDeployment(t *testing.T) {
 	})
 
 	// envtest runs no deployment controller: play its part.
-	deploy.Status = appsv1.DeploymentStatus{Replicas: 2, AvailableReplicas: 2, ReadyReplicas: 2,
+	deploy.Status = appsv1.DeploymentStatus{Replicas: 1, AvailableReplicas: 1, ReadyReplicas: 1,
 		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue,
 			LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "MinimumReplicasAvailable"}}}
 	if err := k8s.Status().Update(ctx, deploy); err != nil {
