@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -38,6 +39,8 @@ func (r *recordingRegistrar) Register(_ context.Context, a *a2av1.Agent, creds r
 		r.passwordsSet[a.Status.ClientID] = append(r.passwordsSet[a.Status.ClientID], creds.Password)
 	}
 	r.registered[a.Status.ClientID]++
+	// Like the real registrar: record the card published for this generation.
+	a.Status.PublishedCardDigest = fmt.Sprintf("card-of-generation-%d", a.Generation)
 	return nil
 }
 

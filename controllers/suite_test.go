@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -82,7 +85,7 @@ func startManagers(ctx context.Context) error {
 	}
 	brokeredCache := controllers.CacheOptions()
 	brokeredCache.DefaultNamespaces = map[string]cache.Config{brokeredNamespace: {}}
-	brokered, err := newManager(brokeredCache)
+	brokered, err := newManager(brokeredCache, countingClient)
 	if err == nil {
 		err = controllers.Setup(ctx, brokered, controllers.Options{Registrar: registrar})
 	}
@@ -99,16 +102,111 @@ func startManagers(ctx context.Context) error {
 	return nil
 }
 
-func newManager(cacheOpts cache.Options) (ctrl.Manager, error) {
+func newManager(cacheOpts cache.Options, newClient ...client.NewClientFunc) (ctrl.Manager, error) {
 	skip := true
+	var nc client.NewClientFunc
+	if len(newClient) > 0 {
+		nc = newClient[0]
+	}
 	return ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  cacheOpts,
+		NewClient:              nc,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// Two managers in one process register controllers with the same names.
 		Controller: config.Controller{SkipNameValidation: &skip},
 	})
+}
+
+// writes counts the brokered manager's API writes by "verb kind namespace/name" (status writes as
+// kind "Agent/status"), to prove reconciles write only what changed.
+var writes = &writeLog{counts: map[string]int{}}
+
+type writeLog struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (w *writeLog) add(verb string, obj any, sub string) {
+	type named interface {
+		GetName() string
+		GetNamespace() string
+	}
+	n, ok := obj.(named)
+	if !ok {
+		return
+	}
+	kind := fmt.Sprintf("%T", obj)
+	if o, ok := obj.(runtime.Object); ok {
+		if gvk, err := apiutil.GVKForObject(o, scheme); err == nil {
+			kind = gvk.Kind
+		}
+	}
+	if u, ok := obj.(interface{ GetKind() string }); ok && u.GetKind() != "" {
+		kind = u.GetKind()
+	}
+	if sub != "" {
+		kind += "/" + sub
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.counts[verb+" "+kind+" "+n.GetNamespace()+"/"+n.GetName()]++
+}
+
+// count sums the writes whose key contains every part.
+func (w *writeLog) count(parts ...string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	total := 0
+	for k, n := range w.counts {
+		match := true
+		for _, p := range parts {
+			match = match && strings.Contains(k, p)
+		}
+		if match {
+			total += n
+		}
+	}
+	return total
+}
+
+// countingClient is the manager's client with every write recorded in writes.
+func countingClient(cfg *rest.Config, opts client.Options) (client.Client, error) {
+	c, err := client.NewWithWatch(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			writes.add("create", obj, "")
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			writes.add("update", obj, "")
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			writes.add("patch", obj, "")
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			writes.add("apply", obj, "")
+			return c.Apply(ctx, obj, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			writes.add("delete", obj, "")
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes.add("patch", obj, sub)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			writes.add("update", obj, sub)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	}), nil
 }
 
 func zapLevel() int8 {
