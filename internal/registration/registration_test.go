@@ -505,11 +505,6 @@ spec:
 	}
 }
 
-// startOperatorFor runs the operator for benchmarks over one fresh namespace bound to org "acme".
-func startOperatorFor(b *testing.B, ctx context.Context, backend acl.Backend, brokerURL string) string {
-	return cp.StartOperator(b, ctx, "reg-", backend, brokerURL, controllers.Options{})
-}
-
 // startFleetOperator runs the operator over the fleet's three namespaces: acme and globex, each
 // bound to its org by a Tenant, and an unbound one; globex consents (AgentGrant) that acme's
 // Agents select its auditors as callers.
