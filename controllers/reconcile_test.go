@@ -149,8 +149,8 @@ func TestWorkloadWritesAndCredentialRolls(t *testing.T) {
 	if checksum == "" {
 		t.Fatal("no credentials checksum in the pod template")
 	}
-	applies := writes.count("Deployment "+ns+"/roller-agent")
-	statusWrites := writes.count("Agent/status "+ns+"/roller")
+	applies := writes.count("Deployment " + ns + "/roller-agent")
+	statusWrites := writes.count("Agent/status " + ns + "/roller")
 
 	// envtest runs no deployment controller: play its part. The Agent reconciles (its status
 	// changes) but the Deployment is not written again.
@@ -212,7 +212,7 @@ func TestWritesPerAgent(t *testing.T) {
 		return conditionIs(a.Status.Conditions, a.Generation, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled)
 	})
 	time.Sleep(2 * time.Second) // let any trailing reconcile write
-	finalizer := writes.count("update Agent "+ns+"/counted")
+	finalizer := writes.count("update Agent " + ns + "/counted")
 	secret := writes.count("Secret " + ns + "/counted-mqtt-credentials")
 	status := writes.count("Agent/status " + ns + "/counted")
 	t.Logf("API writes for one Agent, created to Ready: finalizer %d, Secret %d, status %d (Events not counted)", finalizer, secret, status)

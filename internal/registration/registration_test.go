@@ -268,11 +268,11 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 	})
 
 	// A new SameOrg agent joins acme: creating it changes the org role only.
-	newbie := fmt.Sprintf(`apiVersion: a2a.fleet.dev/v1alpha1
+	newbie := `apiVersion: a2a.fleet.dev/v1alpha1
 kind: Agent
 metadata: {name: newbie}
 spec: {orgID: acme, unitID: support, card: {name: newbie, description: test agent}, callers: {scope: SameOrg}}
-`)
+`
 	applyManifest(t, ctx, ns, newbie)
 	eventually(t, "the org's agents may call the new SameOrg agent", func() error {
 		if allowed, err := publishVerdict(ctx, conns[0], "$a2a/v1/request/acme/support/newbie"); err != nil || !allowed {
