@@ -308,14 +308,22 @@ func callersFrom(a *a2av1.Agent) []a2av1.CallerSelector {
 // the namespaces the old or new Tenant selects, those named like its org (the zero-config rule),
 // and those of other Tenants of the same org (precedence).
 func (r *AgentReconciler) tenantHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
-	enqueue := func(ctx context.Context, q workqueueOf, objs ...client.Object) {
+	return specChangeHandler(func(ctx context.Context, objs []client.Object) []reconcile.Request {
 		var tenants []a2av1.Tenant
 		for _, o := range objs {
 			if t, ok := o.(*a2av1.Tenant); ok {
 				tenants = append(tenants, *t)
 			}
 		}
-		for _, req := range r.agentsForTenants(ctx, tenants) {
+		return r.agentsForTenants(ctx, tenants)
+	})
+}
+
+// specChangeHandler maps creations, deletions and spec changes (old and new object) of a kind to
+// requests.
+func specChangeHandler(mapper func(ctx context.Context, objs []client.Object) []reconcile.Request) handler.TypedEventHandler[client.Object, reconcile.Request] {
+	enqueue := func(ctx context.Context, q workqueueOf, objs ...client.Object) {
+		for _, req := range mapper(ctx, objs) {
 			q.Add(req)
 		}
 	}
@@ -374,30 +382,15 @@ func (r *AgentReconciler) agentsForTenants(ctx context.Context, changed []a2av1.
 
 // grantHandler maps an AgentGrant event (old and new spec) to the Agents whose ACLs depend on it.
 func (r *AgentReconciler) grantHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
-	enqueue := func(ctx context.Context, q workqueueOf, objs ...client.Object) {
-		var q2 requests
+	return specChangeHandler(func(ctx context.Context, objs []client.Object) []reconcile.Request {
+		var q requests
 		for _, o := range objs {
 			if g, ok := o.(*a2av1.AgentGrant); ok {
-				r.agentsForGrant(ctx, g, &q2)
+				r.agentsForGrant(ctx, g, &q)
 			}
 		}
-		for _, req := range q2.out {
-			q.Add(req)
-		}
-	}
-	return handler.TypedFuncs[client.Object, reconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueueOf) {
-			enqueue(ctx, q, e.Object)
-		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueueOf) {
-			if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() {
-				enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
-			}
-		},
-		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueueOf) {
-			enqueue(ctx, q, e.Object)
-		},
-	}
+		return q.out
+	})
 }
 
 // agentsForGrant: for Callers, the granting namespace's Agents the grant covers (they gain or lose

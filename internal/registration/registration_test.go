@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -139,10 +137,11 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 	clientID := env.clientID
 	env.checkSquatters(t, ctx, backend)
 
+	clients := make([]*testenv.MQTTClient, len(fleet))
 	conns := make([]*paho.Client, len(fleet))
-	kicks := make([]*kickCounter, len(fleet))
 	for i := range fleet {
-		conns[i], kicks[i] = connectCounting(t, ctx, brokerAddr, clientID(i), creds[i])
+		clients[i] = testenv.DialAgent(t, ctx, brokerAddr, clientID(i), creds[i])
+		conns[i] = clients[i].Client
 	}
 	checked := 0
 	for c := range fleet {
@@ -224,9 +223,9 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 	}
 	// From here on, no change to one Agent may disconnect another: count the disconnects of
 	// every connected agent but writer (whose own password was rotated above).
-	for i, k := range kicks {
+	for i, c := range clients {
 		if i != 1 {
-			k.reset()
+			c.ResetKicks()
 		}
 	}
 
@@ -311,12 +310,12 @@ spec: {orgID: acme, unitID: support, card: {name: newbie, description: test agen
 	}
 	// Relabelling, rotating nobody else's password, creating and deleting Agents of the same unit
 	// and org: no other client was disconnected.
-	for i, k := range kicks {
+	for i, c := range clients {
 		if i == 1 || i == 3 {
 			continue // writer's password was rotated; bot was deleted
 		}
-		if n := k.count(); n != 0 {
-			t.Errorf("%s was disconnected %d times by changes to other Agents: %v", clientID(i), n, k.reasons())
+		if k := c.Kicks(); len(k) != 0 {
+			t.Errorf("%s was disconnected %d times by changes to other Agents: %v", clientID(i), len(k), k)
 		}
 	}
 }
@@ -394,30 +393,12 @@ func TestBrokerOutageAndDriftRepair(t *testing.T) {
 // to the public request topic, but only the conversation service reads it and only the service
 // may write the agent's delivery topic; a direct publish that tries to bypass it is refused.
 func TestGatedAgentsOnlyReachableThroughTheService(t *testing.T) {
-	for _, kind := range []string{"mosquitto", "embedded"} {
+	for _, kind := range testenv.BrokerKinds {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			var backend acl.Backend
-			var url, addr string
-			if kind == "mosquitto" {
-				broker := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
-				user, pass := broker.DynSecAdmin()
-				ds, err := dynsec.Connect(ctx, dynsec.Config{URL: broker.URL(), Username: user, Password: pass})
-				if err != nil {
-					t.Fatalf("connect dynsec: %v", err)
-				}
-				t.Cleanup(func() { _ = ds.Close(context.Background()) })
-				backend, url, addr = ds, broker.URL(), broker.Addr()
-			} else {
-				srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0"})
-				if err != nil {
-					t.Fatalf("start embedded broker: %v", err)
-				}
-				t.Cleanup(func() { _ = srv.Close() })
-				backend, url, addr = srv.Backend(), srv.URL(), srv.Addr()
-			}
-			checkGating(t, ctx, backend, url, addr)
+			b := testenv.StartBroker(t, ctx, kind)
+			checkGating(t, ctx, b.Backend, b.URL, b.Addr)
 		})
 	}
 }
@@ -632,57 +613,6 @@ func (e *fleetEnv) checkSquatters(t *testing.T, ctx context.Context, backend acl
 			t.Errorf("squatter %s is on the broker: %+v", s.name, st)
 		}
 	}
-}
-
-// kickCounter counts the disconnects a connected client sees.
-type kickCounter struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (k *kickCounter) add(why string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.seen = append(k.seen, why)
-}
-
-func (k *kickCounter) count() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.seen)
-}
-
-func (k *kickCounter) reasons() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return slices.Clone(k.seen)
-}
-
-func (k *kickCounter) reset() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.seen = nil
-}
-
-// connectCounting connects like connect and counts every disconnect the broker causes.
-func connectCounting(t *testing.T, ctx context.Context, addr, clientID, password string) (*paho.Client, *kickCounter) {
-	t.Helper()
-	k := &kickCounter{}
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	c := paho.NewClient(paho.ClientConfig{Conn: conn,
-		OnServerDisconnect: func(d *paho.Disconnect) { k.add(fmt.Sprintf("DISCONNECT reason 0x%02x", d.ReasonCode)) },
-		OnClientError:      func(err error) { k.add(err.Error()) },
-	})
-	ack, err := c.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30,
-		Username: "a2a:" + clientID, UsernameFlag: true, Password: []byte(password), PasswordFlag: true})
-	if err != nil || ack.ReasonCode != 0 {
-		t.Fatalf("agent %s cannot connect with its generated credentials: %v %v", clientID, err, ack)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
-	return c, k
 }
 
 func updateAnnotation(t *testing.T, ctx context.Context, ns, name, key, value string) {

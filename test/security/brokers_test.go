@@ -21,11 +21,8 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
-	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
@@ -49,30 +46,12 @@ func TestMain(m *testing.M) {
 // with dynsec and on the embedded broker. Every refusal is asserted (reason codes, conditions, no
 // data, nothing on the broker) and so is the absence of collateral disconnects.
 func TestAttacksOnBrokers(t *testing.T) {
-	for _, kind := range []string{"mosquitto", "embedded"} {
+	for _, kind := range testenv.BrokerKinds {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			var backend acl.Backend
-			var url, addr string
-			if kind == "mosquitto" {
-				broker := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
-				user, pass := broker.DynSecAdmin()
-				ds, err := dynsec.Connect(ctx, dynsec.Config{URL: broker.URL(), Username: user, Password: pass})
-				if err != nil {
-					t.Fatalf("connect dynsec: %v", err)
-				}
-				t.Cleanup(func() { _ = ds.Close(context.Background()) })
-				backend, url, addr = ds, broker.URL(), broker.Addr()
-			} else {
-				srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0"})
-				if err != nil {
-					t.Fatalf("start embedded broker: %v", err)
-				}
-				t.Cleanup(func() { _ = srv.Close() })
-				backend, url, addr = srv.Backend(), srv.URL(), srv.Addr()
-			}
-			attackThroughBroker(t, ctx, backend, url, addr)
+			b := testenv.StartBroker(t, ctx, kind)
+			attackThroughBroker(t, ctx, b.Backend, b.URL, b.Addr)
 		})
 	}
 }
@@ -390,7 +369,7 @@ spec: {from: [{namespace: %s}], to: [{kind: Pools, poolID: workers}]}
 			}
 			return nil
 		})
-		if len(mover.kicks.events()) == 0 {
+		if len(mover.Kicks()) == 0 {
 			t.Error("the agent whose identity was withdrawn is still connected")
 		}
 		noKicks(t, "withdrawing another namespace", alpha, bystander, svc)
@@ -427,7 +406,7 @@ func readRetained(t *testing.T, ctx context.Context, c *mqttClient, topic string
 		return true, nil
 	})
 	if !maySubscribe(t, ctx, c, topic) {
-		t.Fatalf("%s cannot subscribe to %s", c.id, topic)
+		t.Fatalf("%s cannot subscribe to %s", c.ID, topic)
 	}
 	select {
 	case p := <-got:

@@ -3,10 +3,7 @@ package security_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -101,63 +98,15 @@ func ready(t testing.TB, ctx context.Context, ns, name string) string {
 	return string(s.Data["password"])
 }
 
-// kickCounter counts the disconnects a connected client sees.
-type kickCounter struct {
-	mu   sync.Mutex
-	seen []string
-}
-
-func (k *kickCounter) add(why string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.seen = append(k.seen, why)
-}
-
-func (k *kickCounter) events() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return slices.Clone(k.seen)
-}
-
-// mqttClient is a raw paho v5 client (no reconnect, so every disconnect is seen and counted).
-type mqttClient struct {
-	*paho.Client
-	id    string
-	kicks *kickCounter
-}
+type mqttClient = testenv.MQTTClient
 
 func dial(ctx context.Context, addr, username, clientID, password string) (*mqttClient, error) {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	k := &kickCounter{}
-	c := paho.NewClient(paho.ClientConfig{Conn: conn,
-		OnServerDisconnect: func(d *paho.Disconnect) { k.add(fmt.Sprintf("DISCONNECT reason 0x%02x", d.ReasonCode)) },
-		OnClientError:      func(err error) { k.add(err.Error()) },
-	})
-	ack, err := c.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30,
-		Username: username, UsernameFlag: true, Password: []byte(password), PasswordFlag: true})
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("connect %s as %s: %w", clientID, username, err)
-	}
-	if ack.ReasonCode != 0 {
-		_ = conn.Close()
-		return nil, fmt.Errorf("connect %s as %s: CONNACK reason 0x%02x", clientID, username, ack.ReasonCode)
-	}
-	return &mqttClient{Client: c, id: clientID, kicks: k}, nil
+	return testenv.Dial(ctx, addr, username, clientID, password)
 }
 
-// connectAgent connects as an agent identity ({org}/{unit}/{agent}) for the rest of the test.
 func connectAgent(t testing.TB, ctx context.Context, addr, clientID, password string) *mqttClient {
 	t.Helper()
-	c, err := dial(ctx, addr, "a2a:"+clientID, clientID, password)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
-	return c
+	return testenv.DialAgent(t, ctx, addr, clientID, password)
 }
 
 // publishVerdict sends a QoS 1 publish and reads the broker's verdict from the PUBACK.
@@ -175,7 +124,7 @@ func mayPublish(t testing.TB, ctx context.Context, c *mqttClient, topic string) 
 	t.Helper()
 	ok, err := publishVerdict(ctx, c, topic)
 	if err != nil {
-		t.Fatalf("%s publish %s: %v", c.id, topic, err)
+		t.Fatalf("%s publish %s: %v", c.ID, topic, err)
 	}
 	return ok
 }
@@ -185,7 +134,7 @@ func maySubscribe(t testing.TB, ctx context.Context, c *mqttClient, filter strin
 	t.Helper()
 	ack, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
 	if ack == nil || len(ack.Reasons) != 1 {
-		t.Fatalf("%s subscribe %s: %v", c.id, filter, err)
+		t.Fatalf("%s subscribe %s: %v", c.ID, filter, err)
 	}
 	if ack.Reasons[0] >= 0x80 {
 		return false
@@ -197,7 +146,7 @@ func maySubscribe(t testing.TB, ctx context.Context, c *mqttClient, filter strin
 // eventuallyPublish waits until c's publish verdict on topic is want.
 func eventuallyPublish(t testing.TB, ctx context.Context, c *mqttClient, topic string, want bool) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%s publish %s allowed=%v", c.id, topic, want), func() error {
+	eventually(t, fmt.Sprintf("%s publish %s allowed=%v", c.ID, topic, want), func() error {
 		got, err := publishVerdict(ctx, c, topic)
 		if err != nil {
 			return err
@@ -213,8 +162,8 @@ func eventuallyPublish(t testing.TB, ctx context.Context, c *mqttClient, topic s
 func noKicks(t testing.TB, what string, clients ...*mqttClient) {
 	t.Helper()
 	for _, c := range clients {
-		if ev := c.kicks.events(); len(ev) > 0 {
-			t.Errorf("%s: %s was disconnected %d times: %v", what, c.id, len(ev), ev)
+		if ev := c.Kicks(); len(ev) > 0 {
+			t.Errorf("%s: %s was disconnected %d times: %v", what, c.ID, len(ev), ev)
 		}
 	}
 }
