@@ -119,8 +119,8 @@ func newManager(cacheOpts cache.Options, newClient ...client.NewClientFunc) (ctr
 	})
 }
 
-// writes counts the brokered manager's API writes by "verb kind namespace/name" (status writes as
-// kind "Agent/status"), to prove reconciles write only what changed.
+// writes counts the brokered manager's API writes (and gets) by "verb kind namespace/name" (status
+// writes as kind "Agent/status"), to prove reconciles write only what changed.
 var writes = &writeLog{counts: map[string]int{}}
 
 type writeLog struct {
@@ -178,6 +178,12 @@ func countingClient(cfg *rest.Config, opts client.Options) (client.Client, error
 		return nil, err
 	}
 	return interceptor.NewClient(c, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			obj.SetNamespace(key.Namespace)
+			obj.SetName(key.Name)
+			writes.add("get", obj, "")
+			return c.Get(ctx, key, obj, opts...)
+		},
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			writes.add("create", obj, "")
 			return c.Create(ctx, obj, opts...)
