@@ -100,3 +100,37 @@ func TestTenantPrecedenceAndConflicts(t *testing.T) {
 		return tenantCondition("tn-copy", a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonTenantBound, "")
 	})
 }
+
+// TestTenantNamespaceSelectorFollowsLabels: a Tenant that selects namespaces by label binds a
+// namespace from the moment an administrator labels it, and its Agents follow.
+func TestTenantNamespaceSelectorFollowsLabels(t *testing.T) {
+	ctx := context.Background()
+	ns := plainNamespace(t)
+	tn := &a2av1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "tn-gold"}, Spec: a2av1.TenantSpec{
+		OrgID: "tn-gold", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}}}
+	if err := k8s.Create(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), tn) })
+	if err := applyYAML(ns, agentManifest("miner", "tn-gold", "u", nil, "")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "not bound yet", func() error {
+		a := getAgent(t, ns, "miner")
+		return conditionIs(a.Status.Conditions, a.Generation, a2av1.ConditionIdentityPermitted, metav1.ConditionFalse, a2av1.ReasonIdentityNotPermitted)
+	})
+	patch := []byte(`{"metadata":{"labels":{"tier":"gold"}}}`)
+	if err := k8s.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "bound once labelled", func() error {
+		a := getAgent(t, ns, "miner")
+		if a.Status.Tenant != "tn-gold" {
+			return fmt.Errorf("status.tenant = %q", a.Status.Tenant)
+		}
+		return conditionIs(a.Status.Conditions, a.Generation, a2av1.ConditionIdentityPermitted, metav1.ConditionTrue, a2av1.ReasonIdentityPermitted)
+	})
+	eventually(t, "the Tenant counts it", func() error {
+		return tenantCondition("tn-gold", a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonTenantBound, "binds 1 namespaces")
+	})
+}
