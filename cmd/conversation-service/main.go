@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -39,6 +40,16 @@ func main() {
 	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
 	flag.DurationVar(&cfg.SweepInterval, "sweep-interval", time.Second, "how often expired contexts and input-required timeouts are applied")
 	flag.IntVar(&cfg.Workers, "workers", 32, "goroutines handling requests and replies")
+	var routeSecretFile, previousSecretFile string
+	flag.StringVar(&routeSecretFile, "route-secret-file", env("A2A_ROUTE_SECRET_FILE", ""),
+		"file holding the secret that encrypts routes in forwarded correlation data and derives the replica's client id; the same on every replica (default: the broker password)")
+	flag.StringVar(&previousSecretFile, "previous-route-secret-file", env("A2A_PREVIOUS_ROUTE_SECRET_FILE", ""),
+		"file holding the route secret before a rotation: routes sealed with it are still opened")
+	flag.StringVar(&cfg.TLSCAFile, "tls-ca-file", env("A2A_TLS_CA_FILE", ""), "PEM CA bundle to verify the broker's certificate (mqtts://, tls://, wss://); default: system roots")
+	flag.StringVar(&cfg.TLSCertFile, "tls-cert-file", env("A2A_TLS_CERT_FILE", ""), "PEM client certificate for the broker connection")
+	flag.StringVar(&cfg.TLSKeyFile, "tls-key-file", env("A2A_TLS_KEY_FILE", ""), "PEM key of --tls-cert-file")
+	flag.BoolVar(&cfg.RequireSenderProperty, "require-sender-property", false,
+		"refuse requests the broker did not stamp with the publisher's identity (only for brokers that stamp it: the embedded broker)")
 	// --kubeconfig is controller-runtime's flag (ctrl.GetConfig): that file,
 	// else $KUBECONFIG, else in-cluster config.
 	zopts := zap.Options{}
@@ -48,6 +59,23 @@ func main() {
 	ctrl.SetLogger(log)
 	cfg.Logger = log
 	cfg.Password = os.Getenv("A2A_PASSWORD")
+	for _, f := range []struct {
+		path string
+		dst  func([]byte)
+	}{
+		{routeSecretFile, func(b []byte) { cfg.RouteSecret = b }},
+		{previousSecretFile, func(b []byte) { cfg.PreviousRouteSecrets = [][]byte{b} }},
+	} {
+		if f.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conversation-service:", err)
+			os.Exit(2)
+		}
+		f.dst(bytes.TrimSpace(b))
+	}
 
 	var err error
 	if cfg.RestConfig, err = ctrl.GetConfig(); err != nil {

@@ -224,6 +224,7 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 			nt.MessageID = req.MessageID
 			nt.UpdatedAt = now
 			nt.Streams = nil
+			nt.Notify = nil
 			nt.addStream(p, req, now)
 			n.Working++
 			n.LastActivity = now

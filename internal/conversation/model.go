@@ -136,6 +136,10 @@ type Task struct {
 	// StatusMessage explains a state the engine itself set (input-required
 	// timeout).
 	StatusMessage string `json:"statusMessage,omitempty"`
+	// Notify is the stream on which the task's last input-required or
+	// auth-required was relayed: the requester that got it is told there
+	// if the engine later fails the task (input-required timeout).
+	Notify *Stream `json:"notify,omitempty"`
 }
 
 // Terminal reports whether the task is completed, failed, canceled or
@@ -303,12 +307,18 @@ func (c *Context) refresh(p Policy) {
 	}
 	c.ExpiresAt = exp
 	next := exp
-	if p.InputRequiredTimeout > 0 {
+	if p.InputRequiredTimeout > 0 || (p.FirstEventTimeout > 0 && c.Working > 0) {
 		for _, t := range c.Tasks {
-			if !interrupted(t.State) {
+			var dl time.Time
+			switch {
+			case p.InputRequiredTimeout > 0 && interrupted(t.State):
+				dl = t.WaitingSince.Add(p.InputRequiredTimeout)
+			case p.FirstEventTimeout > 0 && t.State == a2a.TaskStateSubmitted:
+				dl = t.UpdatedAt.Add(p.FirstEventTimeout)
+			default:
 				continue
 			}
-			if dl := t.WaitingSince.Add(p.InputRequiredTimeout); next.IsZero() || dl.Before(next) {
+			if next.IsZero() || dl.Before(next) {
 				next = dl
 			}
 		}

@@ -3,16 +3,20 @@ package convservice
 import (
 	"context"
 	"crypto/rand"
+
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/a2aproject/a2a-go/v2/a2a"
 	"strings"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/google/uuid"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -81,17 +85,19 @@ func (s *Service) admit(ctx context.Context, in *inbound) bool {
 		s.m.rejections.WithLabelValues("no_response_topic").Inc()
 		return false
 	}
-	if s.claims != nil {
-		won, err := s.claims.claim(ctx, in.respTo, in.corr)
-		if err != nil {
-			// Without the claim two replicas could both handle it; refusing
-			// is safer, and the error is retryable for the requester.
-			log.Error(err, "claim request")
-			s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
-				"conversation service cannot claim the request: shared state unavailable"))
-			return false
-		}
-		if !won {
+	if sender, present, ok := senderIdentity(in); present || s.cfg.RequireSenderProperty {
+		// The broker told us who published: the reply path must be that
+		// publisher's own reply topic, or the requester could have the
+		// service publish into another agent's replies.
+		owner, isReply := replyIdentity(in.respTo)
+		if !ok || !isReply || owner != sender {
+			reason := reasonReplyTopicNotPermitted
+			if !present {
+				reason = reasonSenderMissing
+			}
+			log.Info("dropping request whose Response Topic is not the publisher's own reply topic",
+				"response_topic", in.respTo, "sender", in.user.Get(identity.SenderProperty))
+			s.m.rejections.WithLabelValues(reason).Inc()
 			return false
 		}
 	}
@@ -106,6 +112,22 @@ func (s *Service) admit(ctx context.Context, in *inbound) bool {
 			fmt.Sprintf("request expired after waiting %s in the conversation service (message expiry %ds)",
 				time.Since(in.received).Round(time.Millisecond), *in.expiry)))
 		return false
+	}
+	if s.claims != nil {
+		// Claimed only once the correlation data is known valid: the claim
+		// key is the requester's (Response Topic, Correlation Data).
+		won, err := s.claims.claim(ctx, in.respTo, in.corr)
+		if err != nil {
+			// Without the claim two replicas could both handle it; refusing
+			// is safer, and the error is retryable for the requester.
+			log.Error(err, "claim request")
+			s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
+				"conversation service cannot claim the request: shared state unavailable"))
+			return false
+		}
+		if !won {
+			return false
+		}
 	}
 	return true
 }
@@ -175,11 +197,43 @@ func (s *Service) handleRequest(in *inbound) {
 			"agent is no longer served by the conversation service; retry"))
 		return
 	}
+	if caller, ok := replyIdentity(in.respTo); !ok || !g.callers.admits(caller) {
+		// Without a broker-stamped sender (Mosquitto), the service cannot
+		// know who published; it relays only to the reply topic of an
+		// identity the agent admits as caller (docs/conversation-service.md).
+		s.log.Info("dropping request whose Response Topic is not the reply topic of an admitted caller",
+			"agent", g.key, "response_topic", in.respTo)
+		s.m.rejections.WithLabelValues(reasonReplyTopicNotPermitted).Inc()
+		return
+	}
 	req := s.decode(ctx, in, true)
 	if req == nil {
 		return
 	}
 	log := s.log.WithValues("agent", g.key, "method", req.Method, "task", req.TaskID, "context", req.ContextID)
+	if prop := in.user.Get(a2amqtt.PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
+		// The same refusal as the SDK responder's: the header and the body
+		// of the request must name one context.
+		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorTransportProtocolError).Inc()
+		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorTransportProtocolError,
+			fmt.Sprintf("%s user property %q does not match params.message.contextId %q", a2amqtt.PropContextID, prop, req.ContextID)))
+		return
+	}
+	if req.Dialect == a2amqtt.DialectV03 && req.HasMessage && req.TaskID == "" {
+		// v0.3 lets the server create task (and context) ids; over MQTT the
+		// rules key on them, so the service creates them for the agent
+		// (docs/conversation-service.md, "A2A v0.3 requesters").
+		req.TaskID = uuid.NewString()
+		if req.ContextID == "" {
+			req.ContextID = uuid.NewString()
+		}
+		payload, err := assignIDs(in.payload, req.TaskID, req.ContextID)
+		if err != nil {
+			s.replyError(ctx, in, req.ID, &a2amqtt.RPCError{Code: -32602, Message: err.Error()})
+			return
+		}
+		in.payload = payload
+	}
 	method, ruled := conversation.ParseMethod(req.Method)
 	rt := route{Agent: g.key, TaskID: req.TaskID, ContextID: req.ContextID, Method: method, Correlation: in.corr, ResponseTopic: in.respTo}
 	var d conversation.Decision
@@ -325,7 +379,12 @@ func (s *Service) handleReply(in *inbound) {
 
 // replyError answers the requester itself, echoing its correlation data.
 func (s *Service) replyError(ctx context.Context, in *inbound, id any, e *a2amqtt.RPCError) {
-	if in.respTo == "" {
+	s.answer(ctx, in.respTo, in.corr, id, e)
+}
+
+// answer publishes a JSON-RPC error to a requester's reply path.
+func (s *Service) answer(ctx context.Context, respTo string, corr []byte, id any, e *a2amqtt.RPCError) {
+	if respTo == "" {
 		return
 	}
 	b, err := encodeResponse(id, nil, &rpcError{Code: e.Code, Message: e.Message, Data: e.Data})
@@ -333,17 +392,40 @@ func (s *Service) replyError(ctx context.Context, in *inbound, id any, e *a2amqt
 		s.log.Error(err, "encode error reply")
 		return
 	}
-	s.send(ctx, in, b)
+	s.sendTo(ctx, respTo, corr, b)
 }
 
 func (s *Service) send(ctx context.Context, in *inbound, payload []byte) {
+	s.sendTo(ctx, in.respTo, in.corr, payload)
+}
+
+func (s *Service) sendTo(ctx context.Context, respTo string, corr, payload []byte) {
 	_, err := s.publish(ctx, &paho.Publish{
-		Topic: in.respTo, QoS: 1, Payload: payload,
-		Properties: &paho.PublishProperties{CorrelationData: in.corr, ContentType: "application/json"},
+		Topic: respTo, QoS: 1, Payload: payload,
+		Properties: &paho.PublishProperties{CorrelationData: corr, ContentType: "application/json"},
 	})
 	if err != nil {
-		s.log.Error(err, "answer requester", "response_topic", in.respTo)
+		s.log.Error(err, "answer requester", "response_topic", respTo)
 	}
+}
+
+// notifyFailed tells a requester on a stream that already ended that the
+// engine failed its task: a final A2A v1.0 statusUpdate (TASK_STATE_FAILED
+// with the engine's status message).
+func (s *Service) notifyFailed(ctx context.Context, st conversation.Stream, contextID, taskID, why string) {
+	ev := a2a.NewStatusUpdateEvent(a2a.TaskInfo{TaskID: a2a.TaskID(taskID), ContextID: contextID}, a2a.TaskStateFailed,
+		a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart(why)))
+	result, err := json.Marshal(map[string]any{"statusUpdate": ev})
+	if err != nil {
+		s.log.Error(err, "encode failure notice")
+		return
+	}
+	b, err := encodeResponse(nil, json.RawMessage(result), nil)
+	if err != nil {
+		s.log.Error(err, "encode failure notice")
+		return
+	}
+	s.sendTo(ctx, st.ResponseTopic, st.Correlation, b)
 }
 
 // cancelAtAgent sends CancelTask for a task the engine gave up on, so the

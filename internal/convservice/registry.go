@@ -29,6 +29,9 @@ type gatedAgent struct {
 	policy   conversation.Policy
 	// policyName is "namespace/name" of the governing ConversationPolicy.
 	policyName string
+	// callers is who the agent admits as caller: the only identities whose
+	// reply topics the service relays this agent's replies to.
+	callers *callerSet
 }
 
 // registry tracks the gated agents from the Kubernetes API (an informer
@@ -151,7 +154,7 @@ func (r *registry) desired(ctx context.Context) (map[string]*gatedAgent, error) 
 			continue
 		}
 		g := &gatedAgent{ref: ref, key: ref.String(), request: ref.RequestTopic(), delivery: a.Status.Topics.Delivery,
-			policy: conversation.DefaultPolicy()}
+			policy: conversation.DefaultPolicy(), callers: newCallerSet(a, ref, agents.Items)}
 		if name := a.Status.ConversationPolicy; name != "" {
 			g.policyName = a.Namespace + "/" + name
 			if p := byName[g.policyName]; p != nil {

@@ -90,9 +90,22 @@ type Config struct {
 	// 32). Messages with the same correlation data go to the same worker,
 	// so a reply stream keeps its order.
 	Workers int
-	// RouteSecret keys the HMAC that seals routes in forwarded correlation
-	// data; every replica must use the same one. Defaults to Password.
+	// RouteSecret keys the AEAD (AES-256-GCM) that seals routes in forwarded
+	// correlation data, and derives the replica's MQTT client id; every
+	// replica must use the same one. Defaults to Password.
 	RouteSecret []byte
+	// PreviousRouteSecrets still open routes sealed before a key rotation
+	// (docs/conversation-service.md, "Keys").
+	PreviousRouteSecrets [][]byte
+	// RequireSenderProperty refuses requests that do not carry the broker-set
+	// identity.SenderProperty (set it on brokers that stamp the publisher,
+	// the embedded broker); requests that carry it must always name a reply
+	// topic of that sender.
+	RequireSenderProperty bool
+	// TLS for the broker connection (mqtts://, tls://, wss://): a CA bundle
+	// to verify the broker with (default: the system roots) and a client
+	// certificate and key for brokers that require one.
+	TLSCAFile, TLSCertFile, TLSKeyFile string
 	// MaxPayloadBytes rejects larger requests (default 1 MiB).
 	MaxPayloadBytes int
 	// Logger defaults to logr.Discard().
@@ -163,12 +176,16 @@ type Service struct {
 	ownStore   bool
 	claims     claimer
 	conn       *a2amqtt.Conn
-	seal       sealer
+	seal       *sealer
 	replyTopic string
 	m          *metrics
 	gated      *registry
 
 	shards []chan func()
+	// quit is closed by Close: workers finish what is queued and exit, and
+	// dispatch stops queueing (the shard channels are never closed, so a
+	// message racing with Close cannot panic a send).
+	quit   chan struct{}
 	wg     sync.WaitGroup
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -193,13 +210,22 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, fmt.Errorf("conversation service config: %w", err)
 	}
+	seal, err := newSealer(cfg.RouteSecret, cfg.PreviousRouteSecrets...)
+	if err != nil {
+		return nil, fmt.Errorf("conversation service config: %w", err)
+	}
+	tlsCfg, err := tlsConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("conversation service config: %w", err)
+	}
 	s := &Service{
 		cfg:        cfg,
 		log:        cfg.Logger.WithValues("replica", cfg.ReplicaID),
-		seal:       newSealer(cfg.RouteSecret),
+		seal:       seal,
 		replyTopic: identity.Service.ReplyTopic(cfg.ReplicaID),
 		m:          newMetrics(cfg.Registry),
 		done:       make(chan struct{}),
+		quit:       make(chan struct{}),
 	}
 	if err := s.openStore(); err != nil {
 		return nil, err
@@ -220,8 +246,20 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			for job := range ch {
-				job()
+			for {
+				select {
+				case job := <-ch:
+					job()
+				case <-s.quit:
+					for {
+						select {
+						case job := <-ch:
+							job()
+						default:
+							return
+						}
+					}
+				}
 			}
 		}()
 	}
@@ -229,7 +267,8 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		BrokerURL: cfg.BrokerURL,
 		Username:  cfg.Username,
 		Password:  cfg.Password,
-		Agent:     a2amqtt.AgentRef{Org: identity.Service.Org, Unit: identity.Service.Unit, Agent: identity.Service.Agent + "-" + cfg.ReplicaID},
+		Agent:     clientRef(cfg.RouteSecret, cfg.ReplicaID),
+		TLSConfig: tlsCfg,
 		Logger:    slog.New(logr.ToSlogHandler(s.log.WithName("mqtt"))),
 	})
 	if err != nil {
@@ -371,9 +410,7 @@ func (s *Service) Close() error {
 		if s.conn != nil {
 			errs = append(errs, s.conn.Close(ctx))
 		}
-		for _, ch := range s.shards {
-			close(ch)
-		}
+		close(s.quit)
 		s.wg.Wait()
 		for _, h := range s.https {
 			_ = h.Shutdown(ctx)
@@ -392,11 +429,12 @@ func (s *Service) Close() error {
 func (s *Service) dispatch(key []byte, job func()) {
 	h := fnv.New32a()
 	h.Write(key)
-	defer func() {
-		// A message racing with Close finds its worker gone: drop it.
-		_ = recover()
-	}()
-	s.shards[h.Sum32()%uint32(len(s.shards))] <- job
+	select {
+	case s.shards[h.Sum32()%uint32(len(s.shards))] <- job:
+	case <-s.quit:
+		// Closing: the broker connection is already gone, nobody would
+		// read what this message produced.
+	}
 }
 
 // publish sends p, waiting for the PUBACK.
@@ -440,6 +478,23 @@ func (s *Service) expired(ctx context.Context, agent string, x conversation.Expi
 	for _, t := range x.TimedOut {
 		s.log.Info("input-required timeout: task failed", "agent", agent, "context", x.ContextID, "task", t.TaskID, "waiting_since", t.WaitingSince)
 		s.cancelAtAgent(ctx, agent, x.ContextID, t.TaskID)
+		if t.Notify != nil {
+			// The requester's stream ended at input-required; tell it there
+			// anyway (a client still listening learns at once, others drop
+			// an unknown correlation; the next resume gets -32004 with the
+			// same status message).
+			s.notifyFailed(ctx, *t.Notify, x.ContextID, t.TaskID, t.StatusMessage)
+		}
+	}
+	for _, u := range x.Unacknowledged {
+		s.log.Info("first-event timeout: no agent acknowledged the request, run undone", "agent", agent,
+			"context", x.ContextID, "task", u.TaskID, "forwarded_at", u.Since)
+		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
+		for _, st := range u.Streams {
+			s.answer(ctx, st.ResponseTopic, st.Correlation, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
+				fmt.Sprintf("agent %s did not acknowledge task %s within %s of it being forwarded (no agent is reading its requests); the task was not started, retry later",
+					agent, u.TaskID, s.gated.policyOf(agent).FirstEventTimeout)))
+		}
 	}
 	if x.Expired != nil {
 		s.log.Info("context expired", "agent", agent, "context", x.ContextID, "reason", x.Expired.Reason)
