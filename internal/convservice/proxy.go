@@ -55,6 +55,27 @@ func (s *Service) onRequest(topic string, p *paho.Publish) {
 	s.dispatch(in.corr, func() { s.handleRequest(in) })
 }
 
+// onQueued routes a message that arrived before its handler was registered
+// (a persistent session's backlog at reconnect) once the replica is started.
+func (s *Service) onQueued(p *paho.Publish) {
+	in := newInbound(p)
+	s.dispatch(in.corr, func() {
+		select {
+		case <-s.started:
+		case <-s.quit:
+			return
+		}
+		switch {
+		case in.topic == s.replyTopic:
+			s.handleReply(in)
+		case in.topic == identity.Service.RequestTopic():
+			s.handleHistory(in)
+		default:
+			s.handleRequest(in)
+		}
+	})
+}
+
 func (s *Service) onReply(p *paho.Publish) {
 	in := newInbound(p)
 	s.dispatch(in.corr, func() { s.handleReply(in) })

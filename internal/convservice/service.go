@@ -106,6 +106,14 @@ type Config struct {
 	// to verify the broker with (default: the system roots) and a client
 	// certificate and key for brokers that require one.
 	TLSCAFile, TLSCertFile, TLSKeyFile string
+	// SessionExpiry keeps the replica's MQTT session on the broker this
+	// long after a disconnect (Clean Start false), so replies and requests
+	// published while the replica restarts are delivered when it is back
+	// (default 10m; negative: clean start on every connection).
+	SessionExpiry time.Duration
+	// ReadinessGrace is how long the broker connection may be down (an
+	// expected reconnect) before /readyz fails (default 10s).
+	ReadinessGrace time.Duration
 	// MaxPayloadBytes rejects larger requests (default 1 MiB).
 	MaxPayloadBytes int
 	// Logger defaults to logr.Discard().
@@ -150,6 +158,12 @@ func (c *Config) defaults() error {
 	if c.Workers <= 0 {
 		c.Workers = 32
 	}
+	if c.SessionExpiry == 0 {
+		c.SessionExpiry = 10 * time.Minute
+	}
+	if c.ReadinessGrace <= 0 {
+		c.ReadinessGrace = 10 * time.Second
+	}
 	if c.MaxPayloadBytes <= 0 {
 		c.MaxPayloadBytes = 1 << 20
 	}
@@ -185,13 +199,18 @@ type Service struct {
 	// quit is closed by Close: workers finish what is queued and exit, and
 	// dispatch stops queueing (the shard channels are never closed, so a
 	// message racing with Close cannot panic a send).
-	quit   chan struct{}
-	wg     sync.WaitGroup
-	stop   context.CancelFunc
-	done   chan struct{}
-	ready  atomic.Bool
-	https  []*http.Server
-	closed sync.Once
+	quit chan struct{}
+	// started is closed once the replica has its registry: messages a
+	// persistent session delivers before that wait for it.
+	started chan struct{}
+	wg      sync.WaitGroup
+	stop    context.CancelFunc
+	done    chan struct{}
+	ready   atomic.Bool
+	// lastSweep is when the sweep loop last ran (unix ns), for /healthz.
+	lastSweep atomic.Int64
+	https     []*http.Server
+	closed    sync.Once
 }
 
 // Run starts a replica and serves until ctx ends.
@@ -226,6 +245,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		m:          newMetrics(cfg.Registry),
 		done:       make(chan struct{}),
 		quit:       make(chan struct{}),
+		started:    make(chan struct{}),
 	}
 	if err := s.openStore(); err != nil {
 		return nil, err
@@ -269,7 +289,11 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		Password:  cfg.Password,
 		Agent:     clientRef(cfg.RouteSecret, cfg.ReplicaID),
 		TLSConfig: tlsCfg,
-		Logger:    slog.New(logr.ToSlogHandler(s.log.WithName("mqtt"))),
+		// Persistent session: what the broker queued while this replica
+		// was away arrives before the handlers below are registered.
+		SessionExpiry: max(cfg.SessionExpiry, 0),
+		Unmatched:     s.onQueued,
+		Logger:        slog.New(logr.ToSlogHandler(s.log.WithName("mqtt"))),
 	})
 	if err != nil {
 		return fail(fmt.Errorf("conversation service: connect broker: %w", err))
@@ -287,6 +311,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return fail(err)
 	}
+	close(s.started)
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.gated.run(runCtx) }()
 	go func() { defer s.wg.Done(); s.sweepLoop(runCtx) }()
@@ -367,15 +392,55 @@ func (s *Service) serveHTTP() error {
 		return err
 	}
 	health := http.NewServeMux()
-	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.live(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	health.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Ready(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
 	return listen(s.cfg.HealthAddr, health)
+}
+
+// Ready reports why the replica cannot serve: not started (or closing), the
+// broker connection down for longer than ReadinessGrace (an expected
+// reconnect is not a failure), or the state store unreachable.
+func (s *Service) Ready(ctx context.Context) error {
+	if !s.ready.Load() {
+		return errors.New("not started")
+	}
+	if err := s.conn.Healthy(s.cfg.ReadinessGrace); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	if p, ok := s.store.(interface{ Ping(context.Context) error }); ok {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := p.Ping(pctx); err != nil {
+			return fmt.Errorf("state store: %w", err)
+		}
+	}
+	return nil
+}
+
+// live fails only for a wedged process: the sweep loop, which ticks every
+// SweepInterval, has not come round for a long time.
+func (s *Service) live() error {
+	last := s.lastSweep.Load()
+	if last == 0 {
+		return nil
+	}
+	limit := max(time.Minute, 20*s.cfg.SweepInterval)
+	if since := time.Since(time.Unix(0, last)); since > limit {
+		return fmt.Errorf("sweep loop stuck for %s", since.Round(time.Second))
+	}
+	return nil
 }
 
 // ReplyTopic is where agents answer this replica.
@@ -453,6 +518,7 @@ func (s *Service) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		s.lastSweep.Store(time.Now().UnixNano())
 		for {
 			swept, err := convstore.Sweep(ctx, s.store, s.gated.policyOf, s.cfg.Now(), 256)
 			if err != nil {

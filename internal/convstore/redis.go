@@ -54,6 +54,14 @@ func NewRedis(c redis.UniversalClient, prefix string) *Redis {
 	return &Redis{c: c, prefix: prefix}
 }
 
+// Ping checks that Redis answers (readiness).
+func (r *Redis) Ping(ctx context.Context) error {
+	if err := r.c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
 // Close closes the client.
 func (r *Redis) Close() error {
 	if err := r.c.Close(); err != nil {
