@@ -13,6 +13,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
@@ -208,7 +209,10 @@ func reasonOf(e *conversation.Error) string {
 func (s *Service) handleRequest(in *inbound) {
 	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
 	defer cancel()
+	ctx, sp := s.span(traceFrom(ctx, in.user), "conversation.request", trace.SpanKindConsumer)
+	defer sp.End()
 	if !s.admit(ctx, in) {
+		fail(sp, "refused at admission")
 		return
 	}
 	g := s.gated.byRequestTopic(in.topic)
@@ -231,6 +235,7 @@ func (s *Service) handleRequest(in *inbound) {
 	if req == nil {
 		return
 	}
+	sp.SetAttributes(attrAgent.String(g.key), attrMethod.String(req.Method), attrTaskID.String(req.TaskID), attrContextID.String(req.ContextID))
 	log := s.log.WithValues("agent", g.key, "method", req.Method, "task", req.TaskID, "context", req.ContextID)
 	if prop := in.user.Get(a2amqtt.PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
 		// The same refusal as the SDK responder's: the header and the body
@@ -267,10 +272,13 @@ func (s *Service) handleRequest(in *inbound) {
 	default:
 		now := s.cfg.Now()
 		var err error
-		d, err = convstore.Decide(ctx, s.store, g.key, g.policy, now, conversation.Request{
+		dctx, dsp := s.span(ctx, "conversation.decide", trace.SpanKindInternal)
+		d, err = convstore.Decide(dctx, s.store, g.key, g.policy, now, conversation.Request{
 			Method: method, TaskID: req.TaskID, ContextID: req.ContextID, MessageID: req.MessageID,
 			Correlation: in.corr, ResponseTopic: in.respTo, Requester: requesterOf(in.respTo),
 		})
+		dsp.SetAttributes(attrDecision.String(string(d.Kind)))
+		dsp.End()
 		if err != nil {
 			log.Error(err, "conversation state unavailable")
 			s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
@@ -283,6 +291,7 @@ func (s *Service) handleRequest(in *inbound) {
 			s.expired(ctx, g.key, x)
 		}
 		if d.Kind == conversation.KindReject {
+			fail(sp, reasonOf(d.Err))
 			log.V(1).Info("request rejected", "code", d.Err.Code, "reason", reasonOf(d.Err))
 			s.m.rejections.WithLabelValues(reasonOf(d.Err)).Inc()
 			data, err := d.Err.Data(now)
@@ -303,13 +312,15 @@ func (s *Service) handleRequest(in *inbound) {
 		}
 		tracked = d.Changed && d.Task != nil
 	}
+	fctx, fsp := s.span(ctx, "conversation.forward", trace.SpanKindProducer)
+	defer fsp.End()
 	out := &paho.Publish{
 		Topic: g.delivery, QoS: 1, Payload: in.payload,
 		Properties: &paho.PublishProperties{
 			ResponseTopic:   s.replyTopic,
 			CorrelationData: s.seal.seal(rt),
 			ContentType:     in.contentType,
-			User:            in.user,
+			User:            withTrace(fctx, in.user),
 		},
 	}
 	if in.expiry != nil {
@@ -323,6 +334,7 @@ func (s *Service) handleRequest(in *inbound) {
 		err = errors.New("no subscriber on the delivery topic")
 	}
 	if err != nil {
+		fail(fsp, "agent unavailable")
 		log.Info("cannot forward to the agent", "delivery", g.delivery, "err", err.Error())
 		if tracked {
 			// Undo the run the decision started, as the agent refusing it
@@ -350,12 +362,16 @@ func streaming(m conversation.Method) bool {
 func (s *Service) handleReply(in *inbound) {
 	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
 	defer cancel()
+	ctx, sp := s.span(traceFrom(ctx, in.user), "conversation.relay", trace.SpanKindConsumer)
+	defer sp.End()
 	rt, err := s.seal.open(in.corr)
 	if err != nil {
+		fail(sp, "unsealed correlation data")
 		s.m.replies.WithLabelValues("dropped_unsealed").Inc()
 		s.log.Info("dropping reply with unknown correlation data", "topic", in.topic)
 		return
 	}
+	sp.SetAttributes(attrAgent.String(rt.Agent), attrMethod.String(string(rt.Method)), attrTaskID.String(rt.TaskID), attrContextID.String(rt.ContextID))
 	log := s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method)
 	if rt.TaskID != "" {
 		ev, err := replyEvent(in.payload)
@@ -385,7 +401,7 @@ func (s *Service) handleReply(in *inbound) {
 	}
 	out := &paho.Publish{
 		Topic: rt.ResponseTopic, QoS: 1, Payload: in.payload,
-		Properties: &paho.PublishProperties{CorrelationData: rt.Correlation, ContentType: in.contentType, User: in.user},
+		Properties: &paho.PublishProperties{CorrelationData: rt.Correlation, ContentType: in.contentType, User: withTrace(ctx, in.user)},
 	}
 	// Pipelined: the worker owning this correlation sends in order, and a
 	// long stream is not paced by one PUBACK round trip per item.

@@ -29,6 +29,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"k8s.io/client-go/rest"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
@@ -116,6 +118,11 @@ type Config struct {
 	ReadinessGrace time.Duration
 	// MaxPayloadBytes rejects larger requests (default 1 MiB).
 	MaxPayloadBytes int
+	// TracerProvider receives the service's spans (receive → decide →
+	// forward, and relay), which continue the requester's trace from the
+	// traceparent user property and propagate it to the agent. Default:
+	// none recorded.
+	TracerProvider trace.TracerProvider
 	// Logger defaults to logr.Discard().
 	Logger logr.Logger
 	// Registry receives the metrics (default: a new registry, served on
@@ -176,6 +183,9 @@ func (c *Config) defaults() error {
 	if c.Logger.GetSink() == nil {
 		c.Logger = logr.Discard()
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
+	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
@@ -191,6 +201,7 @@ type Service struct {
 	claims     claimer
 	conn       *a2amqtt.Conn
 	seal       *sealer
+	tracer     trace.Tracer
 	replyTopic string
 	m          *metrics
 	gated      *registry
@@ -241,6 +252,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		cfg:        cfg,
 		log:        cfg.Logger.WithValues("replica", cfg.ReplicaID),
 		seal:       seal,
+		tracer:     cfg.TracerProvider.Tracer(tracerName),
 		replyTopic: identity.Service.ReplyTopic(cfg.ReplicaID),
 		m:          newMetrics(cfg.Registry),
 		done:       make(chan struct{}),
