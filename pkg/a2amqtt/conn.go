@@ -162,6 +162,16 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		KeepAlive:                     uint16(cfg.KeepAlive / time.Second),
 		CleanStartOnInitialConnection: cfg.SessionExpiry <= 0,
 		SessionExpiryInterval:         uint32(cfg.SessionExpiry / time.Second),
+		ConnectPacketBuilder: func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
+			if cp.Properties != nil {
+				// paho encodes an unset bool as Request Problem Information 0
+				// once any CONNECT property is set (the session expiry), and
+				// mochi then strips user properties from every PUBLISH it
+				// delivers (a2a-context-id, traceparent): ask for them.
+				cp.Properties.RequestProblemInfo = true
+			}
+			return cp, nil
+		},
 		ConnectTimeout:                cfg.ConnectTimeout,
 		ReconnectBackoff:              reconnectBackoff,
 		ConnectUsername:               cfg.Username,
