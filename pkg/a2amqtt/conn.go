@@ -172,10 +172,10 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 			}
 			return cp, nil
 		},
-		ConnectTimeout:                cfg.ConnectTimeout,
-		ReconnectBackoff:              reconnectBackoff,
-		ConnectUsername:               cfg.Username,
-		ConnectPassword:               []byte(cfg.Password),
+		ConnectTimeout:   cfg.ConnectTimeout,
+		ReconnectBackoff: reconnectBackoff,
+		ConnectUsername:  cfg.Username,
+		ConnectPassword:  []byte(cfg.Password),
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
 			// Must not block: resubscribe and republish presence in a goroutine.
 			go func() {
