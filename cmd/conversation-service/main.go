@@ -37,8 +37,12 @@ func main() {
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("A2A_REPLICA_ID", ""), "replica id: MQTT client id suffix and reply topic suffix (default: host name)")
 	flag.StringVar(&cfg.Store, "store", env("A2A_STORE", "bolt:/var/lib/conversation-service/state.db"), "state store: bolt:PATH (one replica) or redis://host:port/db (several)")
 	flag.StringVar(&cfg.RedisPrefix, "redis-prefix", "a2af", "key prefix in Redis")
-	flag.BoolVar(&cfg.SharedSubscriptions, "shared-subscriptions", false,
-		"consume request topics via $share/a2a-conversation/ (only for brokers that deliver $-topics to shared subscriptions; Mosquitto 2.0.x does not)")
+	// Deprecated: replicas partition the agents between them (ownership in
+	// the Redis journal), on every broker; accepted so old manifests run.
+	flag.Bool("shared-subscriptions", false, "deprecated, ignored: replicas partition the gated agents between them")
+	flag.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "Redis: how long a replica owns an agent without renewing (a crashed replica's agents move after about this long)")
+	flag.DurationVar(&cfg.SessionExpiry, "session-expiry", 10*time.Minute, "MQTT session kept by the broker across a restart of this replica (negative: clean start)")
+	flag.DurationVar(&cfg.ReadinessGrace, "readiness-grace", 10*time.Second, "how long the broker connection may be down before /readyz fails")
 	flag.StringVar(&cfg.Namespace, "namespace", env("A2A_WATCH_NAMESPACE", ""), "watch Agents and ConversationPolicies in this namespace only (default: all)")
 	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 disables)")
 	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")

@@ -275,7 +275,9 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 		CreatedAt: now,
 		UpdatedAt: now,
 		MessageID: req.MessageID,
+		Seq:       n.TaskSeq,
 	}
+	n.TaskSeq++
 	nt.addStream(p, req, now)
 	n.Tasks = append(n.Tasks, nt)
 	n.Working++

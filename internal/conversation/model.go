@@ -136,6 +136,10 @@ type Task struct {
 	// StatusMessage explains a state the engine itself set (input-required
 	// timeout).
 	StatusMessage string `json:"statusMessage,omitempty"`
+	// Seq orders the tasks of a context (Context.TaskSeq when it was
+	// created), so a store that keeps one record per task can rebuild
+	// Context.Tasks in order.
+	Seq uint64 `json:"seq,omitempty"`
 	// Notify is the stream on which the task's last input-required or
 	// auth-required was relayed: the requester that got it is told there
 	// if the engine later fails the task (input-required timeout).
@@ -184,6 +188,8 @@ type Context struct {
 	// Deadlines is the fingerprint of the policy durations ExpiresAt and
 	// NextDeadline were computed with; a different policy recomputes them.
 	Deadlines uint64 `json:"deadlines,omitempty"`
+	// TaskSeq is the Seq of the next task created in the context.
+	TaskSeq uint64 `json:"taskSeq,omitempty"`
 	// Version is owned by the store (optimistic concurrency); the engine
 	// copies it unchanged.
 	Version uint64 `json:"version"`

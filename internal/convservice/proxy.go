@@ -135,22 +135,6 @@ func (s *Service) admit(ctx context.Context, in *inbound) bool {
 				time.Since(in.received).Round(time.Millisecond), *in.expiry)))
 		return false
 	}
-	if s.claims != nil {
-		// Claimed only once the correlation data is known valid: the claim
-		// key is the requester's (Response Topic, Correlation Data).
-		won, err := s.claims.claim(ctx, in.respTo, in.corr)
-		if err != nil {
-			// Without the claim two replicas could both handle it; refusing
-			// is safer, and the error is retryable for the requester.
-			log.Error(err, "claim request")
-			s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
-				"conversation service cannot claim the request: shared state unavailable"))
-			return false
-		}
-		if !won {
-			return false
-		}
-	}
 	return true
 }
 
@@ -273,17 +257,31 @@ func (s *Service) handleRequest(in *inbound) {
 		now := s.cfg.Now()
 		var err error
 		dctx, dsp := s.span(ctx, "conversation.decide", trace.SpanKindInternal)
-		d, err = convstore.Decide(dctx, s.store, g.key, g.policy, now, conversation.Request{
+		var ticket *convstore.Ticket
+		d, ticket, err = s.mem.Decide(g.key, g.policy, now, conversation.Request{
 			Method: method, TaskID: req.TaskID, ContextID: req.ContextID, MessageID: req.MessageID,
 			Correlation: in.corr, ResponseTopic: in.respTo, Requester: requesterOf(in.respTo),
 		})
+		if err == nil && d.Forward {
+			// Forward only what is durable: after a crash, no accepted
+			// request is forgotten and no slot is granted twice.
+			if err = ticket.Wait(dctx); err != nil && d.Changed && d.Task != nil {
+				s.undoRun(g, req.TaskID, in.corr)
+			}
+		}
 		dsp.SetAttributes(attrDecision.String(string(d.Kind)))
 		dsp.End()
 		if err != nil {
-			log.Error(err, "conversation state unavailable")
+			msg := "conversation service cannot make its decision durable; retry"
+			if errors.Is(err, convstore.ErrNotOwner) {
+				// Ownership of the agent is moving between replicas.
+				msg = "this conversation service replica no longer serves the agent; retry"
+			} else {
+				log.Error(err, "conversation state unavailable")
+			}
+			fail(sp, "state unavailable")
 			s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
-			s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
-				"conversation service cannot reach its state store; retry"))
+			s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable, msg))
 			return
 		}
 		s.m.requests.WithLabelValues(string(d.Kind)).Inc()
@@ -337,13 +335,7 @@ func (s *Service) handleRequest(in *inbound) {
 		fail(fsp, "agent unavailable")
 		log.Info("cannot forward to the agent", "delivery", g.delivery, "err", err.Error())
 		if tracked {
-			// Undo the run the decision started, as the agent refusing it
-			// would: the task must not hold a concurrency slot forever.
-			if _, oerr := convstore.Observe(ctx, s.store, g.key, g.policy, s.cfg.Now(), conversation.Event{
-				Kind: conversation.EventError, TaskID: req.TaskID, Correlation: in.corr, Final: true,
-			}); oerr != nil {
-				log.Error(oerr, "undo forwarded run")
-			}
+			s.undoRun(g, req.TaskID, in.corr)
 		}
 		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
 		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
@@ -351,6 +343,19 @@ func (s *Service) handleRequest(in *inbound) {
 		return
 	}
 	s.m.latency.WithLabelValues("request").Observe(time.Since(in.received).Seconds())
+}
+
+// undoRun undoes the run a decision started, as the agent refusing it would:
+// the task must not hold a concurrency slot forever. Written behind: a
+// crash before it is durable leaves a submitted task that the first-event
+// deadline undoes.
+func (s *Service) undoRun(g *gatedAgent, taskID string, corr []byte) {
+	_, _, err := s.mem.Observe(g.key, g.policy, s.cfg.Now(), conversation.Event{
+		Kind: conversation.EventError, TaskID: taskID, Correlation: corr, Final: true,
+	})
+	if err != nil {
+		s.log.Error(err, "undo forwarded run", "agent", g.key, "task", taskID)
+	}
 }
 
 // streaming reports whether replies to m form a stream (several replies,
@@ -384,11 +389,23 @@ func (s *Service) handleReply(in *inbound) {
 			ev.TaskID = rt.TaskID
 			ev.Correlation = rt.Correlation
 			ev.Final = ev.Final || !streaming(rt.Method)
-			o, err := convstore.Observe(ctx, s.store, rt.Agent, s.gated.policyOf(rt.Agent), s.cfg.Now(), ev)
-			if err != nil {
-				// Relaying matters more than bookkeeping here; the next
-				// event or the sweeper reconciles the state.
+			o, ticket, err := s.mem.Observe(rt.Agent, s.gated.policyOf(rt.Agent), s.cfg.Now(), ev)
+			switch {
+			case errors.Is(err, convstore.ErrNotOwner) && s.owners != nil:
+				// The agent moved to another replica after this one
+				// forwarded the request: its owner applies the event.
+				s.owners.handOver(ctx, rt.Agent, ev)
+			case err != nil:
 				log.Error(err, "record reply event")
+			case convstore.Final(o):
+				// The final event of a stream is durable before the
+				// requester sees it: a follow-up it sends at once, and any
+				// replica after a crash, find the slot free.
+				if err := ticket.Wait(ctx); err != nil {
+					// Relaying matters more than bookkeeping: the memory
+					// state is right; the store is not ready (readiness).
+					log.Error(err, "make reply event durable")
+				}
 			}
 			for _, x := range o.Expirations {
 				s.expired(ctx, rt.Agent, x)

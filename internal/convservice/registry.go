@@ -187,17 +187,24 @@ func (r *registry) resync(ctx context.Context) {
 	r.mu.Lock()
 	r.byTopic, r.byKey = want, byKey
 	var add, remove []string
-	for topic := range want {
-		if r.subs[topic] == nil {
+	for topic, g := range want {
+		if r.subs[topic] == nil && r.s.serves(g.key) {
 			add = append(add, topic)
 		}
 	}
 	for topic := range r.subs {
-		if want[topic] == nil {
+		if g := want[topic]; g == nil || !r.s.serves(g.key) {
 			remove = append(remove, topic)
 		}
 	}
 	r.mu.Unlock()
+	if r.s.owners != nil {
+		// The set of gated agents may have changed: rebalance ownership.
+		select {
+		case r.s.ownersKick <- struct{}{}:
+		default:
+		}
+	}
 
 	for _, topic := range remove {
 		r.mu.Lock()
@@ -212,7 +219,7 @@ func (r *registry) resync(ctx context.Context) {
 	}
 	for _, topic := range add {
 		topic := topic
-		sub, err := r.s.conn.Subscribe(ctx, r.s.filter(topic), func(p *paho.Publish) { r.s.onRequest(topic, p) })
+		sub, err := r.s.conn.Subscribe(ctx, topic, func(p *paho.Publish) { r.s.onRequest(topic, p) })
 		if err != nil {
 			r.s.log.Info("cannot consume request topic yet, will retry", "topic", topic, "err", err.Error())
 			continue
@@ -225,6 +232,17 @@ func (r *registry) resync(ctx context.Context) {
 	r.mu.RLock()
 	r.s.m.gatedAgents.Set(float64(len(r.subs)))
 	r.mu.RUnlock()
+}
+
+// keys lists the gated agents ("org/unit/agent").
+func (r *registry) keys() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.byKey))
+	for k := range r.byKey {
+		out = append(out, k)
+	}
+	return out
 }
 
 func (r *registry) byRequestTopic(topic string) *gatedAgent {

@@ -53,21 +53,18 @@ type Config struct {
 	// Must match ^[A-Za-z0-9_.-]+$; defaults to the host name.
 	ReplicaID string
 	// Store is "bolt:PATH" (one replica, survives restarts) or
-	// "redis://host:port/db" (several replicas). Ignored when StoreImpl is set.
+	// "redis://host:port/db" (several replicas: each owns a share of the
+	// gated agents, decides for them from memory and consumes only their
+	// request topics; docs/conversation-service.md, "Replicas").
 	Store string
-	// StoreImpl, when set, is used instead of opening Store (in-process
-	// callers that share a store). The service does not close it.
-	StoreImpl convstore.Store
 	// RedisPrefix namespaces the Redis keys (default "a2af").
 	RedisPrefix string
 	// BoltNoSync skips fsync on bolt commits (tests and benchmarks only).
 	BoltNoSync bool
-	// SharedSubscriptions consumes request topics through
-	// $share/a2a-conversation/...; only for brokers that deliver
-	// $-prefixed topics to shared subscriptions (not Mosquitto 2.0.x).
-	// Otherwise every replica subscribes to the plain topics and a claim
-	// in the shared store picks the one replica that handles a request.
-	SharedSubscriptions bool
+	// LeaseTTL is how long a replica's ownership of an agent lasts without
+	// renewal (Redis; default 15s): a crashed replica's agents move to the
+	// others within about this long.
+	LeaseTTL time.Duration
 	// RestConfig reaches the Kubernetes API (Agents, ConversationPolicies).
 	RestConfig *rest.Config
 	// Namespace restricts the watch to one namespace ("" = all).
@@ -147,7 +144,7 @@ func (c *Config) defaults() error {
 	if c.RestConfig == nil {
 		return errors.New("kubernetes rest config is required")
 	}
-	if c.StoreImpl == nil && c.Store == "" {
+	if c.Store == "" {
 		return errors.New("store is required (bolt:PATH or redis://...)")
 	}
 	if c.Now == nil {
@@ -164,6 +161,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Workers <= 0 {
 		c.Workers = 32
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 15 * time.Second
 	}
 	if c.SessionExpiry == 0 {
 		c.SessionExpiry = 10 * time.Minute
@@ -194,11 +194,16 @@ func (c *Config) defaults() error {
 
 // Service is a running replica.
 type Service struct {
-	cfg        Config
-	log        logr.Logger
-	store      convstore.Store
-	ownStore   bool
-	claims     claimer
+	cfg     Config
+	log     logr.Logger
+	journal convstore.Journal
+	mem     *convstore.Memory
+	// owners is the agent ownership of several replicas (Redis); nil: this
+	// replica owns every agent (bbolt).
+	owners     *ownership
+	ownersKick chan struct{}
+	// ping checks the shared store for readiness (nil: local file).
+	ping       func(context.Context) error
 	conn       *a2amqtt.Conn
 	seal       *sealer
 	tracer     trace.Tracer
@@ -258,8 +263,9 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		done:       make(chan struct{}),
 		quit:       make(chan struct{}),
 		started:    make(chan struct{}),
+		ownersKick: make(chan struct{}, 1),
 	}
-	if err := s.openStore(); err != nil {
+	if err := s.openState(ctx); err != nil {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.Background())
@@ -316,7 +322,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if _, err := conn.Subscribe(ctx, s.replyTopic, s.onReply); err != nil {
 		return fail(fmt.Errorf("conversation service: subscribe reply topic: %w", err))
 	}
-	if _, err := conn.Subscribe(ctx, s.filter(identity.Service.RequestTopic()), s.onHistoryRequest); err != nil {
+	if _, err := conn.Subscribe(ctx, identity.Service.RequestTopic(), s.onHistoryRequest); err != nil {
 		return fail(fmt.Errorf("conversation service: subscribe own request topic: %w", err))
 	}
 	s.gated, err = newRegistry(ctx, s)
@@ -324,64 +330,60 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		return fail(err)
 	}
 	close(s.started)
+	if s.owners != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.owners.run(runCtx, s.ownersKick) }()
+	}
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.gated.run(runCtx) }()
 	go func() { defer s.wg.Done(); s.sweepLoop(runCtx) }()
 	go func() { defer s.wg.Done(); s.statsLoop(runCtx) }()
 	s.ready.Store(true)
-	s.log.Info("conversation service started", "reply_topic", s.replyTopic, "shared_subscriptions", cfg.SharedSubscriptions,
-		"store", storeKind(cfg))
+	kind, _, _ := strings.Cut(cfg.Store, ":")
+	s.log.Info("conversation service started", "reply_topic", s.replyTopic, "store", kind)
 	return s, nil
 }
 
-func storeKind(cfg Config) string {
-	if cfg.StoreImpl != nil {
-		return "provided"
-	}
-	kind, _, _ := strings.Cut(cfg.Store, ":")
-	return kind
-}
-
-func (s *Service) openStore() error {
-	if s.cfg.StoreImpl != nil {
-		s.store = s.cfg.StoreImpl
-		return nil
-	}
+// openState opens the journal and, for a single replica, rebuilds every
+// agent's state from it (with Redis, each agent is rebuilt when this
+// replica takes it over).
+func (s *Service) openState(ctx context.Context) error {
 	switch {
 	case strings.HasPrefix(s.cfg.Store, "bolt:"):
-		b, err := convstore.OpenBolt(strings.TrimPrefix(s.cfg.Store, "bolt:"), &convstore.BoltOptions{NoSync: s.cfg.BoltNoSync, Timeout: 30 * time.Second})
+		j, err := convstore.OpenBoltJournal(strings.TrimPrefix(s.cfg.Store, "bolt:"), &convstore.BoltOptions{NoSync: s.cfg.BoltNoSync, Timeout: 30 * time.Second})
 		if err != nil {
 			return fmt.Errorf("conversation service: %w", err)
 		}
-		s.store, s.ownStore = b, true
+		s.journal, s.mem = j, convstore.NewMemory(j, true)
+		start := time.Now()
+		if err := s.mem.Recover(ctx, "", nil); err != nil {
+			return fmt.Errorf("conversation service: recover state: %w", err)
+		}
+		live, _ := s.mem.Stats()
+		n := 0
+		for _, v := range live {
+			n += v
+		}
+		s.log.Info("conversation state recovered", "live_contexts", n, "took", time.Since(start).Round(time.Millisecond))
 	case strings.HasPrefix(s.cfg.Store, "redis://"), strings.HasPrefix(s.cfg.Store, "rediss://"):
 		opts, err := redis.ParseURL(s.cfg.Store)
 		if err != nil {
 			return fmt.Errorf("conversation service: parse redis URL: %w", err)
 		}
 		c := redis.NewClient(opts)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := c.Ping(ctx).Err(); err != nil {
+		if err := c.Ping(pctx).Err(); err != nil {
 			_ = c.Close()
 			return fmt.Errorf("conversation service: redis %s unreachable: %w", opts.Addr, err)
 		}
-		s.store, s.ownStore = convstore.NewRedis(c, s.cfg.RedisPrefix), true
-		if !s.cfg.SharedSubscriptions {
-			s.claims = &redisClaimer{c: c, prefix: s.cfg.RedisPrefix, replica: s.cfg.ReplicaID, ttl: 10 * time.Minute}
-		}
+		j := convstore.NewRedisJournal(c, s.cfg.RedisPrefix)
+		s.journal, s.mem, s.ping = j, convstore.NewMemory(j, false), j.Ping
+		s.owners = newOwnership(s, j)
 	default:
 		return fmt.Errorf("conversation service: store %q: want bolt:PATH or redis://", s.cfg.Store)
 	}
 	return nil
-}
-
-// filter is how this replica subscribes to a request topic.
-func (s *Service) filter(topic string) string {
-	if s.cfg.SharedSubscriptions {
-		return a2amqtt.SharedSubscription(identity.ShareGroup, topic)
-	}
-	return topic
 }
 
 func (s *Service) serveHTTP() error {
@@ -431,10 +433,10 @@ func (s *Service) Ready(ctx context.Context) error {
 	if err := s.conn.Healthy(s.cfg.ReadinessGrace); err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
-	if p, ok := s.store.(interface{ Ping(context.Context) error }); ok {
+	if s.ping != nil {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if err := p.Ping(pctx); err != nil {
+		if err := s.ping(pctx); err != nil {
 			return fmt.Errorf("state store: %w", err)
 		}
 	}
@@ -454,6 +456,16 @@ func (s *Service) live() error {
 	}
 	return nil
 }
+
+// serves reports whether this replica consumes agent's requests: always with
+// one replica, else while it owns the agent.
+func (s *Service) serves(agent string) bool {
+	return s.owners == nil || s.owners.owns(agent)
+}
+
+// answersHistoryOf reports whether this replica answers history queries
+// about agent (every replica receives them; the agent's owner answers).
+func (s *Service) answersHistoryOf(agent string) bool { return s.serves(agent) }
 
 // ReplyTopic is where agents answer this replica.
 func (s *Service) ReplyTopic() string { return s.replyTopic }
@@ -492,8 +504,11 @@ func (s *Service) Close() error {
 		for _, h := range s.https {
 			_ = h.Shutdown(ctx)
 		}
-		if s.ownStore && s.store != nil {
-			errs = append(errs, s.store.Close())
+		if s.owners != nil {
+			s.owners.release()
+		}
+		if s.journal != nil {
+			errs = append(errs, s.journal.Close())
 		}
 		close(s.done)
 	})
@@ -531,20 +546,15 @@ func (s *Service) sweepLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		s.lastSweep.Store(time.Now().UnixNano())
-		for {
-			swept, err := convstore.Sweep(ctx, s.store, s.gated.policyOf, s.cfg.Now(), 256)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Error(err, "expiry sweep failed")
-				}
-				break
+		swept, t := s.mem.Sweep(s.gated.policyOf, s.cfg.Now())
+		if err := t.Wait(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.log.Error(err, "journal expiry sweep")
 			}
-			for _, x := range swept {
-				s.expired(ctx, x.Agent, x.Expiration)
-			}
-			if len(swept) < 256 {
-				break
-			}
+			continue
+		}
+		for _, x := range swept {
+			s.expired(ctx, x.Agent, x.Expiration)
 		}
 	}
 }
@@ -597,34 +607,18 @@ func (s *Service) statsLoop(ctx context.Context) {
 	}
 }
 
-// refreshStats recomputes the gauges from the store. It scans every context:
-// cheap at the scale one replica serves, and exact across replicas.
-func (s *Service) refreshStats(ctx context.Context) {
-	now := s.cfg.Now()
-	live := map[string]int{}
-	states := map[string]int{}
-	err := s.store.Contexts(ctx, func(agent string, c *conversation.Context) error {
-		p := s.gated.policyOf(agent)
-		if c.Live(p, now) {
-			live[agent]++
-			for _, t := range c.Tasks {
-				states[string(t.State)]++
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Error(err, "refresh conversation stats")
-		}
-		return
-	}
+// refreshStats sets the gauges from the counters the in-memory state keeps
+// (no scan of the store).
+func (s *Service) refreshStats(context.Context) {
+	live, states := s.mem.Stats()
 	s.m.activeContexts.Reset()
 	for a, n := range live {
 		s.m.activeContexts.WithLabelValues(a).Set(float64(n))
 	}
 	s.m.tasks.Reset()
 	for st, n := range states {
-		s.m.tasks.WithLabelValues(st).Set(float64(n))
+		if n > 0 {
+			s.m.tasks.WithLabelValues(string(st)).Set(float64(n))
+		}
 	}
 }
