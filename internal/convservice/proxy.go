@@ -57,15 +57,11 @@ func (s *Service) onRequest(topic string, p *paho.Publish) {
 }
 
 // onQueued routes a message that arrived before its handler was registered
-// (a persistent session's backlog at reconnect) once the replica is started.
+// (a persistent session's backlog at reconnect); workers run it once the
+// replica is started.
 func (s *Service) onQueued(p *paho.Publish) {
 	in := newInbound(p)
 	s.dispatch(in.corr, func() {
-		select {
-		case <-s.started:
-		case <-s.quit:
-			return
-		}
 		switch {
 		case in.topic == s.replyTopic:
 			s.handleReply(in)

@@ -284,6 +284,13 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			// Messages can arrive before the replica has its registry (a
+			// persistent session's backlog): hold them until it has.
+			select {
+			case <-s.started:
+			case <-s.quit:
+				return // never started: nothing to serve them with
+			}
 			for {
 				select {
 				case job := <-ch:
