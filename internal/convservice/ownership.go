@@ -100,7 +100,22 @@ func (o *ownership) rebalance(ctx context.Context) {
 	o.live = live
 	o.mu.Unlock()
 	changed := false
-	for _, agent := range o.s.gated.keys() {
+	gated := o.s.gated.keys()
+	o.mu.Lock()
+	var stale []string
+	for agent := range o.held {
+		if !slices.Contains(gated, agent) {
+			stale = append(stale, agent)
+		}
+	}
+	o.mu.Unlock()
+	for _, agent := range stale {
+		// No longer gated: nothing to decide for it any more.
+		o.drop(agent)
+		_ = o.j.Release(ctx, agent, o.token)
+		changed = true
+	}
+	for _, agent := range gated {
 		mine := assigned(agent, o.s.cfg.ReplicaID, live)
 		held := o.owns(agent)
 		switch {

@@ -68,6 +68,18 @@ func newAgentState(fence *Fence) *agentState {
 	return st
 }
 
+// held returns the agent's state, locked, without creating it (reads: a
+// query naming an unknown agent must not allocate state); nil when none.
+func (m *Memory) held(name string) *agentState {
+	m.mu.RLock()
+	st := m.agents[name]
+	m.mu.RUnlock()
+	if st != nil {
+		st.mu.Lock()
+	}
+	return st
+}
+
 // agent returns the agent's state, locked; the caller unlocks.
 func (m *Memory) agent(name string) (*agentState, error) {
 	m.mu.RLock()
@@ -179,8 +191,8 @@ func (m *Memory) Owns(agent string) bool {
 // Context returns the context (nil when unknown). Contexts are immutable
 // values: the caller may read it after the call.
 func (m *Memory) Context(agent, id string) *conversation.Context {
-	st, err := m.agent(agent)
-	if err != nil {
+	st := m.held(agent)
+	if st == nil {
 		return nil
 	}
 	defer st.mu.Unlock()
@@ -189,8 +201,8 @@ func (m *Memory) Context(agent, id string) *conversation.Context {
 
 // TaskContext returns the id of the context holding task.
 func (m *Memory) TaskContext(agent, task string) (string, bool) {
-	st, err := m.agent(agent)
-	if err != nil {
+	st := m.held(agent)
+	if st == nil {
 		return "", false
 	}
 	defer st.mu.Unlock()
