@@ -47,6 +47,13 @@ func newOwnership(s *Service, j *convstore.RedisJournal) *ownership {
 
 // assigned reports whether agent belongs to this replica among live.
 func assigned(agent, replica string, live []string) bool {
+	return AssignedReplica(agent, live) == replica
+}
+
+// AssignedReplica is the replica (among live) that owns agent: rendezvous
+// hashing, the same on every replica. Exported for tooling and tests that
+// want to know where an agent lives.
+func AssignedReplica(agent string, live []string) string {
 	best, bestScore := "", uint64(0)
 	for _, r := range live {
 		h := fnv.New64a()
@@ -57,7 +64,7 @@ func assigned(agent, replica string, live []string) bool {
 			best, bestScore = r, sc
 		}
 	}
-	return best == replica
+	return best
 }
 
 // owns reports whether this replica decides for agent now.

@@ -203,3 +203,87 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 		b.Logf("load average after: %s", loadavg())
 	}
 }
+
+// BenchmarkReplicas measures the service on Redis with one replica and with
+// two (subprocesses, Mosquitto): two gated plain-paho agents, 16 concurrent
+// requesters split over them. With two replicas each owns one agent
+// (replica ids chosen so the rendezvous assignment splits them) and
+// consumes only its agent's request topic: no per-request claim.
+//
+//	go test ./test/e2e/ -run '^$' -bench BenchmarkReplicas -benchtime 1x
+func BenchmarkReplicas(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	st := newStack(b, ctx, "mosquitto")
+	agents := []a2amqtt.AgentRef{ref("raw"), ref("guarded")}
+	for _, a := range agents {
+		startRawAgent(b, ctx, st.addr, st.usernames[a.Agent], st.passwords[a.Agent], a, identity.DeliveryTopic(a))
+	}
+	// Two replica ids that the assignment splits between the agents.
+	var pair []string
+	for i := 0; len(pair) == 0 && i < 100; i++ {
+		x, y := fmt.Sprintf("x%d", i), fmt.Sprintf("y%d", i)
+		live := []string{x, y}
+		if convservice.AssignedReplica(agents[0].String(), live) != convservice.AssignedReplica(agents[1].String(), live) {
+			pair = live
+		}
+	}
+	r := st.requester(b, ctx)
+	run := func(n int) benchResult {
+		addr := startRedis(b)
+		var procs []*proc
+		for _, id := range pair[:n] {
+			procs = append(procs, st.spawnService(b, id, "redis://"+addr+"/0", "--lease-ttl=3s"))
+		}
+		defer func() {
+			for _, p := range procs {
+				p.kill()
+			}
+		}()
+		// Every agent served (by its owner) before measuring.
+		for _, a := range agents {
+			eventually(b, 30*time.Second, a.Agent+" served", func() error {
+				_, err := send(ctx, r.Transport(a), uuid.NewString(), uuid.NewString(), "warm")
+				return err
+			})
+		}
+		const total, workers = 4000, 16
+		var wg sync.WaitGroup
+		lat := make([][]time.Duration, workers)
+		start := time.Now()
+		for w := range workers {
+			wg.Go(func() {
+				tr := r.Transport(agents[w%len(agents)])
+				c := uuid.NewString()
+				for i := range total / workers {
+					if i%100 == 0 {
+						c = uuid.NewString()
+					}
+					t0 := time.Now()
+					if res, err := send(ctx, tr, uuid.NewString(), c, "go"); err != nil || state(res) != a2a.TaskStateCompleted {
+						b.Errorf("request: %v", err)
+						return
+					}
+					lat[w] = append(lat[w], time.Since(t0))
+				}
+			})
+		}
+		wg.Wait()
+		all := slices.Concat(lat...)
+		slices.Sort(all)
+		return benchResult{p50: all[len(all)/2], p99: all[len(all)*99/100], rps: float64(total) / time.Since(start).Seconds()}
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.Logf("load average before: %s", loadavg())
+		one := run(1)
+		two := run(2)
+		b.Logf("load average after: %s", loadavg())
+		for name, res := range map[string]benchResult{"1-replica": one, "2-replicas": two} {
+			b.ReportMetric(float64(res.p50.Microseconds()), name+"-p50-µs")
+			b.ReportMetric(float64(res.p99.Microseconds()), name+"-p99-µs")
+			b.ReportMetric(res.rps, name+"-req/s")
+		}
+		b.ReportMetric(two.rps/one.rps, "throughput-2/1")
+	}
+}
