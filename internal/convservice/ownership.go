@@ -76,29 +76,50 @@ func (o *ownership) owns(agent string) bool {
 
 // run heartbeats and rebalances every third of the lease TTL, and at once
 // when poked (the set of gated agents changed).
-func (o *ownership) run(ctx context.Context, poke <-chan struct{}) {
-	t := time.NewTicker(o.s.cfg.LeaseTTL / 3)
-	defer t.Stop()
+func (o *ownership) run(ctx context.Context, poke chan struct{}) {
+	kick := func() {
+		select {
+		case poke <- struct{}{}:
+		default:
+		}
+	}
+	go o.j.WatchChanges(ctx, kick)
+	round := o.s.cfg.LeaseTTL / 3
+	joined := false
 	for {
-		o.rebalance(ctx)
+		waiting := o.rebalance(ctx)
+		if !joined {
+			// Tell the others this replica is live: they hand its share
+			// over now, not at their next round.
+			if err := o.j.AnnounceChange(ctx); err == nil {
+				joined = true
+			}
+		}
+		next := round
+		if waiting {
+			// An agent assigned here is still held by its previous owner,
+			// which is handing it over: try again soon.
+			next = min(round, 200*time.Millisecond)
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(next):
 		case <-poke:
 		}
 	}
 }
 
-// rebalance takes, renews and gives up leases to match the assignment.
-func (o *ownership) rebalance(ctx context.Context) {
+// rebalance takes, renews and gives up leases to match the assignment. It
+// reports whether an agent assigned here is still held by another replica.
+func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 	ttl := o.s.cfg.LeaseTTL
 	live, err := o.j.Heartbeat(ctx, o.s.cfg.ReplicaID, ttl)
 	if err != nil {
 		if ctx.Err() == nil {
 			o.s.log.Info("replica heartbeat failed; keeping current agents until their leases lapse", "err", err.Error())
 		}
-		return
+		return false
 	}
 	if !slices.Contains(live, o.s.cfg.ReplicaID) {
 		live = append(live, o.s.cfg.ReplicaID)
@@ -139,7 +160,8 @@ func (o *ownership) rebalance(ctx context.Context) {
 		case mine && !held:
 			ok, err := o.j.Acquire(ctx, agent, o.token, ttl)
 			if err != nil || !ok {
-				continue // the previous owner still holds it; next round
+				waiting = true // the previous owner still holds it
+				continue
 			}
 			if err := o.s.mem.Recover(ctx, agent, &convstore.Fence{Token: o.token}); err != nil {
 				o.s.log.Error(err, "rebuild agent state", "agent", agent)
@@ -163,6 +185,7 @@ func (o *ownership) rebalance(ctx context.Context) {
 		// Subscribe or unsubscribe the request topics to match.
 		o.s.gated.poke()
 	}
+	return waiting
 }
 
 // drop stops deciding for agent: its request topic is unsubscribed by the
@@ -171,7 +194,12 @@ func (o *ownership) drop(agent string) {
 	o.mu.Lock()
 	delete(o.held, agent)
 	o.mu.Unlock()
-	o.s.mem.Drop(agent)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// What this replica decided must be durable before the next owner
+	// rebuilds the agent (a commit that was fenced off has nothing to wait
+	// for: it failed, and its request was answered with -32004).
+	_ = o.s.mem.Drop(agent).Wait(ctx)
 }
 
 // handOver gives an event of an agent this replica does not own to the

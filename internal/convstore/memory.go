@@ -39,6 +39,7 @@ type agentState struct {
 	fence   *Fence
 	pending []Change              // collected by the Agent's change hook during a call
 	loading bool                  // Recover: count, do not journal
+	last    *Ticket               // the agent's latest append
 	states  map[a2a.TaskState]int // task counts, kept by the hook (stats)
 }
 
@@ -111,6 +112,7 @@ func (m *Memory) flush(name string, st *agentState) *Ticket {
 	var t *Ticket
 	if len(changes) > 0 {
 		t = m.j.Append(changes...)
+		st.last = t
 	}
 	st.mu.Unlock()
 	return t
@@ -258,9 +260,18 @@ func (m *Memory) Recover(ctx context.Context, agent string, fence *Fence) error 
 	return nil
 }
 
-// Drop forgets an agent (its ownership moved to another replica).
-func (m *Memory) Drop(agent string) {
+// Drop forgets an agent (its ownership moved to another replica). The
+// returned Ticket is durable once everything appended for the agent is: wait
+// on it before giving the agent's lease up, so the next owner recovers it.
+func (m *Memory) Drop(agent string) *Ticket {
 	m.mu.Lock()
+	st := m.agents[agent]
 	delete(m.agents, agent)
 	m.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.last
 }

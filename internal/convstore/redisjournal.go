@@ -277,9 +277,40 @@ func (j *RedisJournal) Heartbeat(ctx context.Context, replica string, ttl time.D
 	return out, nil
 }
 
-// Leave removes replica from the live set (clean shutdown).
+// Leave removes replica from the live set (clean shutdown) and tells the
+// others.
 func (j *RedisJournal) Leave(ctx context.Context, replica string) error {
-	return j.c.ZRem(ctx, j.prefix+":replicas", replica).Err()
+	if err := j.c.ZRem(ctx, j.prefix+":replicas", replica).Err(); err != nil {
+		return err
+	}
+	return j.AnnounceChange(ctx)
+}
+
+func (j *RedisJournal) changesChannel() string { return j.prefix + ":replicas:changed" }
+
+// AnnounceChange tells every replica that the set of replicas changed (one
+// joined or left), so they rebalance at once instead of at their next round.
+func (j *RedisJournal) AnnounceChange(ctx context.Context) error {
+	return j.c.Publish(ctx, j.changesChannel(), "1").Err()
+}
+
+// WatchChanges calls fn whenever a replica announces a change, until ctx
+// ends.
+func (j *RedisJournal) WatchChanges(ctx context.Context, fn func()) {
+	sub := j.c.Subscribe(ctx, j.changesChannel())
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			fn()
+		}
+	}
 }
 
 // PushEvent hands an event of agent's task to its owner (inbox).
