@@ -160,21 +160,6 @@ func (s *sealer) open(b []byte) (route, error) {
 // artifactUpdate, SendMessage results as task / message) and v0.3 ("kind"
 // discriminators), and only reads what the engine needs.
 func replyEvent(payload []byte) (conversation.Event, error) {
-	var env struct {
-		Result json.RawMessage `json:"result"`
-		Error  *struct {
-			Code int `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(payload, &env); err != nil {
-		return conversation.Event{}, fmt.Errorf("decode agent reply: %w", err)
-	}
-	if env.Error != nil {
-		return conversation.Event{Kind: conversation.EventError}, nil
-	}
-	if len(env.Result) == 0 {
-		return conversation.Event{}, errors.New("agent reply has neither result nor error")
-	}
 	type status struct {
 		State string `json:"state"`
 	}
@@ -187,16 +172,30 @@ func replyEvent(payload []byte) (conversation.Event, error) {
 		Role      string  `json:"role"`
 		Final     bool    `json:"final"`
 	}
-	var res struct {
+	type result struct {
 		obj
 		StatusUpdate   *obj `json:"statusUpdate"`
 		ArtifactUpdate *obj `json:"artifactUpdate"`
 		Task           *obj `json:"task"`
 		Message        *obj `json:"message"`
 	}
-	if err := json.Unmarshal(env.Result, &res); err != nil {
-		return conversation.Event{}, fmt.Errorf("decode agent reply result: %w", err)
+	// One pass over the payload (the relay path decodes every reply).
+	var env struct {
+		Result *result `json:"result"`
+		Error  *struct {
+			Code int `json:"code"`
+		} `json:"error"`
 	}
+	if err := json.Unmarshal(payload, &env); err != nil {
+		return conversation.Event{}, fmt.Errorf("decode agent reply: %w", err)
+	}
+	if env.Error != nil {
+		return conversation.Event{Kind: conversation.EventError}, nil
+	}
+	if env.Result == nil {
+		return conversation.Event{}, errors.New("agent reply has neither result nor error")
+	}
+	res := env.Result
 	state := func(o *obj) a2a.TaskState {
 		if o.Status == nil {
 			return a2a.TaskStateUnspecified

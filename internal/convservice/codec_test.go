@@ -150,3 +150,35 @@ func TestAssignIDsKeepsTheRequest(t *testing.T) {
 		t.Fatalf("metadata lost: %s", out)
 	}
 }
+
+func TestReplyEvent(t *testing.T) {
+	for _, c := range []struct {
+		payload string
+		kind    conversation.EventKind
+		task    string
+		state   string
+		final   bool
+	}{
+		{`{"jsonrpc":"2.0","id":1,"result":{"statusUpdate":{"taskId":"t","contextId":"c","status":{"state":"TASK_STATE_WORKING"}}}}`, conversation.EventStatus, "t", "TASK_STATE_WORKING", false},
+		{`{"jsonrpc":"2.0","id":1,"result":{"statusUpdate":{"taskId":"t","final":true,"status":{"state":"TASK_STATE_COMPLETED"}}}}`, conversation.EventStatus, "t", "TASK_STATE_COMPLETED", true},
+		{`{"jsonrpc":"2.0","id":1,"result":{"artifactUpdate":{"taskId":"t","artifact":{"parts":[]}}}}`, conversation.EventArtifact, "t", "", false},
+		{`{"jsonrpc":"2.0","id":1,"result":{"task":{"id":"t","status":{"state":"TASK_STATE_INPUT_REQUIRED"}}}}`, conversation.EventTask, "t", "TASK_STATE_INPUT_REQUIRED", false},
+		{`{"jsonrpc":"2.0","id":1,"result":{"message":{"taskId":"t","role":"ROLE_AGENT","parts":[]}}}`, conversation.EventMessage, "t", "", false},
+		{`{"jsonrpc":"2.0","id":1,"result":{"kind":"status-update","taskId":"t","status":{"state":"input-required"},"final":true}}`, conversation.EventStatus, "t", "TASK_STATE_INPUT_REQUIRED", true},
+		{`{"jsonrpc":"2.0","id":1,"result":{"kind":"task","id":"t","status":{"state":"completed"}}}`, conversation.EventTask, "t", "TASK_STATE_COMPLETED", false},
+		{`{"jsonrpc":"2.0","id":1,"result":{"id":"t","status":{"state":"TASK_STATE_CANCELED"}}}`, conversation.EventTask, "t", "TASK_STATE_CANCELED", false},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"nope"}}`, conversation.EventError, "", "", false},
+		{`{"jsonrpc":"2.0","id":1,"result":{"tasks":[]}}`, "", "", "", false},
+	} {
+		ev, err := replyEvent([]byte(c.payload))
+		if err != nil || ev.Kind != c.kind || ev.TaskID != c.task || string(ev.State) != c.state || ev.Final != c.final {
+			t.Errorf("%s: %+v %v", c.payload, ev, err)
+		}
+	}
+	if _, err := replyEvent([]byte(`{"jsonrpc":"2.0","id":1}`)); err == nil {
+		t.Error("a reply without result or error classified")
+	}
+	if _, err := replyEvent([]byte(`{"result":"text"}`)); err == nil {
+		t.Error("a non-object result classified")
+	}
+}
