@@ -190,9 +190,6 @@ type Context struct {
 	Deadlines uint64 `json:"deadlines,omitempty"`
 	// TaskSeq is the Seq of the next task created in the context.
 	TaskSeq uint64 `json:"taskSeq,omitempty"`
-	// Version is owned by the store (optimistic concurrency); the engine
-	// copies it unchanged.
-	Version uint64 `json:"version"`
 }
 
 // Task returns the task with the given id, or nil.

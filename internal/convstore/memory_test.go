@@ -90,9 +90,7 @@ func snapshot(m *Memory) map[string]*conversation.Context {
 	for _, a := range m.Agents() {
 		st, _ := m.agent(a)
 		st.a.Range(func(c *conversation.Context) bool {
-			cc := c.DeepClone()
-			cc.Version = 0
-			out[a+"/"+c.ID] = cc
+			out[a+"/"+c.ID] = c.DeepClone()
 			return true
 		})
 		st.mu.Unlock()
