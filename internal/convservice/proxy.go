@@ -374,6 +374,9 @@ func (s *Service) handleReply(in *inbound) {
 	}
 	sp.SetAttributes(attrAgent.String(rt.Agent), attrMethod.String(string(rt.Method)), attrTaskID.String(rt.TaskID), attrContextID.String(rt.ContextID))
 	log := s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method)
+	// last: this reply ends its stream (a unary result, a terminal or
+	// interrupted state, an error): relayed with its PUBACK awaited.
+	last := !streaming(rt.Method)
 	if rt.TaskID != "" {
 		ev, err := replyEvent(in.payload)
 		if err != nil {
@@ -385,6 +388,8 @@ func (s *Service) handleReply(in *inbound) {
 			ev.TaskID = rt.TaskID
 			ev.Correlation = rt.Correlation
 			ev.Final = ev.Final || !streaming(rt.Method)
+			last = last || ev.Final || ev.Kind == conversation.EventError || ev.Kind == conversation.EventMessage ||
+				ev.State.Terminal() || ev.State == a2a.TaskStateInputRequired || ev.State == a2a.TaskStateAuthRequired
 			o, ticket, err := s.mem.Observe(rt.Agent, s.gated.policyOf(rt.Agent), s.cfg.Now(), ev)
 			switch {
 			case errors.Is(err, convstore.ErrNotOwner) && s.owners != nil:
@@ -416,15 +421,37 @@ func (s *Service) handleReply(in *inbound) {
 		Topic: rt.ResponseTopic, QoS: 1, Payload: in.payload,
 		Properties: &paho.PublishProperties{CorrelationData: rt.Correlation, ContentType: in.contentType, User: withTrace(ctx, in.user)},
 	}
-	// Pipelined: the worker owning this correlation sends in order, and a
-	// long stream is not paced by one PUBACK round trip per item.
-	if err := s.conn.PublishAsync(ctx, out); err != nil {
-		s.m.replies.WithLabelValues("relay_failed").Inc()
-		log.Error(err, "relay reply", "response_topic", rt.ResponseTopic)
+	if !last {
+		// Stream items are pipelined: the worker owning this correlation
+		// sends in order, and a long stream is not paced by one PUBACK
+		// round trip per item; without the PUBACK they count as
+		// relayed_unconfirmed, not relayed.
+		if err := s.conn.PublishAsync(ctx, out); err != nil {
+			s.m.replies.WithLabelValues("relay_failed").Inc()
+			log.Error(err, "relay reply", "response_topic", rt.ResponseTopic)
+			return
+		}
+		s.m.replies.WithLabelValues("relayed_unconfirmed").Inc()
+		s.m.latency.WithLabelValues("reply").Observe(time.Since(in.received).Seconds())
 		return
 	}
-	s.m.replies.WithLabelValues("relayed").Inc()
+	// The last reply of a stream waits for its PUBACK (in order behind the
+	// pipelined items), so the counters say what the broker did with it.
+	resp, err := s.publish(ctx, out)
 	s.m.latency.WithLabelValues("reply").Observe(time.Since(in.received).Seconds())
+	switch {
+	case resp != nil && resp.ReasonCode >= 0x80:
+		s.m.replies.WithLabelValues("relay_refused").Inc()
+		log.Info("broker refused the relayed reply", "response_topic", rt.ResponseTopic, "reason", resp.ReasonCode)
+	case err != nil:
+		s.m.replies.WithLabelValues("relay_failed").Inc()
+		log.Error(err, "relay reply", "response_topic", rt.ResponseTopic)
+	case resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers:
+		// Accepted, but nobody reads the requester's reply topic (it left).
+		s.m.replies.WithLabelValues("relayed_unread").Inc()
+	default:
+		s.m.replies.WithLabelValues("relayed").Inc()
+	}
 }
 
 // replyError answers the requester itself, echoing its correlation data.

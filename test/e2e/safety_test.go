@@ -99,10 +99,18 @@ func serviceSafety(t *testing.T, kind string) {
 	t.Run("the agent cannot read the requester's reply path in the correlation data", func(t *testing.T) {
 		corr := []byte("requester-secret-correlation-" + uuid.NewString())
 		respTo := client.id.ReplyTopic("conv-1")
+		relayed := counter(t, reg, "a2a_conversation_replies_total", "outcome", "relayed")
 		client.publish(t, ctx, rawTopic, respTo, corr, nil, sendPayload(uuid.NewString(), uuid.NewString(), "hello"))
 		if got := client.wait(corr, 1, 10*time.Second); len(got) != 1 || decodeReply(t, got[0]).Error != nil {
 			t.Fatalf("replies %v", got)
 		}
+		// The unary result was relayed with its PUBACK seen: counted once.
+		eventually(t, 5*time.Second, "relay counted", func() error {
+			if got := counter(t, reg, "a2a_conversation_replies_total", "outcome", "relayed"); got != relayed+1 {
+				return fmt.Errorf("relayed = %v, want %v", got, relayed+1)
+			}
+			return nil
+		})
 		seen := agent.received()
 		last := seen[len(seen)-1].Properties
 		stamps = last.User.Get(identity.SenderProperty) != ""
