@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -12,6 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -32,13 +37,27 @@ func main() {
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("A2A_REPLICA_ID", ""), "replica id: MQTT client id suffix and reply topic suffix (default: host name)")
 	flag.StringVar(&cfg.Store, "store", env("A2A_STORE", "bolt:/var/lib/conversation-service/state.db"), "state store: bolt:PATH (one replica) or redis://host:port/db (several)")
 	flag.StringVar(&cfg.RedisPrefix, "redis-prefix", "a2af", "key prefix in Redis")
-	flag.BoolVar(&cfg.SharedSubscriptions, "shared-subscriptions", false,
-		"consume request topics via $share/a2a-conversation/ (only for brokers that deliver $-topics to shared subscriptions; Mosquitto 2.0.x does not)")
+	// Deprecated: replicas partition the agents between them (ownership in
+	// the Redis journal), on every broker; accepted so old manifests run.
+	flag.Bool("shared-subscriptions", false, "deprecated, ignored: replicas partition the gated agents between them")
+	flag.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "Redis: how long a replica owns an agent without renewing (a crashed replica's agents move after about this long)")
+	flag.DurationVar(&cfg.SessionExpiry, "session-expiry", 10*time.Minute, "MQTT session kept by the broker across a restart of this replica (negative: clean start)")
+	flag.DurationVar(&cfg.ReadinessGrace, "readiness-grace", 10*time.Second, "how long the broker connection may be down before /readyz fails")
 	flag.StringVar(&cfg.Namespace, "namespace", env("A2A_WATCH_NAMESPACE", ""), "watch Agents and ConversationPolicies in this namespace only (default: all)")
 	flag.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8080", "address of /metrics (0 disables)")
 	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
 	flag.DurationVar(&cfg.SweepInterval, "sweep-interval", time.Second, "how often expired contexts and input-required timeouts are applied")
 	flag.IntVar(&cfg.Workers, "workers", 32, "goroutines handling requests and replies")
+	var routeSecretFile, previousSecretFile string
+	flag.StringVar(&routeSecretFile, "route-secret-file", env("A2A_ROUTE_SECRET_FILE", ""),
+		"file holding the secret that encrypts routes in forwarded correlation data and derives the replica's client id; the same on every replica (default: the broker password)")
+	flag.StringVar(&previousSecretFile, "previous-route-secret-file", env("A2A_PREVIOUS_ROUTE_SECRET_FILE", ""),
+		"file holding the route secret before a rotation: routes sealed with it are still opened")
+	flag.StringVar(&cfg.TLSCAFile, "tls-ca-file", env("A2A_TLS_CA_FILE", ""), "PEM CA bundle to verify the broker's certificate (mqtts://, tls://, wss://); default: system roots")
+	flag.StringVar(&cfg.TLSCertFile, "tls-cert-file", env("A2A_TLS_CERT_FILE", ""), "PEM client certificate for the broker connection")
+	flag.StringVar(&cfg.TLSKeyFile, "tls-key-file", env("A2A_TLS_KEY_FILE", ""), "PEM key of --tls-cert-file")
+	flag.BoolVar(&cfg.RequireSenderProperty, "require-sender-property", false,
+		"refuse requests the broker did not stamp with the publisher's identity (only for brokers that stamp it: the embedded broker)")
 	// --kubeconfig is controller-runtime's flag (ctrl.GetConfig): that file,
 	// else $KUBECONFIG, else in-cluster config.
 	zopts := zap.Options{}
@@ -48,6 +67,23 @@ func main() {
 	ctrl.SetLogger(log)
 	cfg.Logger = log
 	cfg.Password = os.Getenv("A2A_PASSWORD")
+	for _, f := range []struct {
+		path string
+		dst  func([]byte)
+	}{
+		{routeSecretFile, func(b []byte) { cfg.RouteSecret = b }},
+		{previousSecretFile, func(b []byte) { cfg.PreviousRouteSecrets = [][]byte{b} }},
+	} {
+		if f.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conversation-service:", err)
+			os.Exit(2)
+		}
+		f.dst(bytes.TrimSpace(b))
+	}
 
 	var err error
 	if cfg.RestConfig, err = ctrl.GetConfig(); err != nil {
@@ -56,8 +92,39 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if tp, err := tracerProvider(ctx); err != nil {
+		log.Error(err, "tracing exporter")
+		os.Exit(2)
+	} else if tp != nil {
+		cfg.TracerProvider = tp
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(sctx)
+		}()
+	}
 	if err := convservice.Run(ctx, cfg); err != nil {
 		log.Error(err, "conversation service failed")
+		stop()
 		os.Exit(1)
 	}
+}
+
+// tracerProvider exports spans over OTLP/HTTP when the standard OpenTelemetry
+// environment names an endpoint (OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, plus the exporter's other OTEL_*
+// variables); otherwise tracing is off (nil).
+func tracerProvider(ctx context.Context) (*sdktrace.TracerProvider, error) {
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return nil, nil
+	}
+	exp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", "a2a-fleet-conversation-service")))
+	if err != nil {
+		return nil, fmt.Errorf("trace resource: %w", err)
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
 }

@@ -16,7 +16,15 @@ type Agent struct {
 	tasks    map[string]string // task id → context id
 	live     int               // contexts that are not tombstones
 	due      deadlines
+	// onChange sees every state change (old nil: created; n nil: deleted);
+	// a store journals them.
+	onChange func(old, n *Context)
 }
+
+// OnChange registers fn to be called, synchronously, with a context's state
+// before and after every change the Agent makes (old nil: created, n nil:
+// deleted). Contexts are immutable values: fn may keep them.
+func (a *Agent) OnChange(fn func(old, n *Context)) { a.onChange = fn }
 
 // NewAgent returns an empty Agent.
 func NewAgent() *Agent {
@@ -145,6 +153,9 @@ func (a *Agent) Expire(p Policy, now time.Time) []Expiration {
 // put replaces context id's old state by n (nil: delete), keeping the task
 // index, the live count and the deadline heap in step.
 func (a *Agent) put(id string, old, n *Context) {
+	if a.onChange != nil && (old != nil || n != nil) {
+		a.onChange(old, n)
+	}
 	added, removed := TaskDiff(old, n)
 	for _, t := range removed {
 		if a.tasks[t] == id {

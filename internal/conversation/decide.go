@@ -224,6 +224,7 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 			nt.MessageID = req.MessageID
 			nt.UpdatedAt = now
 			nt.Streams = nil
+			nt.Notify = nil
 			nt.addStream(p, req, now)
 			n.Working++
 			n.LastActivity = now
@@ -274,7 +275,9 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 		CreatedAt: now,
 		UpdatedAt: now,
 		MessageID: req.MessageID,
+		Seq:       n.TaskSeq,
 	}
+	n.TaskSeq++
 	nt.addStream(p, req, now)
 	n.Tasks = append(n.Tasks, nt)
 	n.Working++

@@ -37,7 +37,7 @@ func wantDetail(key string, want any) func(*testing.T, *Agent, Decision, Outcome
 }
 
 func TestSeed000MultiTurn(t *testing.T) {
-	p := DefaultPolicy()
+	p := basePolicy()
 	p.IdleTTL = 10 * time.Minute
 	ttlPolicy := p
 	maxAge := p
@@ -171,7 +171,7 @@ func ptr[T any](v T) *T { return &v }
 func TestTerminalTask(t *testing.T) {
 	for _, s := range []a2a.TaskState{completed, failed, canceled, rejectedS} {
 		t.Run(string(s), func(t *testing.T) {
-			run(t, DefaultPolicy(), []step{
+			run(t, basePolicy(), []step{
 				req(send("T1", "C", "m1", "D1"), KindNewContext),
 				ev(status("T1", "D1", s)),
 				{req: ptr(send("T1", "C", "m2", "D2")), kind: KindReject, code: -32004, sentinel: a2a.ErrUnsupportedOperation,
@@ -189,7 +189,7 @@ func TestTerminalTask(t *testing.T) {
 }
 
 func TestRetries(t *testing.T) {
-	run(t, DefaultPolicy(), []step{
+	run(t, basePolicy(), []step{
 		req(send("T1", "C", "m1", "D1"), KindNewContext),
 		// QoS 1 redelivery: same correlation, already forwarded.
 		{req: ptr(send("T1", "C", "m1", "D1")), kind: KindRetry, forward: no()},
@@ -212,9 +212,9 @@ func TestRetries(t *testing.T) {
 }
 
 func TestConcurrencyLimit(t *testing.T) {
-	one := DefaultPolicy()
+	one := basePolicy()
 	one.MaxConcurrentTasksPerContext = 1
-	two := DefaultPolicy()
+	two := basePolicy()
 	two.MaxConcurrentTasksPerContext = 2
 
 	t.Run("limit 1 is the concurrent-call guard", func(t *testing.T) {
@@ -263,10 +263,10 @@ func TestConcurrencyLimit(t *testing.T) {
 			id := string(rune('A'+i%26)) + string(rune('a'+i/26))
 			steps = append(steps, req(send(id, "C", "m"+id, "D"+id), KindNewTask))
 		}
-		run(t, DefaultPolicy(), steps)
+		run(t, basePolicy(), steps)
 	})
 	t.Run("a working task takes one message at a time", func(t *testing.T) {
-		run(t, DefaultPolicy(), []step{
+		run(t, basePolicy(), []step{
 			req(send("T1", "C", "m1", "D1"), KindNewContext),
 			{req: ptr(send("T1", "C", "m2", "D2")), kind: KindReject, code: CodeConcurrencyLimit, a2aErr: A2AErrorConcurrencyLimit,
 				check: wantDetail("scope", "task")},
@@ -275,7 +275,7 @@ func TestConcurrencyLimit(t *testing.T) {
 }
 
 func TestActiveContextsLimit(t *testing.T) {
-	p := DefaultPolicy()
+	p := basePolicy()
 	p.MaxActiveContextsPerAgent = 2
 	p.IdleTTL = 10 * time.Minute
 	run(t, p, []step{
@@ -300,7 +300,7 @@ func TestActiveContextsLimit(t *testing.T) {
 }
 
 func TestInputRequiredTimeout(t *testing.T) {
-	p := DefaultPolicy()
+	p := basePolicy()
 	p.InputRequiredTimeout = 5 * time.Minute
 	t.Run("sweeper fails the task", func(t *testing.T) {
 		run(t, p, []step{
@@ -356,7 +356,7 @@ func TestInputRequiredTimeout(t *testing.T) {
 		})
 	})
 	t.Run("zero waits forever", func(t *testing.T) {
-		q := DefaultPolicy()
+		q := basePolicy()
 		q.IdleTTL = 0
 		run(t, q, []step{
 			req(send("T1", "C", "m1", "D1"), KindNewContext),
@@ -367,7 +367,7 @@ func TestInputRequiredTimeout(t *testing.T) {
 }
 
 func TestHistoryBound(t *testing.T) {
-	p := DefaultPolicy()
+	p := basePolicy()
 	p.HistoryTasksPerContext = 3
 	var steps []step
 	steps = append(steps, req(send("T0", "C", "m0", "D0"), KindNewContext), ev(status("T0", "D0", completed)))
@@ -397,7 +397,7 @@ func TestHistoryBound(t *testing.T) {
 }
 
 func TestTombstone(t *testing.T) {
-	p := DefaultPolicy()
+	p := basePolicy()
 	p.IdleTTL = time.Minute
 	p.TombstoneTTL = time.Hour
 	run(t, p, []step{
@@ -430,7 +430,7 @@ func TestTombstone(t *testing.T) {
 }
 
 func TestAgentErrors(t *testing.T) {
-	p := DefaultPolicy()
+	p := basePolicy()
 	p.MaxActiveContextsPerAgent = 1
 	run(t, p, []step{
 		req(send("T1", "C", "m1", "D1"), KindNewContext),
@@ -455,7 +455,7 @@ func TestAgentErrors(t *testing.T) {
 }
 
 func TestResultKinds(t *testing.T) {
-	run(t, DefaultPolicy(), []step{
+	run(t, basePolicy(), []step{
 		req(send("T1", "C", "m1", "D1"), KindNewContext),
 		// A direct Message result completes the run.
 		{ev: &Event{Kind: EventMessage, TaskID: "T1", Correlation: []byte("D1"), Final: true}, freed: yes(), ended: yes(), check: wantState("T1", completed)},
@@ -481,20 +481,20 @@ func TestResultKinds(t *testing.T) {
 }
 
 func TestInvalidRequests(t *testing.T) {
-	run(t, DefaultPolicy(), []step{
+	run(t, basePolicy(), []step{
 		rejected(send("", "C", "m1", "D1"), -32602, a2a.ErrInvalidParams),
 		rejected(send("T1", "", "m1", "D1"), -32602, a2a.ErrInvalidParams),
 		rejected(send("T1", "C", "", "D1"), -32602, a2a.ErrInvalidParams),
 	})
 	// A view loaded for another context is refused, not applied.
-	d := Decide(DefaultPolicy(), t0, View{ContextID: "X"}, send("T1", "C", "m1", "D1"))
+	d := Decide(basePolicy(), t0, View{ContextID: "X"}, send("T1", "C", "m1", "D1"))
 	if d.Kind != KindReject || d.Err.Code != -32603 || d.Changed {
 		t.Fatalf("wrong view: %+v", d)
 	}
 }
 
 func TestNoWriteForIdleEvents(t *testing.T) {
-	p := DefaultPolicy()
+	p := basePolicy()
 	a := NewAgent()
 	a.Decide(p, t0, send("T1", "C", "m1", "D1"))
 	if o := a.Observe(p, t0.Add(time.Second), status("T1", "D1", working)); !o.Changed {
@@ -511,8 +511,8 @@ func TestNoWriteForIdleEvents(t *testing.T) {
 // TestPolicyChange: a context stored under one policy is judged by the
 // policy in force at the decision, and its indexed deadlines follow.
 func TestPolicyChange(t *testing.T) {
-	long := DefaultPolicy()
-	short := DefaultPolicy()
+	long := basePolicy()
+	short := basePolicy()
 	short.IdleTTL = time.Minute
 	a := NewAgent()
 	a.Decide(long, t0, send("T1", "C", "m1", "D1"))
@@ -525,7 +525,7 @@ func TestPolicyChange(t *testing.T) {
 	}
 	// Lengthening the TTL moves the deadline out without other changes.
 	a.Decide(long, t0, send("T3", "C3", "m3", "D3"))
-	longer := DefaultPolicy()
+	longer := basePolicy()
 	longer.IdleTTL = time.Hour
 	x := Expire(longer, t0.Add(time.Minute), a.Context("C3"))
 	if !x.Changed || x.notable() || !x.Context.ExpiresAt.Equal(t0.Add(time.Hour)) {

@@ -14,12 +14,12 @@
 //
 //   - Decide, Observe and Expire work on one Context at a time plus a View
 //     of the few agent-wide facts a decision needs (which context holds the
-//     task, how many contexts are live). This is what a state store wraps in
-//     one atomic check-and-update (internal/convstore).
+//     task, how many contexts are live).
 //   - Agent keeps all contexts of one agent in memory (maps keyed by context
 //     id and task id, a deadline heap for expiry) and applies the same
-//     functions in O(1) per decision. It serves recovery, tests and
-//     single-replica caching.
+//     functions in O(1) per decision. It is what the conversation service
+//     decides with (internal/convstore.Memory); its OnChange hook reports
+//     every change so the store can journal it as small records.
 //
 // Callers must treat every *Context passed in or returned as immutable: the
 // engine copies a context before changing it (copy-on-write), so a stored

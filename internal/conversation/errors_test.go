@@ -26,7 +26,7 @@ func mustJSON(t *testing.T, e *Error) map[string]any {
 }
 
 func TestConversationErrorData(t *testing.T) {
-	p := DefaultPolicy()
+	p := basePolicy()
 	p.IdleTTL = 30 * time.Minute
 	exp := errContextExpired("C", Expiry{Reason: ExpiredIdleTTL, At: t0}, p)
 	got := mustJSON(t, exp)
@@ -106,8 +106,9 @@ func TestNewPolicy(t *testing.T) {
 		MaxConcurrentTasksPerContext: 1,
 		MaxActiveContextsPerAgent:    100,
 		HistoryTasksPerContext:       3,
+		FirstEventTimeout:            &metav1.Duration{Duration: 10 * time.Second},
 	})
-	want := Policy{IdleTTL: time.Minute, MaxAge: time.Hour, InputRequiredTimeout: 5 * time.Minute,
+	want := Policy{IdleTTL: time.Minute, MaxAge: time.Hour, InputRequiredTimeout: 5 * time.Minute, FirstEventTimeout: 10 * time.Second,
 		MaxConcurrentTasksPerContext: 1, MaxActiveContextsPerAgent: 100, HistoryTasksPerContext: 3,
 		TombstoneTTL: DefaultTombstoneTTL, MaxStreamsPerTask: DefaultMaxStreamsPerTask}
 	if err != nil || p != want {

@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
@@ -16,6 +17,25 @@ type TimedOut struct {
 	PrevState    a2a.TaskState `json:"prevState"`
 	WaitingSince time.Time     `json:"waitingSince"`
 	Deadline     time.Time     `json:"deadline"`
+	// StatusMessage is the reason the task failed (its new StatusMessage).
+	StatusMessage string `json:"statusMessage"`
+	// Notify is where the requester got the input-required (nil when
+	// unknown): the service tells it there that the task failed.
+	Notify *Stream `json:"notify,omitempty"`
+}
+
+// Unacknowledged is a run (a new task or a resume) that got no event from
+// the agent within Policy.FirstEventTimeout: no agent took the request. The
+// engine undid it (a new task is removed, a resumed task waits again) and the
+// service answers the requester on Streams that the agent is unavailable.
+type Unacknowledged struct {
+	TaskID    string
+	MessageID string
+	// Removed: the task was new and is gone; otherwise it waits again in
+	// its previous state.
+	Removed bool
+	Streams []Stream
+	Since   time.Time
 }
 
 // Expiration is what Expire did to one context.
@@ -29,6 +49,8 @@ type Expiration struct {
 	Delete bool
 	// TimedOut lists tasks failed by the input-required timeout.
 	TimedOut []TimedOut
+	// Unacknowledged lists runs undone by the first-event timeout.
+	Unacknowledged []Unacknowledged
 	// Expired is set when the context expired in this call: it is now a
 	// tombstone and Dropped holds the tasks it had.
 	Expired *Expiry
@@ -80,13 +102,52 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 				n = c.Clone()
 			}
 			nt := n.own(i)
-			x.TimedOut = append(x.TimedOut, TimedOut{TaskID: t.ID, PrevState: t.State, WaitingSince: t.WaitingSince, Deadline: deadline})
 			nt.State = a2a.TaskStateFailed
 			nt.StatusMessage = fmt.Sprintf("input-required timeout: no input within %s (waiting in %s since %s)",
 				p.InputRequiredTimeout, t.State, t.WaitingSince.UTC().Format(time.RFC3339))
+			x.TimedOut = append(x.TimedOut, TimedOut{TaskID: t.ID, PrevState: t.State, WaitingSince: t.WaitingSince,
+				Deadline: deadline, StatusMessage: nt.StatusMessage, Notify: t.Notify})
+			nt.Notify = nil
 			nt.UpdatedAt = now
 			nt.WaitingSince = time.Time{}
 			nt.Streams = nil
+		}
+	}
+	if p.FirstEventTimeout > 0 && c.Working > 0 {
+		for i := 0; i < len(c.Tasks); i++ {
+			t := c.Tasks[i]
+			if n != nil {
+				t = n.Tasks[i]
+			}
+			if t.State != a2a.TaskStateSubmitted || now.Before(t.UpdatedAt.Add(p.FirstEventTimeout)) {
+				continue
+			}
+			if n == nil {
+				n = c.Clone()
+			}
+			u := Unacknowledged{TaskID: t.ID, MessageID: t.MessageID, Streams: t.Streams, Since: t.UpdatedAt}
+			n.Working--
+			if t.PrevState == a2a.TaskStateUnspecified {
+				u.Removed = true
+				n.Tasks = slices.Delete(n.Tasks, i, i+1)
+				i--
+				if c != n && len(c.Tasks) != len(n.Tasks) {
+					// indexes of c and n no longer line up: read n only
+					c = n
+				}
+			} else {
+				nt := n.own(i)
+				nt.State, nt.PrevState = t.PrevState, a2a.TaskStateUnspecified
+				nt.Streams = nil
+				nt.UpdatedAt = now
+			}
+			x.Unacknowledged = append(x.Unacknowledged, u)
+		}
+		if n != nil && len(n.Tasks) == 0 {
+			// Only a never-acknowledged first task leaves a context empty:
+			// it never started, so it must not count as active.
+			x.Context, x.Changed, x.Delete = nil, true, true
+			return x
 		}
 	}
 	cur := c
@@ -131,5 +192,5 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 
 // notable reports whether an expiration did more than refresh deadlines.
 func (x *Expiration) notable() bool {
-	return x.Delete || x.Expired != nil || len(x.TimedOut) > 0
+	return x.Delete || x.Expired != nil || len(x.TimedOut) > 0 || len(x.Unacknowledged) > 0
 }

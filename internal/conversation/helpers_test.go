@@ -127,3 +127,12 @@ func state(t *testing.T, a *Agent, task string) a2a.TaskState {
 	}
 	return a.Context(id).Task(task).State
 }
+
+// basePolicy is the default policy without the first-event timeout, for
+// scenarios that leave a forwarded task without any agent event while time
+// passes (the timeout has its own tests).
+func basePolicy() Policy {
+	p := DefaultPolicy()
+	p.FirstEventTimeout = 0
+	return p
+}

@@ -136,6 +136,14 @@ type Task struct {
 	// StatusMessage explains a state the engine itself set (input-required
 	// timeout).
 	StatusMessage string `json:"statusMessage,omitempty"`
+	// Seq orders the tasks of a context (Context.TaskSeq when it was
+	// created), so a store that keeps one record per task can rebuild
+	// Context.Tasks in order.
+	Seq uint64 `json:"seq,omitempty"`
+	// Notify is the stream on which the task's last input-required or
+	// auth-required was relayed: the requester that got it is told there
+	// if the engine later fails the task (input-required timeout).
+	Notify *Stream `json:"notify,omitempty"`
 }
 
 // Terminal reports whether the task is completed, failed, canceled or
@@ -180,9 +188,8 @@ type Context struct {
 	// Deadlines is the fingerprint of the policy durations ExpiresAt and
 	// NextDeadline were computed with; a different policy recomputes them.
 	Deadlines uint64 `json:"deadlines,omitempty"`
-	// Version is owned by the store (optimistic concurrency); the engine
-	// copies it unchanged.
-	Version uint64 `json:"version"`
+	// TaskSeq is the Seq of the next task created in the context.
+	TaskSeq uint64 `json:"taskSeq,omitempty"`
 }
 
 // Task returns the task with the given id, or nil.
@@ -303,12 +310,18 @@ func (c *Context) refresh(p Policy) {
 	}
 	c.ExpiresAt = exp
 	next := exp
-	if p.InputRequiredTimeout > 0 {
+	if p.InputRequiredTimeout > 0 || (p.FirstEventTimeout > 0 && c.Working > 0) {
 		for _, t := range c.Tasks {
-			if !interrupted(t.State) {
+			var dl time.Time
+			switch {
+			case p.InputRequiredTimeout > 0 && interrupted(t.State):
+				dl = t.WaitingSince.Add(p.InputRequiredTimeout)
+			case p.FirstEventTimeout > 0 && t.State == a2a.TaskStateSubmitted:
+				dl = t.UpdatedAt.Add(p.FirstEventTimeout)
+			default:
 				continue
 			}
-			if dl := t.WaitingSince.Add(p.InputRequiredTimeout); next.IsZero() || dl.Before(next) {
+			if next.IsZero() || dl.Before(next) {
 				next = dl
 			}
 		}

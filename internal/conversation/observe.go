@@ -122,6 +122,14 @@ func Observe(p Policy, now time.Time, c *Context, ev Event) Outcome {
 			if !interrupted(t.State) {
 				t.WaitingSince = now
 			}
+			switch {
+			case si >= 0:
+				n := t.Streams[si]
+				t.Notify = &n
+			case len(t.Streams) > 0:
+				n := t.Streams[0]
+				t.Notify = &n
+			}
 			endStream = true
 		case s.Terminal():
 			t.WaitingSince = time.Time{}
@@ -130,6 +138,11 @@ func Observe(p Policy, now time.Time, c *Context, ev Event) Outcome {
 			t.WaitingSince = time.Time{}
 		}
 		t.State = s
+	case EventArtifact:
+		if t.State == a2a.TaskStateSubmitted {
+			// An artifact acknowledges the run as well as a status does.
+			t.State = a2a.TaskStateWorking
+		}
 	case EventMessage:
 		if !t.Terminal() {
 			t.State = a2a.TaskStateCompleted

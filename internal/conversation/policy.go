@@ -17,6 +17,9 @@ const (
 	// late follow-up gets "context expired" instead of silently starting a
 	// new conversation under the old id.
 	DefaultTombstoneTTL = 24 * time.Hour
+	// DefaultFirstEventTimeout mirrors the CRD default of
+	// spec.firstEventTimeout.
+	DefaultFirstEventTimeout = 30 * time.Second
 	// DefaultMaxStreamsPerTask bounds the reply streams (correlations)
 	// tracked per task; retries with fresh correlation data add streams.
 	DefaultMaxStreamsPerTask = 8
@@ -38,6 +41,10 @@ type Policy struct {
 	// auth-required longer than this. 0 = wait forever (until the context
 	// expires).
 	InputRequiredTimeout time.Duration
+	// FirstEventTimeout undoes a run (new task or resume) that got no event
+	// from the agent this long after it was forwarded: no agent took it, so
+	// it must not hold a context's slot. 0 = never.
+	FirstEventTimeout time.Duration
 	// MaxConcurrentTasksPerContext caps the tasks of one context that are
 	// submitted or working at once. 0 = unlimited; 1 = the concurrent-call
 	// guard.
@@ -59,6 +66,7 @@ type Policy struct {
 func DefaultPolicy() Policy {
 	return Policy{
 		IdleTTL:                DefaultIdleTTL,
+		FirstEventTimeout:      DefaultFirstEventTimeout,
 		HistoryTasksPerContext: DefaultHistoryTasksPerContext,
 		TombstoneTTL:           DefaultTombstoneTTL,
 		MaxStreamsPerTask:      DefaultMaxStreamsPerTask,
@@ -83,6 +91,9 @@ func NewPolicy(spec *v1alpha1.ConversationPolicySpec) (Policy, error) {
 	if spec.InputRequiredTimeout != nil {
 		p.InputRequiredTimeout = spec.InputRequiredTimeout.Duration
 	}
+	if spec.FirstEventTimeout != nil {
+		p.FirstEventTimeout = spec.FirstEventTimeout.Duration
+	}
 	p.MaxConcurrentTasksPerContext = int(spec.MaxConcurrentTasksPerContext)
 	p.MaxActiveContextsPerAgent = int(spec.MaxActiveContextsPerAgent)
 	if spec.HistoryTasksPerContext != 0 {
@@ -103,6 +114,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("max age %s is negative", p.MaxAge)
 	case p.InputRequiredTimeout < 0:
 		return fmt.Errorf("input-required timeout %s is negative", p.InputRequiredTimeout)
+	case p.FirstEventTimeout < 0:
+		return fmt.Errorf("first event timeout %s is negative", p.FirstEventTimeout)
 	case p.MaxConcurrentTasksPerContext < 0:
 		return fmt.Errorf("max concurrent tasks per context %d is negative", p.MaxConcurrentTasksPerContext)
 	case p.MaxActiveContextsPerAgent < 0:
@@ -119,10 +132,10 @@ func (p Policy) Validate() error {
 
 // fingerprint identifies the durations that deadlines derive from, so the
 // engine can tell a context's stored deadlines are current without
-// recomputing them (FNV-1a over the four values).
+// recomputing them (FNV-1a over the five values).
 func (p Policy) fingerprint() uint64 {
 	h := uint64(14695981039346656037)
-	for _, d := range []time.Duration{p.IdleTTL, p.MaxAge, p.InputRequiredTimeout, p.tombstoneTTL()} {
+	for _, d := range []time.Duration{p.IdleTTL, p.MaxAge, p.InputRequiredTimeout, p.tombstoneTTL(), p.FirstEventTimeout} {
 		v := uint64(d)
 		for i := 0; i < 8; i++ {
 			h ^= v & 0xff

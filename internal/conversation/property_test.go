@@ -187,9 +187,10 @@ func TestRandomWalkInvariants(t *testing.T) {
 // TestPurity checks with testing/quick that the pure functions never mutate
 // their input context, whatever the request or event.
 func TestPurity(t *testing.T) {
-	p := DefaultPolicy()
+	p := basePolicy()
 	p.MaxConcurrentTasksPerContext = 1
 	p.InputRequiredTimeout = time.Minute
+	p.FirstEventTimeout = 30 * time.Second
 	p.HistoryTasksPerContext = 2
 	base := NewAgent()
 	base.Decide(p, t0, send("T1", "C", "m1", "D1"))

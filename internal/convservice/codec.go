@@ -1,8 +1,10 @@
 package convservice
 
 import (
-	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -16,12 +18,13 @@ import (
 
 // route is what the service needs to relay an agent's reply: which agent and
 // task it belongs to, and the requester's reply path. It travels inside the
-// Correlation Data of the forwarded request (sealed with an HMAC), so a
-// reply can be routed by any restart of this replica without a lookup, and
-// the agent, which sees it, can neither read another requester's path into
-// its replies nor forge one (gated agents all share the service's reply
-// topics, so the seal is what keeps agent A from answering agent B's
-// requesters).
+// Correlation Data of the forwarded request, encrypted and authenticated
+// (AES-256-GCM), so a reply can be routed by any replica without a lookup,
+// and the agent, which sees the sealed bytes, can neither read the
+// requester's Response Topic and Correlation Data (it could otherwise answer
+// the requester directly, bypassing the rules) nor forge a route (gated
+// agents all share the service's reply topics, so the seal is what keeps
+// agent A from answering agent B's requesters).
 type route struct {
 	Agent         string // "org/unit/agent"
 	TaskID        string
@@ -35,21 +38,60 @@ type route struct {
 }
 
 const (
-	routeVersion = 1
-	macLen       = 16
+	// routeVersion 2: AES-256-GCM. Version 1 (HMAC only, readable) is
+	// refused: an agent could read the requester's reply path from it.
+	routeVersion = 2
+	nonceLen     = 12
 )
 
 var errBadRoute = errors.New("correlation data is not a sealed conversation-service route")
 
-// sealer seals and opens routes with one HMAC key shared by all replicas.
-type sealer struct{ key []byte }
+// sealer seals routes with the current key and opens them with the current
+// key or any previous one (key rotation: every replica gets the new secret
+// as current and the old one as previous, then the old one is dropped once
+// no forwarded request can still be answered, i.e. after the longest task).
+type sealer struct {
+	current cipher.AEAD
+	all     []cipher.AEAD // current first
+}
 
-func newSealer(secret []byte) sealer {
-	// Derive rather than use the secret directly, so the broker password
-	// (the default secret) is never used as a MAC key as is.
-	m := hmac.New(sha256.New, []byte("a2a-fleet conversation-service route v1"))
+// routeKey derives the 256-bit AEAD key from a secret, so the broker
+// password (the default secret) is never used as a key as is.
+func routeKey(secret []byte) []byte {
+	m := hmac.New(sha256.New, []byte("a2a-fleet conversation-service route v2"))
 	m.Write(secret)
-	return sealer{key: m.Sum(nil)}
+	return m.Sum(nil)
+}
+
+func newAEAD(secret []byte) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(routeKey(secret))
+	if err != nil {
+		return nil, fmt.Errorf("route cipher: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("route cipher: %w", err)
+	}
+	return aead, nil
+}
+
+func newSealer(current []byte, previous ...[]byte) (*sealer, error) {
+	s := &sealer{}
+	for i, secret := range append([][]byte{current}, previous...) {
+		if len(secret) == 0 {
+			if i == 0 {
+				return nil, errors.New("route secret is empty")
+			}
+			continue
+		}
+		a, err := newAEAD(secret)
+		if err != nil {
+			return nil, err
+		}
+		s.all = append(s.all, a)
+	}
+	s.current = s.all[0]
+	return s, nil
 }
 
 func appendField(b, f []byte) []byte {
@@ -57,37 +99,46 @@ func appendField(b, f []byte) []byte {
 	return append(b, f...)
 }
 
-func (s sealer) seal(r route) []byte {
-	b := make([]byte, 0, 64+len(r.Agent)+len(r.TaskID)+len(r.ContextID)+len(r.Correlation)+len(r.ResponseTopic))
-	b = append(b, routeVersion)
+var routeAAD = []byte{routeVersion}
+
+func (s *sealer) seal(r route) []byte {
+	plain := make([]byte, 0, 16+len(r.Agent)+len(r.TaskID)+len(r.ContextID)+len(r.Method)+len(r.Correlation)+len(r.ResponseTopic))
 	flags := byte(0)
 	if r.Internal {
 		flags = 1
 	}
-	b = append(b, flags)
-	b = appendField(b, []byte(r.Agent))
-	b = appendField(b, []byte(r.TaskID))
-	b = appendField(b, []byte(r.ContextID))
-	b = appendField(b, []byte(r.Method))
-	b = appendField(b, r.Correlation)
-	b = appendField(b, []byte(r.ResponseTopic))
-	m := hmac.New(sha256.New, s.key)
-	m.Write(b)
-	return m.Sum(b)[:len(b)+macLen]
+	plain = append(plain, flags)
+	plain = appendField(plain, []byte(r.Agent))
+	plain = appendField(plain, []byte(r.TaskID))
+	plain = appendField(plain, []byte(r.ContextID))
+	plain = appendField(plain, []byte(r.Method))
+	plain = appendField(plain, r.Correlation)
+	plain = appendField(plain, []byte(r.ResponseTopic))
+	out := make([]byte, 1+nonceLen, 1+nonceLen+len(plain)+s.current.Overhead())
+	out[0] = routeVersion
+	if _, err := rand.Read(out[1 : 1+nonceLen]); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err)) // never returns an error (Go 1.24+)
+	}
+	return s.current.Seal(out, out[1:1+nonceLen], plain, routeAAD)
 }
 
-func (s sealer) open(b []byte) (route, error) {
-	if len(b) < 2+macLen || b[0] != routeVersion {
+func (s *sealer) open(b []byte) (route, error) {
+	if len(b) < 1+nonceLen+16 || b[0] != routeVersion {
 		return route{}, errBadRoute
 	}
-	body, mac := b[:len(b)-macLen], b[len(b)-macLen:]
-	m := hmac.New(sha256.New, s.key)
-	m.Write(body)
-	if !hmac.Equal(m.Sum(nil)[:macLen], mac) {
+	nonce, sealed := b[1:1+nonceLen], b[1+nonceLen:]
+	var body []byte
+	var err error
+	for _, a := range s.all {
+		if body, err = a.Open(nil, nonce, sealed, routeAAD); err == nil {
+			break
+		}
+	}
+	if err != nil || len(body) < 1 {
 		return route{}, errBadRoute
 	}
-	r := route{Internal: body[1]&1 != 0}
-	rest := body[2:]
+	r := route{Internal: body[0]&1 != 0}
+	rest := body[1:]
 	fields := make([][]byte, 6)
 	for i := range fields {
 		n, k := binary.Uvarint(rest)
@@ -99,7 +150,7 @@ func (s sealer) open(b []byte) (route, error) {
 	}
 	r.Agent, r.TaskID, r.ContextID = string(fields[0]), string(fields[1]), string(fields[2])
 	r.Method = conversation.Method(fields[3])
-	r.Correlation = bytes.Clone(fields[4])
+	r.Correlation = fields[4]
 	r.ResponseTopic = string(fields[5])
 	return r, nil
 }
@@ -109,21 +160,6 @@ func (s sealer) open(b []byte) (route, error) {
 // artifactUpdate, SendMessage results as task / message) and v0.3 ("kind"
 // discriminators), and only reads what the engine needs.
 func replyEvent(payload []byte) (conversation.Event, error) {
-	var env struct {
-		Result json.RawMessage `json:"result"`
-		Error  *struct {
-			Code int `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(payload, &env); err != nil {
-		return conversation.Event{}, fmt.Errorf("decode agent reply: %w", err)
-	}
-	if env.Error != nil {
-		return conversation.Event{Kind: conversation.EventError}, nil
-	}
-	if len(env.Result) == 0 {
-		return conversation.Event{}, errors.New("agent reply has neither result nor error")
-	}
 	type status struct {
 		State string `json:"state"`
 	}
@@ -136,16 +172,30 @@ func replyEvent(payload []byte) (conversation.Event, error) {
 		Role      string  `json:"role"`
 		Final     bool    `json:"final"`
 	}
-	var res struct {
+	type result struct {
 		obj
 		StatusUpdate   *obj `json:"statusUpdate"`
 		ArtifactUpdate *obj `json:"artifactUpdate"`
 		Task           *obj `json:"task"`
 		Message        *obj `json:"message"`
 	}
-	if err := json.Unmarshal(env.Result, &res); err != nil {
-		return conversation.Event{}, fmt.Errorf("decode agent reply result: %w", err)
+	// One pass over the payload (the relay path decodes every reply).
+	var env struct {
+		Result *result `json:"result"`
+		Error  *struct {
+			Code int `json:"code"`
+		} `json:"error"`
 	}
+	if err := json.Unmarshal(payload, &env); err != nil {
+		return conversation.Event{}, fmt.Errorf("decode agent reply: %w", err)
+	}
+	if env.Error != nil {
+		return conversation.Event{Kind: conversation.EventError}, nil
+	}
+	if env.Result == nil {
+		return conversation.Event{}, errors.New("agent reply has neither result nor error")
+	}
+	res := env.Result
 	state := func(o *obj) a2a.TaskState {
 		if o.Status == nil {
 			return a2a.TaskStateUnspecified
@@ -213,4 +263,38 @@ func encodeResponse(id any, result any, e *rpcError) ([]byte, error) {
 		return nil, fmt.Errorf("encode JSON-RPC response: %w", err)
 	}
 	return b, nil
+}
+
+// assignIDs writes params.message.taskId and contextId into a send request's
+// payload (A2A v0.3 requesters may omit them; the service assigns them so
+// the rules, which key on ids, apply and the agent receives a request in the
+// profile's shape). Every other byte of the request is kept.
+func assignIDs(payload []byte, taskID, contextID string) ([]byte, error) {
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &env); err != nil {
+		return nil, fmt.Errorf("assign ids: %w", err)
+	}
+	var params map[string]json.RawMessage
+	if err := json.Unmarshal(env["params"], &params); err != nil {
+		return nil, fmt.Errorf("assign ids: params: %w", err)
+	}
+	var msg map[string]json.RawMessage
+	if err := json.Unmarshal(params["message"], &msg); err != nil {
+		return nil, fmt.Errorf("assign ids: params.message: %w", err)
+	}
+	for k, v := range map[string]string{"taskId": taskID, "contextId": contextID} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		msg[k] = b
+	}
+	var err error
+	if params["message"], err = json.Marshal(msg); err != nil {
+		return nil, err
+	}
+	if env["params"], err = json.Marshal(params); err != nil {
+		return nil, err
+	}
+	return json.Marshal(env)
 }

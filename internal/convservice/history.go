@@ -3,7 +3,6 @@ package convservice
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
-	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -56,6 +54,11 @@ func (s *Service) handleHistory(in *inbound) {
 	if scope.Tenant != "" {
 		agent = scope.Tenant
 	}
+	if !s.answersHistoryOf(agent) {
+		// Every replica receives history queries; the one that owns the
+		// agent answers from memory.
+		return
+	}
 	now := s.cfg.Now()
 	p := s.gated.policyOf(agent)
 	allowed := func(c *conversation.Context) bool { return caller == agent || (c != nil && c.Requester == caller) }
@@ -82,17 +85,8 @@ func (s *Service) getTask(ctx context.Context, agent string, p conversation.Poli
 	if req.TaskID == "" {
 		return nil, &rpcError{Code: -32602, Message: "params.id (the task id) is required"}
 	}
-	ctxID, err := s.store.TaskContext(ctx, agent, req.TaskID)
-	if errors.Is(err, convstore.ErrNotFound) {
-		return nil, &rpcError{Code: -32001, Message: fmt.Sprintf("task %s not found in the conversation history of %s", req.TaskID, agent)}
-	}
-	if err != nil {
-		return nil, storeError(err)
-	}
-	c, err := s.store.Context(ctx, agent, ctxID)
-	if err != nil && !errors.Is(err, convstore.ErrNotFound) {
-		return nil, storeError(err)
-	}
+	ctxID, _ := s.mem.TaskContext(agent, req.TaskID)
+	c := s.mem.Context(agent, ctxID)
 	t := c.Task(req.TaskID)
 	if t == nil || !c.Live(p, now) || !allowed(c) {
 		return nil, &rpcError{Code: -32001, Message: fmt.Sprintf("task %s not found in the conversation history of %s", req.TaskID, agent)}
@@ -110,10 +104,7 @@ func (s *Service) listTasks(ctx context.Context, agent string, p conversation.Po
 	if params.ContextID == "" {
 		return nil, &rpcError{Code: -32602, Message: "params.contextId is required: the conversation service lists the tasks of one context"}
 	}
-	c, err := s.store.Context(ctx, agent, params.ContextID)
-	if err != nil && !errors.Is(err, convstore.ErrNotFound) {
-		return nil, storeError(err)
-	}
+	c := s.mem.Context(agent, params.ContextID)
 	resp := &a2a.ListTasksResponse{Tasks: []*a2a.Task{}}
 	if c != nil && !allowed(c) {
 		// Indistinguishable from an unknown context: no probing of others' ids.
@@ -147,11 +138,6 @@ func (s *Service) listTasks(ctx context.Context, agent string, p conversation.Po
 	}
 	resp.PageSize = size
 	return resp, nil
-}
-
-func storeError(err error) *rpcError {
-	data, _ := json.Marshal(map[string]string{"a2a_error": a2amqtt.A2AErrorResponderUnavailable})
-	return &rpcError{Code: a2amqtt.CodeResponderUnavailable, Message: "conversation history unavailable: " + err.Error(), Data: data}
 }
 
 // taskOf renders the engine's task summary as an A2A Task. The service

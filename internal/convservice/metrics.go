@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		replies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "a2a_conversation", Name: "replies_total",
-			Help: "Agent replies by outcome (relayed, dropped_unsealed, internal, relay_failed).",
+			Help: "Agent replies by outcome: relayed (PUBACK success), relayed_unread (PUBACK: no subscriber), relayed_unconfirmed (pipelined stream item, no PUBACK awaited), relay_refused (PUBACK error), relay_failed, dropped_unsealed, internal.",
 		}, []string{"outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "a2a_conversation", Name: "proxy_latency_seconds",

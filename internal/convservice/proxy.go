@@ -3,16 +3,21 @@ package convservice
 import (
 	"context"
 	"crypto/rand"
+
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/a2aproject/a2a-go/v2/a2a"
 	"strings"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -51,6 +56,23 @@ func (s *Service) onRequest(topic string, p *paho.Publish) {
 	s.dispatch(in.corr, func() { s.handleRequest(in) })
 }
 
+// onQueued routes a message that arrived before its handler was registered
+// (a persistent session's backlog at reconnect); workers run it once the
+// replica is started.
+func (s *Service) onQueued(p *paho.Publish) {
+	in := newInbound(p)
+	s.dispatch(in.corr, func() {
+		switch {
+		case in.topic == s.replyTopic:
+			s.handleReply(in)
+		case in.topic == identity.Service.RequestTopic():
+			s.handleHistory(in)
+		default:
+			s.handleRequest(in)
+		}
+	})
+}
+
 func (s *Service) onReply(p *paho.Publish) {
 	in := newInbound(p)
 	s.dispatch(in.corr, func() { s.handleReply(in) })
@@ -81,17 +103,19 @@ func (s *Service) admit(ctx context.Context, in *inbound) bool {
 		s.m.rejections.WithLabelValues("no_response_topic").Inc()
 		return false
 	}
-	if s.claims != nil {
-		won, err := s.claims.claim(ctx, in.respTo, in.corr)
-		if err != nil {
-			// Without the claim two replicas could both handle it; refusing
-			// is safer, and the error is retryable for the requester.
-			log.Error(err, "claim request")
-			s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
-				"conversation service cannot claim the request: shared state unavailable"))
-			return false
-		}
-		if !won {
+	if sender, present, ok := senderIdentity(in); present || s.cfg.RequireSenderProperty {
+		// The broker told us who published: the reply path must be that
+		// publisher's own reply topic, or the requester could have the
+		// service publish into another agent's replies.
+		owner, isReply := replyIdentity(in.respTo)
+		if !ok || !isReply || owner != sender {
+			reason := reasonReplyTopicNotPermitted
+			if !present {
+				reason = reasonSenderMissing
+			}
+			log.Info("dropping request whose Response Topic is not the publisher's own reply topic",
+				"response_topic", in.respTo, "sender", in.user.Get(identity.SenderProperty))
+			s.m.rejections.WithLabelValues(reason).Inc()
 			return false
 		}
 	}
@@ -165,7 +189,10 @@ func reasonOf(e *conversation.Error) string {
 func (s *Service) handleRequest(in *inbound) {
 	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
 	defer cancel()
+	ctx, sp := s.span(traceFrom(ctx, in.user), "conversation.request", trace.SpanKindConsumer)
+	defer sp.End()
 	if !s.admit(ctx, in) {
+		fail(sp, "refused at admission")
 		return
 	}
 	g := s.gated.byRequestTopic(in.topic)
@@ -175,11 +202,44 @@ func (s *Service) handleRequest(in *inbound) {
 			"agent is no longer served by the conversation service; retry"))
 		return
 	}
+	if caller, ok := replyIdentity(in.respTo); !ok || !g.callers.admits(caller) {
+		// Without a broker-stamped sender (Mosquitto), the service cannot
+		// know who published; it relays only to the reply topic of an
+		// identity the agent admits as caller (docs/conversation-service.md).
+		s.log.Info("dropping request whose Response Topic is not the reply topic of an admitted caller",
+			"agent", g.key, "response_topic", in.respTo)
+		s.m.rejections.WithLabelValues(reasonReplyTopicNotPermitted).Inc()
+		return
+	}
 	req := s.decode(ctx, in, true)
 	if req == nil {
 		return
 	}
+	sp.SetAttributes(attrAgent.String(g.key), attrMethod.String(req.Method), attrTaskID.String(req.TaskID), attrContextID.String(req.ContextID))
 	log := s.log.WithValues("agent", g.key, "method", req.Method, "task", req.TaskID, "context", req.ContextID)
+	if prop := in.user.Get(a2amqtt.PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
+		// The same refusal as the SDK responder's: the header and the body
+		// of the request must name one context.
+		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorTransportProtocolError).Inc()
+		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorTransportProtocolError,
+			fmt.Sprintf("%s user property %q does not match params.message.contextId %q", a2amqtt.PropContextID, prop, req.ContextID)))
+		return
+	}
+	if req.Dialect == a2amqtt.DialectV03 && req.HasMessage && req.TaskID == "" {
+		// v0.3 lets the server create task (and context) ids; over MQTT the
+		// rules key on them, so the service creates them for the agent
+		// (docs/conversation-service.md, "A2A v0.3 requesters").
+		req.TaskID = uuid.NewString()
+		if req.ContextID == "" {
+			req.ContextID = uuid.NewString()
+		}
+		payload, err := assignIDs(in.payload, req.TaskID, req.ContextID)
+		if err != nil {
+			s.replyError(ctx, in, req.ID, &a2amqtt.RPCError{Code: -32602, Message: err.Error()})
+			return
+		}
+		in.payload = payload
+	}
 	method, ruled := conversation.ParseMethod(req.Method)
 	rt := route{Agent: g.key, TaskID: req.TaskID, ContextID: req.ContextID, Method: method, Correlation: in.corr, ResponseTopic: in.respTo}
 	var d conversation.Decision
@@ -192,15 +252,32 @@ func (s *Service) handleRequest(in *inbound) {
 	default:
 		now := s.cfg.Now()
 		var err error
-		d, err = convstore.Decide(ctx, s.store, g.key, g.policy, now, conversation.Request{
+		dctx, dsp := s.span(ctx, "conversation.decide", trace.SpanKindInternal)
+		var ticket *convstore.Ticket
+		d, ticket, err = s.mem.Decide(g.key, g.policy, now, conversation.Request{
 			Method: method, TaskID: req.TaskID, ContextID: req.ContextID, MessageID: req.MessageID,
 			Correlation: in.corr, ResponseTopic: in.respTo, Requester: requesterOf(in.respTo),
 		})
+		if err == nil && d.Forward {
+			// Forward only what is durable: after a crash, no accepted
+			// request is forgotten and no slot is granted twice.
+			if err = ticket.Wait(dctx); err != nil && d.Changed && d.Task != nil {
+				s.undoRun(g, req.TaskID, in.corr)
+			}
+		}
+		dsp.SetAttributes(attrDecision.String(string(d.Kind)))
+		dsp.End()
 		if err != nil {
-			log.Error(err, "conversation state unavailable")
+			msg := "conversation service cannot make its decision durable; retry"
+			if errors.Is(err, convstore.ErrNotOwner) {
+				// Ownership of the agent is moving between replicas.
+				msg = "this conversation service replica no longer serves the agent; retry"
+			} else {
+				log.Error(err, "conversation state unavailable")
+			}
+			fail(sp, "state unavailable")
 			s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
-			s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
-				"conversation service cannot reach its state store; retry"))
+			s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable, msg))
 			return
 		}
 		s.m.requests.WithLabelValues(string(d.Kind)).Inc()
@@ -208,6 +285,7 @@ func (s *Service) handleRequest(in *inbound) {
 			s.expired(ctx, g.key, x)
 		}
 		if d.Kind == conversation.KindReject {
+			fail(sp, reasonOf(d.Err))
 			log.V(1).Info("request rejected", "code", d.Err.Code, "reason", reasonOf(d.Err))
 			s.m.rejections.WithLabelValues(reasonOf(d.Err)).Inc()
 			data, err := d.Err.Data(now)
@@ -228,13 +306,15 @@ func (s *Service) handleRequest(in *inbound) {
 		}
 		tracked = d.Changed && d.Task != nil
 	}
+	fctx, fsp := s.span(ctx, "conversation.forward", trace.SpanKindProducer)
+	defer fsp.End()
 	out := &paho.Publish{
 		Topic: g.delivery, QoS: 1, Payload: in.payload,
 		Properties: &paho.PublishProperties{
 			ResponseTopic:   s.replyTopic,
 			CorrelationData: s.seal.seal(rt),
 			ContentType:     in.contentType,
-			User:            in.user,
+			User:            withTrace(fctx, in.user),
 		},
 	}
 	if in.expiry != nil {
@@ -248,15 +328,10 @@ func (s *Service) handleRequest(in *inbound) {
 		err = errors.New("no subscriber on the delivery topic")
 	}
 	if err != nil {
+		fail(fsp, "agent unavailable")
 		log.Info("cannot forward to the agent", "delivery", g.delivery, "err", err.Error())
 		if tracked {
-			// Undo the run the decision started, as the agent refusing it
-			// would: the task must not hold a concurrency slot forever.
-			if _, oerr := convstore.Observe(ctx, s.store, g.key, g.policy, s.cfg.Now(), conversation.Event{
-				Kind: conversation.EventError, TaskID: req.TaskID, Correlation: in.corr, Final: true,
-			}); oerr != nil {
-				log.Error(oerr, "undo forwarded run")
-			}
+			s.undoRun(g, req.TaskID, in.corr)
 		}
 		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
 		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
@@ -264,6 +339,19 @@ func (s *Service) handleRequest(in *inbound) {
 		return
 	}
 	s.m.latency.WithLabelValues("request").Observe(time.Since(in.received).Seconds())
+}
+
+// undoRun undoes the run a decision started, as the agent refusing it would:
+// the task must not hold a concurrency slot forever. Written behind: a
+// crash before it is durable leaves a submitted task that the first-event
+// deadline undoes.
+func (s *Service) undoRun(g *gatedAgent, taskID string, corr []byte) {
+	_, _, err := s.mem.Observe(g.key, g.policy, s.cfg.Now(), conversation.Event{
+		Kind: conversation.EventError, TaskID: taskID, Correlation: corr, Final: true,
+	})
+	if err != nil {
+		s.log.Error(err, "undo forwarded run", "agent", g.key, "task", taskID)
+	}
 }
 
 // streaming reports whether replies to m form a stream (several replies,
@@ -275,13 +363,20 @@ func streaming(m conversation.Method) bool {
 func (s *Service) handleReply(in *inbound) {
 	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
 	defer cancel()
+	ctx, sp := s.span(traceFrom(ctx, in.user), "conversation.relay", trace.SpanKindConsumer)
+	defer sp.End()
 	rt, err := s.seal.open(in.corr)
 	if err != nil {
+		fail(sp, "unsealed correlation data")
 		s.m.replies.WithLabelValues("dropped_unsealed").Inc()
 		s.log.Info("dropping reply with unknown correlation data", "topic", in.topic)
 		return
 	}
+	sp.SetAttributes(attrAgent.String(rt.Agent), attrMethod.String(string(rt.Method)), attrTaskID.String(rt.TaskID), attrContextID.String(rt.ContextID))
 	log := s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method)
+	// last: this reply ends its stream (a unary result, a terminal or
+	// interrupted state, an error): relayed with its PUBACK awaited.
+	last := !streaming(rt.Method)
 	if rt.TaskID != "" {
 		ev, err := replyEvent(in.payload)
 		if err != nil {
@@ -293,11 +388,25 @@ func (s *Service) handleReply(in *inbound) {
 			ev.TaskID = rt.TaskID
 			ev.Correlation = rt.Correlation
 			ev.Final = ev.Final || !streaming(rt.Method)
-			o, err := convstore.Observe(ctx, s.store, rt.Agent, s.gated.policyOf(rt.Agent), s.cfg.Now(), ev)
-			if err != nil {
-				// Relaying matters more than bookkeeping here; the next
-				// event or the sweeper reconciles the state.
+			last = last || ev.Final || ev.Kind == conversation.EventError || ev.Kind == conversation.EventMessage ||
+				ev.State.Terminal() || ev.State == a2a.TaskStateInputRequired || ev.State == a2a.TaskStateAuthRequired
+			o, ticket, err := s.mem.Observe(rt.Agent, s.gated.policyOf(rt.Agent), s.cfg.Now(), ev)
+			switch {
+			case errors.Is(err, convstore.ErrNotOwner) && s.owners != nil:
+				// The agent moved to another replica after this one
+				// forwarded the request: its owner applies the event.
+				s.owners.handOver(ctx, rt.Agent, ev)
+			case err != nil:
 				log.Error(err, "record reply event")
+			case convstore.Final(o):
+				// The final event of a stream is durable before the
+				// requester sees it: a follow-up it sends at once, and any
+				// replica after a crash, find the slot free.
+				if err := ticket.Wait(ctx); err != nil {
+					// Relaying matters more than bookkeeping: the memory
+					// state is right; the store is not ready (readiness).
+					log.Error(err, "make reply event durable")
+				}
 			}
 			for _, x := range o.Expirations {
 				s.expired(ctx, rt.Agent, x)
@@ -310,22 +419,49 @@ func (s *Service) handleReply(in *inbound) {
 	}
 	out := &paho.Publish{
 		Topic: rt.ResponseTopic, QoS: 1, Payload: in.payload,
-		Properties: &paho.PublishProperties{CorrelationData: rt.Correlation, ContentType: in.contentType, User: in.user},
+		Properties: &paho.PublishProperties{CorrelationData: rt.Correlation, ContentType: in.contentType, User: withTrace(ctx, in.user)},
 	}
-	// Pipelined: the worker owning this correlation sends in order, and a
-	// long stream is not paced by one PUBACK round trip per item.
-	if err := s.conn.PublishAsync(ctx, out); err != nil {
-		s.m.replies.WithLabelValues("relay_failed").Inc()
-		log.Error(err, "relay reply", "response_topic", rt.ResponseTopic)
+	if !last {
+		// Stream items are pipelined: the worker owning this correlation
+		// sends in order, and a long stream is not paced by one PUBACK
+		// round trip per item; without the PUBACK they count as
+		// relayed_unconfirmed, not relayed.
+		if err := s.conn.PublishAsync(ctx, out); err != nil {
+			s.m.replies.WithLabelValues("relay_failed").Inc()
+			log.Error(err, "relay reply", "response_topic", rt.ResponseTopic)
+			return
+		}
+		s.m.replies.WithLabelValues("relayed_unconfirmed").Inc()
+		s.m.latency.WithLabelValues("reply").Observe(time.Since(in.received).Seconds())
 		return
 	}
-	s.m.replies.WithLabelValues("relayed").Inc()
+	// The last reply of a stream waits for its PUBACK (in order behind the
+	// pipelined items), so the counters say what the broker did with it.
+	resp, err := s.publish(ctx, out)
 	s.m.latency.WithLabelValues("reply").Observe(time.Since(in.received).Seconds())
+	switch {
+	case resp != nil && resp.ReasonCode >= 0x80:
+		s.m.replies.WithLabelValues("relay_refused").Inc()
+		log.Info("broker refused the relayed reply", "response_topic", rt.ResponseTopic, "reason", resp.ReasonCode)
+	case err != nil:
+		s.m.replies.WithLabelValues("relay_failed").Inc()
+		log.Error(err, "relay reply", "response_topic", rt.ResponseTopic)
+	case resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers:
+		// Accepted, but nobody reads the requester's reply topic (it left).
+		s.m.replies.WithLabelValues("relayed_unread").Inc()
+	default:
+		s.m.replies.WithLabelValues("relayed").Inc()
+	}
 }
 
 // replyError answers the requester itself, echoing its correlation data.
 func (s *Service) replyError(ctx context.Context, in *inbound, id any, e *a2amqtt.RPCError) {
-	if in.respTo == "" {
+	s.answer(ctx, in.respTo, in.corr, id, e)
+}
+
+// answer publishes a JSON-RPC error to a requester's reply path.
+func (s *Service) answer(ctx context.Context, respTo string, corr []byte, id any, e *a2amqtt.RPCError) {
+	if respTo == "" {
 		return
 	}
 	b, err := encodeResponse(id, nil, &rpcError{Code: e.Code, Message: e.Message, Data: e.Data})
@@ -333,17 +469,40 @@ func (s *Service) replyError(ctx context.Context, in *inbound, id any, e *a2amqt
 		s.log.Error(err, "encode error reply")
 		return
 	}
-	s.send(ctx, in, b)
+	s.sendTo(ctx, respTo, corr, b)
 }
 
 func (s *Service) send(ctx context.Context, in *inbound, payload []byte) {
+	s.sendTo(ctx, in.respTo, in.corr, payload)
+}
+
+func (s *Service) sendTo(ctx context.Context, respTo string, corr, payload []byte) {
 	_, err := s.publish(ctx, &paho.Publish{
-		Topic: in.respTo, QoS: 1, Payload: payload,
-		Properties: &paho.PublishProperties{CorrelationData: in.corr, ContentType: "application/json"},
+		Topic: respTo, QoS: 1, Payload: payload,
+		Properties: &paho.PublishProperties{CorrelationData: corr, ContentType: "application/json"},
 	})
 	if err != nil {
-		s.log.Error(err, "answer requester", "response_topic", in.respTo)
+		s.log.Error(err, "answer requester", "response_topic", respTo)
 	}
+}
+
+// notifyFailed tells a requester on a stream that already ended that the
+// engine failed its task: a final A2A v1.0 statusUpdate (TASK_STATE_FAILED
+// with the engine's status message).
+func (s *Service) notifyFailed(ctx context.Context, st conversation.Stream, contextID, taskID, why string) {
+	ev := a2a.NewStatusUpdateEvent(a2a.TaskInfo{TaskID: a2a.TaskID(taskID), ContextID: contextID}, a2a.TaskStateFailed,
+		a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart(why)))
+	result, err := json.Marshal(map[string]any{"statusUpdate": ev})
+	if err != nil {
+		s.log.Error(err, "encode failure notice")
+		return
+	}
+	b, err := encodeResponse(nil, json.RawMessage(result), nil)
+	if err != nil {
+		s.log.Error(err, "encode failure notice")
+		return
+	}
+	s.sendTo(ctx, st.ResponseTopic, st.Correlation, b)
 }
 
 // cancelAtAgent sends CancelTask for a task the engine gave up on, so the

@@ -29,6 +29,9 @@ type gatedAgent struct {
 	policy   conversation.Policy
 	// policyName is "namespace/name" of the governing ConversationPolicy.
 	policyName string
+	// callers is who the agent admits as caller: the only identities whose
+	// reply topics the service relays this agent's replies to.
+	callers *callerSet
 }
 
 // registry tracks the gated agents from the Kubernetes API (an informer
@@ -151,7 +154,7 @@ func (r *registry) desired(ctx context.Context) (map[string]*gatedAgent, error) 
 			continue
 		}
 		g := &gatedAgent{ref: ref, key: ref.String(), request: ref.RequestTopic(), delivery: a.Status.Topics.Delivery,
-			policy: conversation.DefaultPolicy()}
+			policy: conversation.DefaultPolicy(), callers: newCallerSet(a, ref, agents.Items)}
 		if name := a.Status.ConversationPolicy; name != "" {
 			g.policyName = a.Namespace + "/" + name
 			if p := byName[g.policyName]; p != nil {
@@ -184,17 +187,24 @@ func (r *registry) resync(ctx context.Context) {
 	r.mu.Lock()
 	r.byTopic, r.byKey = want, byKey
 	var add, remove []string
-	for topic := range want {
-		if r.subs[topic] == nil {
+	for topic, g := range want {
+		if r.subs[topic] == nil && r.s.serves(g.key) {
 			add = append(add, topic)
 		}
 	}
 	for topic := range r.subs {
-		if want[topic] == nil {
+		if g := want[topic]; g == nil || !r.s.serves(g.key) {
 			remove = append(remove, topic)
 		}
 	}
 	r.mu.Unlock()
+	if r.s.owners != nil {
+		// The set of gated agents may have changed: rebalance ownership.
+		select {
+		case r.s.ownersKick <- struct{}{}:
+		default:
+		}
+	}
 
 	for _, topic := range remove {
 		r.mu.Lock()
@@ -209,7 +219,7 @@ func (r *registry) resync(ctx context.Context) {
 	}
 	for _, topic := range add {
 		topic := topic
-		sub, err := r.s.conn.Subscribe(ctx, r.s.filter(topic), func(p *paho.Publish) { r.s.onRequest(topic, p) })
+		sub, err := r.s.conn.Subscribe(ctx, topic, func(p *paho.Publish) { r.s.onRequest(topic, p) })
 		if err != nil {
 			r.s.log.Info("cannot consume request topic yet, will retry", "topic", topic, "err", err.Error())
 			continue
@@ -222,6 +232,17 @@ func (r *registry) resync(ctx context.Context) {
 	r.mu.RLock()
 	r.s.m.gatedAgents.Set(float64(len(r.subs)))
 	r.mu.RUnlock()
+}
+
+// keys lists the gated agents ("org/unit/agent").
+func (r *registry) keys() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.byKey))
+	for k := range r.byKey {
+		out = append(out, k)
+	}
+	return out
 }
 
 func (r *registry) byRequestTopic(topic string) *gatedAgent {

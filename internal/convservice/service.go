@@ -29,6 +29,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"k8s.io/client-go/rest"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
@@ -51,21 +53,18 @@ type Config struct {
 	// Must match ^[A-Za-z0-9_.-]+$; defaults to the host name.
 	ReplicaID string
 	// Store is "bolt:PATH" (one replica, survives restarts) or
-	// "redis://host:port/db" (several replicas). Ignored when StoreImpl is set.
+	// "redis://host:port/db" (several replicas: each owns a share of the
+	// gated agents, decides for them from memory and consumes only their
+	// request topics; docs/conversation-service.md, "Replicas").
 	Store string
-	// StoreImpl, when set, is used instead of opening Store (in-process
-	// callers that share a store). The service does not close it.
-	StoreImpl convstore.Store
 	// RedisPrefix namespaces the Redis keys (default "a2af").
 	RedisPrefix string
 	// BoltNoSync skips fsync on bolt commits (tests and benchmarks only).
 	BoltNoSync bool
-	// SharedSubscriptions consumes request topics through
-	// $share/a2a-conversation/...; only for brokers that deliver
-	// $-prefixed topics to shared subscriptions (not Mosquitto 2.0.x).
-	// Otherwise every replica subscribes to the plain topics and a claim
-	// in the shared store picks the one replica that handles a request.
-	SharedSubscriptions bool
+	// LeaseTTL is how long a replica's ownership of an agent lasts without
+	// renewal (Redis; default 15s): a crashed replica's agents move to the
+	// others within about this long.
+	LeaseTTL time.Duration
 	// RestConfig reaches the Kubernetes API (Agents, ConversationPolicies).
 	RestConfig *rest.Config
 	// Namespace restricts the watch to one namespace ("" = all).
@@ -90,11 +89,37 @@ type Config struct {
 	// 32). Messages with the same correlation data go to the same worker,
 	// so a reply stream keeps its order.
 	Workers int
-	// RouteSecret keys the HMAC that seals routes in forwarded correlation
-	// data; every replica must use the same one. Defaults to Password.
+	// RouteSecret keys the AEAD (AES-256-GCM) that seals routes in forwarded
+	// correlation data, and derives the replica's MQTT client id; every
+	// replica must use the same one. Defaults to Password.
 	RouteSecret []byte
+	// PreviousRouteSecrets still open routes sealed before a key rotation
+	// (docs/conversation-service.md, "Keys").
+	PreviousRouteSecrets [][]byte
+	// RequireSenderProperty refuses requests that do not carry the broker-set
+	// identity.SenderProperty (set it on brokers that stamp the publisher,
+	// the embedded broker); requests that carry it must always name a reply
+	// topic of that sender.
+	RequireSenderProperty bool
+	// TLS for the broker connection (mqtts://, tls://, wss://): a CA bundle
+	// to verify the broker with (default: the system roots) and a client
+	// certificate and key for brokers that require one.
+	TLSCAFile, TLSCertFile, TLSKeyFile string
+	// SessionExpiry keeps the replica's MQTT session on the broker this
+	// long after a disconnect (Clean Start false), so replies and requests
+	// published while the replica restarts are delivered when it is back
+	// (default 10m; negative: clean start on every connection).
+	SessionExpiry time.Duration
+	// ReadinessGrace is how long the broker connection may be down (an
+	// expected reconnect) before /readyz fails (default 10s).
+	ReadinessGrace time.Duration
 	// MaxPayloadBytes rejects larger requests (default 1 MiB).
 	MaxPayloadBytes int
+	// TracerProvider receives the service's spans (receive → decide →
+	// forward, and relay), which continue the requester's trace from the
+	// traceparent user property and propagate it to the agent. Default:
+	// none recorded.
+	TracerProvider trace.TracerProvider
 	// Logger defaults to logr.Discard().
 	Logger logr.Logger
 	// Registry receives the metrics (default: a new registry, served on
@@ -119,7 +144,7 @@ func (c *Config) defaults() error {
 	if c.RestConfig == nil {
 		return errors.New("kubernetes rest config is required")
 	}
-	if c.StoreImpl == nil && c.Store == "" {
+	if c.Store == "" {
 		return errors.New("store is required (bolt:PATH or redis://...)")
 	}
 	if c.Now == nil {
@@ -137,6 +162,15 @@ func (c *Config) defaults() error {
 	if c.Workers <= 0 {
 		c.Workers = 32
 	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
+	if c.SessionExpiry == 0 {
+		c.SessionExpiry = 10 * time.Minute
+	}
+	if c.ReadinessGrace <= 0 {
+		c.ReadinessGrace = 10 * time.Second
+	}
 	if c.MaxPayloadBytes <= 0 {
 		c.MaxPayloadBytes = 1 << 20
 	}
@@ -149,6 +183,9 @@ func (c *Config) defaults() error {
 	if c.Logger.GetSink() == nil {
 		c.Logger = logr.Discard()
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
+	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
@@ -157,24 +194,39 @@ func (c *Config) defaults() error {
 
 // Service is a running replica.
 type Service struct {
-	cfg        Config
-	log        logr.Logger
-	store      convstore.Store
-	ownStore   bool
-	claims     claimer
+	cfg     Config
+	log     logr.Logger
+	journal convstore.Journal
+	mem     *convstore.Memory
+	// owners is the agent ownership of several replicas (Redis); nil: this
+	// replica owns every agent (bbolt).
+	owners     *ownership
+	ownersKick chan struct{}
+	// ping checks the shared store for readiness (nil: local file).
+	ping       func(context.Context) error
 	conn       *a2amqtt.Conn
-	seal       sealer
+	seal       *sealer
+	tracer     trace.Tracer
 	replyTopic string
 	m          *metrics
 	gated      *registry
 
 	shards []chan func()
-	wg     sync.WaitGroup
-	stop   context.CancelFunc
-	done   chan struct{}
-	ready  atomic.Bool
-	https  []*http.Server
-	closed sync.Once
+	// quit is closed by Close: workers finish what is queued and exit, and
+	// dispatch stops queueing (the shard channels are never closed, so a
+	// message racing with Close cannot panic a send).
+	quit chan struct{}
+	// started is closed once the replica has its registry: messages a
+	// persistent session delivers before that wait for it.
+	started chan struct{}
+	wg      sync.WaitGroup
+	stop    context.CancelFunc
+	done    chan struct{}
+	ready   atomic.Bool
+	// lastSweep is when the sweep loop last ran (unix ns), for /healthz.
+	lastSweep atomic.Int64
+	https     []*http.Server
+	closed    sync.Once
 }
 
 // Run starts a replica and serves until ctx ends.
@@ -193,15 +245,27 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, fmt.Errorf("conversation service config: %w", err)
 	}
+	seal, err := newSealer(cfg.RouteSecret, cfg.PreviousRouteSecrets...)
+	if err != nil {
+		return nil, fmt.Errorf("conversation service config: %w", err)
+	}
+	tlsCfg, err := tlsConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("conversation service config: %w", err)
+	}
 	s := &Service{
 		cfg:        cfg,
 		log:        cfg.Logger.WithValues("replica", cfg.ReplicaID),
-		seal:       newSealer(cfg.RouteSecret),
+		seal:       seal,
+		tracer:     cfg.TracerProvider.Tracer(tracerName),
 		replyTopic: identity.Service.ReplyTopic(cfg.ReplicaID),
 		m:          newMetrics(cfg.Registry),
 		done:       make(chan struct{}),
+		quit:       make(chan struct{}),
+		started:    make(chan struct{}),
+		ownersKick: make(chan struct{}, 1),
 	}
-	if err := s.openStore(); err != nil {
+	if err := s.openState(ctx); err != nil {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.Background())
@@ -220,8 +284,27 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			for job := range ch {
-				job()
+			// Messages can arrive before the replica has its registry (a
+			// persistent session's backlog): hold them until it has.
+			select {
+			case <-s.started:
+			case <-s.quit:
+				return // never started: nothing to serve them with
+			}
+			for {
+				select {
+				case job := <-ch:
+					job()
+				case <-s.quit:
+					for {
+						select {
+						case job := <-ch:
+							job()
+						default:
+							return
+						}
+					}
+				}
 			}
 		}()
 	}
@@ -229,8 +312,13 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		BrokerURL: cfg.BrokerURL,
 		Username:  cfg.Username,
 		Password:  cfg.Password,
-		Agent:     a2amqtt.AgentRef{Org: identity.Service.Org, Unit: identity.Service.Unit, Agent: identity.Service.Agent + "-" + cfg.ReplicaID},
-		Logger:    slog.New(logr.ToSlogHandler(s.log.WithName("mqtt"))),
+		Agent:     clientRef(cfg.RouteSecret, cfg.ReplicaID),
+		TLSConfig: tlsCfg,
+		// Persistent session: what the broker queued while this replica
+		// was away arrives before the handlers below are registered.
+		SessionExpiry: max(cfg.SessionExpiry, 0),
+		Unmatched:     s.onQueued,
+		Logger:        slog.New(logr.ToSlogHandler(s.log.WithName("mqtt"))),
 	})
 	if err != nil {
 		return fail(fmt.Errorf("conversation service: connect broker: %w", err))
@@ -241,71 +329,68 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if _, err := conn.Subscribe(ctx, s.replyTopic, s.onReply); err != nil {
 		return fail(fmt.Errorf("conversation service: subscribe reply topic: %w", err))
 	}
-	if _, err := conn.Subscribe(ctx, s.filter(identity.Service.RequestTopic()), s.onHistoryRequest); err != nil {
+	if _, err := conn.Subscribe(ctx, identity.Service.RequestTopic(), s.onHistoryRequest); err != nil {
 		return fail(fmt.Errorf("conversation service: subscribe own request topic: %w", err))
 	}
 	s.gated, err = newRegistry(ctx, s)
 	if err != nil {
 		return fail(err)
 	}
+	close(s.started)
+	if s.owners != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.owners.run(runCtx, s.ownersKick) }()
+	}
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.gated.run(runCtx) }()
 	go func() { defer s.wg.Done(); s.sweepLoop(runCtx) }()
 	go func() { defer s.wg.Done(); s.statsLoop(runCtx) }()
 	s.ready.Store(true)
-	s.log.Info("conversation service started", "reply_topic", s.replyTopic, "shared_subscriptions", cfg.SharedSubscriptions,
-		"store", storeKind(cfg))
+	kind, _, _ := strings.Cut(cfg.Store, ":")
+	s.log.Info("conversation service started", "reply_topic", s.replyTopic, "store", kind)
 	return s, nil
 }
 
-func storeKind(cfg Config) string {
-	if cfg.StoreImpl != nil {
-		return "provided"
-	}
-	kind, _, _ := strings.Cut(cfg.Store, ":")
-	return kind
-}
-
-func (s *Service) openStore() error {
-	if s.cfg.StoreImpl != nil {
-		s.store = s.cfg.StoreImpl
-		return nil
-	}
+// openState opens the journal and, for a single replica, rebuilds every
+// agent's state from it (with Redis, each agent is rebuilt when this
+// replica takes it over).
+func (s *Service) openState(ctx context.Context) error {
 	switch {
 	case strings.HasPrefix(s.cfg.Store, "bolt:"):
-		b, err := convstore.OpenBolt(strings.TrimPrefix(s.cfg.Store, "bolt:"), &convstore.BoltOptions{NoSync: s.cfg.BoltNoSync, Timeout: 30 * time.Second})
+		j, err := convstore.OpenBoltJournal(strings.TrimPrefix(s.cfg.Store, "bolt:"), &convstore.BoltOptions{NoSync: s.cfg.BoltNoSync, Timeout: 30 * time.Second})
 		if err != nil {
 			return fmt.Errorf("conversation service: %w", err)
 		}
-		s.store, s.ownStore = b, true
+		s.journal, s.mem = j, convstore.NewMemory(j, true)
+		start := time.Now()
+		if err := s.mem.Recover(ctx, "", nil); err != nil {
+			return fmt.Errorf("conversation service: recover state: %w", err)
+		}
+		live, _ := s.mem.Stats()
+		n := 0
+		for _, v := range live {
+			n += v
+		}
+		s.log.Info("conversation state recovered", "live_contexts", n, "took", time.Since(start).Round(time.Millisecond))
 	case strings.HasPrefix(s.cfg.Store, "redis://"), strings.HasPrefix(s.cfg.Store, "rediss://"):
 		opts, err := redis.ParseURL(s.cfg.Store)
 		if err != nil {
 			return fmt.Errorf("conversation service: parse redis URL: %w", err)
 		}
 		c := redis.NewClient(opts)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := c.Ping(ctx).Err(); err != nil {
+		if err := c.Ping(pctx).Err(); err != nil {
 			_ = c.Close()
 			return fmt.Errorf("conversation service: redis %s unreachable: %w", opts.Addr, err)
 		}
-		s.store, s.ownStore = convstore.NewRedis(c, s.cfg.RedisPrefix), true
-		if !s.cfg.SharedSubscriptions {
-			s.claims = &redisClaimer{c: c, prefix: s.cfg.RedisPrefix, replica: s.cfg.ReplicaID, ttl: 10 * time.Minute}
-		}
+		j := convstore.NewRedisJournal(c, s.cfg.RedisPrefix)
+		s.journal, s.mem, s.ping = j, convstore.NewMemory(j, false), j.Ping
+		s.owners = newOwnership(s, j)
 	default:
 		return fmt.Errorf("conversation service: store %q: want bolt:PATH or redis://", s.cfg.Store)
 	}
 	return nil
-}
-
-// filter is how this replica subscribes to a request topic.
-func (s *Service) filter(topic string) string {
-	if s.cfg.SharedSubscriptions {
-		return a2amqtt.SharedSubscription(identity.ShareGroup, topic)
-	}
-	return topic
 }
 
 func (s *Service) serveHTTP() error {
@@ -328,16 +413,66 @@ func (s *Service) serveHTTP() error {
 		return err
 	}
 	health := http.NewServeMux()
-	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.live(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	health.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Ready(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
 	return listen(s.cfg.HealthAddr, health)
 }
+
+// Ready reports why the replica cannot serve: not started (or closing), the
+// broker connection down for longer than ReadinessGrace (an expected
+// reconnect is not a failure), or the state store unreachable.
+func (s *Service) Ready(ctx context.Context) error {
+	if !s.ready.Load() {
+		return errors.New("not started")
+	}
+	if err := s.conn.Healthy(s.cfg.ReadinessGrace); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	if s.ping != nil {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := s.ping(pctx); err != nil {
+			return fmt.Errorf("state store: %w", err)
+		}
+	}
+	return nil
+}
+
+// live fails only for a wedged process: the sweep loop, which ticks every
+// SweepInterval, has not come round for a long time.
+func (s *Service) live() error {
+	last := s.lastSweep.Load()
+	if last == 0 {
+		return nil
+	}
+	limit := max(time.Minute, 20*s.cfg.SweepInterval)
+	if since := time.Since(time.Unix(0, last)); since > limit {
+		return fmt.Errorf("sweep loop stuck for %s", since.Round(time.Second))
+	}
+	return nil
+}
+
+// serves reports whether this replica consumes agent's requests: always with
+// one replica, else while it owns the agent.
+func (s *Service) serves(agent string) bool {
+	return s.owners == nil || s.owners.owns(agent)
+}
+
+// answersHistoryOf reports whether this replica answers history queries
+// about agent (every replica receives them; the agent's owner answers).
+func (s *Service) answersHistoryOf(agent string) bool { return s.serves(agent) }
 
 // ReplyTopic is where agents answer this replica.
 func (s *Service) ReplyTopic() string { return s.replyTopic }
@@ -371,15 +506,16 @@ func (s *Service) Close() error {
 		if s.conn != nil {
 			errs = append(errs, s.conn.Close(ctx))
 		}
-		for _, ch := range s.shards {
-			close(ch)
-		}
+		close(s.quit)
 		s.wg.Wait()
 		for _, h := range s.https {
 			_ = h.Shutdown(ctx)
 		}
-		if s.ownStore && s.store != nil {
-			errs = append(errs, s.store.Close())
+		if s.owners != nil {
+			s.owners.release()
+		}
+		if s.journal != nil {
+			errs = append(errs, s.journal.Close())
 		}
 		close(s.done)
 	})
@@ -392,11 +528,12 @@ func (s *Service) Close() error {
 func (s *Service) dispatch(key []byte, job func()) {
 	h := fnv.New32a()
 	h.Write(key)
-	defer func() {
-		// A message racing with Close finds its worker gone: drop it.
-		_ = recover()
-	}()
-	s.shards[h.Sum32()%uint32(len(s.shards))] <- job
+	select {
+	case s.shards[h.Sum32()%uint32(len(s.shards))] <- job:
+	case <-s.quit:
+		// Closing: the broker connection is already gone, nobody would
+		// read what this message produced.
+	}
 }
 
 // publish sends p, waiting for the PUBACK.
@@ -415,20 +552,16 @@ func (s *Service) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for {
-			swept, err := convstore.Sweep(ctx, s.store, s.gated.policyOf, s.cfg.Now(), 256)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Error(err, "expiry sweep failed")
-				}
-				break
+		s.lastSweep.Store(time.Now().UnixNano())
+		swept, t := s.mem.Sweep(s.gated.policyOf, s.cfg.Now())
+		if err := t.Wait(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.log.Error(err, "journal expiry sweep")
 			}
-			for _, x := range swept {
-				s.expired(ctx, x.Agent, x.Expiration)
-			}
-			if len(swept) < 256 {
-				break
-			}
+			continue
+		}
+		for _, x := range swept {
+			s.expired(ctx, x.Agent, x.Expiration)
 		}
 	}
 }
@@ -440,6 +573,23 @@ func (s *Service) expired(ctx context.Context, agent string, x conversation.Expi
 	for _, t := range x.TimedOut {
 		s.log.Info("input-required timeout: task failed", "agent", agent, "context", x.ContextID, "task", t.TaskID, "waiting_since", t.WaitingSince)
 		s.cancelAtAgent(ctx, agent, x.ContextID, t.TaskID)
+		if t.Notify != nil {
+			// The requester's stream ended at input-required; tell it there
+			// anyway (a client still listening learns at once, others drop
+			// an unknown correlation; the next resume gets -32004 with the
+			// same status message).
+			s.notifyFailed(ctx, *t.Notify, x.ContextID, t.TaskID, t.StatusMessage)
+		}
+	}
+	for _, u := range x.Unacknowledged {
+		s.log.Info("first-event timeout: no agent acknowledged the request, run undone", "agent", agent,
+			"context", x.ContextID, "task", u.TaskID, "forwarded_at", u.Since)
+		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
+		for _, st := range u.Streams {
+			s.answer(ctx, st.ResponseTopic, st.Correlation, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
+				fmt.Sprintf("agent %s did not acknowledge task %s within %s of it being forwarded (no agent is reading its requests); the task was not started, retry later",
+					agent, u.TaskID, s.gated.policyOf(agent).FirstEventTimeout)))
+		}
 	}
 	if x.Expired != nil {
 		s.log.Info("context expired", "agent", agent, "context", x.ContextID, "reason", x.Expired.Reason)
@@ -464,34 +614,18 @@ func (s *Service) statsLoop(ctx context.Context) {
 	}
 }
 
-// refreshStats recomputes the gauges from the store. It scans every context:
-// cheap at the scale one replica serves, and exact across replicas.
-func (s *Service) refreshStats(ctx context.Context) {
-	now := s.cfg.Now()
-	live := map[string]int{}
-	states := map[string]int{}
-	err := s.store.Contexts(ctx, func(agent string, c *conversation.Context) error {
-		p := s.gated.policyOf(agent)
-		if c.Live(p, now) {
-			live[agent]++
-			for _, t := range c.Tasks {
-				states[string(t.State)]++
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Error(err, "refresh conversation stats")
-		}
-		return
-	}
+// refreshStats sets the gauges from the counters the in-memory state keeps
+// (no scan of the store).
+func (s *Service) refreshStats(context.Context) {
+	live, states := s.mem.Stats()
 	s.m.activeContexts.Reset()
 	for a, n := range live {
 		s.m.activeContexts.WithLabelValues(a).Set(float64(n))
 	}
 	s.m.tasks.Reset()
 	for st, n := range states {
-		s.m.tasks.WithLabelValues(st).Set(float64(n))
+		if n > 0 {
+			s.m.tasks.WithLabelValues(string(st)).Set(float64(n))
+		}
 	}
 }

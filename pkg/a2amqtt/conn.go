@@ -66,6 +66,16 @@ type Config struct {
 	FailFast  bool
 	TLSConfig *tls.Config
 	Logger    *slog.Logger
+	// SessionExpiry > 0 makes the session persistent: Clean Start is false
+	// on every connection and the broker keeps the session (subscriptions,
+	// QoS 1 messages queued for them) this long after a disconnect, so
+	// messages published while the process restarts are delivered when it
+	// reconnects with the same client id. 0: clean start, as before.
+	SessionExpiry time.Duration
+	// Unmatched receives messages no Subscribe handler matches. With a
+	// persistent session the broker delivers what it queued right after
+	// CONNACK, before the process has registered its handlers again.
+	Unmatched func(*paho.Publish)
 }
 
 // Conn is a managed MQTT v5 connection (autopaho: reconnects, resubscribes).
@@ -150,11 +160,22 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		ServerUrls:                    []*url.URL{u},
 		TlsCfg:                        cfg.TLSConfig,
 		KeepAlive:                     uint16(cfg.KeepAlive / time.Second),
-		CleanStartOnInitialConnection: true,
-		ConnectTimeout:                cfg.ConnectTimeout,
-		ReconnectBackoff:              reconnectBackoff,
-		ConnectUsername:               cfg.Username,
-		ConnectPassword:               []byte(cfg.Password),
+		CleanStartOnInitialConnection: cfg.SessionExpiry <= 0,
+		SessionExpiryInterval:         uint32(cfg.SessionExpiry / time.Second),
+		ConnectPacketBuilder: func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
+			if cp.Properties != nil {
+				// paho encodes an unset bool as Request Problem Information 0
+				// once any CONNECT property is set (the session expiry), and
+				// mochi then strips user properties from every PUBLISH it
+				// delivers (a2a-context-id, traceparent): ask for them.
+				cp.Properties.RequestProblemInfo = true
+			}
+			return cp, nil
+		},
+		ConnectTimeout:   cfg.ConnectTimeout,
+		ReconnectBackoff: reconnectBackoff,
+		ConnectUsername:  cfg.Username,
+		ConnectPassword:  []byte(cfg.Password),
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
 			// Must not block: resubscribe and republish presence in a goroutine.
 			go func() {
@@ -480,6 +501,10 @@ func (c *Conn) dispatch(p *paho.Publish) {
 	c.mu.Unlock()
 	if p.Properties == nil {
 		p.Properties = &paho.PublishProperties{}
+	}
+	if len(hs) == 0 && c.cfg.Unmatched != nil {
+		c.cfg.Unmatched(p)
+		return
 	}
 	for _, h := range hs {
 		h(p)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
@@ -28,6 +29,11 @@ type rawAgent struct {
 	tasks  map[string]rawTask
 	topic  string
 	closed chan struct{}
+	// seen are the requests as the agent received them.
+	seen []*paho.Publish
+	// tracer, when set, makes the agent continue the request's trace (as an
+	// instrumented agent would) and propagate it in its replies.
+	tracer trace.Tracer
 }
 
 type rawTask struct {
@@ -63,8 +69,25 @@ func startRawAgent(t testing.TB, ctx context.Context, addr, username, password s
 
 func (a *rawAgent) reply(p *paho.Publish, body map[string]any) {
 	b, _ := json.Marshal(body)
-	_, _ = a.c.Publish(context.Background(), &paho.Publish{Topic: p.Properties.ResponseTopic, QoS: 1, Payload: b,
-		Properties: &paho.PublishProperties{CorrelationData: p.Properties.CorrelationData, ContentType: "application/json"}})
+	props := &paho.PublishProperties{CorrelationData: p.Properties.CorrelationData, ContentType: "application/json"}
+	a.mu.Lock()
+	tracer := a.tracer
+	a.mu.Unlock()
+	ctx := context.Background()
+	if tracer != nil {
+		var sp trace.Span
+		ctx, sp = tracer.Start(a2amqtt.ExtractTraceContext(ctx, p), "agent.handle", trace.WithSpanKind(trace.SpanKindServer))
+		defer sp.End()
+		out := &paho.Publish{Properties: props}
+		a2amqtt.InjectTraceContext(ctx, out)
+	}
+	_, _ = a.c.Publish(ctx, &paho.Publish{Topic: p.Properties.ResponseTopic, QoS: 1, Payload: b, Properties: props})
+}
+
+func (a *rawAgent) received() []*paho.Publish {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]*paho.Publish(nil), a.seen...)
 }
 
 func (a *rawAgent) serve(p *paho.Publish) {
@@ -85,6 +108,9 @@ func (a *rawAgent) serve(p *paho.Publish) {
 	if p.Properties == nil || p.Properties.ResponseTopic == "" {
 		return
 	}
+	a.mu.Lock()
+	a.seen = append(a.seen, p)
+	a.mu.Unlock()
 	if err := json.Unmarshal(p.Payload, &req); err != nil {
 		a.reply(p, map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": -32700, "message": err.Error()}})
 		return

@@ -2,86 +2,301 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-// BenchmarkProxyVsDirect measures request → final reply through the
-// conversation service against the same plain-paho agent code reached
-// directly, on the same Mosquitto broker in the same run: sequential
-// latency (p50, p99) and throughput with 16 concurrent requesters. The
-// service uses bbolt with fsync (the production single-replica store).
+// bareRelay is the floor a reverse proxy over MQTT cannot beat: raw paho,
+// requester → relay → agent → relay → requester at QoS 1, republishing
+// without decoding anything or storing anything. The requester's Response
+// Topic and Correlation Data ride in the forwarded correlation data in the
+// clear (length-prefixed), so replies need no lookup.
+type bareRelay struct {
+	c     *paho.Client
+	reply string
+}
+
+func startBareRelay(t testing.TB, ctx context.Context, st *stack, agent a2amqtt.AgentRef) *bareRelay {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", st.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &bareRelay{reply: identity.Service.ReplyTopic("floor")}
+	delivery, request := identity.DeliveryTopic(agent), agent.RequestTopic()
+	r.c = paho.NewClient(paho.ClientConfig{
+		Conn: conn,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			p := pr.Packet
+			if p.Properties == nil {
+				return true, nil
+			}
+			if p.Topic == request {
+				cd := binary.AppendUvarint(nil, uint64(len(p.Properties.ResponseTopic)))
+				cd = append(append(cd, p.Properties.ResponseTopic...), p.Properties.CorrelationData...)
+				_, _ = r.c.PublishWithOptions(context.Background(), &paho.Publish{Topic: delivery, QoS: 1, Payload: p.Payload,
+					Properties: &paho.PublishProperties{ResponseTopic: r.reply, CorrelationData: cd, ContentType: p.Properties.ContentType}},
+					paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
+				return true, nil
+			}
+			n, k := binary.Uvarint(p.Properties.CorrelationData)
+			if k <= 0 {
+				return true, nil
+			}
+			rest := p.Properties.CorrelationData[k:]
+			_, _ = r.c.PublishWithOptions(context.Background(), &paho.Publish{Topic: string(rest[:n]), QoS: 1, Payload: p.Payload,
+				Properties: &paho.PublishProperties{CorrelationData: rest[n:], ContentType: p.Properties.ContentType}},
+				paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
+			return true, nil
+		}},
+	})
+	ack, err := r.c.Connect(ctx, &paho.Connect{ClientID: "a2a-fleet/system/bench-floor-" + uuid.NewString()[:8], CleanStart: true, KeepAlive: 30,
+		Username: st.svcUser, UsernameFlag: true, Password: []byte(st.svcPass), PasswordFlag: true})
+	if err != nil || ack.ReasonCode != 0 {
+		t.Fatalf("relay connect: %v %v", err, ack)
+	}
+	sa, err := r.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: request, QoS: 1}, {Topic: r.reply, QoS: 1}}})
+	if err != nil || sa.Reasons[0] >= 0x80 || sa.Reasons[1] >= 0x80 {
+		t.Fatalf("relay subscribe: %v %v", err, sa)
+	}
+	return r
+}
+
+func (r *bareRelay) close() { _ = r.c.Disconnect(&paho.Disconnect{}) }
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+type benchResult struct {
+	p50, p99 time.Duration
+	rps      float64
+	// cpu is the whole test process's CPU per request (requester, agent,
+	// relay or service, broker clients) over the throughput phase.
+	cpu time.Duration
+}
+
+// benchRun: 2 000 sequential requests (latency; a new context every 100) and
+// 4 000 with 16 concurrent requesters (throughput, CPU per request).
+func benchRun(b *testing.B, ctx context.Context, tr *a2amqtt.Transport) benchResult {
+	const sequential, parallel, workers = 2000, 4000, 16
+	c := uuid.NewString()
+	lat := make([]time.Duration, 0, sequential)
+	for i := range sequential {
+		if i%100 == 0 {
+			c = uuid.NewString()
+		}
+		start := time.Now()
+		if _, err := send(ctx, tr, uuid.NewString(), c, "bench"); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	var wg sync.WaitGroup
+	cpu0 := cpuTime()
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			c := uuid.NewString()
+			for i := range parallel / workers {
+				if i%100 == 0 {
+					c = uuid.NewString()
+				}
+				if res, err := send(ctx, tr, uuid.NewString(), c, fmt.Sprintf("w%d", w)); err != nil || state(res) != a2a.TaskStateCompleted {
+					b.Errorf("parallel request: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return benchResult{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], rps: float64(parallel) / time.Since(start).Seconds(),
+		cpu: (cpuTime() - cpu0) / parallel}
+}
+
+// BenchmarkProxyVsDirect measures request → final reply three ways on the
+// same Mosquitto broker in the same run, with the same plain-paho echo agent:
+// direct (no proxy), the bare-relay floor, and the conversation service on
+// bbolt (fsync on) and on Redis. Ratios are against the floor and direct.
 //
 //	go test ./test/e2e/ -run '^$' -bench BenchmarkProxyVsDirect -benchtime 1x
 func BenchmarkProxyVsDirect(b *testing.B) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	st := newStack(b, ctx, "mosquitto")
-	// E2E_BENCH_NOSYNC=1 drops bbolt's fsync to show what the disk costs.
-	st.startServiceWith(b, ctx, &clock{}, "bench", os.Getenv("E2E_BENCH_NOSYNC") == "1")
 	startRawAgent(b, ctx, st.addr, st.usernames["raw"], st.passwords["raw"], ref("raw"), identity.DeliveryTopic(ref("raw")))
 	startRawAgent(b, ctx, st.addr, st.usernames["direct"], st.passwords["direct"], ref("direct"), ref("direct").RequestTopic())
+	redisAddr := startRedis(b)
 	r := st.requester(b, ctx)
-	const sequential, parallel, workers = 2000, 4000, 16
-	type result struct {
-		p50, p99 time.Duration
-		rps      float64
-	}
-	run := func(tr *a2amqtt.Transport) result {
-		c := uuid.NewString()
-		lat := make([]time.Duration, 0, sequential)
-		for i := range sequential {
-			if i%100 == 0 {
-				c = uuid.NewString()
-			}
-			start := time.Now()
-			if _, err := send(ctx, tr, uuid.NewString(), c, "bench"); err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(start))
+	report := func(name string, res, floor, direct benchResult) {
+		b.ReportMetric(float64(res.p50.Microseconds()), name+"-p50-µs")
+		b.ReportMetric(float64(res.p99.Microseconds()), name+"-p99-µs")
+		b.ReportMetric(res.rps, name+"-req/s")
+		b.ReportMetric(float64(res.cpu.Microseconds()), name+"-cpu-µs/req")
+		if name != "direct" {
+			b.ReportMetric(float64(res.p50)/float64(direct.p50), name+"-p50/direct")
 		}
-		slices.Sort(lat)
+		if name != "direct" && name != "floor" {
+			b.ReportMetric(float64(res.p50)/float64(floor.p50), name+"-p50/floor")
+			b.ReportMetric(float64(res.p99)/float64(floor.p99), name+"-p99/floor")
+			b.ReportMetric(res.rps/floor.rps, name+"-rps/floor")
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.Logf("load average before: %s", loadavg())
+		direct := benchRun(b, ctx, r.Transport(ref("direct")))
+		relay := startBareRelay(b, ctx, st, ref("raw"))
+		floor := benchRun(b, ctx, r.Transport(ref("raw")))
+		relay.close()
+		report("direct", direct, floor, direct)
+		report("floor", floor, floor, direct)
+		for _, store := range []string{"bolt", "redis"} {
+			svc := st.startServiceCfg(b, ctx, &clock{}, "bench-"+store, func(c *convservice.Config) {
+				c.BoltNoSync = os.Getenv("E2E_BENCH_NOSYNC") == "1"
+				if store == "redis" {
+					c.Store = "redis://" + redisAddr + "/0"
+				} else {
+					c.Store = "bolt:" + filepath.Join(b.TempDir(), "bench.db")
+				}
+			})
+			res := benchRun(b, ctx, r.Transport(ref("raw")))
+			_ = svc.Close()
+			report(store, res, floor, direct)
+			if store == "bolt" {
+				// The names hack/plot-benchmarks.sh reads (service on bbolt).
+				b.ReportMetric(float64(res.p50.Microseconds()), "proxy-p50-µs")
+				b.ReportMetric(float64(res.p99.Microseconds()), "proxy-p99-µs")
+				b.ReportMetric(res.rps, "proxy-req/s")
+			}
+		}
+		b.Logf("load average after: %s", loadavg())
+	}
+}
+
+// BenchmarkReplicas measures the service on Redis with one replica and with
+// two (subprocesses, Mosquitto): two gated plain-paho agents, 16 concurrent
+// requesters split over them. With two replicas each owns one agent
+// (replica ids chosen so the rendezvous assignment splits them) and
+// consumes only its agent's request topic: no per-request claim.
+//
+//	go test ./test/e2e/ -run '^$' -bench BenchmarkReplicas -benchtime 1x
+func BenchmarkReplicas(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	st := newStack(b, ctx, "mosquitto")
+	agents := []a2amqtt.AgentRef{ref("raw"), ref("guarded")}
+	for _, a := range agents {
+		startRawAgent(b, ctx, st.addr, st.usernames[a.Agent], st.passwords[a.Agent], a, identity.DeliveryTopic(a))
+	}
+	// Two replica ids that the assignment splits between the agents.
+	var pair []string
+	for i := 0; len(pair) == 0 && i < 100; i++ {
+		x, y := fmt.Sprintf("x%d", i), fmt.Sprintf("y%d", i)
+		live := []string{x, y}
+		if convservice.AssignedReplica(agents[0].String(), live) != convservice.AssignedReplica(agents[1].String(), live) {
+			pair = live
+		}
+	}
+	r := st.requester(b, ctx)
+	run := func(n int) benchResult {
+		addr := startRedis(b)
+		var procs []*proc
+		for _, id := range pair[:n] {
+			procs = append(procs, st.spawnService(b, id, "redis://"+addr+"/0", "--lease-ttl=3s"))
+		}
+		defer func() {
+			for _, p := range procs {
+				p.kill()
+			}
+		}()
+		// Every agent served (by its owner) before measuring.
+		for _, a := range agents {
+			eventually(b, 30*time.Second, a.Agent+" served", func() error {
+				_, err := send(ctx, r.Transport(a), uuid.NewString(), uuid.NewString(), "warm")
+				return err
+			})
+		}
+		const total, workers = 4000, 16
 		var wg sync.WaitGroup
+		var retries atomic.Int64
+		lat := make([][]time.Duration, workers)
 		start := time.Now()
 		for w := range workers {
 			wg.Go(func() {
+				tr := r.Transport(agents[w%len(agents)])
 				c := uuid.NewString()
-				for i := range parallel / workers {
+				for i := range total / workers {
 					if i%100 == 0 {
 						c = uuid.NewString()
 					}
-					if res, err := send(ctx, tr, uuid.NewString(), c, fmt.Sprintf("w%d", w)); err != nil || state(res) != a2a.TaskStateCompleted {
-						b.Errorf("parallel request: %v", err)
+					t0 := time.Now()
+					for attempt := 0; ; attempt++ {
+						res, err := send(ctx, tr, uuid.NewString(), c, "go")
+						if err == nil && state(res) == a2a.TaskStateCompleted {
+							break
+						}
+						if code, _ := rpcCode(err); (code == a2amqtt.CodeResponderUnavailable || strings.Contains(fmt.Sprint(err), "no responder")) && attempt < 50 {
+							// An agent moving between replicas: retryable.
+							retries.Add(1)
+							time.Sleep(20 * time.Millisecond)
+							continue
+						}
+						b.Errorf("request: %v", err)
 						return
 					}
+					lat[w] = append(lat[w], time.Since(t0))
 				}
 			})
 		}
 		wg.Wait()
-		return result{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], rps: float64(parallel) / time.Since(start).Seconds()}
+		all := slices.Concat(lat...)
+		slices.Sort(all)
+		b.Logf("%d replica(s): %d retries of responder_unavailable (agents moving between replicas)", n, retries.Load())
+		return benchResult{p50: all[len(all)/2], p99: all[len(all)*99/100], rps: float64(total) / time.Since(start).Seconds()}
 	}
 	b.ResetTimer()
 	for range b.N {
-		direct := run(r.Transport(ref("direct")))
-		proxied := run(r.Transport(ref("raw")))
-		b.ReportMetric(float64(direct.p50.Microseconds()), "direct-p50-µs")
-		b.ReportMetric(float64(direct.p99.Microseconds()), "direct-p99-µs")
-		b.ReportMetric(direct.rps, "direct-req/s")
-		b.ReportMetric(float64(proxied.p50.Microseconds()), "proxy-p50-µs")
-		b.ReportMetric(float64(proxied.p99.Microseconds()), "proxy-p99-µs")
-		b.ReportMetric(proxied.rps, "proxy-req/s")
-		b.ReportMetric(float64(proxied.p50)/float64(direct.p50), "p50-ratio")
-		b.ReportMetric(float64(proxied.p99)/float64(direct.p99), "p99-ratio")
-		b.ReportMetric(proxied.rps/direct.rps, "throughput-ratio")
+		b.Logf("load average before: %s", loadavg())
+		one := run(1)
+		two := run(2)
+		b.Logf("load average after: %s", loadavg())
+		for name, res := range map[string]benchResult{"1-replica": one, "2-replicas": two} {
+			b.ReportMetric(float64(res.p50.Microseconds()), name+"-p50-µs")
+			b.ReportMetric(float64(res.p99.Microseconds()), name+"-p99-µs")
+			b.ReportMetric(res.rps, name+"-req/s")
+		}
+		b.ReportMetric(two.rps/one.rps, "throughput-2/1")
 	}
 }

@@ -34,13 +34,24 @@ func (st *stack) startService(t testing.TB, ctx context.Context, clk *clock, rep
 
 func (st *stack) startServiceWith(t testing.TB, ctx context.Context, clk *clock, replica string, noSync bool) *convservice.Service {
 	t.Helper()
-	svc, err := convservice.Start(ctx, convservice.Config{
+	return st.startServiceCfg(t, ctx, clk, replica, func(c *convservice.Config) { c.BoltNoSync = noSync })
+}
+
+// startServiceCfg starts an in-process replica on a bolt store in a temp dir,
+// with the test's settings changed by edit.
+func (st *stack) startServiceCfg(t testing.TB, ctx context.Context, clk *clock, replica string, edit func(*convservice.Config)) *convservice.Service {
+	t.Helper()
+	cfg := convservice.Config{
 		BrokerURL: st.brokerURL, Username: st.svcUser, Password: st.svcPass, ReplicaID: replica,
-		Store: "bolt:" + filepath.Join(t.TempDir(), "state.db"), BoltNoSync: noSync,
+		Store: "bolt:" + filepath.Join(t.TempDir(), "state.db"), BoltNoSync: true,
 		RestConfig: restCfg, Namespace: st.ns, Now: clk.Now,
 		SweepInterval: 50 * time.Millisecond, ResyncInterval: 500 * time.Millisecond, StatsInterval: 200 * time.Millisecond,
 		Logger: serviceLogger(t),
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	svc, err := convservice.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start conversation service: %v", err)
 	}

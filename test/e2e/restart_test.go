@@ -82,6 +82,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	out    bytes.Buffer
 	exited chan struct{}
+	state  string // "running at the end of the test" when it was
 }
 
 func (st *stack) spawnService(t testing.TB, replica, store string, extra ...string) *proc {
@@ -98,9 +99,19 @@ func (st *stack) spawnService(t testing.TB, replica, store string, extra ...stri
 	}
 	go func() { _ = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+			p.state = "exited during the test: " + p.cmd.ProcessState.String()
+		default:
+			p.state = "running at the end of the test"
+			if t.Failed() && os.Getenv("E2E_DUMP_STACKS") == "1" {
+				_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+				<-p.exited
+			}
+		}
 		p.kill()
 		if t.Failed() {
-			t.Logf("service %s output:\n%s", replica, p.out.String())
+			t.Logf("service %s (%v) output:\n%s", replica, p.state, p.out.String())
 		}
 	})
 	eventually(t, 60*time.Second, "service "+replica+" ready", func() error {
@@ -174,15 +185,14 @@ func TestTwoReplicasOnRedis(t *testing.T) {
 	st := newStack(t, ctx, "mosquitto")
 	startRawAgent(t, ctx, st.addr, st.usernames["guarded"], st.passwords["guarded"], ref("guarded"), identity.DeliveryTopic(ref("guarded")))
 	store := "redis://" + addr + "/0"
-	a := st.spawnService(t, "a", store)
-	st.spawnService(t, "b", store)
+	a := st.spawnService(t, "a", store, "--lease-ttl=3s")
+	st.spawnService(t, "b", store, "--lease-ttl=3s")
 	r := st.requester(t, ctx)
 	guarded := r.Transport(ref("guarded"))
 	c := uuid.NewString()
-	// Both replicas receive every request (plain subscriptions); the claim
-	// in Redis picks one. With maxConcurrentTasksPerContext 1, a follow-up
-	// decided by one replica right after the other relayed the completion
-	// must still be accepted: the store saw the completion first.
+	// The replicas split the gated agents (leases in Redis); the owner of
+	// "guarded" decides from memory. With maxConcurrentTasksPerContext 1, a
+	// follow-up sent right after a completion must be accepted every time.
 	turns := func(n int) {
 		t.Helper()
 		for i := range n {
@@ -193,7 +203,23 @@ func TestTwoReplicasOnRedis(t *testing.T) {
 		}
 	}
 	turns(200)
+	// kill -9 one replica (whichever owns the agent, the other takes over
+	// what it does not yet own once the dead one's leases lapse): the
+	// conversation goes on, with its state, on the survivor.
 	a.kill()
+	killed := time.Now()
+	quick, err := a2amqtt.NewRequester(ctx, r.Conn(), a2amqtt.RequesterOptions{Retry: a2amqtt.RetryPolicy{FirstReplyTimeout: time.Second, MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the surviving replica serves the agent", func() error {
+		res, err := send(ctx, quick.Transport(ref("guarded")), uuid.NewString(), c, "go")
+		if err != nil || state(res) != a2a.TaskStateCompleted {
+			return fmt.Errorf("%v %v", err, state(res))
+		}
+		return nil
+	})
+	t.Logf("agent served again %s after kill -9 of replica a (lease TTL 3s)", time.Since(killed).Round(10*time.Millisecond))
 	turns(200)
 }
 

@@ -7,39 +7,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-func TestBoltStore(t *testing.T) {
-	runSuite(t, func(t *testing.T) backing {
-		path := filepath.Join(t.TempDir(), "conv.db")
-		return backing{open: func(t *testing.T) Store {
-			s, err := OpenBolt(path, &BoltOptions{NoSync: true, Timeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		}}
-	})
-}
-
-func TestRedisStore(t *testing.T) {
-	addr := startRedis(t)
-	var n atomic.Int64
-	runSuite(t, func(t *testing.T) backing {
-		prefix := fmt.Sprintf("test%d", n.Add(1))
-		return backing{replicas: true, open: func(t *testing.T) Store {
-			return NewRedis(redis.NewClient(&redis.Options{Addr: addr}), prefix)
-		}}
-	})
-}
 
 // redisServerBin finds redis-server: $REDIS_SERVER_BIN, else the Debian
 // package's path.

@@ -1,0 +1,277 @@
+package convstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+)
+
+// Memory is the conversation state of the agents a replica owns, decided in
+// memory (one conversation.Agent per agent, behind a per-agent mutex) and
+// journaled as small records. Decide, Observe and Sweep return a Ticket: the
+// caller waits on it before acting on what must be durable (forwarding an
+// accepted request, relaying the final event of a stream) and may ignore it
+// for the rest (intermediate events are written behind).
+//
+// Ordering makes the guarantees hold: changes are appended to the journal
+// under the agent's mutex, in the order memory changed, and group commits
+// apply in append order. So when a follow-up's decision is durable, every
+// change memory showed it (the completion that freed its slot) is durable
+// too.
+type Memory struct {
+	j Journal
+	// all: every agent is owned on first use (one replica on bbolt);
+	// otherwise only agents Recover loaded (ownership, several replicas).
+	all bool
+
+	mu     sync.RWMutex
+	agents map[string]*agentState
+}
+
+type agentState struct {
+	mu      sync.Mutex
+	a       *conversation.Agent
+	fence   *Fence
+	pending []Change              // collected by the Agent's change hook during a call
+	loading bool                  // Recover: count, do not journal
+	last    *Ticket               // the agent's latest append
+	states  map[a2a.TaskState]int // task counts, kept by the hook (stats)
+}
+
+// NewMemory returns state journaled to j. ownAll makes every agent owned on
+// first use (a single replica); otherwise agents must be Recovered first.
+func NewMemory(j Journal, ownAll bool) *Memory {
+	return &Memory{j: j, all: ownAll, agents: map[string]*agentState{}}
+}
+
+func newAgentState(fence *Fence) *agentState {
+	st := &agentState{a: conversation.NewAgent(), fence: fence, states: map[a2a.TaskState]int{}}
+	st.a.OnChange(func(old, n *conversation.Context) {
+		if old != nil {
+			for _, t := range old.Tasks {
+				st.states[t.State]--
+			}
+		}
+		if n != nil {
+			for _, t := range n.Tasks {
+				st.states[t.State]++
+			}
+		}
+		if !st.loading {
+			st.pending = append(st.pending, changeOf("", old, n))
+		}
+	})
+	return st
+}
+
+// held returns the agent's state, locked, without creating it (reads: a
+// query naming an unknown agent must not allocate state); nil when none.
+func (m *Memory) held(name string) *agentState {
+	m.mu.RLock()
+	st := m.agents[name]
+	m.mu.RUnlock()
+	if st != nil {
+		st.mu.Lock()
+	}
+	return st
+}
+
+// agent returns the agent's state, locked; the caller unlocks.
+func (m *Memory) agent(name string) (*agentState, error) {
+	m.mu.RLock()
+	st := m.agents[name]
+	m.mu.RUnlock()
+	if st == nil {
+		if !m.all {
+			return nil, fmt.Errorf("agent %s: %w", name, ErrNotOwner)
+		}
+		m.mu.Lock()
+		if st = m.agents[name]; st == nil {
+			st = newAgentState(nil)
+			m.agents[name] = st
+		}
+		m.mu.Unlock()
+	}
+	st.mu.Lock()
+	return st, nil
+}
+
+// flush appends what the last call changed and unlocks the agent.
+func (m *Memory) flush(name string, st *agentState) *Ticket {
+	changes := st.pending
+	st.pending = nil
+	for i := range changes {
+		changes[i].Agent = name
+		changes[i].Fence = st.fence
+	}
+	var t *Ticket
+	if len(changes) > 0 {
+		t = m.j.Append(changes...)
+		st.last = t
+	}
+	st.mu.Unlock()
+	return t
+}
+
+// Decide rules on a request for agent. The Ticket is durable once the
+// decision (and everything decided before it) is journaled: forward only
+// then.
+func (m *Memory) Decide(agent string, p conversation.Policy, now time.Time, req conversation.Request) (conversation.Decision, *Ticket, error) {
+	st, err := m.agent(agent)
+	if err != nil {
+		return conversation.Decision{}, nil, err
+	}
+	d := st.a.Decide(p, now, req)
+	return d, m.flush(agent, st), nil
+}
+
+// Observe applies a reply event. Wait on the Ticket before relaying an event
+// that ended a stream or freed a slot (Final reports that); other events are
+// written behind.
+func (m *Memory) Observe(agent string, p conversation.Policy, now time.Time, ev conversation.Event) (conversation.Outcome, *Ticket, error) {
+	st, err := m.agent(agent)
+	if err != nil {
+		return conversation.Outcome{}, nil, err
+	}
+	o := st.a.Observe(p, now, ev)
+	return o, m.flush(agent, st), nil
+}
+
+// Final reports whether an outcome changed what a rule depends on (a slot
+// freed, a stream ended, a task gone): the relay waits for its durability.
+func Final(o conversation.Outcome) bool { return o.SlotFreed || o.StreamEnded || o.Delete }
+
+// Swept is one context changed by Sweep.
+type Swept struct {
+	Agent string
+	conversation.Expiration
+}
+
+// Sweep applies time to every owned agent (input-required and first-event
+// timeouts, expiry, end of tombstones).
+func (m *Memory) Sweep(policy func(agent string) conversation.Policy, now time.Time) ([]Swept, *Ticket) {
+	var out []Swept
+	var last *Ticket
+	for _, name := range m.Agents() {
+		st, err := m.agent(name)
+		if err != nil {
+			continue // dropped meanwhile
+		}
+		for _, x := range st.a.Expire(policy(name), now) {
+			out = append(out, Swept{Agent: name, Expiration: x})
+		}
+		if t := m.flush(name, st); t != nil {
+			last = t
+		}
+	}
+	return out, last
+}
+
+// Agents lists the agents held.
+func (m *Memory) Agents() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]string, 0, len(m.agents))
+	for name := range m.agents {
+		out = append(out, name)
+	}
+	return out
+}
+
+// Owns reports whether the agent's state is held here.
+func (m *Memory) Owns(agent string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.agents[agent] != nil
+}
+
+// Context returns the context (nil when unknown). Contexts are immutable
+// values: the caller may read it after the call.
+func (m *Memory) Context(agent, id string) *conversation.Context {
+	st := m.held(agent)
+	if st == nil {
+		return nil
+	}
+	defer st.mu.Unlock()
+	return st.a.Context(id)
+}
+
+// TaskContext returns the id of the context holding task.
+func (m *Memory) TaskContext(agent, task string) (string, bool) {
+	st := m.held(agent)
+	if st == nil {
+		return "", false
+	}
+	defer st.mu.Unlock()
+	return st.a.TaskContext(task)
+}
+
+// Stats returns the live contexts per agent and the tasks held by state,
+// from counters kept as the state changes (no scan).
+func (m *Memory) Stats() (live map[string]int, states map[a2a.TaskState]int) {
+	live, states = map[string]int{}, map[a2a.TaskState]int{}
+	for _, name := range m.Agents() {
+		st, err := m.agent(name)
+		if err != nil {
+			continue
+		}
+		live[name] = st.a.Live()
+		for s, n := range st.states {
+			states[s] += n
+		}
+		st.mu.Unlock()
+	}
+	return live, states
+}
+
+// Recover rebuilds agents from the journal ("" = every agent stored) and
+// holds them, replacing what was held for them. fence is the ownership the
+// agent's future commits depend on (nil for a single replica).
+func (m *Memory) Recover(ctx context.Context, agent string, fence *Fence) error {
+	loaded := map[string]*agentState{}
+	err := m.j.Load(ctx, agent, func(name string, c *conversation.Context) error {
+		st := loaded[name]
+		if st == nil {
+			st = newAgentState(fence)
+			st.loading = true
+			loaded[name] = st
+		}
+		// Load reports the context through the change hook, which counts
+		// its tasks (and, loading, journals nothing).
+		return st.a.Load(c)
+	})
+	if err != nil {
+		return err
+	}
+	if agent != "" && loaded[agent] == nil {
+		loaded[agent] = newAgentState(fence)
+	}
+	m.mu.Lock()
+	for name, st := range loaded {
+		st.pending, st.loading = nil, false
+		m.agents[name] = st
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// Drop forgets an agent (its ownership moved to another replica). The
+// returned Ticket is durable once everything appended for the agent is: wait
+// on it before giving the agent's lease up, so the next owner recovers it.
+func (m *Memory) Drop(agent string) *Ticket {
+	m.mu.Lock()
+	st := m.agents[agent]
+	delete(m.agents, agent)
+	m.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.last
+}

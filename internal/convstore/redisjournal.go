@@ -1,0 +1,358 @@
+package convstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+)
+
+// RedisJournal is the journal of several replicas. Each gated agent is owned
+// by one replica at a time (a lease with a fencing token, see Acquire), which
+// decides for it from memory; its commits apply only while the token still
+// holds the lease, so a replica that lost an agent (paused, partitioned,
+// replaced) can never overwrite what the new owner decided.
+//
+// Keys (P = prefix, A = agent; {A} is a Redis Cluster hash tag, so every key
+// a commit touches lives in one slot):
+//
+//	P:{A}:c:<contextID>  hash: "h" → header record, "t:<taskID>" → task record
+//	P:{A}:s              set of the agent's context ids (recovery)
+//	P:{A}:owner          the owner's fencing token (a lease: PX ttl)
+//	P:{A}:inbox          events of the agent's tasks that another replica
+//	                     received after the agent moved (the owner applies them)
+//	P:agents             set of agents with stored state
+//	P:replicas           zset replica id → lease expiry (ms): live replicas
+//
+// A group commit is one pipeline: one script call per agent in the group.
+type RedisJournal struct {
+	c       redis.UniversalClient
+	prefix  string
+	g       *groupCommitter
+	commits atomic.Int64
+}
+
+// NewRedisJournal returns a journal on client c, which it owns (Close closes
+// it). prefix namespaces the keys ("" = "a2af").
+func NewRedisJournal(c redis.UniversalClient, prefix string) *RedisJournal {
+	if prefix == "" {
+		prefix = "a2af"
+	}
+	j := &RedisJournal{c: c, prefix: prefix}
+	j.g = newGroupCommitter(j.commit)
+	return j
+}
+
+func (j *RedisJournal) base(agent string) string { return j.prefix + ":{" + agent + "}:" }
+
+// Append implements Journal.
+func (j *RedisJournal) Append(changes ...Change) *Ticket { return j.g.Append(changes...) }
+
+// commitScript applies one agent's changes if the fence holds.
+// KEYS[1] owner, KEYS[2] context set, KEYS[3..] context hashes (one per
+// change, in order). ARGV[1] token ("" = unfenced); then per change: op
+// ("P" put, "D" delete), context id, header, #puts, #dels, then the puts
+// (field, data pairs) and the dels (fields).
+var commitScript = redis.NewScript(`
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local i = 2
+local k = 3
+while i <= #ARGV do
+  local op, ctx, header = ARGV[i], ARGV[i+1], ARGV[i+2]
+  local np, nd = tonumber(ARGV[i+3]), tonumber(ARGV[i+4])
+  local key = KEYS[k]
+  i = i + 5
+  k = k + 1
+  if op == 'D' then
+    redis.call('DEL', key)
+    redis.call('SREM', KEYS[2], ctx)
+    i = i + 2 * np + nd
+  else
+    redis.call('HSET', key, 'h', header)
+    for p = 1, np do
+      redis.call('HSET', key, ARGV[i], ARGV[i+1])
+      i = i + 2
+    end
+    for d = 1, nd do
+      redis.call('HDEL', key, ARGV[i])
+      i = i + 1
+    end
+    redis.call('SADD', KEYS[2], ctx)
+  end
+end
+return 1
+`)
+
+func (j *RedisJournal) commit(changes []Change) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var order []string
+	byAgent := map[string][]Change{}
+	for _, ch := range changes {
+		if _, ok := byAgent[ch.Agent]; !ok {
+			order = append(order, ch.Agent)
+		}
+		byAgent[ch.Agent] = append(byAgent[ch.Agent], ch)
+	}
+	cmds := make([]*redis.Cmd, len(order))
+	_, err := j.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for n, agent := range order {
+			chs := byAgent[agent]
+			base := j.base(agent)
+			keys := []string{base + "owner", base + "s"}
+			token := ""
+			if f := chs[len(chs)-1].Fence; f != nil {
+				token = f.Token
+			}
+			args := []any{token}
+			for _, ch := range chs {
+				keys = append(keys, base+"c:"+ch.ContextID)
+				op := "P"
+				if ch.Delete {
+					op = "D"
+				}
+				args = append(args, op, ch.ContextID, ch.Header, len(ch.Put), len(ch.Del))
+				for _, t := range ch.Put {
+					args = append(args, "t:"+t.ID, t.Data)
+				}
+				for _, id := range ch.Del {
+					args = append(args, "t:"+id)
+				}
+			}
+			p.SAdd(ctx, j.prefix+":agents", agent)
+			cmds[n] = commitScript.EvalSha(ctx, p, keys, args...)
+		}
+		return nil
+	})
+	if err != nil && isNoScript(err) {
+		// First use on this server: load the script, then retry once.
+		if lerr := commitScript.Load(ctx, j.c).Err(); lerr != nil {
+			return fmt.Errorf("load commit script: %w", lerr)
+		}
+		return j.commit(changes)
+	}
+	if err != nil {
+		return fmt.Errorf("commit %d conversation changes: %w", len(changes), err)
+	}
+	for n, cmd := range cmds {
+		if v, _ := cmd.Int64(); v != 1 {
+			return fmt.Errorf("commit changes of agent %s: %w (fenced off)", order[n], ErrNotOwner)
+		}
+	}
+	j.commits.Add(1)
+	return nil
+}
+
+func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// Load implements Journal.
+func (j *RedisJournal) Load(ctx context.Context, agent string, fn func(agent string, c *conversation.Context) error) error {
+	agents := []string{agent}
+	if agent == "" {
+		var err error
+		if agents, err = j.c.SMembers(ctx, j.prefix+":agents").Result(); err != nil {
+			return fmt.Errorf("list agents: %w", err)
+		}
+	}
+	for _, a := range agents {
+		base := j.base(a)
+		ids, err := j.c.SMembers(ctx, base+"s").Result()
+		if err != nil {
+			return fmt.Errorf("list contexts of %s: %w", a, err)
+		}
+		for batch := range slices.Chunk(ids, 500) {
+			cmds := make([]*redis.MapStringStringCmd, len(batch))
+			if _, err := j.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, id := range batch {
+					cmds[i] = p.HGetAll(ctx, base+"c:"+id)
+				}
+				return nil
+			}); err != nil {
+				return fmt.Errorf("load contexts of %s: %w", a, err)
+			}
+			for i, cmd := range cmds {
+				fields := cmd.Val()
+				h, ok := fields["h"]
+				if !ok {
+					continue // deleted meanwhile
+				}
+				c, err := decodeHeader(batch[i], []byte(h))
+				if err != nil {
+					return fmt.Errorf("agent %s: %w", a, err)
+				}
+				for f, v := range fields {
+					id, isTask := strings.CutPrefix(f, "t:")
+					if !isTask {
+						continue
+					}
+					t, err := decodeTask(id, []byte(v))
+					if err != nil {
+						return fmt.Errorf("agent %s context %s: %w", a, c.ID, err)
+					}
+					c.Tasks = append(c.Tasks, t)
+				}
+				slices.SortFunc(c.Tasks, func(x, y *conversation.Task) int { return int(x.Seq) - int(y.Seq) })
+				if err := fn(a, c); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Ping checks that Redis answers (readiness).
+func (j *RedisJournal) Ping(ctx context.Context) error {
+	if err := j.c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+// Close implements Journal.
+func (j *RedisJournal) Close() error {
+	j.g.close()
+	if err := j.c.Close(); err != nil {
+		return fmt.Errorf("close redis journal: %w", err)
+	}
+	return nil
+}
+
+// acquireScript takes an agent's lease if it is free (or already ours).
+var acquireScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+// releaseScript drops the lease only if it is ours.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// Acquire takes (or renews) the lease on agent for token; false when
+// another token holds it.
+func (j *RedisJournal) Acquire(ctx context.Context, agent, token string, ttl time.Duration) (bool, error) {
+	v, err := acquireScript.Run(ctx, j.c, []string{j.base(agent) + "owner"}, token, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return false, fmt.Errorf("lease on %s: %w", agent, err)
+	}
+	return v == 1, nil
+}
+
+// Release gives the lease up if token holds it.
+func (j *RedisJournal) Release(ctx context.Context, agent, token string) error {
+	if err := releaseScript.Run(ctx, j.c, []string{j.base(agent) + "owner"}, token).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("release lease on %s: %w", agent, err)
+	}
+	return nil
+}
+
+// Heartbeat records replica as live until now+ttl and returns the live
+// replicas (sorted).
+func (j *RedisJournal) Heartbeat(ctx context.Context, replica string, ttl time.Duration) ([]string, error) {
+	key := j.prefix + ":replicas"
+	now := time.Now()
+	var live *redis.StringSliceCmd
+	_, err := j.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, key, redis.Z{Score: float64(now.Add(ttl).UnixMilli()), Member: replica})
+		p.ZRemRangeByScore(ctx, key, "-inf", fmt.Sprint(now.UnixMilli()))
+		live = p.ZRange(ctx, key, 0, -1)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replica heartbeat: %w", err)
+	}
+	out := live.Val()
+	slices.Sort(out)
+	return out, nil
+}
+
+// Leave removes replica from the live set (clean shutdown) and tells the
+// others.
+func (j *RedisJournal) Leave(ctx context.Context, replica string) error {
+	if err := j.c.ZRem(ctx, j.prefix+":replicas", replica).Err(); err != nil {
+		return err
+	}
+	return j.AnnounceChange(ctx)
+}
+
+func (j *RedisJournal) changesChannel() string { return j.prefix + ":replicas:changed" }
+
+// AnnounceChange tells every replica that the set of replicas changed (one
+// joined or left), so they rebalance at once instead of at their next round.
+func (j *RedisJournal) AnnounceChange(ctx context.Context) error {
+	return j.c.Publish(ctx, j.changesChannel(), "1").Err()
+}
+
+// WatchChanges calls fn whenever a replica announces a change, until ctx
+// ends.
+func (j *RedisJournal) WatchChanges(ctx context.Context, fn func()) {
+	sub := j.c.Subscribe(ctx, j.changesChannel())
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			fn()
+		}
+	}
+}
+
+// PushEvent hands an event of agent's task to its owner (inbox).
+func (j *RedisJournal) PushEvent(ctx context.Context, agent string, ev conversation.Event) error {
+	e := enc{}
+	e.s(string(ev.Kind))
+	e.s(ev.TaskID)
+	e.s(ev.ContextID)
+	e.byte(stateCode(ev.State))
+	e.bytes(ev.Correlation)
+	if ev.Final {
+		e.byte(1)
+	} else {
+		e.byte(0)
+	}
+	if err := j.c.RPush(ctx, j.base(agent)+"inbox", e.b).Err(); err != nil {
+		return fmt.Errorf("hand event of %s over: %w", agent, err)
+	}
+	return nil
+}
+
+// PopEvents takes up to n events from agent's inbox.
+func (j *RedisJournal) PopEvents(ctx context.Context, agent string, n int) ([]conversation.Event, error) {
+	raw, err := j.c.LPopCount(ctx, j.base(agent)+"inbox", n).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inbox of %s: %w", agent, err)
+	}
+	out := make([]conversation.Event, 0, len(raw))
+	for _, r := range raw {
+		d := dec{b: []byte(r)}
+		ev := conversation.Event{Kind: conversation.EventKind(d.s()), TaskID: d.s(), ContextID: d.s()}
+		if st := d.byte(); int(st) < len(states) {
+			ev.State = states[st]
+		}
+		ev.Correlation = d.bytes()
+		ev.Final = d.byte() == 1
+		if d.err == nil {
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
