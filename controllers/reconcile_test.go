@@ -10,7 +10,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -37,12 +36,15 @@ func TestForeignSecretKeepsWhatWasLearned(t *testing.T) {
 		}
 		return conditionIs(a.Status.Conditions, a.Generation, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled)
 	})
-	// Someone replaces the credentials Secret with their own.
-	if err := k8s.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "squatted-mqtt-credentials"}}); err != nil {
+	// Someone takes the credentials Secret over: same name, no longer the Agent's. One update, not
+	// delete+create: between those two the operator may recreate its own Secret first.
+	secret := &corev1.Secret{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "squatted-mqtt-credentials"}, secret); err != nil {
 		t.Fatal(err)
 	}
-	if err := k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "squatted-mqtt-credentials"},
-		StringData: map[string]string{"password": "mine"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+	secret.OwnerReferences, secret.Labels, secret.Annotations = nil, nil, nil
+	secret.Data = map[string][]byte{"password": []byte("mine")}
+	if err := k8s.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "precise condition", func() error {
