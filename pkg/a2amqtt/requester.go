@@ -15,6 +15,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RetryPolicy is the profile's "Requester Retry and Timeout Profile". The
@@ -251,7 +252,17 @@ var errStop = errors.New("stop")
 // handle until handle returns done=true or an error. Retries happen only
 // before the first correlated reply; afterwards the stream is bound to the
 // correlation that answered first.
-func (r *Requester) do(ctx context.Context, c call, handle func(rep *reply) (done bool, err error)) error {
+//
+// The call runs in a client span ("a2a.<method>") whose context travels with every publish as
+// the W3C traceparent/tracestate user properties.
+func (r *Requester) do(ctx context.Context, c call, handle func(rep *reply) (done bool, err error)) (err error) {
+	attrs := append(spanAttrs(c.method, string(c.taskID), c.contextID, ""), AttrTarget.String(c.target.String()))
+	ctx, span := r.conn.tracer.Start(ctx, "a2a."+c.method, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	defer func() { endSpan(span, err) }()
+	return r.exchange(ctx, c, span, handle)
+}
+
+func (r *Requester) exchange(ctx context.Context, c call, span trace.Span, handle func(rep *reply) (done bool, err error)) error {
 	payload, err := json.Marshal(rpcRequest{JSONRPC: jsonrpcVersion, ID: uuid.NewString(), Method: c.method, Params: c.params})
 	if err != nil {
 		return fmt.Errorf("a2amqtt: encode %s request: %w", c.method, err)
@@ -307,6 +318,10 @@ attempts:
 		if r.opts.Authorization != "" {
 			pub.Properties.User = append(pub.Properties.User, paho.UserProperty{Key: PropAuthorization, Value: r.opts.Authorization})
 		}
+		if attempt == 1 {
+			span.SetAttributes(AttrTopic.String(topic))
+		}
+		InjectTraceContext(ctx, pub)
 		// Bound the wait for a reconnect, so a broker outage counts as a
 		// failed (retry-eligible) attempt instead of hanging the call.
 		pctx, pcancel := context.WithTimeout(ctx, r.retry.FirstReplyTimeout)

@@ -16,6 +16,8 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 	"github.com/a2aproject/a2a-go/v2/a2asrv/taskstore"
 	"github.com/eclipse/paho.golang/paho"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ResponderOptions configures NewResponder.
@@ -111,12 +113,16 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 		store = NewTaskStore()
 	}
 	inner := opts.Handler
+	var exec a2asrv.AgentExecutor
+	if opts.Executor != nil {
+		exec = tracedExecutor{inner: opts.Executor, tracer: conn.tracer}
+	}
 	if inner == nil && opts.Direct {
-		inner = NewDirectHandler(opts.Executor, store)
+		inner = NewDirectHandler(exec, store)
 	}
 	if inner == nil {
 		hopts := append(append([]a2asrv.RequestHandlerOption{}, opts.HandlerOptions...), a2asrv.WithTaskStore(store))
-		inner = a2asrv.NewHandler(messageAdapter{inner: opts.Executor}, hopts...)
+		inner = a2asrv.NewHandler(messageAdapter{inner: exec}, hopts...)
 	}
 	b := newBridge(inner, store)
 	panicToError := func(v any) error {
@@ -213,7 +219,11 @@ func (r *Responder) onRequest(p *paho.Publish) {
 }
 
 func (r *Responder) serve(in *inbound) {
-	ctx := context.Background()
+	// The request's trace context (traceparent/tracestate user properties) is the parent of the
+	// server span; the executor runs in a child span of it (tracedExecutor).
+	ctx, span := r.conn.tracer.Start(extractUserProps(context.Background(), in.user), "a2a.request",
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(spanAttrs("", "", "", in.topic)...))
+	defer span.End()
 	pooled := false
 	if info, err := ParseTopic(in.topic); err == nil && info.Pool != "" {
 		pooled = true
@@ -227,7 +237,7 @@ func (r *Responder) serve(in *inbound) {
 		r.log.Warn("dropping request with wildcard Response Topic", "topic", in.topic, "response_topic", in.respTo)
 		return
 	}
-	out := &replier{r: r, topic: in.respTo, corr: in.corr, pooled: pooled}
+	out := &replier{r: r, topic: in.respTo, corr: in.corr, pooled: pooled, span: span}
 	if len(in.corr) == 0 {
 		out.sendError(ctx, nil, NewBindingError(A2AErrorTransportProtocolError, "request lacks MQTT Correlation Data"))
 		return
@@ -269,6 +279,8 @@ func (r *Responder) serve(in *inbound) {
 		out.sendError(ctx, nil, rpcErrorFrom(err))
 		return
 	}
+	span.SetName("a2a." + req.Method)
+	span.SetAttributes(spanAttrs(req.Method, req.TaskID, req.ContextID, "")...)
 	if prop := in.user.Get(PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
 		out.sendError(ctx, req.ID, NewBindingError(A2AErrorTransportProtocolError,
 			fmt.Sprintf("%s user property %q does not match params.message.contextId %q", PropContextID, prop, req.ContextID)))
@@ -309,6 +321,7 @@ type replier struct {
 	corr   []byte
 	pooled bool
 	sent   int
+	span   trace.Span
 }
 
 func (o *replier) send(ctx context.Context, payload []byte) { o.sendMode(ctx, payload, false) }
@@ -345,6 +358,9 @@ func (o *replier) sendMode(ctx context.Context, payload []byte, async bool) {
 
 func (o *replier) sendError(ctx context.Context, id any, e *RPCError) {
 	o.r.log.Debug("answering with JSON-RPC error", "code", e.Code, "message", e.Message)
+	if o.span != nil {
+		o.span.SetStatus(codes.Error, e.Error())
+	}
 	o.send(ctx, encodeError(id, e))
 }
 
