@@ -661,23 +661,36 @@ func (c *Conn) Subscribe(ctx context.Context, filter string, handler func(*paho.
 }
 
 func (c *Conn) brokerSubscribe(ctx context.Context, filter string) error {
-	ack, err := c.cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
-	for errors.Is(err, autopaho.ConnectionDownError) && !c.closed.Load() {
-		// Wait for the reconnect (bounded by ctx) rather than failing: the
-		// subscription is also re-established by onUp after reconnecting.
-		if werr := c.cm.AwaitConnection(ctx); werr != nil {
-			return fmt.Errorf("subscribe %s: connection down: %w", filter, werr)
+	sub := &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}}
+	for attempt := 1; ; attempt++ {
+		ack, err := c.cm.Subscribe(ctx, sub)
+		if errors.Is(err, autopaho.ConnectionDownError) && !c.closed.Load() {
+			// Wait for the reconnect (bounded by ctx) rather than failing: the
+			// subscription is also re-established by onUp after reconnecting.
+			if werr := c.cm.AwaitConnection(ctx); werr != nil {
+				return fmt.Errorf("subscribe %s: connection down: %w", filter, werr)
+			}
+			continue
 		}
-		ack, err = c.cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+		if ack != nil && len(ack.Reasons) > 0 && ack.Reasons[0] >= 0x80 {
+			if ack.Reasons[0] == reasonPacketIDInUse && attempt < 5 {
+				// mochi 2.7.9 checks a resumed session's SUBSCRIBE packet id against the ids of
+				// the messages it queued for the client (the other direction's id space) and
+				// refuses a collision; paho picks the next id on a retry.
+				continue
+			}
+			// paho reports a refusal as a plain error; keep the reason code.
+			return fmt.Errorf("subscribe %s: reason 0x%02x: %w", filter, ack.Reasons[0], errSubscribeRefused)
+		}
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", filter, err)
+		}
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", filter, err)
-	}
-	if ack != nil && len(ack.Reasons) > 0 && ack.Reasons[0] >= 0x80 {
-		return fmt.Errorf("subscribe %s: reason 0x%02x: %w", filter, ack.Reasons[0], errSubscribeRefused)
-	}
-	return nil
 }
+
+// reasonPacketIDInUse is the SUBACK reason code 0x91.
+const reasonPacketIDInUse = 0x91
 
 // remove drops the handler and reports whether the filter has no handlers
 // left (so the broker subscription can go).

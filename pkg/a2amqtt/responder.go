@@ -167,19 +167,27 @@ func (r *Responder) Store() taskstore.Store { return r.store }
 func (r *Responder) Handler() a2asrv.RequestHandler { return r.bridge }
 
 // Close stops consuming requests and waits (bounded by ctx) for in-flight
-// requests to finish. Requests arriving meanwhile get -32004. It does not
-// close the Conn (which publishes the offline card).
+// requests to finish. Requests arriving meanwhile get -32004 (retry-eligible).
+// It does not close the Conn (which publishes the offline card).
+//
+// With a persistent session (Config.SessionExpiry) the request subscriptions
+// are kept, at the broker and here (answering -32004 until the Conn closes):
+// requests sent while the process restarts then queue in the session and the
+// next process serves them. The subscriptions end with the session, when it
+// expires or a clean session takes the identity over.
 func (r *Responder) Close(ctx context.Context) error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
 	r.closing.Store(true)
 	var errs []error
-	for _, s := range r.subs {
-		if err := s.Close(ctx); err != nil {
-			errs = append(errs, err)
+	if r.conn.cfg.SessionExpiry == 0 {
+		for _, s := range r.subs {
+			if err := s.Close(ctx); err != nil {
+				errs = append(errs, err)
+			}
 		}
+		r.subs = nil
 	}
-	r.subs = nil
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {
