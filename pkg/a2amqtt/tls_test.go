@@ -166,6 +166,12 @@ func TestTLSMutualAuthentication(t *testing.T) {
 				_ = c.Close(tctx(t, 2*time.Second))
 				t.Fatal("connected; want an error")
 			}
+			// With TLS 1.3 the broker refuses a client certificate after the client finished its
+			// side of the handshake; its alert can lose the race with the connection reset.
+			clientCertRefused := strings.Contains(tc.wantErr, "certificate required") || strings.Contains(tc.wantErr, "unknown certificate authority")
+			if clientCertRefused && strings.Contains(err.Error(), "connection reset by peer") {
+				return
+			}
 			if !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("error %q does not mention %q", err, tc.wantErr)
 			}
