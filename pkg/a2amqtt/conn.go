@@ -446,7 +446,7 @@ func (c *Conn) Alive(stuck time.Duration) error {
 			if t := c.dispatchTopic.Load(); t != nil {
 				topic = *t
 			}
-			return fmt.Errorf("mqtt receive loop blocked for %s in the handler of %s", d.Round(time.Second), topic)
+			return fmt.Errorf("mqtt receive loop blocked for %s in the handler of %s", d.Round(10*time.Millisecond), topic)
 		}
 	}
 	return nil
