@@ -46,8 +46,12 @@ type Options struct {
 	Logger       *slog.Logger
 	// Delay slows each execution down (demos and concurrency tests).
 	Delay time.Duration
-	// Direct serves with a2amqtt.NewDirectHandler instead of a2a-go's
-	// default request handler.
+	// ReferenceHandler serves with a2a-go's default request handler instead of the SDK's
+	// direct handler (the default; a2amqtt.ResponderOptions.ReferenceHandler).
+	ReferenceHandler bool
+	// Direct is the default now.
+	//
+	// Deprecated: the direct handler is the default; see ReferenceHandler.
 	Direct bool
 	// TLS names the PEM files for a TLS broker URL (mqtts://).
 	TLS a2amqtt.TLSFiles
@@ -128,7 +132,7 @@ func Start(ctx context.Context, kind Kind, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, Pools: opts.Pools, Direct: opts.Direct, RequestTopic: opts.RequestTopic})
+	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, Pools: opts.Pools, ReferenceHandler: opts.ReferenceHandler, RequestTopic: opts.RequestTopic})
 	if err != nil {
 		_ = conn.Close(ctx)
 		return nil, err
@@ -186,7 +190,8 @@ func Main(kind Kind) {
 	pools := fs.String("pool", envOr("A2A_POOLS", ""), "comma-separated pool ids to join (env A2A_POOLS)")
 	requestTopic := fs.String("request-topic", envOr("A2A_REQUEST_TOPIC", ""), "read requests here instead of the public request topic (env A2A_REQUEST_TOPIC, set by the operator)")
 	delay := fs.Duration("delay", 0, "artificial processing delay per request")
-	direct := fs.Bool("direct", false, "serve with the SDK's lightweight direct handler instead of a2a-go's default handler")
+	reference := fs.Bool("reference-handler", false, "serve with a2a-go's default request handler instead of the SDK's direct handler (the default)")
+	_ = fs.Bool("direct", true, "deprecated: the SDK's direct handler is the default")
 	tlsCA := fs.String("tls-ca", os.Getenv(a2amqtt.EnvTLSCA), "PEM CA bundle that signs the broker's certificate, for mqtts:// (env "+a2amqtt.EnvTLSCA+")")
 	tlsCert := fs.String("tls-cert", os.Getenv(a2amqtt.EnvTLSCert), "PEM client certificate for mqtts:// (env "+a2amqtt.EnvTLSCert+")")
 	tlsKey := fs.String("tls-key", os.Getenv(a2amqtt.EnvTLSKey), "PEM key of the client certificate (env "+a2amqtt.EnvTLSKey+")")
@@ -232,7 +237,7 @@ func Main(kind Kind) {
 	logger.Info("starting example agent", "kind", kind, "agent", ref.String(), "broker", *broker, "pools", poolIDs)
 	opts := Options{
 		BrokerURL: *broker, Username: *user, Password: *pass, Agent: ref, Pools: poolIDs, Logger: logger,
-		Delay: *delay, Direct: *direct, RequestTopic: *requestTopic,
+		Delay: *delay, ReferenceHandler: *reference, RequestTopic: *requestTopic,
 		TLS:           a2amqtt.TLSFiles{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey},
 		SessionExpiry: *sessionExpiry, HealthAddr: *healthAddr, HealthGrace: *healthGrace,
 	}

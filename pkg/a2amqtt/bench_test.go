@@ -120,7 +120,7 @@ func benchSendMessage(b *testing.B, direct bool) {
 	exec := &scriptExec{fn: func(_ context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool) {
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("ok"))), nil)
 	}}
-	serveT(b, m, agentB, exec, func(o *ResponderOptions) { o.Direct = direct })
+	serveT(b, m, agentB, exec, func(o *ResponderOptions) { o.ReferenceHandler = !direct })
 	req := requesterT(b, m, agentA, func(o *RequesterOptions) { o.Retry = RetryPolicy{FirstReplyTimeout: 5 * time.Second} })
 	tr := req.Transport(agentB)
 	raw := newRawRoundTrip(b, addr)
@@ -187,7 +187,7 @@ func benchStreaming(b *testing.B, direct bool) {
 		}
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
 	}}
-	serveT(b, m, agentB, exec, func(o *ResponderOptions) { o.Direct = direct })
+	serveT(b, m, agentB, exec, func(o *ResponderOptions) { o.ReferenceHandler = !direct })
 	req := requesterT(b, m, agentA, func(o *RequesterOptions) { o.Retry = RetryPolicy{FirstReplyTimeout: 10 * time.Second} })
 	tr := req.Transport(agentB)
 

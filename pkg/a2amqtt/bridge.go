@@ -59,9 +59,18 @@ type admission struct {
 }
 
 func (b *bridge) admit(ctx context.Context, req *a2a.SendMessageRequest) (admission, error) {
-	if req == nil || req.Message == nil || req.Message.TaskID == "" {
-		// No requester task id (v0.3 peers): a2a-go's own model applies.
+	if req == nil || req.Message == nil {
 		return admission{release: func() {}}, nil
+	}
+	if req.Message.TaskID == "" {
+		// No requester task id (A2A v0.3 peers, AcceptMissingTaskID): the server generates it,
+		// as in core A2A, and records the task like a requester-generated one, so every
+		// executor (which may emit status updates first, as the example agents do) runs under
+		// both handlers. a2a-go's default handler would otherwise insist on a Task as the
+		// first event (-32006).
+		msg := *req.Message
+		msg.TaskID = a2a.NewTaskID()
+		req.Message = &msg
 	}
 	msg := req.Message
 	key := string(msg.TaskID) + "\x00" + msg.ID

@@ -239,7 +239,7 @@ func (h *directHandler) load(ctx context.Context, msg *a2a.Message) (*tracked, e
 // run executes one message. emit receives every applied event; returning
 // false stops consuming (the execution is then abandoned, as when a
 // streaming caller goes away).
-func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, emit func(a2a.Event) bool) (*a2a.Task, error) {
+func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, emit func(a2a.Event) bool) (res *a2a.Task, err error) {
 	if err := validateSend(req); err != nil {
 		return nil, err
 	}
@@ -285,6 +285,14 @@ func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, em
 	defer func() {
 		if c, ok := h.exec.(a2asrv.AgentExecutionCleaner); ok {
 			c.Cleanup(execCtx, ec, t.task, execErr)
+		}
+	}()
+	defer func() {
+		// An executor that panics fails its task (as a2a-go's default handler does) instead of
+		// leaving it "working" for ever.
+		if v := recover(); v != nil {
+			execErr = fmt.Errorf("executor panic: %v", v)
+			res, err = h.fail(ctx, t, execErr, emit)
 		}
 	}()
 	for ev, err := range h.exec.Execute(execCtx, ec) {
@@ -333,13 +341,75 @@ func (h *directHandler) fail(ctx context.Context, t *tracked, cause error, emit 
 	return copyTask(t.task), nil
 }
 
-// SendMessage implements a2asrv.RequestHandler.
+// SendMessage implements a2asrv.RequestHandler. With configuration.returnImmediately the
+// result is the task as of the first event while the execution goes on; with
+// configuration.historyLength the result's history is cut to that many recent messages.
 func (h *directHandler) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
+	if req != nil && req.Config != nil && req.Config.ReturnImmediately {
+		return h.sendReturnImmediately(ctx, req)
+	}
 	t, err := h.run(ctx, req, func(a2a.Event) bool { return true })
 	if err != nil {
 		return nil, err
 	}
-	return t, nil
+	return withHistoryLength(t, req), nil
+}
+
+// sendReturnImmediately runs the execution detached from the caller and answers with the
+// task's state at its first event (or its final state, if that comes first).
+func (h *directHandler) sendReturnImmediately(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
+	if err := validateSend(req); err != nil {
+		return nil, err
+	}
+	type outcome struct {
+		task *a2a.Task
+		err  error
+	}
+	if req.Message.TaskID == "" {
+		cp, msg := *req, *req.Message
+		msg.TaskID = a2a.TaskID(uuid.NewString())
+		cp.Message = &msg
+		req = &cp
+	}
+	first := make(chan outcome, 1)
+	var once sync.Once
+	id := req.Message.TaskID
+	go func() {
+		t, err := h.run(context.WithoutCancel(ctx), req, func(a2a.Event) bool {
+			once.Do(func() {
+				st, gerr := h.store.Get(context.WithoutCancel(ctx), id)
+				if gerr != nil {
+					first <- outcome{err: gerr}
+					return
+				}
+				first <- outcome{task: st.Task}
+			})
+			return true
+		})
+		once.Do(func() { first <- outcome{task: t, err: err} })
+	}()
+	select {
+	case o := <-first:
+		if o.err != nil {
+			return nil, o.err
+		}
+		return withHistoryLength(o.task, req), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// withHistoryLength applies configuration.historyLength to a result task.
+func withHistoryLength(t *a2a.Task, req *a2a.SendMessageRequest) *a2a.Task {
+	if t == nil || req == nil || req.Config == nil || req.Config.HistoryLength == nil {
+		return t
+	}
+	if n := *req.Config.HistoryLength; n == 0 {
+		t.History = []*a2a.Message{}
+	} else if n > 0 && n < len(t.History) {
+		t.History = t.History[len(t.History)-n:]
+	}
+	return t
 }
 
 // SendStreamingMessage implements a2asrv.RequestHandler.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
@@ -186,13 +187,35 @@ func rpcErrorFrom(err error) *RPCError {
 		}
 	}
 	var details []*errordetails.Typed
+	metadata := map[string]string{"timestamp": time.Now().UTC().Format(time.RFC3339)}
 	var a2aErr *a2a.Error
-	if errors.As(err, &a2aErr) && len(a2aErr.Details) > 0 {
-		details = append(details, errordetails.NewFromStruct(a2aErr.Details))
+	if errors.As(err, &a2aErr) {
+		if len(a2aErr.Details) > 0 {
+			details = append(details, errordetails.NewFromStruct(a2aErr.Details))
+		}
+		// As a2a-go does: an ErrorInfo's metadata merges into the one ErrorInfo that ends
+		// the list; other typed details pass through.
+		for _, d := range a2aErr.TypedDetails {
+			if d == nil {
+				continue
+			}
+			if d.TypeURL != errordetails.ErrorInfoType {
+				details = append(details, d)
+				continue
+			}
+			switch m := d.Value["metadata"].(type) {
+			case map[string]string:
+				maps.Copy(metadata, m)
+			case map[string]any:
+				for k, v := range m {
+					if s, ok := v.(string); ok {
+						metadata[k] = s
+					}
+				}
+			}
+		}
 	}
-	details = append(details, errordetails.NewErrorInfo(reason, a2a.ProtocolDomain, map[string]string{
-		"timestamp": time.Now().UTC().Format(time.RFC3339),
-	}))
+	details = append(details, errordetails.NewErrorInfo(reason, a2a.ProtocolDomain, metadata))
 	data, mErr := json.Marshal(details)
 	if mErr != nil {
 		data = nil

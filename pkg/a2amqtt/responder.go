@@ -24,20 +24,28 @@ import (
 type ResponderOptions struct {
 	// Executor runs the agent. Required unless Handler is set.
 	Executor a2asrv.AgentExecutor
-	// Handler replaces a2a-go's default request handler (built from
-	// Executor) with a custom a2asrv.RequestHandler, e.g. a faster or
-	// persistent one. It must use TaskStore, which is then required: the
-	// task-id bridge records requester task ids there.
+	// Handler replaces the request handler built from Executor with a custom
+	// a2asrv.RequestHandler. It must use TaskStore, which is then required:
+	// the task-id bridge records requester task ids there.
 	Handler a2asrv.RequestHandler
-	// Direct serves Executor with NewDirectHandler instead of a2a-go's
-	// default handler: several times less CPU per request and per stream
-	// item (docs/benchmarks.md), no push notifications.
+	// ReferenceHandler serves Executor with a2a-go's default request handler
+	// (a2asrv.NewHandler) instead of the SDK's direct handler
+	// (NewDirectHandler, the default). Same wire format and a2a-go types;
+	// what the direct handler does not offer is listed in docs/sdk.md (every
+	// a2asrv.RequestHandlerOption, push-notification configs, the extended
+	// agent card). Setting HandlerOptions implies it.
+	ReferenceHandler bool
+	// Direct is the default since the direct handler became the fast path
+	// every executor gets; the field is kept so existing callers compile.
+	//
+	// Deprecated: the direct handler is the default; set ReferenceHandler for
+	// a2a-go's default handler.
 	Direct bool
 	// TaskStore holds tasks; defaults to an in-memory store. It is also
 	// what ContextTasks reads.
 	TaskStore taskstore.Store
 	// HandlerOptions are passed to a2asrv.NewHandler (the task store option
-	// is added by the responder).
+	// is added by the responder); they select the reference handler.
 	HandlerOptions []a2asrv.RequestHandlerOption
 	// RequestTopic overrides the topic requests are read from (default: the agent's public
 	// request topic). An agent behind a2a-fleet's conversation service reads its delivery topic
@@ -68,7 +76,6 @@ type Responder struct {
 	log    *slog.Logger
 	store  taskstore.Store
 	bridge *bridge
-	v1     http.Handler
 	v03    http.Handler
 	slots  chan struct{}
 	subs   []*Subscription
@@ -117,7 +124,8 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 	if opts.Executor != nil {
 		exec = tracedExecutor{inner: opts.Executor, tracer: conn.tracer}
 	}
-	if inner == nil && opts.Direct {
+	reference := opts.ReferenceHandler || len(opts.HandlerOptions) > 0
+	if inner == nil && !reference {
 		inner = NewDirectHandler(exec, store)
 	}
 	if inner == nil {
@@ -134,7 +142,6 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 		log:    conn.Logger(),
 		store:  store,
 		bridge: b,
-		v1:     a2asrv.NewJSONRPCHandler(b, a2asrv.WithTransportPanicHandler(panicToError)),
 		v03:    a2av0.NewJSONRPCHandler(b, a2asrv.WithTransportPanicHandler(panicToError)),
 		slots:  make(chan struct{}, opts.MaxConcurrent),
 	}
@@ -299,10 +306,11 @@ func (r *Responder) serve(in *inbound) {
 		return
 	}
 
-	handler := r.v1
-	if req.Dialect == DialectV03 {
-		handler = r.v03
+	if req.Dialect == DialectV1 {
+		r.serveV1(ctx, out, in, req)
+		return
 	}
+	handler := r.v03
 	hreq, err := http.NewRequestWithContext(context.WithValue(ctx, storeKey{}, r.store), http.MethodPost, "/", bytes.NewReader(in.payload))
 	if err != nil {
 		out.sendError(ctx, req.ID, rpcErrorFrom(fmt.Errorf("build handler request: %w", err)))
@@ -364,12 +372,14 @@ func (o *replier) sendMode(ctx context.Context, payload []byte, async bool) {
 	o.sent++
 }
 
-func (o *replier) sendError(ctx context.Context, id any, e *RPCError) {
+func (o *replier) sendError(ctx context.Context, id any, e *RPCError) { o.sendErrorMode(ctx, id, e, false) }
+
+func (o *replier) sendErrorMode(ctx context.Context, id any, e *RPCError, async bool) {
 	o.r.log.Debug("answering with JSON-RPC error", "code", e.Code, "message", e.Message)
 	if o.span != nil {
 		o.span.SetStatus(codes.Error, e.Error())
 	}
-	o.send(ctx, encodeError(id, e))
+	o.sendMode(ctx, encodeError(id, e), async)
 }
 
 // replyWriter is the http.ResponseWriter the a2a-go JSON-RPC handlers write

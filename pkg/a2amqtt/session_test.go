@@ -136,10 +136,10 @@ func TestPersistentSession(t *testing.T) {
 				}
 				want := []string{"m2", "m3", "m4", "m5"}
 				got := c2.waitN(len(want), 10*time.Second)
-				if len(got) > 0 && got[0] == "m1" {
+				if slices.Contains(got, "m1") {
 					// QoS 1 is at least once: m1's PUBACK may not have reached the broker before
 					// the first process went away, and then the session redelivers it.
-					got = c2.waitN(len(want)+1, 10*time.Second)[1:]
+					got = slices.DeleteFunc(c2.waitN(len(want)+1, 10*time.Second), func(s string) bool { return s == "m1" })
 				}
 				if b.Name() == "mochi" {
 					// mochi 2.7.9 resends a resumed session's queued messages in map order, not

@@ -49,7 +49,7 @@ func TestTracingAcrossTheBroker(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = agentConn.Close(context.Background()) })
 		exec, _ := agents.Executor(agents.KindEcho, 0)
-		resp, err := a2amqtt.NewResponder(tctx(t, 10*time.Second), agentConn, a2amqtt.ResponderOptions{Executor: exec, Direct: direct})
+		resp, err := a2amqtt.NewResponder(tctx(t, 10*time.Second), agentConn, a2amqtt.ResponderOptions{Executor: exec, ReferenceHandler: !direct})
 		if err != nil {
 			t.Fatal(err)
 		}
