@@ -372,7 +372,9 @@ func (o *replier) sendMode(ctx context.Context, payload []byte, async bool) {
 	o.sent++
 }
 
-func (o *replier) sendError(ctx context.Context, id any, e *RPCError) { o.sendErrorMode(ctx, id, e, false) }
+func (o *replier) sendError(ctx context.Context, id any, e *RPCError) {
+	o.sendErrorMode(ctx, id, e, false)
+}
 
 func (o *replier) sendErrorMode(ctx context.Context, id any, e *RPCError, async bool) {
 	o.r.log.Debug("answering with JSON-RPC error", "code", e.Code, "message", e.Message)
