@@ -76,15 +76,25 @@ func (r *Responder) serveV1(ctx context.Context, out *replier, in *inbound, req 
 	}()
 	h := r.bridge
 	switch req.Method {
-	case MethodSendMessage:
-		unary(ctx, out, req, h.SendMessage, func(res a2a.SendMessageResult) any { return a2a.StreamResponse{Event: res} })
-	case MethodSendStreamingMessage:
-		p, err := decodeParams[a2a.SendMessageRequest](req.Params)
+	case MethodSendMessage, MethodSendStreamingMessage:
+		p, err := req.send, req.sendErr
+		if p == nil && err == nil {
+			p, err = decodeParams[a2a.SendMessageRequest](req.Params)
+		}
 		if err != nil {
 			out.sendError(ctx, req.ID, rpcErrorFrom(err))
 			return
 		}
-		r.stream(ctx, out, req.ID, h.SendStreamingMessage(ctx, p))
+		if req.Method == MethodSendStreamingMessage {
+			r.stream(ctx, out, req.ID, h.SendStreamingMessage(ctx, p))
+			return
+		}
+		res, err := h.SendMessage(ctx, p)
+		if err != nil {
+			out.sendError(ctx, req.ID, rpcErrorFrom(err))
+			return
+		}
+		out.sendResult(ctx, req.ID, a2a.StreamResponse{Event: res}, false)
 	case MethodSubscribeToTask:
 		p, err := decodeParams[a2a.SubscribeToTaskRequest](req.Params)
 		if err != nil {

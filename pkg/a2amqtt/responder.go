@@ -78,7 +78,12 @@ type Responder struct {
 	bridge *bridge
 	v03    http.Handler
 	slots  chan struct{}
-	subs   []*Subscription
+	// idle hands requests to worker goroutines waiting for one (unbuffered).
+	idle chan *inbound
+	// stopWorkers is closed by Close so idle workers exit at once.
+	stopWorkers chan struct{}
+	stopOnce    sync.Once
+	subs        []*Subscription
 
 	wg      sync.WaitGroup
 	closing atomic.Bool
@@ -144,6 +149,9 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 		bridge: b,
 		v03:    a2av0.NewJSONRPCHandler(b, a2asrv.WithTransportPanicHandler(panicToError)),
 		slots:  make(chan struct{}, opts.MaxConcurrent),
+		idle:   make(chan *inbound),
+
+		stopWorkers: make(chan struct{}),
 	}
 	me := conn.Agent()
 	requestTopic := me.RequestTopic()
@@ -196,7 +204,11 @@ func (r *Responder) Close(ctx context.Context) error {
 		r.subs = nil
 	}
 	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
+	go func() {
+		r.wg.Wait()
+		r.stopOnce.Do(func() { close(r.stopWorkers) })
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -227,10 +239,35 @@ func (r *Responder) onRequest(p *paho.Publish) {
 		received: time.Now(),
 	}
 	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
+	select {
+	case r.idle <- in:
+		// An idle worker took it.
+	default:
+		go r.worker(in)
+	}
+}
+
+// workerIdle is how long a worker goroutine waits for the next request before it exits.
+// Reusing workers keeps their grown stacks: a fresh goroutine per request spent a noticeable
+// share of the CPU growing its stack through the JSON decoder (docs/benchmarks.md).
+const workerIdle = 30 * time.Second
+
+// worker serves in, then the requests handed to it while idle.
+func (r *Responder) worker(in *inbound) {
+	timer := time.NewTimer(workerIdle)
+	defer timer.Stop()
+	for {
 		r.serve(in)
-	}()
+		r.wg.Done()
+		timer.Reset(workerIdle)
+		select {
+		case in = <-r.idle:
+		case <-timer.C:
+			return
+		case <-r.stopWorkers:
+			return
+		}
+	}
 }
 
 func (r *Responder) serve(in *inbound) {
@@ -284,7 +321,7 @@ func (r *Responder) serve(in *inbound) {
 		return
 	}
 
-	req, err := DecodeRequest(in.payload, DecodeLimits{MaxPayloadBytes: r.opts.MaxPayloadBytes, RequireTaskID: !r.opts.AcceptMissingTaskID})
+	req, err := decodeRequest(in.payload, DecodeLimits{MaxPayloadBytes: r.opts.MaxPayloadBytes, RequireTaskID: !r.opts.AcceptMissingTaskID}, true)
 	if err != nil {
 		var de *DecodeError
 		if errors.As(err, &de) {
