@@ -175,7 +175,7 @@ func (b *bridge) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageR
 		}
 		if adm.dup != nil {
 			t, err := b.snapshot(ctx, adm.dup, req.Message.TaskID)
-			yield(t, err)
+			yieldSnapshot(t, err, yield)
 			return
 		}
 		defer adm.release()
@@ -184,6 +184,23 @@ func (b *bridge) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageR
 				return
 			}
 		}
+	}
+}
+
+// yieldSnapshot answers a stream with a stored task: the Task (history, artifacts), then, when
+// the task waits for input, its status again as a status update, which is what ends the stream
+// at the requester (an opening Task only ends a stream when terminal, see endsStream).
+func yieldSnapshot(t *a2a.Task, err error, yield func(a2a.Event, error) bool) {
+	if err != nil || t == nil {
+		yield(t, err)
+		return
+	}
+	if !yield(t, nil) {
+		return
+	}
+	if s := t.Status.State; s == a2a.TaskStateInputRequired || s == a2a.TaskStateAuthRequired {
+		status := t.Status
+		yield(&a2a.TaskStatusUpdateEvent{TaskID: t.ID, ContextID: t.ContextID, Status: status}, nil)
 	}
 }
 

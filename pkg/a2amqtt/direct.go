@@ -295,6 +295,7 @@ func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, em
 			res, err = h.fail(ctx, t, execErr, emit)
 		}
 	}()
+	first := true
 	for ev, err := range h.exec.Execute(execCtx, ec) {
 		if err == nil {
 			ev, err = apply(t.task, ev)
@@ -319,9 +320,12 @@ func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, em
 		if !emit(ev) {
 			return copyTask(t.task), nil
 		}
-		if stateEndsStream(t.task.Status.State) {
+		// An executor may open with a Task snapshot, as core A2A servers do; on a resume it
+		// still shows the interrupted state, which ends nothing (see endsStream).
+		if endsStream(ev, first) && stateEndsStream(t.task.Status.State) {
 			break
 		}
+		first = false
 	}
 	return copyTask(t.task), nil
 }
@@ -516,7 +520,7 @@ func (h *directHandler) SubscribeToTask(ctx context.Context, req *a2a.SubscribeT
 			case st.Task.Status.State.Terminal():
 				yield(nil, fmt.Errorf("task %s is %s: %w", req.ID, st.Task.Status.State, a2a.ErrUnsupportedOperation))
 			default:
-				yield(st.Task, nil)
+				yieldSnapshot(st.Task, nil, yield)
 			}
 			return
 		}

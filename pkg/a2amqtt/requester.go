@@ -179,7 +179,10 @@ func (r *Requester) onReply(p *paho.Publish) {
 	ex := r.inflight[string(corr)]
 	r.mu.Unlock()
 	if ex == nil {
-		r.log.Warn("a2a protocol error: reply with unknown Correlation Data ignored", "topic", p.Topic, "correlation", hex.EncodeToString(corr))
+		// A reply after its call ended: a duplicate of a retried request (the responder
+		// dedupes and answers each attempt), a stream item after the caller stopped reading,
+		// a reply to an earlier process of a persistent session. Expected, not a warning.
+		r.log.Debug("reply with unknown Correlation Data ignored (its call already ended)", "topic", p.Topic, "correlation", hex.EncodeToString(corr))
 		return
 	}
 	ex.box.put(p)
