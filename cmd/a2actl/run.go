@@ -250,6 +250,7 @@ func (c *cli) fail(code int, err error) int {
 			if k := rpcErr.A2AError(); k != "" {
 				out["a2a_error"] = k
 			}
+			out["bindingError"] = rpcErr.IsBindingError()
 			if len(rpcErr.Data) > 0 {
 				out["data"] = rpcErr.Data
 			}
@@ -268,7 +269,11 @@ func (c *cli) classify(target a2amqtt.AgentRef, err error) int {
 	switch {
 	case errors.As(err, &rpcErr):
 		msg := fmt.Sprintf("%s answered with JSON-RPC error %d: %s", target, rpcErr.Code, rpcErr.Message)
-		if k := rpcErr.A2AError(); k != "" {
+		switch k := rpcErr.A2AError(); {
+		case rpcErr.IsBindingError():
+			// -32003/-32004/-32005 are also A2A error codes; error.data.a2a_error says which.
+			msg = fmt.Sprintf("%s answered with MQTT binding error %d (a2a_error %s): %s", target, rpcErr.Code, k, rpcErr.Message)
+		case k != "":
 			msg = fmt.Sprintf("%s answered with JSON-RPC error %d (a2a_error %s): %s", target, rpcErr.Code, k, rpcErr.Message)
 		}
 		return c.fail(exitFailure, explained{msg: msg, err: err})

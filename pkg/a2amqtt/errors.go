@@ -151,11 +151,20 @@ func (e *RPCError) Unwrap() error {
 // Retryable reports whether the profile allows retrying at application
 // level: -32003/-32004 binding errors are retry-eligible, -32005 is not.
 func (e *RPCError) Retryable() bool {
-	switch e.A2AError() {
-	case A2AErrorRequestExpired, A2AErrorResponderUnavailable:
-		return true
+	k := e.A2AError()
+	if b, ok := bindingErrors[k]; !ok || b.code != e.Code {
+		// Not a binding error: the same numbers are A2A v1.0 errors, which are not retried.
+		return false
 	}
-	return false
+	return k == A2AErrorRequestExpired || k == A2AErrorResponderUnavailable
+}
+
+// IsBindingError reports whether e is one of the profile's binding errors (-32003/-32004/-32005
+// with the matching error.data.a2a_error), as opposed to the A2A v1.0 error with the same code
+// (PushNotificationNotSupported, UnsupportedOperation, ContentTypeNotSupported).
+func (e *RPCError) IsBindingError() bool {
+	b, ok := bindingErrors[e.A2AError()]
+	return ok && b.code == e.Code
 }
 
 // NewBindingError builds a -32003/-32004/-32005 error with
