@@ -43,6 +43,9 @@ Global flags (anywhere on the line):
   --username NAME     broker username (env A2A_USERNAME)
   --password PASS     broker password (env A2A_PASSWORD)
   --as ORG/UNIT/ID    own identity / MQTT Client ID (default target org/unit + a2actl-<random>)
+  --tls-ca FILE       PEM CA bundle of the broker, for mqtts:// URLs (env A2A_TLS_CA)
+  --tls-cert FILE     PEM client certificate (env A2A_TLS_CERT)
+  --tls-key FILE      PEM key of the client certificate (env A2A_TLS_KEY)
   --timeout DUR       first-reply timeout per attempt (default 15s, the profile's)
   --attempts N        publish attempts (default 3)
   --json              machine-readable output
@@ -56,6 +59,7 @@ type globals struct {
 	broker   string
 	username string
 	password string
+	tls      a2amqtt.TLSFiles
 	as       string
 	timeout  time.Duration
 	attempts int
@@ -75,6 +79,9 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.username, "username", envOr("A2A_USERNAME", ""), "broker username")
 	fs.StringVar(&g.password, "password", envOr("A2A_PASSWORD", ""), "broker password")
 	fs.StringVar(&g.as, "as", envOr("A2A_AS", ""), "own identity ORG/UNIT/AGENT")
+	fs.StringVar(&g.tls.CA, "tls-ca", envOr(a2amqtt.EnvTLSCA, ""), "PEM CA bundle of the broker (mqtts://)")
+	fs.StringVar(&g.tls.Cert, "tls-cert", envOr(a2amqtt.EnvTLSCert, ""), "PEM client certificate")
+	fs.StringVar(&g.tls.Key, "tls-key", envOr(a2amqtt.EnvTLSKey, ""), "PEM key of the client certificate")
 	fs.DurationVar(&g.timeout, "timeout", 15*time.Second, "first-reply timeout per attempt")
 	fs.IntVar(&g.attempts, "attempts", 3, "publish attempts")
 	fs.BoolVar(&g.json, "json", false, "JSON output")
@@ -223,8 +230,13 @@ func (c *cli) connect(ctx context.Context, target a2amqtt.AgentRef) (*a2amqtt.Co
 	if err != nil {
 		return nil, c.usageErr("--as: " + err.Error())
 	}
+	if _, err := c.g.tls.TLSConfig(); err != nil {
+		// A configuration mistake, not an unreachable broker.
+		fmt.Fprintf(c.stderr, "a2actl: TLS settings: %v\n", err)
+		return nil, exitUsage
+	}
 	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
-		BrokerURL: c.g.broker, Username: c.g.username, Password: c.g.password,
+		BrokerURL: c.g.broker, Username: c.g.username, Password: c.g.password, TLSFiles: c.g.tls,
 		Agent: me, Logger: c.log, ConnectTimeout: 5 * time.Second, FailFast: true,
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt/a2amqtttest"
 )
 
 func startAgent(t *testing.T, b brokertest.Broker, kind agents.Kind, ref a2amqtt.AgentRef) {
@@ -166,5 +167,39 @@ func TestCommandIndexSkipsGlobalFlags(t *testing.T) {
 		if got := commandIndex(tc.args); got != tc.want {
 			t.Errorf("commandIndex(%q) = %d, want %d", tc.args, got, tc.want)
 		}
+	}
+}
+
+// TestCLITLS: a2actl reaches an agent through Mosquitto's TLS listener (client certificate
+// required) with the A2A_TLS_* environment, and says why when the certificate is missing.
+func TestCLITLS(t *testing.T) {
+	pki := a2amqtttest.NewPKI(t, "a2actl test CA")
+	_, url := a2amqtttest.StartTLSMosquitto(t, pki)
+	agentCert, agentKey := pki.Issue(t, "echo", false)
+	cliCert, cliKey := pki.Issue(t, "a2actl", false)
+	ref := a2amqtt.AgentRef{Org: "demo", Unit: "default", Agent: "echo"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := agents.Start(ctx, agents.KindEcho, agents.Options{BrokerURL: url, Agent: ref, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TLS: a2amqtt.TLSFiles{CA: pki.CAFile(), Cert: agentCert, Key: agentKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+
+	t.Setenv(a2amqtt.EnvTLSCA, pki.CAFile())
+	code, _, errOut := runCLI(t, "", "send", "--broker="+url, "demo/default/echo", "no cert")
+	if code != exitUnreachable || !strings.Contains(errOut, "cannot connect to broker") {
+		t.Fatalf("without a client certificate: %d %s", code, errOut)
+	}
+	t.Setenv(a2amqtt.EnvTLSCert, cliCert)
+	t.Setenv(a2amqtt.EnvTLSKey, cliKey)
+	code, out, errOut := runCLI(t, "", "send", "--broker="+url, "demo/default/echo", "over tls")
+	if code != exitOK || !strings.Contains(out, "echo: over tls") {
+		t.Fatalf("send over TLS: %d\n%s\n%s", code, out, errOut)
+	}
+	code, _, errOut = runCLI(t, "", "send", "--broker="+url, "--tls-key=", "demo/default/echo", "half")
+	if code != exitUsage || !strings.Contains(errOut, "without its key") {
+		t.Fatalf("certificate without key: %d %s", code, errOut)
 	}
 }

@@ -2,126 +2,36 @@ package a2amqtt_test
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"fmt"
-	"math/big"
-	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
-	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt/a2amqtttest"
 )
-
-// testPKI is a CA with certificates it signed, written as PEM files.
-type testPKI struct {
-	dir  string
-	ca   *x509.Certificate
-	key  *ecdsa.PrivateKey
-	next int64
-}
-
-func newPKI(t *testing.T, name string) *testPKI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	p := &testPKI{dir: t.TempDir(), ca: ca, key: key, next: 2}
-	writePEM(t, p.path("ca.pem"), "CERTIFICATE", der)
-	return p
-}
-
-func (p *testPKI) path(name string) string { return filepath.Join(p.dir, name) }
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// issue signs a leaf certificate (server: 127.0.0.1 SAN) and writes name.pem / name-key.pem.
-func (p *testPKI) issue(t *testing.T, name string, server bool) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.next), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	p.next++
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = p.path(name+".pem"), p.path(name+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kder)
-	return certFile, keyFile
-}
-
-// startTLSMosquitto adds a TLS listener that requires a client certificate signed by pki's CA.
-func startTLSMosquitto(t *testing.T, pki *testPKI) (plain *brokertest.Mosquitto, tlsURL string) {
-	t.Helper()
-	cert, key := pki.issue(t, "broker", true)
-	port := brokertest.FreePort(t)
-	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{ExtraConfig: fmt.Sprintf(
-		"listener %d 127.0.0.1\ncafile %s\ncertfile %s\nkeyfile %s\nrequire_certificate true\n",
-		port, pki.path("ca.pem"), cert, key)})
-	return m, fmt.Sprintf("mqtts://127.0.0.1:%d", port)
-}
 
 // TestTLSMutualAuthentication: an agent and a requester reach each other through Mosquitto's
 // TLS listener with client certificates built from PEM files (TLSFiles); every misconfiguration
 // fails at Connect with an error that names the problem.
 func TestTLSMutualAuthentication(t *testing.T) {
-	pki := newPKI(t, "a2a-fleet test CA")
-	m, url := startTLSMosquitto(t, pki)
-	agentCert, agentKey := pki.issue(t, "agent-b", false)
-	callerCert, callerKey := pki.issue(t, "agent-a", false)
+	pki := a2amqtttest.NewPKI(t, "a2a-fleet test CA")
+	m, url := a2amqtttest.StartTLSMosquitto(t, pki)
+	agentCert, agentKey := pki.Issue(t, "agent-b", false)
+	callerCert, callerKey := pki.Issue(t, "agent-a", false)
 
 	agent, err := agents.Start(tctx(t, 10*time.Second), agents.KindEcho, agents.Options{
 		BrokerURL: url, Agent: bRef, Logger: quiet(),
-		TLS: a2amqtt.TLSFiles{CA: pki.path("ca.pem"), Cert: agentCert, Key: agentKey},
+		TLS: a2amqtt.TLSFiles{CA: pki.CAFile(), Cert: agentCert, Key: agentKey},
 	})
 	if err != nil {
 		t.Fatalf("agent over TLS: %v\n%s", err, m.Log())
 	}
 	t.Cleanup(func() { _ = agent.Close(tctx(t, 5*time.Second)) })
 
-	t.Setenv(a2amqtt.EnvTLSCA, pki.path("ca.pem"))
+	t.Setenv(a2amqtt.EnvTLSCA, pki.CAFile())
 	t.Setenv(a2amqtt.EnvTLSCert, callerCert)
 	t.Setenv(a2amqtt.EnvTLSKey, callerKey)
 	conn, err := a2amqtt.Connect(tctx(t, 10*time.Second), a2amqtt.Config{BrokerURL: url, Agent: aRef, TLSFiles: a2amqtt.TLSFilesFromEnv(), Logger: quiet()})
@@ -138,23 +48,23 @@ func TestTLSMutualAuthentication(t *testing.T) {
 		t.Fatalf("round trip over TLS: %q %v", a2amqtt.ResultText(res), err)
 	}
 
-	other := newPKI(t, "some other CA")
-	strangerCert, strangerKey := other.issue(t, "stranger", false)
+	other := a2amqtttest.NewPKI(t, "some other CA")
+	strangerCert, strangerKey := other.Issue(t, "stranger", false)
 	failing := []struct {
 		name    string
 		url     string
 		files   a2amqtt.TLSFiles
 		wantErr string
 	}{
-		{"no client certificate", url, a2amqtt.TLSFiles{CA: pki.path("ca.pem")}, "certificate required"},
-		{"broker not signed by the trusted CA", url, a2amqtt.TLSFiles{CA: other.path("ca.pem"), Cert: callerCert, Key: callerKey}, "certificate signed by unknown authority"},
-		{"client certificate from another CA", url, a2amqtt.TLSFiles{CA: pki.path("ca.pem"), Cert: strangerCert, Key: strangerKey}, "unknown certificate authority"},
-		{"TLS files with a plaintext URL", m.URL(), a2amqtt.TLSFiles{CA: pki.path("ca.pem")}, "plaintext"},
+		{"no client certificate", url, a2amqtt.TLSFiles{CA: pki.CAFile()}, "certificate required"},
+		{"broker not signed by the trusted CA", url, a2amqtt.TLSFiles{CA: other.CAFile(), Cert: callerCert, Key: callerKey}, "certificate signed by unknown authority"},
+		{"client certificate from another CA", url, a2amqtt.TLSFiles{CA: pki.CAFile(), Cert: strangerCert, Key: strangerKey}, "unknown certificate authority"},
+		{"TLS files with a plaintext URL", m.URL(), a2amqtt.TLSFiles{CA: pki.CAFile()}, "plaintext"},
 		{"certificate without key", url, a2amqtt.TLSFiles{Cert: callerCert}, "without its key"},
 		{"key without certificate", url, a2amqtt.TLSFiles{Key: callerKey}, "without a client certificate"},
 		{"key of another certificate", url, a2amqtt.TLSFiles{Cert: callerCert, Key: agentKey}, "private key does not match"},
 		{"CA file that is not PEM", url, a2amqtt.TLSFiles{CA: callerKey}, "holds no PEM certificate"},
-		{"missing CA file", url, a2amqtt.TLSFiles{CA: pki.path("nope.pem")}, "no such file"},
+		{"missing CA file", url, a2amqtt.TLSFiles{CA: pki.Path("nope.pem")}, "no such file"},
 	}
 	for _, tc := range failing {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,9 +92,9 @@ func TestTLSMutualAuthentication(t *testing.T) {
 // TestTLSClientCertificateReload: a rotated client certificate (files rewritten in place) is
 // what the next handshake presents, without rebuilding the config.
 func TestTLSClientCertificateReload(t *testing.T) {
-	pki := newPKI(t, "rotation CA")
-	cert, key := pki.issue(t, "client", false)
-	cfg, err := a2amqtt.TLSFiles{CA: pki.path("ca.pem"), Cert: cert, Key: key}.TLSConfig()
+	pki := a2amqtttest.NewPKI(t, "rotation CA")
+	cert, key := pki.Issue(t, "client", false)
+	cfg, err := a2amqtt.TLSFiles{CA: pki.CAFile(), Cert: cert, Key: key}.TLSConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +103,7 @@ func TestTLSClientCertificateReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Rotate: a new key pair under the same names.
-	newCert, newKey := pki.issue(t, "client-next", false)
+	newCert, newKey := pki.Issue(t, "client-next", false)
 	for src, dst := range map[string]string{newCert: cert, newKey: key} {
 		b, err := os.ReadFile(src)
 		if err != nil {
