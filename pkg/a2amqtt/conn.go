@@ -377,6 +377,8 @@ func (c *Conn) logServerDisconnect(d *paho.Disconnect) {
 	switch d.ReasonCode {
 	case 0x8B: // Server shutting down
 		c.log.Info("broker is shutting down; reconnecting", "reason_code", code, "reason", reason)
+	case 0x98: // Administrative action: dynsec disconnects a client whose rights changed
+		c.log.Info("broker disconnected this client after an administrative change (e.g. its rights); reconnecting", "reason_code", code, "reason", reason)
 	case 0x8E: // Session taken over
 		c.log.Warn("broker disconnected this client: another client connected with the same Client ID", "reason_code", code, "reason", reason)
 	default:
@@ -505,10 +507,18 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 			filters = append(filters, f)
 		}
 		c.mu.Unlock()
+		var refused []string
 		for _, f := range filters {
 			if err := c.brokerSubscribe(ctx, f); err != nil {
+				if errors.Is(err, errSubscribeRefused) {
+					refused = append(refused, f)
+					continue
+				}
 				c.logResubscribeError(f, err)
 			}
+		}
+		if len(refused) > 0 {
+			go c.retryRefused(refused)
 		}
 	} else {
 		c.log.Debug("persistent session resumed; broker kept the subscriptions")
@@ -524,12 +534,54 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 	}
 }
 
+// retryRefused retries resubscribes the broker refused after a reconnect. A refusal right
+// after a reconnect is usually the broker's ACLs being rewritten in several steps (the operator
+// applying an Agent's rights, each step disconnecting the client); it clears within seconds.
+// Only a refusal that persists is reported, at WARN: the client then receives nothing on that
+// filter until its rights change.
+func (c *Conn) retryRefused(filters []string) {
+	for _, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		time.Sleep(delay)
+		if c.closed.Load() || !c.up.Load() {
+			return // the next reconnect resubscribes
+		}
+		var still []string
+		for _, f := range filters {
+			if !c.subscribed(f) {
+				continue // the caller unsubscribed meanwhile
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
+			err := c.brokerSubscribe(ctx, f)
+			cancel()
+			if errors.Is(err, errSubscribeRefused) {
+				still = append(still, f)
+				c.log.Debug("resubscribe still refused; retrying", "filter", f, "err", err)
+			} else if err != nil {
+				c.logResubscribeError(f, err)
+			}
+		}
+		if filters = still; len(filters) == 0 {
+			return
+		}
+	}
+	for _, f := range filters {
+		c.logResubscribeError(f, fmt.Errorf("subscribe %s: %w", f, errSubscribeRefused))
+	}
+}
+
+func (c *Conn) subscribed(filter string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.subs[filter]
+	return ok
+}
+
 // logResubscribeError: a SUBACK refusal (e.g. 0x87 not authorised: the ACLs changed while we
 // were away) is a real problem; a connection that dropped again during the resubscribe is not
 // (the next reconnect resubscribes).
 func (c *Conn) logResubscribeError(filter string, err error) {
 	if errors.Is(err, errSubscribeRefused) {
-		c.log.Warn("broker refused a resubscribe after reconnecting", "filter", filter, "err", err)
+		c.log.Warn("broker refuses a subscription after reconnecting: nothing arrives on it until this client's rights change", "filter", filter, "err", err)
 		return
 	}
 	c.log.Debug("resubscribe interrupted; retried on the next reconnect", "filter", filter, "err", err)
