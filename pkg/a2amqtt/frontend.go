@@ -155,10 +155,34 @@ func (r *Responder) stream(ctx context.Context, out *replier, id any, events ite
 
 // sendResult encodes a JSON-RPC success response and publishes it.
 func (o *replier) sendResult(ctx context.Context, id any, result any, async bool) {
-	b, err := json.Marshal(rpcResult{JSONRPC: jsonrpcVersion, ID: id, Result: result})
+	b, err := encodeResult(id, result)
 	if err != nil {
 		o.sendErrorMode(ctx, id, rpcErrorFrom(fmt.Errorf("encode result: %w", err)), async)
 		return
 	}
 	o.sendMode(ctx, b, async)
+}
+
+// encodeResult renders {"jsonrpc":"2.0","id":ID,"result":RESULT} (rpcResult's JSON) with the
+// envelope written directly: through json.Marshal of the envelope, the result's own
+// MarshalJSON output (a2a-go's event types) would be validated and copied once more, a
+// noticeable share of a stream item's CPU.
+func encodeResult(id any, result any) ([]byte, error) {
+	if result == nil {
+		return json.Marshal(rpcResult{JSONRPC: jsonrpcVersion, ID: id})
+	}
+	idJSON, err := json.Marshal(id)
+	if err != nil {
+		return nil, err
+	}
+	res, err := json.Marshal(result)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(res)+len(idJSON)+40)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = append(b, idJSON...)
+	b = append(b, `,"result":`...)
+	b = append(b, res...)
+	return append(b, '}'), nil
 }
