@@ -49,9 +49,8 @@ type Options struct {
 	// ReferenceHandler serves with a2a-go's default request handler instead of the SDK's
 	// direct handler (the default; a2amqtt.ResponderOptions.ReferenceHandler).
 	ReferenceHandler bool
-	// Direct is the default now.
-	//
-	// Deprecated: the direct handler is the default; see ReferenceHandler.
+	// Direct has no effect: the direct handler is the default (see ReferenceHandler). Kept so
+	// existing callers compile.
 	Direct bool
 	// TLS names the PEM files for a TLS broker URL (mqtts://).
 	TLS a2amqtt.TLSFiles

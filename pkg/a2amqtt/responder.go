@@ -35,11 +35,9 @@ type ResponderOptions struct {
 	// a2asrv.RequestHandlerOption, push-notification configs, the extended
 	// agent card). Setting HandlerOptions implies it.
 	ReferenceHandler bool
-	// Direct is the default since the direct handler became the fast path
-	// every executor gets; the field is kept so existing callers compile.
-	//
-	// Deprecated: the direct handler is the default; set ReferenceHandler for
-	// a2a-go's default handler.
+	// Direct has no effect: the direct handler is the fast path every
+	// executor gets by default (set ReferenceHandler for a2a-go's handler).
+	// Kept so existing callers compile.
 	Direct bool
 	// TaskStore holds tasks; defaults to an in-memory store. It is also
 	// what ContextTasks reads.

@@ -18,7 +18,7 @@ import (
 func attrOf(s tracetest.SpanStub, key attribute.Key) string {
 	for _, kv := range s.Attributes {
 		if kv.Key == key {
-			return kv.Value.Emit()
+			return kv.Value.AsString()
 		}
 	}
 	return ""
