@@ -226,7 +226,8 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		ConnectPassword:  []byte(cfg.Password),
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, ack *paho.Connack) {
 			// Must not block: resubscribe and republish presence in a goroutine.
-			sessionPresent := ack != nil && ack.SessionPresent
+			// Only a persistent session is trusted to have kept the subscriptions.
+			sessionPresent := ack != nil && ack.SessionPresent && cfg.SessionExpiry > 0
 			c.markUp()
 			go func() {
 				<-cmReady
@@ -279,7 +280,14 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 			pcfg.SessionExpiryInterval = 1
 		}
 	} else {
+		// A clean session on every connect, not only the first (autopaho's default): a broker
+		// that still holds the previous connection's session (mochi does, briefly, after a
+		// kick) would otherwise resume it, with subscriptions granted under the old rights.
 		pcfg.CleanStartOnInitialConnection = true
+		pcfg.ConnectPacketBuilder = func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
+			cp.CleanStart = true
+			return cp, nil
+		}
 	}
 	if c.card != nil {
 		pcfg.WillMessage = &paho.WillMessage{Topic: cfg.Agent.DiscoveryTopic(), Payload: c.card, QoS: 1, Retain: true}
@@ -511,6 +519,7 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 		for _, f := range filters {
 			if err := c.brokerSubscribe(ctx, f); err != nil {
 				if errors.Is(err, errSubscribeRefused) {
+					c.log.Debug("resubscribe refused after reconnecting; retrying", "filter", f, "err", err)
 					refused = append(refused, f)
 					continue
 				}

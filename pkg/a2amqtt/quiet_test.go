@@ -35,7 +35,9 @@ func (h *recordingHandler) atLeast(level slog.Level) []string {
 	var out []string
 	for _, r := range h.records {
 		if r.Level >= level {
-			out = append(out, r.Level.String()+" "+r.Message)
+			line := r.Level.String() + " " + r.Message
+			r.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
+			out = append(out, line)
 		}
 	}
 	return out
