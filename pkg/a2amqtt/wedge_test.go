@@ -10,6 +10,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/a2a-fleet/a2a-fleet/examples/agents"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -94,5 +95,28 @@ func TestWedgeDetectionAndPanicRecovery(t *testing.T) {
 	}
 	if code, body := probe(t, base, "/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz after the handler returned: %d %s", code, body)
+	}
+}
+
+// TestCloseWhileBrokerDown: Close of an agent (presence on) returns at once while the broker
+// is away; it used to wait for a reconnect to publish the offline card, for ever with a
+// context without deadline (a shutdown hanging as long as the outage).
+func TestCloseWhileBrokerDown(t *testing.T) {
+	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{})
+	a, err := agents.Start(tctx(t, 10*time.Second), agents.KindEcho, agents.Options{BrokerURL: m.URL(), Agent: bRef, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Conn.Healthy(0) == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Close(context.Background()) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs while the broker is down")
 	}
 }
