@@ -259,8 +259,12 @@ var errStop = errors.New("stop")
 // The call runs in a client span ("a2a.<method>") whose context travels with every publish as
 // the W3C traceparent/tracestate user properties.
 func (r *Requester) do(ctx context.Context, c call, handle func(rep *reply) (done bool, err error)) (err error) {
-	attrs := append(spanAttrs(c.method, string(c.taskID), c.contextID, ""), AttrTarget.String(c.target.String()))
-	ctx, span := r.conn.tracer.Start(ctx, "a2a."+c.method, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	ctx, span := r.conn.tracer.Start(ctx, "a2a."+c.method, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		// Attributes only for spans that are kept: with tracing off (the default) they would
+		// be garbage on every call.
+		span.SetAttributes(append(spanAttrs(c.method, string(c.taskID), c.contextID, ""), AttrTarget.String(c.target.String()))...)
+	}
 	defer func() { endSpan(span, err) }()
 	return r.exchange(ctx, c, span, handle)
 }
@@ -321,7 +325,7 @@ attempts:
 		if r.opts.Authorization != "" {
 			pub.Properties.User = append(pub.Properties.User, paho.UserProperty{Key: PropAuthorization, Value: r.opts.Authorization})
 		}
-		if attempt == 1 {
+		if attempt == 1 && span.IsRecording() {
 			span.SetAttributes(AttrTopic.String(topic))
 		}
 		InjectTraceContext(ctx, pub)

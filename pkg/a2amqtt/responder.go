@@ -271,9 +271,12 @@ func (r *Responder) worker(in *inbound) {
 func (r *Responder) serve(in *inbound) {
 	// The request's trace context (traceparent/tracestate user properties) is the parent of the
 	// server span; the executor runs in a child span of it (tracedExecutor).
-	ctx, span := r.conn.tracer.Start(extractUserProps(context.Background(), in.user), "a2a.request",
-		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(spanAttrs("", "", "", in.topic)...))
+	ctx, span := r.conn.tracer.Start(extractUserProps(context.Background(), in.user), "a2a.request", trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(spanAttrs("", "", "", in.topic)...)
+	}
 	pooled := false
 	if info, err := ParseTopic(in.topic); err == nil && info.Pool != "" {
 		pooled = true
@@ -329,8 +332,10 @@ func (r *Responder) serve(in *inbound) {
 		out.sendError(ctx, nil, rpcErrorFrom(err))
 		return
 	}
-	span.SetName("a2a." + req.Method)
-	span.SetAttributes(spanAttrs(req.Method, req.TaskID, req.ContextID, "")...)
+	if recording {
+		span.SetName("a2a." + req.Method)
+		span.SetAttributes(spanAttrs(req.Method, req.TaskID, req.ContextID, "")...)
+	}
 	if prop := in.user.Get(PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
 		out.sendError(ctx, req.ID, NewBindingError(A2AErrorTransportProtocolError,
 			fmt.Sprintf("%s user property %q does not match params.message.contextId %q", PropContextID, prop, req.ContextID)))

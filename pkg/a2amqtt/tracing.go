@@ -87,8 +87,16 @@ var (
 
 func (t tracedExecutor) run(ctx context.Context, name string, ec *a2asrv.ExecutorContext, events func(context.Context) iter.Seq2[a2a.Event, error]) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
-		ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal),
-			trace.WithAttributes(spanAttrs("", string(ec.TaskID), ec.ContextID, "")...))
+		ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+		if !span.IsRecording() {
+			for ev, err := range events(ctx) {
+				if !yield(ev, err) {
+					return
+				}
+			}
+			return
+		}
+		span.SetAttributes(spanAttrs("", string(ec.TaskID), ec.ContextID, "")...)
 		var failed error
 		var last a2a.TaskState
 		defer func() {
