@@ -203,3 +203,22 @@ func TestCLITLS(t *testing.T) {
 		t.Fatalf("certificate without key: %d %s", code, errOut)
 	}
 }
+
+// TestChatResumesCoreStyleAgent (issue 12 item 6): chatting with an agent that opens every
+// stream with a Task event (core A2A servers do; on a resume it still shows input-required),
+// a2actl follows the resumed stream to its end instead of stopping at the opening event.
+func TestChatResumesCoreStyleAgent(t *testing.T) {
+	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
+		ref := a2amqtt.AgentRef{Org: "demo", Unit: "default", Agent: "core"}
+		a2amqtttest.StartCoreStyleAgent(t, b.URL(), ref)
+		code, out, errOut := runCLI(t, "deploy\nv3\n/quit\n", "chat", "--broker="+b.URL(), "demo/default/core")
+		if code != exitOK {
+			t.Fatalf("chat: %d %s", code, errOut)
+		}
+		for _, want := range []string{"agent asks: " + a2amqtttest.CoreStyleQuestion, "[working] deploying v3", "[completed] deployed v3", "(task done)"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("chat output lacks %q:\n%s\n%s", want, out, errOut)
+			}
+		}
+	})
+}
