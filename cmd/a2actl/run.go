@@ -47,6 +47,9 @@ Global flags (anywhere on the line):
   --tls-cert FILE     PEM client certificate (env A2A_TLS_CERT)
   --tls-key FILE      PEM key of the client certificate (env A2A_TLS_KEY)
   --timeout DUR       first-reply timeout per attempt (default 15s, the profile's)
+  --presence-wait DUR how long to wait for the agent's retained card before calling it
+                      not registered (default 5s: an agent reconnecting after a broker
+                      restart republishes it within its reconnect backoff)
   --attempts N        publish attempts (default 3)
   --json              machine-readable output
   -v                  debug logging
@@ -62,6 +65,7 @@ type globals struct {
 	tls      a2amqtt.TLSFiles
 	as       string
 	timeout  time.Duration
+	presence time.Duration
 	attempts int
 	json     bool
 	verbose  bool
@@ -83,6 +87,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.tls.Cert, "tls-cert", envOr(a2amqtt.EnvTLSCert, ""), "PEM client certificate")
 	fs.StringVar(&g.tls.Key, "tls-key", envOr(a2amqtt.EnvTLSKey, ""), "PEM key of the client certificate")
 	fs.DurationVar(&g.timeout, "timeout", 15*time.Second, "first-reply timeout per attempt")
+	fs.DurationVar(&g.presence, "presence-wait", defaultPresenceWait, "how long to wait for the agent's retained card")
 	fs.IntVar(&g.attempts, "attempts", 3, "publish attempts")
 	fs.BoolVar(&g.json, "json", false, "JSON output")
 	fs.BoolVar(&g.verbose, "v", false, "debug logging")
@@ -380,12 +385,17 @@ func (c *cli) requester(ctx context.Context, conn *a2amqtt.Conn) (*a2amqtt.Reque
 	}})
 }
 
+// defaultPresenceWait covers the SDK's longest reconnect backoff (5 s): after a broker restart
+// without persistence the retained card is back only when the agent has reconnected, and a
+// 1 s wait called registered agents "not registered" (issue 9.3).
+const defaultPresenceWait = 5 * time.Second
+
 // checkPresence looks the agent up first so "offline" and "not registered"
 // are reported as such instead of as a timeout.
 func (c *cli) checkPresence(ctx context.Context, conn *a2amqtt.Conn, ref a2amqtt.AgentRef) int {
-	_, pres, err := a2amqtt.ResolveCard(ctx, conn, ref, time.Second)
+	_, pres, err := a2amqtt.ResolveCard(ctx, conn, ref, c.g.presence)
 	if errors.Is(err, a2amqtt.ErrAgentNotFound) {
-		return c.fail(exitOffline, fmt.Errorf("agent %s is not registered: no retained card on %s", ref, ref.DiscoveryTopic()))
+		return c.fail(exitOffline, fmt.Errorf("agent %s is not registered: no retained card on %s within %s", ref, ref.DiscoveryTopic(), c.g.presence))
 	}
 	if err != nil {
 		return c.fail(exitFailure, err)

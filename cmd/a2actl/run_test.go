@@ -69,7 +69,7 @@ func TestCLI(t *testing.T) {
 		}
 
 		// Not registered → exit 4 with a clear message.
-		code, _, errOut = runCLI(t, "", "send", broker, "demo/default/nobody", "hi")
+		code, _, errOut = runCLI(t, "", "send", broker, "--presence-wait=300ms", "demo/default/nobody", "hi")
 		if code != exitOffline || !strings.Contains(errOut, "not registered") {
 			t.Fatalf("unknown agent: %d %s", code, errOut)
 		}
@@ -221,4 +221,25 @@ func TestChatResumesCoreStyleAgent(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCLIWaitsForACardBeingRepublished (issue 9.3): right after a broker restart without
+// persistence the agent's retained card is gone until the agent has reconnected; a2actl waits
+// for it (up to --presence-wait) instead of calling a registered agent "not registered".
+func TestCLIWaitsForACardBeingRepublished(t *testing.T) {
+	b := brokertest.StartMochi(t)
+	ref := a2amqtt.AgentRef{Org: "demo", Unit: "default", Agent: "late"}
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // longer than the old 1 s wait
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a, err := agents.Start(ctx, agents.KindEcho, agents.Options{BrokerURL: b.URL(), Agent: ref, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err == nil {
+			t.Cleanup(func() { _ = a.Close(context.Background()) })
+		}
+	}()
+	code, out, errOut := runCLI(t, "", "send", "--broker="+b.URL(), "demo/default/late", "you there?")
+	if code != exitOK || !strings.Contains(out, "echo: you there?") {
+		t.Fatalf("send to an agent whose card comes back after 1.5 s: %d\n%s\n%s", code, out, errOut)
+	}
 }
