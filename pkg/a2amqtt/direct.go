@@ -296,16 +296,80 @@ func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, em
 		}
 	}()
 	first := true
+	// Artifact updates are applied at once but persisted together, at most artifactSaveInterval
+	// after the first unsaved one (a timer, so a stalled executor does not leave the stored task
+	// behind), with the next status update, or when the run ends: a stream of appends would
+	// otherwise copy the whole growing task into the store per chunk (quadratic in the chunks).
+	// Status updates, what a resume, a cancel or a retry reads, are persisted before they are
+	// sent. mu guards t against the timer's flush.
+	var (
+		mu      sync.Mutex
+		pending a2a.Event
+		timer   *time.Timer
+	)
+	flushLocked := func() error {
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+		if pending == nil {
+			return nil
+		}
+		ev := pending
+		pending = nil
+		return h.save(ctx, t, ev)
+	}
+	defer func() {
+		// Whatever way the run ends, a deferred artifact reaches the store.
+		mu.Lock()
+		ferr := flushLocked()
+		mu.Unlock()
+		if ferr != nil && err == nil {
+			execErr, res, err = ferr, nil, ferr
+		}
+	}()
+	// step applies one event and saves it (or schedules the save); the deferred unlock keeps a
+	// panic here from leaving mu held for the flush below.
+	step := func(ev a2a.Event) (a2a.Event, error, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		ev, aerr := apply(t.task, ev)
+		if aerr != nil {
+			pending = nil // fail saves the whole task
+			if timer != nil {
+				timer.Stop()
+				timer = nil
+			}
+			return nil, aerr, nil
+		}
+		pending = ev
+		if _, isArtifact := ev.(*a2a.TaskArtifactUpdateEvent); !isArtifact {
+			return ev, nil, flushLocked()
+		}
+		if timer == nil {
+			timer = time.AfterFunc(artifactSaveInterval, func() {
+				mu.Lock()
+				defer mu.Unlock()
+				// A failure here is retried by the next save, which writes the whole task.
+				_ = flushLocked()
+			})
+		}
+		return ev, nil, nil
+	}
 	for ev, err := range h.exec.Execute(execCtx, ec) {
+		var serr error
 		if err == nil {
-			ev, err = apply(t.task, ev)
+			ev, err, serr = step(ev)
 		}
 		if err != nil {
 			execErr = err
+			mu.Lock()
+			pending = nil
+			mu.Unlock()
 			return h.fail(ctx, t, err, emit)
 		}
-		if err := h.save(ctx, t, ev); err != nil {
-			if errors.Is(err, taskstore.ErrConcurrentModification) {
+		if serr != nil {
+			if errors.Is(serr, taskstore.ErrConcurrentModification) {
 				// Canceled meanwhile: report the stored state.
 				st, gerr := h.store.Get(ctx, t.task.ID)
 				if gerr == nil && st.Task.Status.State.Terminal() {
@@ -313,11 +377,13 @@ func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, em
 					return st.Task, nil
 				}
 			}
-			execErr = err
-			return nil, err
+			execErr = serr
+			return nil, serr
 		}
 		ex.publish(ev)
 		if !emit(ev) {
+			mu.Lock()
+			defer mu.Unlock()
 			return copyTask(t.task), nil
 		}
 		// An executor may open with a Task snapshot, as core A2A servers do; on a resume it
@@ -327,8 +393,14 @@ func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, em
 		}
 		first = false
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	return copyTask(t.task), nil
 }
+
+// artifactSaveInterval bounds how stale the stored task may be behind the artifact updates
+// already streamed to the requester (GetTask during a long stream).
+const artifactSaveInterval = 50 * time.Millisecond
 
 // fail records an executor error as TASK_STATE_FAILED (as a2a-go does).
 func (h *directHandler) fail(ctx context.Context, t *tracked, cause error, emit func(a2a.Event) bool) (*a2a.Task, error) {

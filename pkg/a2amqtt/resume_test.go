@@ -145,3 +145,67 @@ func TestDirectHandlerExecutorOpensWithTask(t *testing.T) {
 		t.Fatalf("resumed run states %v", states)
 	}
 }
+
+// TestDeferredArtifactSaves: the direct handler persists artifact updates in batches, but never
+// more than artifactSaveInterval behind what it streamed, also when the executor stalls after
+// them, and completely before the final status goes out.
+func TestDeferredArtifactSaves(t *testing.T) {
+	b := brokertest.StartMochi(t)
+	release := make(chan struct{})
+	const chunks = 50
+	serveT(t, b, agentB, &scriptExec{fn: func(ctx context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool) {
+		art := a2a.NewArtifactEvent(ec, a2a.NewTextPart("c"))
+		for i := 0; i < chunks; i++ {
+			ev := a2a.NewArtifactUpdateEvent(ec, art.Artifact.ID, a2a.NewTextPart("c"))
+			ev.Append = i > 0
+			if !yield(ev, nil) {
+				return
+			}
+		}
+		select { // stall, as a slow model would
+		case <-release:
+		case <-ctx.Done():
+			return
+		}
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
+	}}, nil)
+	tr := requesterT(t, b, agentA, func(o *RequesterOptions) { o.Retry = resumeRetry }).Transport(agentB)
+	other := requesterT(t, b, AgentRef{Org: "acme", Unit: "ops", Agent: "observer"}, nil).Transport(agentB)
+	ctx := ctxT(t, 20*time.Second)
+	parts := func(task *a2a.Task) int {
+		if len(task.Artifacts) == 0 {
+			return 0
+		}
+		return len(task.Artifacts[0].Parts)
+	}
+	var taskID a2a.TaskID
+	seen := 0
+	for ev, err := range tr.SendStreamingMessage(ctx, nil, userText("stream")) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, ok := ev.(*a2a.TaskArtifactUpdateEvent); ok {
+			taskID = a.TaskID
+			if seen++; seen == chunks {
+				// Every chunk streamed; the executor now stalls. The store catches up within
+				// the save interval.
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					got, gerr := other.GetTask(ctx, nil, &a2a.GetTaskRequest{ID: taskID})
+					if gerr == nil && parts(got) == chunks {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("stored task still behind the stream during a stall: %v parts, %v", parts(got), gerr)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				close(release)
+			}
+		}
+	}
+	got, err := other.GetTask(ctx, nil, &a2a.GetTaskRequest{ID: taskID})
+	if err != nil || got.Status.State != a2a.TaskStateCompleted || parts(got) != chunks {
+		t.Fatalf("final stored task: %v parts, state %v, %v", parts(got), got.Status.State, err)
+	}
+}
