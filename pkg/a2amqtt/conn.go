@@ -623,10 +623,24 @@ func (c *Conn) Logger() *slog.Logger { return c.log }
 // When the connection is momentarily down it waits (bounded by ctx) for the
 // reconnect instead of failing at once.
 func (c *Conn) Publish(ctx context.Context, p *paho.Publish) (*paho.PublishResponse, error) {
+	return c.publishWithin(ctx, p, 0)
+}
+
+// publishWithin is Publish with the wait for a reconnect bounded by reconnectWait (when > 0)
+// as well as ctx. The bound is set up only when the connection is actually down: the hot path
+// (connected) allocates no timer and no context for it; paho's own packet timeout bounds the
+// wait for the PUBACK.
+func (c *Conn) publishWithin(ctx context.Context, p *paho.Publish, reconnectWait time.Duration) (*paho.PublishResponse, error) {
 	for {
 		resp, err := c.cm.Publish(ctx, p)
 		if errors.Is(err, autopaho.ConnectionDownError) && !c.closed.Load() {
-			if werr := c.cm.AwaitConnection(ctx); werr != nil {
+			wctx, cancel := ctx, context.CancelFunc(func() {})
+			if reconnectWait > 0 {
+				wctx, cancel = context.WithTimeout(ctx, reconnectWait)
+			}
+			werr := c.cm.AwaitConnection(wctx)
+			cancel()
+			if werr != nil {
 				return nil, fmt.Errorf("publish to %s: connection down: %w", p.Topic, werr)
 			}
 			continue
@@ -652,6 +666,10 @@ func (c *Conn) Publish(ctx context.Context, p *paho.Publish) (*paho.PublishRespo
 // timeout and GetTask recovery cover a lost item). It falls back to the
 // synchronous Publish when no live client is known.
 func (c *Conn) PublishAsync(ctx context.Context, p *paho.Publish) error {
+	return c.publishAsyncWithin(ctx, p, 0)
+}
+
+func (c *Conn) publishAsyncWithin(ctx context.Context, p *paho.Publish, reconnectWait time.Duration) error {
 	if cli := c.cli.Load(); cli != nil {
 		_, err := cli.PublishWithOptions(ctx, p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
 		if err == nil {
@@ -668,7 +686,7 @@ func (c *Conn) PublishAsync(ctx context.Context, p *paho.Publish) error {
 		}
 		c.log.Debug("async publish failed, falling back to synchronous publish", "err", err)
 	}
-	_, err := c.Publish(ctx, p)
+	_, err := c.publishWithin(ctx, p, reconnectWait)
 	return err
 }
 

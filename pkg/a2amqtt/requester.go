@@ -331,9 +331,7 @@ attempts:
 		InjectTraceContext(ctx, pub)
 		// Bound the wait for a reconnect, so a broker outage counts as a
 		// failed (retry-eligible) attempt instead of hanging the call.
-		pctx, pcancel := context.WithTimeout(ctx, r.retry.FirstReplyTimeout)
-		resp, err := r.conn.Publish(pctx, pub)
-		pcancel()
+		resp, err := r.conn.publishWithin(ctx, pub, r.retry.FirstReplyTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -370,6 +370,9 @@ func (r *Responder) serve(in *inbound) {
 	w.finish()
 }
 
+// replyReconnectWait bounds how long a reply waits for a lost connection to come back.
+const replyReconnectWait = 30 * time.Second
+
 // replier publishes replies for one request.
 type replier struct {
 	r      *Responder
@@ -397,13 +400,11 @@ func (o *replier) sendMode(ctx context.Context, payload []byte, async bool) {
 	if o.pooled {
 		p.Properties.User = paho.UserProperties{{Key: PropResponderAgentID, Value: o.r.conn.Agent().Agent}}
 	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	var err error
 	if async {
-		err = o.r.conn.PublishAsync(pctx, p)
+		err = o.r.conn.publishAsyncWithin(ctx, p, replyReconnectWait)
 	} else {
-		_, err = o.r.conn.Publish(pctx, p)
+		_, err = o.r.conn.publishWithin(ctx, p, replyReconnectWait)
 	}
 	if err != nil {
 		o.r.log.Error("publish reply failed", "response_topic", o.topic, "err", err)
