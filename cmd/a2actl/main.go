@@ -7,20 +7,33 @@
 //
 // Global flags (accepted anywhere): --broker (env A2A_BROKER), --username
 // (A2A_USERNAME), --password (A2A_PASSWORD), --as ORG/UNIT/AGENT (own
-// identity, default {target org}/{target unit}/a2actl-<random>), --timeout,
-// --json.
+// identity, default {target org}/{target unit}/a2actl-<random>), --tls-ca,
+// --tls-cert, --tls-key (A2A_TLS_CA, A2A_TLS_CERT, A2A_TLS_KEY), --timeout,
+// --json. Tracing: OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (internal/telemetry).
 package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/telemetry"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	shutdownTracing, err := telemetry.Setup(ctx, "a2actl")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "a2actl: %v\n", err)
+		os.Exit(exitUsage)
+	}
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
+	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	_ = shutdownTracing(sctx)
+	cancel()
 	os.Exit(code)
 }

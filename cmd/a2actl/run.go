@@ -43,7 +43,13 @@ Global flags (anywhere on the line):
   --username NAME     broker username (env A2A_USERNAME)
   --password PASS     broker password (env A2A_PASSWORD)
   --as ORG/UNIT/ID    own identity / MQTT Client ID (default target org/unit + a2actl-<random>)
+  --tls-ca FILE       PEM CA bundle of the broker, for mqtts:// URLs (env A2A_TLS_CA)
+  --tls-cert FILE     PEM client certificate (env A2A_TLS_CERT)
+  --tls-key FILE      PEM key of the client certificate (env A2A_TLS_KEY)
   --timeout DUR       first-reply timeout per attempt (default 15s, the profile's)
+  --presence-wait DUR how long to wait for the agent's retained card before calling it
+                      not registered (default 5s: an agent reconnecting after a broker
+                      restart republishes it within its reconnect backoff)
   --attempts N        publish attempts (default 3)
   --json              machine-readable output
   -v                  debug logging
@@ -56,8 +62,10 @@ type globals struct {
 	broker   string
 	username string
 	password string
+	tls      a2amqtt.TLSFiles
 	as       string
 	timeout  time.Duration
+	presence time.Duration
 	attempts int
 	json     bool
 	verbose  bool
@@ -75,7 +83,11 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.username, "username", envOr("A2A_USERNAME", ""), "broker username")
 	fs.StringVar(&g.password, "password", envOr("A2A_PASSWORD", ""), "broker password")
 	fs.StringVar(&g.as, "as", envOr("A2A_AS", ""), "own identity ORG/UNIT/AGENT")
+	fs.StringVar(&g.tls.CA, "tls-ca", envOr(a2amqtt.EnvTLSCA, ""), "PEM CA bundle of the broker (mqtts://)")
+	fs.StringVar(&g.tls.Cert, "tls-cert", envOr(a2amqtt.EnvTLSCert, ""), "PEM client certificate")
+	fs.StringVar(&g.tls.Key, "tls-key", envOr(a2amqtt.EnvTLSKey, ""), "PEM key of the client certificate")
 	fs.DurationVar(&g.timeout, "timeout", 15*time.Second, "first-reply timeout per attempt")
+	fs.DurationVar(&g.presence, "presence-wait", defaultPresenceWait, "how long to wait for the agent's retained card")
 	fs.IntVar(&g.attempts, "attempts", 3, "publish attempts")
 	fs.BoolVar(&g.json, "json", false, "JSON output")
 	fs.BoolVar(&g.verbose, "v", false, "debug logging")
@@ -223,8 +235,13 @@ func (c *cli) connect(ctx context.Context, target a2amqtt.AgentRef) (*a2amqtt.Co
 	if err != nil {
 		return nil, c.usageErr("--as: " + err.Error())
 	}
+	if _, err := c.g.tls.TLSConfig(); err != nil {
+		// A configuration mistake, not an unreachable broker.
+		fmt.Fprintf(c.stderr, "a2actl: TLS settings: %v\n", err)
+		return nil, exitUsage
+	}
 	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
-		BrokerURL: c.g.broker, Username: c.g.username, Password: c.g.password,
+		BrokerURL: c.g.broker, Username: c.g.username, Password: c.g.password, TLSFiles: c.g.tls,
 		Agent: me, Logger: c.log, ConnectTimeout: 5 * time.Second, FailFast: true,
 	})
 	if err != nil {
@@ -250,6 +267,7 @@ func (c *cli) fail(code int, err error) int {
 			if k := rpcErr.A2AError(); k != "" {
 				out["a2a_error"] = k
 			}
+			out["bindingError"] = rpcErr.IsBindingError()
 			if len(rpcErr.Data) > 0 {
 				out["data"] = rpcErr.Data
 			}
@@ -268,7 +286,11 @@ func (c *cli) classify(target a2amqtt.AgentRef, err error) int {
 	switch {
 	case errors.As(err, &rpcErr):
 		msg := fmt.Sprintf("%s answered with JSON-RPC error %d: %s", target, rpcErr.Code, rpcErr.Message)
-		if k := rpcErr.A2AError(); k != "" {
+		switch k := rpcErr.A2AError(); {
+		case rpcErr.IsBindingError():
+			// -32003/-32004/-32005 are also A2A error codes; error.data.a2a_error says which.
+			msg = fmt.Sprintf("%s answered with MQTT binding error %d (a2a_error %s): %s", target, rpcErr.Code, k, rpcErr.Message)
+		case k != "":
 			msg = fmt.Sprintf("%s answered with JSON-RPC error %d (a2a_error %s): %s", target, rpcErr.Code, k, rpcErr.Message)
 		}
 		return c.fail(exitFailure, explained{msg: msg, err: err})
@@ -363,12 +385,17 @@ func (c *cli) requester(ctx context.Context, conn *a2amqtt.Conn) (*a2amqtt.Reque
 	}})
 }
 
+// defaultPresenceWait covers the SDK's longest reconnect backoff (5 s): after a broker restart
+// without persistence the retained card is back only when the agent has reconnected, and a
+// 1 s wait called registered agents "not registered" (issue 9.3).
+const defaultPresenceWait = 5 * time.Second
+
 // checkPresence looks the agent up first so "offline" and "not registered"
 // are reported as such instead of as a timeout.
 func (c *cli) checkPresence(ctx context.Context, conn *a2amqtt.Conn, ref a2amqtt.AgentRef) int {
-	_, pres, err := a2amqtt.ResolveCard(ctx, conn, ref, time.Second)
+	_, pres, err := a2amqtt.ResolveCard(ctx, conn, ref, c.g.presence)
 	if errors.Is(err, a2amqtt.ErrAgentNotFound) {
-		return c.fail(exitOffline, fmt.Errorf("agent %s is not registered: no retained card on %s", ref, ref.DiscoveryTopic()))
+		return c.fail(exitOffline, fmt.Errorf("agent %s is not registered: no retained card on %s within %s", ref, ref.DiscoveryTopic(), c.g.presence))
 	}
 	if err != nil {
 		return c.fail(exitFailure, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt/a2amqtttest"
 )
 
 func startAgent(t *testing.T, b brokertest.Broker, kind agents.Kind, ref a2amqtt.AgentRef) {
@@ -68,7 +69,7 @@ func TestCLI(t *testing.T) {
 		}
 
 		// Not registered → exit 4 with a clear message.
-		code, _, errOut = runCLI(t, "", "send", broker, "demo/default/nobody", "hi")
+		code, _, errOut = runCLI(t, "", "send", broker, "--presence-wait=300ms", "demo/default/nobody", "hi")
 		if code != exitOffline || !strings.Contains(errOut, "not registered") {
 			t.Fatalf("unknown agent: %d %s", code, errOut)
 		}
@@ -166,5 +167,79 @@ func TestCommandIndexSkipsGlobalFlags(t *testing.T) {
 		if got := commandIndex(tc.args); got != tc.want {
 			t.Errorf("commandIndex(%q) = %d, want %d", tc.args, got, tc.want)
 		}
+	}
+}
+
+// TestCLITLS: a2actl reaches an agent through Mosquitto's TLS listener (client certificate
+// required) with the A2A_TLS_* environment, and says why when the certificate is missing.
+func TestCLITLS(t *testing.T) {
+	pki := a2amqtttest.NewPKI(t, "a2actl test CA")
+	_, url := a2amqtttest.StartTLSMosquitto(t, pki)
+	agentCert, agentKey := pki.Issue(t, "echo", false)
+	cliCert, cliKey := pki.Issue(t, "a2actl", false)
+	ref := a2amqtt.AgentRef{Org: "demo", Unit: "default", Agent: "echo"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := agents.Start(ctx, agents.KindEcho, agents.Options{BrokerURL: url, Agent: ref, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TLS: a2amqtt.TLSFiles{CA: pki.CAFile(), Cert: agentCert, Key: agentKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+
+	t.Setenv(a2amqtt.EnvTLSCA, pki.CAFile())
+	code, _, errOut := runCLI(t, "", "send", "--broker="+url, "demo/default/echo", "no cert")
+	if code != exitUnreachable || !strings.Contains(errOut, "cannot connect to broker") {
+		t.Fatalf("without a client certificate: %d %s", code, errOut)
+	}
+	t.Setenv(a2amqtt.EnvTLSCert, cliCert)
+	t.Setenv(a2amqtt.EnvTLSKey, cliKey)
+	code, out, errOut := runCLI(t, "", "send", "--broker="+url, "demo/default/echo", "over tls")
+	if code != exitOK || !strings.Contains(out, "echo: over tls") {
+		t.Fatalf("send over TLS: %d\n%s\n%s", code, out, errOut)
+	}
+	code, _, errOut = runCLI(t, "", "send", "--broker="+url, "--tls-key=", "demo/default/echo", "half")
+	if code != exitUsage || !strings.Contains(errOut, "without its key") {
+		t.Fatalf("certificate without key: %d %s", code, errOut)
+	}
+}
+
+// TestChatResumesCoreStyleAgent (issue 12 item 6): chatting with an agent that opens every
+// stream with a Task event (core A2A servers do; on a resume it still shows input-required),
+// a2actl follows the resumed stream to its end instead of stopping at the opening event.
+func TestChatResumesCoreStyleAgent(t *testing.T) {
+	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
+		ref := a2amqtt.AgentRef{Org: "demo", Unit: "default", Agent: "core"}
+		a2amqtttest.StartCoreStyleAgent(t, b.URL(), ref)
+		code, out, errOut := runCLI(t, "deploy\nv3\n/quit\n", "chat", "--broker="+b.URL(), "demo/default/core")
+		if code != exitOK {
+			t.Fatalf("chat: %d %s", code, errOut)
+		}
+		for _, want := range []string{"agent asks: " + a2amqtttest.CoreStyleQuestion, "[working] deploying v3", "[completed] deployed v3", "(task done)"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("chat output lacks %q:\n%s\n%s", want, out, errOut)
+			}
+		}
+	})
+}
+
+// TestCLIWaitsForACardBeingRepublished (issue 9.3): right after a broker restart without
+// persistence the agent's retained card is gone until the agent has reconnected; a2actl waits
+// for it (up to --presence-wait) instead of calling a registered agent "not registered".
+func TestCLIWaitsForACardBeingRepublished(t *testing.T) {
+	b := brokertest.StartMochi(t)
+	ref := a2amqtt.AgentRef{Org: "demo", Unit: "default", Agent: "late"}
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // longer than the old 1 s wait
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a, err := agents.Start(ctx, agents.KindEcho, agents.Options{BrokerURL: b.URL(), Agent: ref, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err == nil {
+			t.Cleanup(func() { _ = a.Close(context.Background()) })
+		}
+	}()
+	code, out, errOut := runCLI(t, "", "send", "--broker="+b.URL(), "demo/default/late", "you there?")
+	if code != exitOK || !strings.Contains(out, "echo: you there?") {
+		t.Fatalf("send to an agent whose card comes back after 1.5 s: %d\n%s\n%s", code, out, errOut)
 	}
 }

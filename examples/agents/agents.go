@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/telemetry"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -44,9 +46,21 @@ type Options struct {
 	Logger       *slog.Logger
 	// Delay slows each execution down (demos and concurrency tests).
 	Delay time.Duration
-	// Direct serves with a2amqtt.NewDirectHandler instead of a2a-go's
-	// default request handler.
+	// ReferenceHandler serves with a2a-go's default request handler instead of the SDK's
+	// direct handler (the default; a2amqtt.ResponderOptions.ReferenceHandler).
+	ReferenceHandler bool
+	// Direct has no effect: the direct handler is the default (see ReferenceHandler). Kept so
+	// existing callers compile.
 	Direct bool
+	// TLS names the PEM files for a TLS broker URL (mqtts://).
+	TLS a2amqtt.TLSFiles
+	// SessionExpiry > 0 keeps a persistent MQTT session, so requests published while the
+	// agent restarts are delivered to the next process (a2amqtt.Config.SessionExpiry).
+	SessionExpiry time.Duration
+	// HealthAddr, when set, serves /healthz and /readyz there (a2amqtt.ServeHealth), with
+	// HealthGrace (default a2amqtt.DefaultHealthGrace) as the reconnect grace.
+	HealthAddr  string
+	HealthGrace time.Duration
 }
 
 // Executor returns the executor for kind.
@@ -93,6 +107,9 @@ func Card(kind Kind, brokerURL string, ref a2amqtt.AgentRef) *a2a.AgentCard {
 type Agent struct {
 	Conn      *a2amqtt.Conn
 	Responder *a2amqtt.Responder
+	// HealthAddr is where /healthz and /readyz are served (nil without Options.HealthAddr).
+	HealthAddr net.Addr
+	stopHealth context.CancelFunc
 }
 
 // Start connects the agent (presence on) and serves requests until Close.
@@ -102,26 +119,41 @@ func Start(ctx context.Context, kind Kind, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
-		BrokerURL: opts.BrokerURL,
-		Username:  opts.Username,
-		Password:  opts.Password,
-		Agent:     opts.Agent,
-		Card:      Card(kind, opts.BrokerURL, opts.Agent),
-		Logger:    opts.Logger,
+		BrokerURL:     opts.BrokerURL,
+		Username:      opts.Username,
+		Password:      opts.Password,
+		Agent:         opts.Agent,
+		Card:          Card(kind, opts.BrokerURL, opts.Agent),
+		TLSFiles:      opts.TLS,
+		SessionExpiry: opts.SessionExpiry,
+		Logger:        opts.Logger,
 	})
 	if err != nil {
 		return nil, err
 	}
-	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, Pools: opts.Pools, Direct: opts.Direct, RequestTopic: opts.RequestTopic})
+	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, Pools: opts.Pools, ReferenceHandler: opts.ReferenceHandler, RequestTopic: opts.RequestTopic})
 	if err != nil {
 		_ = conn.Close(ctx)
 		return nil, err
 	}
-	return &Agent{Conn: conn, Responder: resp}, nil
+	a := &Agent{Conn: conn, Responder: resp}
+	if opts.HealthAddr != "" {
+		hctx, stop := context.WithCancel(context.Background())
+		a.stopHealth = stop
+		if a.HealthAddr, err = a2amqtt.ServeHealth(hctx, opts.HealthAddr, conn, opts.HealthGrace); err != nil {
+			stop()
+			_ = a.Close(ctx)
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // Close stops serving, publishes the offline card and disconnects.
 func (a *Agent) Close(ctx context.Context) error {
+	if a.stopHealth != nil {
+		a.stopHealth()
+	}
 	return errors.Join(a.Responder.Close(ctx), a.Conn.Close(ctx))
 }
 
@@ -157,7 +189,19 @@ func Main(kind Kind) {
 	pools := fs.String("pool", envOr("A2A_POOLS", ""), "comma-separated pool ids to join (env A2A_POOLS)")
 	requestTopic := fs.String("request-topic", envOr("A2A_REQUEST_TOPIC", ""), "read requests here instead of the public request topic (env A2A_REQUEST_TOPIC, set by the operator)")
 	delay := fs.Duration("delay", 0, "artificial processing delay per request")
-	direct := fs.Bool("direct", false, "serve with the SDK's lightweight direct handler instead of a2a-go's default handler")
+	reference := fs.Bool("reference-handler", false, "serve with a2a-go's default request handler instead of the SDK's direct handler (the default)")
+	_ = fs.Bool("direct", true, "deprecated: the SDK's direct handler is the default")
+	tlsCA := fs.String("tls-ca", os.Getenv(a2amqtt.EnvTLSCA), "PEM CA bundle that signs the broker's certificate, for mqtts:// (env "+a2amqtt.EnvTLSCA+")")
+	tlsCert := fs.String("tls-cert", os.Getenv(a2amqtt.EnvTLSCert), "PEM client certificate for mqtts:// (env "+a2amqtt.EnvTLSCert+")")
+	tlsKey := fs.String("tls-key", os.Getenv(a2amqtt.EnvTLSKey), "PEM key of the client certificate (env "+a2amqtt.EnvTLSKey+")")
+	sessionDefault, err := durationEnv("A2A_SESSION_EXPIRY")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", kind, err)
+		os.Exit(2)
+	}
+	sessionExpiry := fs.Duration("session-expiry", sessionDefault, "keep a persistent MQTT session for this long, so requests sent during a restart are delivered (env A2A_SESSION_EXPIRY; 0 = clean session)")
+	healthAddr := fs.String("health-addr", envOr("A2A_HEALTH_ADDR", ""), "serve /healthz and /readyz here, e.g. :8081 (env A2A_HEALTH_ADDR)")
+	healthGrace := fs.Duration("health-grace", a2amqtt.DefaultHealthGrace, "how long the broker connection may be down before /readyz fails")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
 
@@ -179,9 +223,38 @@ func Main(kind Kind) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	shutdownTracing, err := telemetry.Setup(ctx, string(kind)+"-agent")
+	if err != nil {
+		logger.Error("tracing setup failed", "err", err)
+		os.Exit(2)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
 	logger.Info("starting example agent", "kind", kind, "agent", ref.String(), "broker", *broker, "pools", poolIDs)
-	if err := Run(ctx, kind, Options{BrokerURL: *broker, Username: *user, Password: *pass, Agent: ref, Pools: poolIDs, Logger: logger, Delay: *delay, Direct: *direct, RequestTopic: *requestTopic}); err != nil {
+	opts := Options{
+		BrokerURL: *broker, Username: *user, Password: *pass, Agent: ref, Pools: poolIDs, Logger: logger,
+		Delay: *delay, ReferenceHandler: *reference, RequestTopic: *requestTopic,
+		TLS:           a2amqtt.TLSFiles{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey},
+		SessionExpiry: *sessionExpiry, HealthAddr: *healthAddr, HealthGrace: *healthGrace,
+	}
+	if err := Run(ctx, kind, opts); err != nil {
 		logger.Error("agent stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+// durationEnv parses a duration from the environment (0 when unset).
+func durationEnv(key string) (time.Duration, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", key, v, err)
+	}
+	return d, nil
 }

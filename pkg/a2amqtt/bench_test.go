@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,8 +113,8 @@ func benchAddr(b *testing.B) (brokertest.Broker, string) {
 // responder with a2a-go handler → reply) vs one raw QoS1 request/reply,
 // interleaved per iteration.
 func BenchmarkSendMessage(b *testing.B) {
-	b.Run("a2a-go-handler", func(b *testing.B) { benchSendMessage(b, false) })
-	b.Run("direct-handler", func(b *testing.B) { benchSendMessage(b, true) })
+	b.Run("default-direct-handler", func(b *testing.B) { benchSendMessage(b, true) })
+	b.Run("a2a-go-reference-handler", func(b *testing.B) { benchSendMessage(b, false) })
 }
 
 func benchSendMessage(b *testing.B, direct bool) {
@@ -120,7 +122,7 @@ func benchSendMessage(b *testing.B, direct bool) {
 	exec := &scriptExec{fn: func(_ context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool) {
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("ok"))), nil)
 	}}
-	serveT(b, m, agentB, exec, func(o *ResponderOptions) { o.Direct = direct })
+	serveT(b, m, agentB, exec, func(o *ResponderOptions) { o.ReferenceHandler = !direct })
 	req := requesterT(b, m, agentA, func(o *RequesterOptions) { o.Retry = RetryPolicy{FirstReplyTimeout: 5 * time.Second} })
 	tr := req.Transport(agentB)
 	raw := newRawRoundTrip(b, addr)
@@ -139,21 +141,28 @@ func benchSendMessage(b *testing.B, direct bool) {
 	}
 	sdk := make([]time.Duration, 0, b.N)
 	rawD := make([]time.Duration, 0, b.N)
+	var rawCPU, sdkCPU time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
+		c0, t0 := processCPU(), time.Now()
 		if err := raw.do(payload); err != nil {
 			b.Fatal(err)
 		}
-		t1 := time.Now()
+		c1, t1 := processCPU(), time.Now()
 		if _, err := tr.SendMessage(ctx, nil, userText("ping")); err != nil {
 			b.Fatal(err)
 		}
-		t2 := time.Now()
+		c2, t2 := processCPU(), time.Now()
 		rawD = append(rawD, t1.Sub(t0))
 		sdk = append(sdk, t2.Sub(t1))
+		rawCPU += c1 - c0
+		sdkCPU += c2 - c1
 	}
 	b.StopTimer()
+	// CPU of this process (both clients of each path; the broker is another process) per
+	// round trip, approximate: work a path leaves behind (a late PUBACK) lands in the next.
+	b.ReportMetric(us(rawCPU/time.Duration(b.N)), "raw-cpu-µs")
+	b.ReportMetric(us(sdkCPU/time.Duration(b.N)), "sdk-cpu-µs")
 	rp50, rp99 := percentile(rawD, 0.50), percentile(rawD, 0.99)
 	sp50, sp99 := percentile(sdk, 0.50), percentile(sdk, 0.99)
 	b.ReportMetric(us(rp50), "raw-p50-µs")
@@ -162,14 +171,37 @@ func benchSendMessage(b *testing.B, direct bool) {
 	b.ReportMetric(us(sp99), "sdk-p99-µs")
 	b.ReportMetric(float64(sp50)/float64(rp50), "p50-ratio")
 	b.ReportMetric(float64(sp99)/float64(rp99), "p99-ratio")
+	reportLoad(b)
+}
+
+// processCPU is the user+system CPU time of this process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportLoad records the 1-minute load average beside the ratios: on a shared machine it says
+// how much the absolute figures (not the interleaved ratios) are worth.
+func reportLoad(b *testing.B) {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return
+	}
+	var load float64
+	if _, err := fmt.Sscan(string(raw), &load); err == nil {
+		b.ReportMetric(load, "loadavg-1m")
+	}
 }
 
 // BenchmarkStreamingThroughput: stream items per second through the SDK
 // (one SendStreamingMessage whose executor emits n artifact updates) vs raw
 // QoS1 publishes of the same payload size from one client to a subscriber.
 func BenchmarkStreamingThroughput(b *testing.B) {
-	b.Run("a2a-go-handler", func(b *testing.B) { benchStreaming(b, false) })
-	b.Run("direct-handler", func(b *testing.B) { benchStreaming(b, true) })
+	b.Run("default-direct-handler", func(b *testing.B) { benchStreaming(b, true) })
+	b.Run("a2a-go-reference-handler", func(b *testing.B) { benchStreaming(b, false) })
 }
 
 func benchStreaming(b *testing.B, direct bool) {
@@ -187,7 +219,7 @@ func benchStreaming(b *testing.B, direct bool) {
 		}
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
 	}}
-	serveT(b, m, agentB, exec, func(o *ResponderOptions) { o.Direct = direct })
+	serveT(b, m, agentB, exec, func(o *ResponderOptions) { o.ReferenceHandler = !direct })
 	req := requesterT(b, m, agentA, func(o *RequesterOptions) { o.Retry = RetryPolicy{FirstReplyTimeout: 10 * time.Second} })
 	tr := req.Transport(agentB)
 
@@ -236,6 +268,7 @@ func benchStreaming(b *testing.B, direct bool) {
 	b.ReportMetric(rawRate, "raw-msgs/s")
 	b.ReportMetric(sdkRate, "sdk-items/s")
 	b.ReportMetric(sdkRate/rawRate, "throughput-ratio")
+	reportLoad(b)
 }
 
 func mustJSON(v any) string {

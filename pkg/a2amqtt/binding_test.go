@@ -394,3 +394,56 @@ func TestConversationErrorsUnwrap(t *testing.T) {
 		t.Fatalf("concurrency_limit must unwrap to ErrConcurrencyLimit, not an internal error: %v", e.Unwrap())
 	}
 }
+
+// TestBindingCodesVsCoreA2A (issue 12 item 8): the profile's binding codes -32003/-32004/-32005
+// are also A2A v1.0's PushNotificationNotSupported/UnsupportedOperation/ContentTypeNotSupported.
+// error.data.a2a_error is what tells them apart: with it the error is the binding condition
+// (retry rules of the profile), without it (no data, or a2a-go's typed-details array) the core
+// A2A error.
+func TestBindingCodesVsCoreA2A(t *testing.T) {
+	typed := `[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"CONTENT_TYPE_NOT_SUPPORTED","domain":"a2a-protocol.org"}]`
+	for _, tc := range []struct {
+		name      string
+		raw       string
+		is, isNot error
+		retryable bool
+	}{
+		{"-32005 with a2a_error is the binding's transport_protocol_error",
+			`{"code":-32005,"message":"missing Task.id","data":{"a2a_error":"transport_protocol_error"}}`, ErrTransportProtocol, a2a.ErrUnsupportedContentType, false},
+		{"-32005 with typed details is core A2A ContentTypeNotSupported",
+			`{"code":-32005,"message":"image/png not supported","data":` + typed + `}`, a2a.ErrUnsupportedContentType, ErrTransportProtocol, false},
+		{"-32005 without data is core A2A ContentTypeNotSupported",
+			`{"code":-32005,"message":"image/png not supported"}`, a2a.ErrUnsupportedContentType, ErrTransportProtocol, false},
+		{"-32004 with a2a_error is responder_unavailable (retry-eligible)",
+			`{"code":-32004,"message":"overloaded","data":{"a2a_error":"responder_unavailable"}}`, ErrResponderUnavailable, a2a.ErrUnsupportedOperation, true},
+		{"-32004 without a2a_error is UnsupportedOperation",
+			`{"code":-32004,"message":"task is completed"}`, a2a.ErrUnsupportedOperation, ErrResponderUnavailable, false},
+		{"-32003 with a2a_error is request_expired (retry-eligible)",
+			`{"code":-32003,"message":"expired","data":{"a2a_error":"request_expired"}}`, ErrRequestExpired, a2a.ErrPushNotificationNotSupported, true},
+		{"-32003 without a2a_error is PushNotificationNotSupported",
+			`{"code":-32003,"message":"no push"}`, a2a.ErrPushNotificationNotSupported, ErrRequestExpired, false},
+		{"an a2a_error that does not belong to the code is ignored",
+			`{"code":-32005,"message":"odd","data":{"a2a_error":"request_expired"}}`, a2a.ErrUnsupportedContentType, ErrRequestExpired, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var e RPCError
+			if err := json.Unmarshal([]byte(tc.raw), &e); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(&e, tc.is) || errors.Is(&e, tc.isNot) {
+				t.Fatalf("unwraps to %v; want %v and not %v", e.Unwrap(), tc.is, tc.isNot)
+			}
+			if e.Retryable() != tc.retryable {
+				t.Fatalf("Retryable() = %v", e.Retryable())
+			}
+			if binding := tc.is == ErrTransportProtocol || tc.is == ErrResponderUnavailable || tc.is == ErrRequestExpired; e.IsBindingError() != binding {
+				t.Fatalf("IsBindingError() = %v", e.IsBindingError())
+			}
+		})
+	}
+	// What the responder sends for a binding error carries exactly that marker.
+	sent := NewBindingError(A2AErrorTransportProtocolError, "x")
+	if sent.Code != CodeTransportProtocolError || sent.A2AError() != A2AErrorTransportProtocolError {
+		t.Fatalf("binding error on the wire: %+v", sent)
+	}
+}

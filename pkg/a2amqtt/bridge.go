@@ -59,9 +59,18 @@ type admission struct {
 }
 
 func (b *bridge) admit(ctx context.Context, req *a2a.SendMessageRequest) (admission, error) {
-	if req == nil || req.Message == nil || req.Message.TaskID == "" {
-		// No requester task id (v0.3 peers): a2a-go's own model applies.
+	if req == nil || req.Message == nil {
 		return admission{release: func() {}}, nil
+	}
+	if req.Message.TaskID == "" {
+		// No requester task id (A2A v0.3 peers, AcceptMissingTaskID): the server generates it,
+		// as in core A2A, and records the task like a requester-generated one, so every
+		// executor (which may emit status updates first, as the example agents do) runs under
+		// both handlers. a2a-go's default handler would otherwise insist on a Task as the
+		// first event (-32006).
+		msg := *req.Message
+		msg.TaskID = a2a.NewTaskID()
+		req.Message = &msg
 	}
 	msg := req.Message
 	key := string(msg.TaskID) + "\x00" + msg.ID
@@ -166,7 +175,7 @@ func (b *bridge) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageR
 		}
 		if adm.dup != nil {
 			t, err := b.snapshot(ctx, adm.dup, req.Message.TaskID)
-			yield(t, err)
+			yieldSnapshot(t, err, yield)
 			return
 		}
 		defer adm.release()
@@ -175,6 +184,23 @@ func (b *bridge) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageR
 				return
 			}
 		}
+	}
+}
+
+// yieldSnapshot answers a stream with a stored task: the Task (history, artifacts), then, when
+// the task waits for input, its status again as a status update, which is what ends the stream
+// at the requester (an opening Task only ends a stream when terminal, see endsStream).
+func yieldSnapshot(t *a2a.Task, err error, yield func(a2a.Event, error) bool) {
+	if err != nil || t == nil {
+		yield(t, err)
+		return
+	}
+	if !yield(t, nil) {
+		return
+	}
+	if s := t.Status.State; s == a2a.TaskStateInputRequired || s == a2a.TaskStateAuthRequired {
+		status := t.Status
+		yield(&a2a.TaskStatusUpdateEvent{TaskID: t.ID, ContextID: t.ContextID, Status: status}, nil)
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,8 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MQTT v5 user properties defined by the profile.
@@ -63,25 +67,38 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// FailFast makes Connect return after the first failed attempt instead
 	// of retrying until ConnectTimeout (CLIs want "unreachable" at once).
-	FailFast  bool
+	FailFast bool
+	// TLSConfig is used for TLS broker URLs (mqtts://, tls://, ssl://, wss://). Leave it nil and
+	// set TLSFiles to build one from PEM files.
 	TLSConfig *tls.Config
-	Logger    *slog.Logger
-	// SessionExpiry > 0 makes the session persistent: Clean Start is false
-	// on every connection and the broker keeps the session (subscriptions,
-	// QoS 1 messages queued for them) this long after a disconnect, so
-	// messages published while the process restarts are delivered when it
-	// reconnects with the same client id. 0: clean start, as before.
+	// TLSFiles are PEM files (CA bundle, client certificate and key) for a TLS broker URL; see
+	// TLSFilesFromEnv for the A2A_TLS_* variables. Setting both TLSFiles and TLSConfig is an error.
+	TLSFiles TLSFiles
+	// SessionExpiry, when > 0, keeps a persistent MQTT session: every CONNECT (the first one
+	// too) carries Clean Start 0 and this Session Expiry Interval, so while the client is away (a
+	// process restart, a broker failover, a network cut) the broker keeps its subscriptions and
+	// queues the QoS 1 messages for it, and unacknowledged QoS 1 publishes of either side are
+	// resent after the reconnect. Messages the broker delivers before the process has subscribed
+	// a handler for them are held (bounded, see heldMax/heldTTL) and handed to the first matching
+	// Subscribe. Close keeps the session (it expires after SessionExpiry). 0, the default, is a
+	// clean session: nothing survives a disconnect.
 	SessionExpiry time.Duration
-	// Unmatched receives messages no Subscribe handler matches. With a
-	// persistent session the broker delivers what it queued right after
-	// CONNACK, before the process has registered its handlers again.
+	// TracerProvider creates the spans of requests, replies and executions. Default: the
+	// global provider (otel.GetTracerProvider), a no-op until the process configures one
+	// (internal/telemetry does, from the standard OTEL_* environment).
+	TracerProvider trace.TracerProvider
+	// Unmatched, when set, receives the messages no Subscribe handler matches instead of the
+	// bounded hold above (a process that routes by topic itself, like the conversation service,
+	// takes a persistent session's backlog as it arrives right after CONNACK).
 	Unmatched func(*paho.Publish)
+	Logger    *slog.Logger
 }
 
 // Conn is a managed MQTT v5 connection (autopaho: reconnects, resubscribes).
 type Conn struct {
 	cfg    Config
 	log    *slog.Logger
+	tracer trace.Tracer
 	cm     *autopaho.ConnectionManager
 	cancel context.CancelFunc
 	card   []byte
@@ -89,9 +106,21 @@ type Conn struct {
 	mu     sync.Mutex
 	subs   map[string]*subEntry // by full filter (incl. $share prefix)
 	nextID uint64
+	// held are messages of a persistent session that arrived before any handler matched them
+	// (oldest first); Subscribe hands them to the first matching handler.
+	held []heldMessage
+	// dispatchMu serialises handler calls of the receive goroutine with the hand-over of held
+	// messages in Subscribe, so a handler sees held messages before newer ones.
+	dispatchMu sync.Mutex
+	// dispatchSince is when the receive goroutine entered the current handler call (unix
+	// nanoseconds, 0 while idle): a handler that blocks stalls every message of the connection,
+	// and Alive reports it.
+	dispatchSince atomic.Int64
+	dispatchTopic atomic.Pointer[string]
 
 	// cli is the paho client that delivered the latest message; stream
-	// replies are pipelined through it (see PublishAsync).
+	// replies are pipelined through it (see PublishAsync). Reset when the
+	// connection drops.
 	cli atomic.Pointer[paho.Client]
 
 	aborting atomic.Bool
@@ -104,6 +133,12 @@ type Conn struct {
 	// nanoseconds, 0 before the first connection). Health checks read them.
 	up        atomic.Bool
 	downSince atomic.Int64
+	// everUp is set by the first CONNACK; connects counts successful connections.
+	everUp   atomic.Bool
+	connects atomic.Int64
+	// lastWarned is the text of the last connect error logged at WARN, so a broker that keeps
+	// refusing is reported once per distinct cause, not at every backoff step.
+	lastWarned atomic.Pointer[string]
 }
 
 type subEntry struct {
@@ -111,6 +146,19 @@ type subEntry struct {
 	match    string // filter without $share/{group}/
 	handlers map[uint64]func(*paho.Publish)
 }
+
+// heldMessage is a message of a persistent session that no handler wanted yet.
+type heldMessage struct {
+	p  *paho.Publish
+	at time.Time
+}
+
+// Bounds of the held-message buffer of a persistent session: a process subscribes its handlers
+// within moments of connecting; what nobody claims within heldTTL is dropped.
+const (
+	heldMax = 10000
+	heldTTL = 2 * time.Minute
+)
 
 // Subscription is a handle on one handler registered with Conn.Subscribe.
 type Subscription struct {
@@ -137,11 +185,27 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
+	if cfg.SessionExpiry < 0 {
+		return nil, fmt.Errorf("a2amqtt: SessionExpiry %s is negative", cfg.SessionExpiry)
+	}
+	tlsCfg, err := brokerTLS(u, cfg)
+	if err != nil {
+		return nil, err
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	c := &Conn{cfg: cfg, log: logger.With("mqtt_client_id", cfg.Agent.ClientID()), subs: map[string]*subEntry{}}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	c := &Conn{
+		cfg:    cfg,
+		log:    logger.With("mqtt_client_id", cfg.Agent.ClientID()),
+		tracer: tp.Tracer(tracerName),
+		subs:   map[string]*subEntry{},
+	}
 	if cfg.Card != nil {
 		if c.card, err = json.Marshal(cfg.Card); err != nil {
 			return nil, fmt.Errorf("a2amqtt: encode agent card: %w", err)
@@ -157,45 +221,42 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	firstFail := make(chan struct{})
 	var failOnce sync.Once
 	pcfg := autopaho.ClientConfig{
-		ServerUrls:                    []*url.URL{u},
-		TlsCfg:                        cfg.TLSConfig,
-		KeepAlive:                     uint16(cfg.KeepAlive / time.Second),
-		CleanStartOnInitialConnection: cfg.SessionExpiry <= 0,
-		SessionExpiryInterval:         uint32(cfg.SessionExpiry / time.Second),
-		ConnectPacketBuilder: func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
-			if cp.Properties != nil {
-				// paho encodes an unset bool as Request Problem Information 0
-				// once any CONNECT property is set (the session expiry), and
-				// mochi then strips user properties from every PUBLISH it
-				// delivers (a2a-context-id, traceparent): ask for them.
-				cp.Properties.RequestProblemInfo = true
-			}
-			return cp, nil
-		},
+		ServerUrls:       []*url.URL{u},
+		TlsCfg:           tlsCfg,
+		KeepAlive:        uint16(cfg.KeepAlive / time.Second),
 		ConnectTimeout:   cfg.ConnectTimeout,
 		ReconnectBackoff: reconnectBackoff,
 		ConnectUsername:  cfg.Username,
 		ConnectPassword:  []byte(cfg.Password),
-		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, ack *paho.Connack) {
 			// Must not block: resubscribe and republish presence in a goroutine.
+			// Only a persistent session is trusted to have kept the subscriptions.
+			sessionPresent := ack != nil && ack.SessionPresent && cfg.SessionExpiry > 0
+			c.markUp()
 			go func() {
 				<-cmReady
-				c.onUp(cm)
+				c.onUp(cm, sessionPresent)
 				firstOnce.Do(func() { close(firstUp) })
 			}()
 		},
 		OnConnectionDown: func() bool {
 			c.up.Store(false)
+			c.cli.Store(nil)
 			c.downSince.Store(time.Now().UnixNano())
-			c.log.Debug("mqtt connection down")
-			return !c.aborting.Load() && !c.closed.Load()
+			reconnect := !c.aborting.Load() && !c.closed.Load()
+			if reconnect {
+				// Expected in the life of any long-running client (broker restart, network
+				// blip): autopaho reconnects. Readiness turns false only after a grace period.
+				c.log.Info("mqtt connection lost; reconnecting")
+			}
+			return reconnect
 		},
 		OnConnectError: func(err error) {
 			c.connErr.Store(&err)
 			if cfg.FailFast {
 				failOnce.Do(func() { close(firstFail) })
 			}
-			c.log.Debug("mqtt connect attempt failed", "err", err)
+			c.logConnectError(err)
 		},
 		ClientConfig: paho.ClientConfig{
 			ClientID: cfg.Agent.ClientID(),
@@ -210,9 +271,37 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 			},
 			OnClientError: func(err error) { c.log.Debug("mqtt client error", "err", err) },
 			OnServerDisconnect: func(d *paho.Disconnect) {
-				c.log.Warn("broker sent DISCONNECT", "reason", d.ReasonCode)
+				c.logServerDisconnect(d)
 			},
 		},
+	}
+	if cfg.SessionExpiry > 0 {
+		// Clean Start 0 from the first CONNECT on: a restarted process resumes the session its
+		// predecessor left, with the subscriptions and the messages queued meanwhile.
+		pcfg.CleanStartOnInitialConnection = false
+		pcfg.SessionExpiryInterval = uint32(min(cfg.SessionExpiry/time.Second, math.MaxUint32))
+		if pcfg.SessionExpiryInterval == 0 {
+			pcfg.SessionExpiryInterval = 1
+		}
+	} else {
+		pcfg.CleanStartOnInitialConnection = true
+	}
+	cleanEveryConnect := cfg.SessionExpiry <= 0
+	pcfg.ConnectPacketBuilder = func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
+		if cleanEveryConnect {
+			// A clean session on every connect, not only the first (autopaho's default): a
+			// broker that still holds the previous connection's session (mochi does, briefly,
+			// after a kick) would otherwise resume it, with subscriptions granted under the old
+			// rights.
+			cp.CleanStart = true
+		}
+		if cp.Properties != nil {
+			// paho encodes an unset bool as Request Problem Information 0 once any CONNECT
+			// property is set (the session expiry), and mochi then strips the user properties
+			// (a2a-context-id, traceparent) from every PUBLISH it delivers: ask for them.
+			cp.Properties.RequestProblemInfo = true
+		}
+		return cp, nil
 	}
 	if c.card != nil {
 		pcfg.WillMessage = &paho.WillMessage{Topic: cfg.Agent.DiscoveryTopic(), Payload: c.card, QoS: 1, Retain: true}
@@ -250,6 +339,75 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 }
 
+// markUp records a new connection (runs on autopaho's goroutine; must not block).
+func (c *Conn) markUp() {
+	n := c.connects.Add(1)
+	c.up.Store(true)
+	c.lastWarned.Store(nil)
+	if n > 1 {
+		down := time.Duration(0)
+		if since := c.downSince.Load(); since != 0 {
+			down = time.Since(time.Unix(0, since)).Round(time.Millisecond)
+		}
+		c.log.Info("mqtt connection restored", "down_for", down.String())
+	}
+	c.everUp.Store(true)
+}
+
+// logConnectError reports a failed connection attempt. A dial error while the broker restarts
+// is expected and stays at DEBUG until the connection has been down longer than a short grace;
+// a broker that refuses the CONNECT (wrong or rotated credentials, not authorised) is a
+// problem someone must fix, reported at WARN once per distinct cause.
+func (c *Conn) logConnectError(err error) {
+	var refused *autopaho.ConnackError
+	msg := err.Error()
+	if prev := c.lastWarned.Load(); prev != nil && *prev == msg {
+		c.log.Debug("mqtt connect attempt failed", "err", err)
+		return
+	}
+	downFor := time.Duration(0)
+	if since := c.downSince.Load(); since != 0 {
+		downFor = time.Since(time.Unix(0, since))
+	}
+	switch {
+	case errors.As(err, &refused):
+		c.lastWarned.Store(&msg)
+		c.log.Warn("broker refused the connection; retrying", "reason_code", fmt.Sprintf("0x%02x", refused.ReasonCode), "reason", refused.Reason, "err", err)
+	case c.everUp.Load() && downFor > connectWarnAfter:
+		c.lastWarned.Store(&msg)
+		c.log.Warn("broker still unreachable; retrying", "down_for", downFor.Round(time.Second).String(), "err", err)
+	default:
+		c.log.Debug("mqtt connect attempt failed", "err", err)
+	}
+}
+
+// connectWarnAfter is how long a dial error stays a DEBUG-level, expected reconnect.
+const connectWarnAfter = 30 * time.Second
+
+// logServerDisconnect reports a DISCONNECT sent by the broker. A broker shutting down (0x8B) is
+// an expected reconnect; a session taken over (0x8E: another client uses this Client ID) or an
+// administrative kick (e.g. dynsec changed this client's rights) is worth a WARN.
+func (c *Conn) logServerDisconnect(d *paho.Disconnect) {
+	if d == nil {
+		return
+	}
+	reason := ""
+	if d.Properties != nil {
+		reason = d.Properties.ReasonString
+	}
+	code := fmt.Sprintf("0x%02x", d.ReasonCode)
+	switch d.ReasonCode {
+	case 0x8B: // Server shutting down
+		c.log.Info("broker is shutting down; reconnecting", "reason_code", code, "reason", reason)
+	case 0x98: // Administrative action: dynsec disconnects a client whose rights changed
+		c.log.Info("broker disconnected this client after an administrative change (e.g. its rights); reconnecting", "reason_code", code, "reason", reason)
+	case 0x8E: // Session taken over
+		c.log.Warn("broker disconnected this client: another client connected with the same Client ID", "reason_code", code, "reason", reason)
+	default:
+		c.log.Warn("broker sent DISCONNECT; reconnecting", "reason_code", code, "reason", reason)
+	}
+}
+
 func (c *Conn) lastConnErr() error {
 	if p := c.connErr.Load(); p != nil {
 		return *p
@@ -259,10 +417,13 @@ func (c *Conn) lastConnErr() error {
 
 // Healthy returns nil while the connection is up, or has been down for less than grace (an
 // expected reconnect), and otherwise an error naming how long it has been down and the last
-// connect error. Readiness probes of processes built on Conn use it.
+// connect error. Readiness probes of processes built on Conn use it (HealthHandler).
 func (c *Conn) Healthy(grace time.Duration) error {
 	if c.closed.Load() {
 		return errors.New("mqtt connection closed")
+	}
+	if err := c.stopped(); err != nil {
+		return err
 	}
 	if c.up.Load() {
 		return nil
@@ -279,6 +440,40 @@ func (c *Conn) Healthy(grace time.Duration) error {
 		return fmt.Errorf("mqtt connection down for %s: %w", down.Round(time.Second), err)
 	}
 	return fmt.Errorf("mqtt connection down for %s", down.Round(time.Second))
+}
+
+// stopped reports a connection manager that ended although nobody closed the Conn: it will
+// never reconnect, so only a restart helps.
+func (c *Conn) stopped() error {
+	if c.cm == nil || c.closed.Load() {
+		return nil
+	}
+	select {
+	case <-c.cm.Done():
+		return errors.New("mqtt connection manager stopped: the client will not reconnect")
+	default:
+		return nil
+	}
+}
+
+// Alive returns nil unless the client is wedged: its connection manager stopped without Close
+// (it will never reconnect), or a message handler has been running on the receive goroutine for
+// longer than stuck (every other message of the connection waits behind it). A broker that is
+// merely down is not a wedge: Healthy reports that. Liveness probes use it (HealthHandler).
+func (c *Conn) Alive(stuck time.Duration) error {
+	if err := c.stopped(); err != nil {
+		return err
+	}
+	if since := c.dispatchSince.Load(); since != 0 {
+		if d := time.Since(time.Unix(0, since)); d > stuck {
+			topic := ""
+			if t := c.dispatchTopic.Load(); t != nil {
+				topic = *t
+			}
+			return fmt.Errorf("mqtt receive loop blocked for %s in the handler of %s", d.Round(10*time.Millisecond), topic)
+		}
+	}
+	return nil
 }
 
 // reconnectBackoff: autopaho waits backoff(0) before every connection
@@ -320,29 +515,103 @@ func ParseBrokerURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// onUp runs after every (re)connect: the session is clean, so every
-// subscription is re-established before presence says "online".
-func (c *Conn) onUp(cm *autopaho.ConnectionManager) {
-	c.up.Store(true)
+// onUp runs after every (re)connect. A clean session (or a persistent one the broker lost) has
+// no subscriptions, so every filter is subscribed again before presence says "online"; a resumed
+// persistent session still has them, and resubscribing would only make the broker resend
+// retained messages.
+func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
 	defer cancel()
-	c.mu.Lock()
-	filters := make([]string, 0, len(c.subs))
-	for f := range c.subs {
-		filters = append(filters, f)
-	}
-	c.mu.Unlock()
-	for _, f := range filters {
-		if err := c.brokerSubscribe(ctx, f); err != nil {
-			c.log.Error("resubscribe failed", "filter", f, "err", err)
+	if !sessionPresent {
+		c.mu.Lock()
+		filters := make([]string, 0, len(c.subs))
+		for f := range c.subs {
+			filters = append(filters, f)
 		}
+		c.mu.Unlock()
+		var refused []string
+		for _, f := range filters {
+			if err := c.brokerSubscribe(ctx, f); err != nil {
+				if errors.Is(err, errSubscribeRefused) {
+					c.log.Debug("resubscribe refused after reconnecting; retrying", "filter", f, "err", err)
+					refused = append(refused, f)
+					continue
+				}
+				c.logResubscribeError(f, err)
+			}
+		}
+		if len(refused) > 0 {
+			go c.retryRefused(refused)
+		}
+	} else {
+		c.log.Debug("persistent session resumed; broker kept the subscriptions")
 	}
 	if c.card != nil {
 		if err := c.publishCard(ctx, StatusOnline); err != nil {
-			c.log.Error("publish online agent card failed", "err", err)
+			if c.up.Load() && !c.closed.Load() {
+				c.log.Warn("publish online agent card failed", "err", err)
+			} else {
+				c.log.Debug("publish online agent card interrupted by a disconnect; retried on reconnect", "err", err)
+			}
 		}
 	}
 }
+
+// retryRefused retries resubscribes the broker refused after a reconnect. A refusal right
+// after a reconnect is usually the broker's ACLs being rewritten in several steps (the operator
+// applying an Agent's rights, each step disconnecting the client); it clears within seconds.
+// Only a refusal that persists is reported, at WARN: the client then receives nothing on that
+// filter until its rights change.
+func (c *Conn) retryRefused(filters []string) {
+	for _, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		time.Sleep(delay)
+		if c.closed.Load() || !c.up.Load() {
+			return // the next reconnect resubscribes
+		}
+		var still []string
+		for _, f := range filters {
+			if !c.subscribed(f) {
+				continue // the caller unsubscribed meanwhile
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
+			err := c.brokerSubscribe(ctx, f)
+			cancel()
+			if errors.Is(err, errSubscribeRefused) {
+				still = append(still, f)
+				c.log.Debug("resubscribe still refused; retrying", "filter", f, "err", err)
+			} else if err != nil {
+				c.logResubscribeError(f, err)
+			}
+		}
+		if filters = still; len(filters) == 0 {
+			return
+		}
+	}
+	for _, f := range filters {
+		c.logResubscribeError(f, fmt.Errorf("subscribe %s: %w", f, errSubscribeRefused))
+	}
+}
+
+func (c *Conn) subscribed(filter string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.subs[filter]
+	return ok
+}
+
+// logResubscribeError: a SUBACK refusal (e.g. 0x87 not authorised: the ACLs changed while we
+// were away) is a real problem; a connection that dropped again during the resubscribe is not
+// (the next reconnect resubscribes).
+func (c *Conn) logResubscribeError(filter string, err error) {
+	if errors.Is(err, errSubscribeRefused) {
+		c.log.Warn("broker refuses a subscription after reconnecting: nothing arrives on it until this client's rights change", "filter", filter, "err", err)
+		return
+	}
+	c.log.Debug("resubscribe interrupted; retried on the next reconnect", "filter", filter, "err", err)
+}
+
+// errSubscribeRefused marks a SUBACK with a failure reason code.
+var errSubscribeRefused = errors.New("subscription refused by broker")
 
 func (c *Conn) publishCard(ctx context.Context, status string) error {
 	_, err := c.Publish(ctx, &paho.Publish{
@@ -368,10 +637,24 @@ func (c *Conn) Logger() *slog.Logger { return c.log }
 // When the connection is momentarily down it waits (bounded by ctx) for the
 // reconnect instead of failing at once.
 func (c *Conn) Publish(ctx context.Context, p *paho.Publish) (*paho.PublishResponse, error) {
+	return c.publishWithin(ctx, p, 0)
+}
+
+// publishWithin is Publish with the wait for a reconnect bounded by reconnectWait (when > 0)
+// as well as ctx. The bound is set up only when the connection is actually down: the hot path
+// (connected) allocates no timer and no context for it; paho's own packet timeout bounds the
+// wait for the PUBACK.
+func (c *Conn) publishWithin(ctx context.Context, p *paho.Publish, reconnectWait time.Duration) (*paho.PublishResponse, error) {
 	for {
 		resp, err := c.cm.Publish(ctx, p)
 		if errors.Is(err, autopaho.ConnectionDownError) && !c.closed.Load() {
-			if werr := c.cm.AwaitConnection(ctx); werr != nil {
+			wctx, cancel := ctx, context.CancelFunc(func() {})
+			if reconnectWait > 0 {
+				wctx, cancel = context.WithTimeout(ctx, reconnectWait)
+			}
+			werr := c.cm.AwaitConnection(wctx)
+			cancel()
+			if werr != nil {
 				return nil, fmt.Errorf("publish to %s: connection down: %w", p.Topic, werr)
 			}
 			continue
@@ -397,26 +680,39 @@ func (c *Conn) Publish(ctx context.Context, p *paho.Publish) (*paho.PublishRespo
 // timeout and GetTask recovery cover a lost item). It falls back to the
 // synchronous Publish when no live client is known.
 func (c *Conn) PublishAsync(ctx context.Context, p *paho.Publish) error {
+	return c.publishAsyncWithin(ctx, p, 0)
+}
+
+func (c *Conn) publishAsyncWithin(ctx context.Context, p *paho.Publish, reconnectWait time.Duration) error {
 	if cli := c.cli.Load(); cli != nil {
 		_, err := cli.PublishWithOptions(ctx, p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
 		if err == nil {
 			return nil
 		}
 		if errors.Is(err, paho.ErrNetworkErrorAfterStored) {
-			// Stored in the session; autopaho does not resend after a
-			// clean-start reconnect, so report it.
+			if c.cfg.SessionExpiry > 0 {
+				// Stored in the persistent session: paho resends it after the reconnect.
+				return nil
+			}
+			// Stored in the session, but a clean session is not resumed,
+			// so nothing resends it: report it.
 			return fmt.Errorf("publish to %s: %w", p.Topic, err)
 		}
 		c.log.Debug("async publish failed, falling back to synchronous publish", "err", err)
 	}
-	_, err := c.Publish(ctx, p)
+	_, err := c.publishWithin(ctx, p, reconnectWait)
 	return err
 }
 
 // Subscribe registers handler for filter (which may carry $share/{group}/)
 // and subscribes at QoS 1 if this is the first handler for the filter. The
-// handler runs on the client's receive goroutine and must not block.
+// handler runs on the client's receive goroutine and must not block (nor call
+// Subscribe): every other message of the connection waits behind it, and Alive
+// reports a handler stuck for long. A panicking handler is recovered and logged.
+// With a persistent session, messages held since the connect that match filter
+// are handed to handler first, in arrival order.
 func (c *Conn) Subscribe(ctx context.Context, filter string, handler func(*paho.Publish)) (*Subscription, error) {
+	c.dispatchMu.Lock()
 	c.mu.Lock()
 	c.nextID++
 	id := c.nextID
@@ -426,7 +722,27 @@ func (c *Conn) Subscribe(ctx context.Context, filter string, handler func(*paho.
 		c.subs[filter] = e
 	}
 	e.handlers[id] = handler
+	var mine []*paho.Publish
+	if len(c.held) > 0 {
+		kept := c.held[:0]
+		for _, h := range c.held {
+			if topicMatches(e.match, h.p.Topic) {
+				mine = append(mine, h.p)
+			} else {
+				kept = append(kept, h)
+			}
+		}
+		clear(c.held[len(kept):])
+		c.held = kept
+	}
 	c.mu.Unlock()
+	for _, p := range mine {
+		c.callHandler(handler, p)
+	}
+	c.dispatchMu.Unlock()
+	if len(mine) > 0 {
+		c.log.Debug("handed messages held since the session resumed to a new subscription", "filter", filter, "count", len(mine))
+	}
 	s := &Subscription{c: c, filter: filter, id: id}
 	// Always (re)subscribe: for retained topics a fresh SUBSCRIBE makes the
 	// broker resend the retained message to the new handler.
@@ -438,23 +754,36 @@ func (c *Conn) Subscribe(ctx context.Context, filter string, handler func(*paho.
 }
 
 func (c *Conn) brokerSubscribe(ctx context.Context, filter string) error {
-	ack, err := c.cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
-	for errors.Is(err, autopaho.ConnectionDownError) && !c.closed.Load() {
-		// Wait for the reconnect (bounded by ctx) rather than failing: the
-		// subscription is also re-established by onUp after reconnecting.
-		if werr := c.cm.AwaitConnection(ctx); werr != nil {
-			return fmt.Errorf("subscribe %s: connection down: %w", filter, werr)
+	sub := &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}}
+	for attempt := 1; ; attempt++ {
+		ack, err := c.cm.Subscribe(ctx, sub)
+		if errors.Is(err, autopaho.ConnectionDownError) && !c.closed.Load() {
+			// Wait for the reconnect (bounded by ctx) rather than failing: the
+			// subscription is also re-established by onUp after reconnecting.
+			if werr := c.cm.AwaitConnection(ctx); werr != nil {
+				return fmt.Errorf("subscribe %s: connection down: %w", filter, werr)
+			}
+			continue
 		}
-		ack, err = c.cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+		if ack != nil && len(ack.Reasons) > 0 && ack.Reasons[0] >= 0x80 {
+			if ack.Reasons[0] == reasonPacketIDInUse && attempt < 5 {
+				// mochi 2.7.9 checks a resumed session's SUBSCRIBE packet id against the ids of
+				// the messages it queued for the client (the other direction's id space) and
+				// refuses a collision; paho picks the next id on a retry.
+				continue
+			}
+			// paho reports a refusal as a plain error; keep the reason code.
+			return fmt.Errorf("subscribe %s: reason 0x%02x: %w", filter, ack.Reasons[0], errSubscribeRefused)
+		}
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", filter, err)
+		}
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", filter, err)
-	}
-	if ack != nil && len(ack.Reasons) > 0 && ack.Reasons[0] >= 0x80 {
-		return fmt.Errorf("subscribe %s refused by broker: reason 0x%02x", filter, ack.Reasons[0])
-	}
-	return nil
 }
+
+// reasonPacketIDInUse is the SUBACK reason code 0x91.
+const reasonPacketIDInUse = 0x91
 
 // remove drops the handler and reports whether the filter has no handlers
 // left (so the broker subscription can go).
@@ -489,6 +818,11 @@ func (s *Subscription) Close(ctx context.Context) error {
 }
 
 func (c *Conn) dispatch(p *paho.Publish) {
+	if p.Properties == nil {
+		p.Properties = &paho.PublishProperties{}
+	}
+	c.dispatchMu.Lock()
+	defer c.dispatchMu.Unlock()
 	c.mu.Lock()
 	var hs []func(*paho.Publish)
 	for _, e := range c.subs {
@@ -498,17 +832,49 @@ func (c *Conn) dispatch(p *paho.Publish) {
 			}
 		}
 	}
-	c.mu.Unlock()
-	if p.Properties == nil {
-		p.Properties = &paho.PublishProperties{}
+	unmatched := len(hs) == 0 && c.cfg.Unmatched != nil
+	if len(hs) == 0 && !unmatched && c.cfg.SessionExpiry > 0 {
+		c.holdLocked(p)
 	}
-	if len(hs) == 0 && c.cfg.Unmatched != nil {
-		c.cfg.Unmatched(p)
+	c.mu.Unlock()
+	if unmatched {
+		c.callHandler(c.cfg.Unmatched, p)
 		return
 	}
 	for _, h := range hs {
-		h(p)
+		c.callHandler(h, p)
 	}
+}
+
+// holdLocked keeps a message of a persistent session that arrived before its handler was
+// subscribed (the broker sends queued messages right after CONNACK). Caller holds c.mu.
+func (c *Conn) holdLocked(p *paho.Publish) {
+	now := time.Now()
+	drop := 0
+	for drop < len(c.held) && (now.Sub(c.held[drop].at) > heldTTL || len(c.held)-drop >= heldMax) {
+		drop++
+	}
+	if drop > 0 {
+		c.log.Warn("dropping messages no handler claimed since the session resumed", "count", drop, "oldest_topic", c.held[0].p.Topic)
+		clear(c.held[:drop])
+		c.held = c.held[drop:]
+	}
+	c.held = append(c.held, heldMessage{p: p, at: now})
+}
+
+// callHandler runs one handler on the receive goroutine, recording when it started (Alive)
+// and recovering a panic: a panic here would kill the process from inside autopaho.
+func (c *Conn) callHandler(h func(*paho.Publish), p *paho.Publish) {
+	topic := p.Topic
+	c.dispatchTopic.Store(&topic)
+	c.dispatchSince.Store(time.Now().UnixNano())
+	defer func() {
+		c.dispatchSince.Store(0)
+		if v := recover(); v != nil {
+			c.log.Error("message handler panicked; message dropped", "topic", p.Topic, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	h(p)
 }
 
 // ClearCard deletes the retained agent card (unregister), using the
@@ -518,6 +884,9 @@ func (c *Conn) ClearCard(ctx context.Context) error {
 	return err
 }
 
+// closePublishTimeout bounds the offline-card publish of Close.
+const closePublishTimeout = 5 * time.Second
+
 // Close publishes the offline card (when presence is on) and disconnects
 // cleanly, so the broker discards the LWT.
 func (c *Conn) Close(ctx context.Context) error {
@@ -525,10 +894,15 @@ func (c *Conn) Close(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	if c.card != nil && !c.aborting.Load() {
-		if err := c.publishCard(ctx, StatusOffline); err != nil {
+	// The offline card only while connected: when the connection is down the broker has
+	// already published the LWT (or never had a session), and waiting for a reconnect here
+	// would hang a shutdown for as long as the broker is away.
+	if c.card != nil && !c.aborting.Load() && c.up.Load() {
+		pctx, cancel := context.WithTimeout(ctx, closePublishTimeout)
+		if err := c.publishCard(pctx, StatusOffline); err != nil {
 			errs = append(errs, fmt.Errorf("publish offline card: %w", err))
 		}
+		cancel()
 	}
 	c.closed.Store(true)
 	if err := c.cm.Disconnect(ctx); err != nil && !errors.Is(err, autopaho.ConnectionDownError) {

@@ -239,7 +239,7 @@ func (h *directHandler) load(ctx context.Context, msg *a2a.Message) (*tracked, e
 // run executes one message. emit receives every applied event; returning
 // false stops consuming (the execution is then abandoned, as when a
 // streaming caller goes away).
-func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, emit func(a2a.Event) bool) (*a2a.Task, error) {
+func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, emit func(a2a.Event) bool) (res *a2a.Task, err error) {
 	if err := validateSend(req); err != nil {
 		return nil, err
 	}
@@ -287,16 +287,89 @@ func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, em
 			c.Cleanup(execCtx, ec, t.task, execErr)
 		}
 	}()
+	defer func() {
+		// An executor that panics fails its task (as a2a-go's default handler does) instead of
+		// leaving it "working" for ever.
+		if v := recover(); v != nil {
+			execErr = fmt.Errorf("executor panic: %v", v)
+			res, err = h.fail(ctx, t, execErr, emit)
+		}
+	}()
+	first := true
+	// Artifact updates are applied at once but persisted together, at most artifactSaveInterval
+	// after the first unsaved one (a timer, so a stalled executor does not leave the stored task
+	// behind), with the next status update, or when the run ends: a stream of appends would
+	// otherwise copy the whole growing task into the store per chunk (quadratic in the chunks).
+	// Status updates, what a resume, a cancel or a retry reads, are persisted before they are
+	// sent. mu guards t against the timer's flush.
+	var (
+		mu      sync.Mutex
+		pending a2a.Event
+		timer   *time.Timer
+	)
+	flushLocked := func() error {
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+		if pending == nil {
+			return nil
+		}
+		ev := pending
+		pending = nil
+		return h.save(ctx, t, ev)
+	}
+	defer func() {
+		// Whatever way the run ends, a deferred artifact reaches the store.
+		mu.Lock()
+		ferr := flushLocked()
+		mu.Unlock()
+		if ferr != nil && err == nil {
+			execErr, res, err = ferr, nil, ferr
+		}
+	}()
+	// step applies one event and saves it (or schedules the save); the deferred unlock keeps a
+	// panic here from leaving mu held for the flush below.
+	step := func(ev a2a.Event) (a2a.Event, error, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		ev, aerr := apply(t.task, ev)
+		if aerr != nil {
+			pending = nil // fail saves the whole task
+			if timer != nil {
+				timer.Stop()
+				timer = nil
+			}
+			return nil, aerr, nil
+		}
+		pending = ev
+		if _, isArtifact := ev.(*a2a.TaskArtifactUpdateEvent); !isArtifact {
+			return ev, nil, flushLocked()
+		}
+		if timer == nil {
+			timer = time.AfterFunc(artifactSaveInterval, func() {
+				mu.Lock()
+				defer mu.Unlock()
+				// A failure here is retried by the next save, which writes the whole task.
+				_ = flushLocked()
+			})
+		}
+		return ev, nil, nil
+	}
 	for ev, err := range h.exec.Execute(execCtx, ec) {
+		var serr error
 		if err == nil {
-			ev, err = apply(t.task, ev)
+			ev, err, serr = step(ev)
 		}
 		if err != nil {
 			execErr = err
+			mu.Lock()
+			pending = nil
+			mu.Unlock()
 			return h.fail(ctx, t, err, emit)
 		}
-		if err := h.save(ctx, t, ev); err != nil {
-			if errors.Is(err, taskstore.ErrConcurrentModification) {
+		if serr != nil {
+			if errors.Is(serr, taskstore.ErrConcurrentModification) {
 				// Canceled meanwhile: report the stored state.
 				st, gerr := h.store.Get(ctx, t.task.ID)
 				if gerr == nil && st.Task.Status.State.Terminal() {
@@ -304,19 +377,30 @@ func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, em
 					return st.Task, nil
 				}
 			}
-			execErr = err
-			return nil, err
+			execErr = serr
+			return nil, serr
 		}
 		ex.publish(ev)
 		if !emit(ev) {
+			mu.Lock()
+			defer mu.Unlock()
 			return copyTask(t.task), nil
 		}
-		if stateEndsStream(t.task.Status.State) {
+		// An executor may open with a Task snapshot, as core A2A servers do; on a resume it
+		// still shows the interrupted state, which ends nothing (see endsStream).
+		if endsStream(ev, first) && stateEndsStream(t.task.Status.State) {
 			break
 		}
+		first = false
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	return copyTask(t.task), nil
 }
+
+// artifactSaveInterval bounds how stale the stored task may be behind the artifact updates
+// already streamed to the requester (GetTask during a long stream).
+const artifactSaveInterval = 50 * time.Millisecond
 
 // fail records an executor error as TASK_STATE_FAILED (as a2a-go does).
 func (h *directHandler) fail(ctx context.Context, t *tracked, cause error, emit func(a2a.Event) bool) (*a2a.Task, error) {
@@ -333,13 +417,75 @@ func (h *directHandler) fail(ctx context.Context, t *tracked, cause error, emit 
 	return copyTask(t.task), nil
 }
 
-// SendMessage implements a2asrv.RequestHandler.
+// SendMessage implements a2asrv.RequestHandler. With configuration.returnImmediately the
+// result is the task as of the first event while the execution goes on; with
+// configuration.historyLength the result's history is cut to that many recent messages.
 func (h *directHandler) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
+	if req != nil && req.Config != nil && req.Config.ReturnImmediately {
+		return h.sendReturnImmediately(ctx, req)
+	}
 	t, err := h.run(ctx, req, func(a2a.Event) bool { return true })
 	if err != nil {
 		return nil, err
 	}
-	return t, nil
+	return withHistoryLength(t, req), nil
+}
+
+// sendReturnImmediately runs the execution detached from the caller and answers with the
+// task's state at its first event (or its final state, if that comes first).
+func (h *directHandler) sendReturnImmediately(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
+	if err := validateSend(req); err != nil {
+		return nil, err
+	}
+	type outcome struct {
+		task *a2a.Task
+		err  error
+	}
+	if req.Message.TaskID == "" {
+		cp, msg := *req, *req.Message
+		msg.TaskID = a2a.TaskID(uuid.NewString())
+		cp.Message = &msg
+		req = &cp
+	}
+	first := make(chan outcome, 1)
+	var once sync.Once
+	id := req.Message.TaskID
+	go func() {
+		t, err := h.run(context.WithoutCancel(ctx), req, func(a2a.Event) bool {
+			once.Do(func() {
+				st, gerr := h.store.Get(context.WithoutCancel(ctx), id)
+				if gerr != nil {
+					first <- outcome{err: gerr}
+					return
+				}
+				first <- outcome{task: st.Task}
+			})
+			return true
+		})
+		once.Do(func() { first <- outcome{task: t, err: err} })
+	}()
+	select {
+	case o := <-first:
+		if o.err != nil {
+			return nil, o.err
+		}
+		return withHistoryLength(o.task, req), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// withHistoryLength applies configuration.historyLength to a result task.
+func withHistoryLength(t *a2a.Task, req *a2a.SendMessageRequest) *a2a.Task {
+	if t == nil || req == nil || req.Config == nil || req.Config.HistoryLength == nil {
+		return t
+	}
+	if n := *req.Config.HistoryLength; n == 0 {
+		t.History = []*a2a.Message{}
+	} else if n > 0 && n < len(t.History) {
+		t.History = t.History[len(t.History)-n:]
+	}
+	return t
 }
 
 // SendStreamingMessage implements a2asrv.RequestHandler.
@@ -446,7 +592,7 @@ func (h *directHandler) SubscribeToTask(ctx context.Context, req *a2a.SubscribeT
 			case st.Task.Status.State.Terminal():
 				yield(nil, fmt.Errorf("task %s is %s: %w", req.ID, st.Task.Status.State, a2a.ErrUnsupportedOperation))
 			default:
-				yield(st.Task, nil)
+				yieldSnapshot(st.Task, nil, yield)
 			}
 			return
 		}

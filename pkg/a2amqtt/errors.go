@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
@@ -150,11 +151,20 @@ func (e *RPCError) Unwrap() error {
 // Retryable reports whether the profile allows retrying at application
 // level: -32003/-32004 binding errors are retry-eligible, -32005 is not.
 func (e *RPCError) Retryable() bool {
-	switch e.A2AError() {
-	case A2AErrorRequestExpired, A2AErrorResponderUnavailable:
-		return true
+	k := e.A2AError()
+	if b, ok := bindingErrors[k]; !ok || b.code != e.Code {
+		// Not a binding error: the same numbers are A2A v1.0 errors, which are not retried.
+		return false
 	}
-	return false
+	return k == A2AErrorRequestExpired || k == A2AErrorResponderUnavailable
+}
+
+// IsBindingError reports whether e is one of the profile's binding errors (-32003/-32004/-32005
+// with the matching error.data.a2a_error), as opposed to the A2A v1.0 error with the same code
+// (PushNotificationNotSupported, UnsupportedOperation, ContentTypeNotSupported).
+func (e *RPCError) IsBindingError() bool {
+	b, ok := bindingErrors[e.A2AError()]
+	return ok && b.code == e.Code
 }
 
 // NewBindingError builds a -32003/-32004/-32005 error with
@@ -186,13 +196,35 @@ func rpcErrorFrom(err error) *RPCError {
 		}
 	}
 	var details []*errordetails.Typed
+	metadata := map[string]string{"timestamp": time.Now().UTC().Format(time.RFC3339)}
 	var a2aErr *a2a.Error
-	if errors.As(err, &a2aErr) && len(a2aErr.Details) > 0 {
-		details = append(details, errordetails.NewFromStruct(a2aErr.Details))
+	if errors.As(err, &a2aErr) {
+		if len(a2aErr.Details) > 0 {
+			details = append(details, errordetails.NewFromStruct(a2aErr.Details))
+		}
+		// As a2a-go does: an ErrorInfo's metadata merges into the one ErrorInfo that ends
+		// the list; other typed details pass through.
+		for _, d := range a2aErr.TypedDetails {
+			if d == nil {
+				continue
+			}
+			if d.TypeURL != errordetails.ErrorInfoType {
+				details = append(details, d)
+				continue
+			}
+			switch m := d.Value["metadata"].(type) {
+			case map[string]string:
+				maps.Copy(metadata, m)
+			case map[string]any:
+				for k, v := range m {
+					if s, ok := v.(string); ok {
+						metadata[k] = s
+					}
+				}
+			}
+		}
 	}
-	details = append(details, errordetails.NewErrorInfo(reason, a2a.ProtocolDomain, map[string]string{
-		"timestamp": time.Now().UTC().Format(time.RFC3339),
-	}))
+	details = append(details, errordetails.NewErrorInfo(reason, a2a.ProtocolDomain, metadata))
 	data, mErr := json.Marshal(details)
 	if mErr != nil {
 		data = nil

@@ -54,7 +54,7 @@ func startAgent(t *testing.T, b brokertest.Broker, kind agents.Kind, ref a2amqtt
 
 func startAgentMode(t *testing.T, b brokertest.Broker, kind agents.Kind, ref a2amqtt.AgentRef, delay time.Duration, direct bool, pools ...string) *agents.Agent {
 	t.Helper()
-	a, err := agents.Start(tctx(t, 10*time.Second), kind, agents.Options{BrokerURL: b.URL(), Agent: ref, Logger: quiet(), Delay: delay, Pools: pools, Direct: direct})
+	a, err := agents.Start(tctx(t, 10*time.Second), kind, agents.Options{BrokerURL: b.URL(), Agent: ref, Logger: quiet(), Delay: delay, Pools: pools, ReferenceHandler: !direct})
 	if err != nil {
 		t.Fatalf("start %s agent: %v", kind, err)
 	}

@@ -17,8 +17,13 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte("\xff\xfe"))
 	f.Add([]byte(``))
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		for _, lim := range []DecodeLimits{{MaxPayloadBytes: 256, RequireTaskID: true}, {}} {
-			req, err := DecodeRequest(payload, lim)
+		for i, lim := range []DecodeLimits{{MaxPayloadBytes: 256, RequireTaskID: true}, {}, {MaxPayloadBytes: 256, RequireTaskID: true}, {}} {
+			// The last two run the responder's one-pass variant (params into a2a-go's type).
+			full := i >= 2
+			req, err := decodeRequest(payload, lim, full)
+			if full && err == nil && req.send != nil && req.send.Message != nil && string(req.send.Message.TaskID) != req.TaskID {
+				t.Fatalf("one-pass decode: ids %q vs message %q", req.TaskID, req.send.Message.TaskID)
+			}
 			if err != nil {
 				de, ok := err.(*DecodeError)
 				if !ok || de.Err == nil || de.Err.Code == 0 || de.Err.Message == "" {

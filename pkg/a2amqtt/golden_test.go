@@ -80,9 +80,23 @@ func checkGolden(t *testing.T, name string, payloads ...[]byte) {
 // SendMessage request, streamed status/artifact updates, and the error
 // objects (binding errors with error.data.a2a_error, A2A errors with
 // a2a-go's typed details).
+// TestGoldenWire pins the wire format; both request handlers (the SDK's direct handler, the
+// default, and a2a-go's reference handler) must produce the same bytes (after normalising ids
+// and timestamps) as the golden files, which were first recorded through a2a-go's own
+// JSON-RPC handler.
 func TestGoldenWire(t *testing.T) {
+	for _, reference := range []bool{false, true} {
+		name := "direct-handler"
+		if reference {
+			name = "reference-handler"
+		}
+		t.Run(name, func(t *testing.T) { goldenWire(t, reference) })
+	}
+}
+
+func goldenWire(t *testing.T, reference bool) {
 	b := brokertest.StartMochi(t)
-	serveT(t, b, agentB, echoExec(), nil)
+	serveT(t, b, agentB, echoExec(), func(o *ResponderOptions) { o.ReferenceHandler = reference })
 	sniff := newSniffer(t, b, agentB.RequestTopic())
 	req := requesterT(t, b, agentA, nil)
 	var replies [][]byte
@@ -170,7 +184,7 @@ func TestV03Peer(t *testing.T) {
 
 // confirmLike asks once (input-required) and completes on "go ahead".
 func confirmLike(_ context.Context, ec *a2asrv.ExecutorContext, yield func(a2a.Event, error) bool) {
-	if ec.StoredTask == nil {
+	if ec.StoredTask == nil || ec.StoredTask.Status.State == a2a.TaskStateSubmitted {
 		yield(a2a.NewSubmittedTask(ec, ec.Message), nil)
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired, a2a.NewMessageForTask(a2a.MessageRoleAgent, ec, a2a.NewTextPart("go ahead?"))), nil)
 		return

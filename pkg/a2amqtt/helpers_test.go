@@ -150,7 +150,7 @@ func forEachMode(t *testing.T, fn func(t *testing.T, b brokertest.Broker, mode f
 				name = "direct-handler"
 			}
 			t.Run(name, func(t *testing.T) {
-				fn(t, b, func(o *ResponderOptions) { o.Direct = direct })
+				fn(t, b, func(o *ResponderOptions) { o.ReferenceHandler = !direct })
 			})
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/google/uuid"
 )
 
@@ -117,6 +118,11 @@ type InboundRequest struct {
 	MessageID string
 	// HasMessage is true for send methods with a params.message object.
 	HasMessage bool
+
+	// send is params already decoded into a2a-go's type (responder fast path); sendErr is why
+	// that decode failed (reported after the binding checks, as a2a-go would).
+	send    *a2a.SendMessageRequest
+	sendErr error
 }
 
 // DecodeLimits bounds what the inbound decoder accepts.
@@ -142,6 +148,12 @@ func (e *DecodeError) Error() string { return e.Err.Error() }
 // holding the JSON-RPC error to send back (exported for the fuzz test and
 // for tools that want the same validation).
 func DecodeRequest(payload []byte, lim DecodeLimits) (*InboundRequest, error) {
+	return decodeRequest(payload, lim, false)
+}
+
+// decodeRequest is DecodeRequest; with full, A2A v1.0 send params are also decoded into
+// a2a-go's SendMessageRequest in the same pass (the responder's fast path).
+func decodeRequest(payload []byte, lim DecodeLimits, full bool) (*InboundRequest, error) {
 	if lim.MaxPayloadBytes > 0 && len(payload) > lim.MaxPayloadBytes {
 		return nil, &DecodeError{Err: invalidRequest(fmt.Sprintf("payload of %d bytes exceeds the %d byte limit", len(payload), lim.MaxPayloadBytes),
 			map[string]any{"limitBytes": lim.MaxPayloadBytes, "sizeBytes": len(payload)})}
@@ -190,31 +202,49 @@ func DecodeRequest(payload []byte, lim DecodeLimits) (*InboundRequest, error) {
 	}
 	switch {
 	case info.send:
-		var p struct {
-			Message *struct {
-				TaskID    *string `json:"taskId"`
-				ContextID *string `json:"contextId"`
-				MessageID *string `json:"messageId"`
-			} `json:"message"`
-		}
-		if len(env.Params) > 0 {
-			if err := json.Unmarshal(env.Params, &p); err != nil {
-				return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params: %v: %w", err, errInvalidParams))}
+		decoded := false
+		if full && info.dialect == DialectV1 && len(env.Params) > 0 {
+			// One pass into a2a-go's request type gives both the ids to validate and what the
+			// handler needs; only when it fails is the lenient id probe below used, so the
+			// errors stay those of the probe (binding) first, then a2a-go's params error.
+			var sp a2a.SendMessageRequest
+			if err := json.Unmarshal(env.Params, &sp); err == nil {
+				req.send, decoded = &sp, true
+				if sp.Message == nil {
+					return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params.message is required: %w", errInvalidParams))}
+				}
+				req.TaskID, req.ContextID, req.MessageID = string(sp.Message.TaskID), sp.Message.ContextID, sp.Message.ID
+			} else {
+				req.sendErr = paramsError(err)
 			}
 		}
-		if p.Message == nil {
-			return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params.message is required: %w", errInvalidParams))}
+		if !decoded {
+			var p struct {
+				Message *struct {
+					TaskID    *string `json:"taskId"`
+					ContextID *string `json:"contextId"`
+					MessageID *string `json:"messageId"`
+				} `json:"message"`
+			}
+			if len(env.Params) > 0 {
+				if err := json.Unmarshal(env.Params, &p); err != nil {
+					return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params: %v: %w", err, errInvalidParams))}
+				}
+			}
+			if p.Message == nil {
+				return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params.message is required: %w", errInvalidParams))}
+			}
+			if p.Message.TaskID != nil {
+				req.TaskID = *p.Message.TaskID
+			}
+			if p.Message.ContextID != nil {
+				req.ContextID = *p.Message.ContextID
+			}
+			if p.Message.MessageID != nil {
+				req.MessageID = *p.Message.MessageID
+			}
 		}
 		req.HasMessage = true
-		if p.Message.TaskID != nil {
-			req.TaskID = *p.Message.TaskID
-		}
-		if p.Message.ContextID != nil {
-			req.ContextID = *p.Message.ContextID
-		}
-		if p.Message.MessageID != nil {
-			req.MessageID = *p.Message.MessageID
-		}
 		if req.TaskID == "" {
 			if lim.RequireTaskID && info.dialect == DialectV1 {
 				return nil, &DecodeError{ID: id, Err: NewBindingError(A2AErrorTransportProtocolError,

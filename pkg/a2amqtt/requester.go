@@ -15,6 +15,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // RetryPolicy is the profile's "Requester Retry and Timeout Profile". The
@@ -178,7 +179,10 @@ func (r *Requester) onReply(p *paho.Publish) {
 	ex := r.inflight[string(corr)]
 	r.mu.Unlock()
 	if ex == nil {
-		r.log.Warn("a2a protocol error: reply with unknown Correlation Data ignored", "topic", p.Topic, "correlation", hex.EncodeToString(corr))
+		// A reply after its call ended: a duplicate of a retried request (the responder
+		// dedupes and answers each attempt), a stream item after the caller stopped reading,
+		// a reply to an earlier process of a persistent session. Expected, not a warning.
+		r.log.Debug("reply with unknown Correlation Data ignored (its call already ended)", "topic", p.Topic, "correlation", hex.EncodeToString(corr))
 		return
 	}
 	ex.box.put(p)
@@ -251,7 +255,21 @@ var errStop = errors.New("stop")
 // handle until handle returns done=true or an error. Retries happen only
 // before the first correlated reply; afterwards the stream is bound to the
 // correlation that answered first.
-func (r *Requester) do(ctx context.Context, c call, handle func(rep *reply) (done bool, err error)) error {
+//
+// The call runs in a client span ("a2a.<method>") whose context travels with every publish as
+// the W3C traceparent/tracestate user properties.
+func (r *Requester) do(ctx context.Context, c call, handle func(rep *reply) (done bool, err error)) (err error) {
+	ctx, span := r.conn.tracer.Start(ctx, "a2a."+c.method, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		// Attributes only for spans that are kept: with tracing off (the default) they would
+		// be garbage on every call.
+		span.SetAttributes(append(spanAttrs(c.method, string(c.taskID), c.contextID, ""), AttrTarget.String(c.target.String()))...)
+	}
+	defer func() { endSpan(span, err) }()
+	return r.exchange(ctx, c, span, handle)
+}
+
+func (r *Requester) exchange(ctx context.Context, c call, span trace.Span, handle func(rep *reply) (done bool, err error)) error {
 	payload, err := json.Marshal(rpcRequest{JSONRPC: jsonrpcVersion, ID: uuid.NewString(), Method: c.method, Params: c.params})
 	if err != nil {
 		return fmt.Errorf("a2amqtt: encode %s request: %w", c.method, err)
@@ -307,11 +325,13 @@ attempts:
 		if r.opts.Authorization != "" {
 			pub.Properties.User = append(pub.Properties.User, paho.UserProperty{Key: PropAuthorization, Value: r.opts.Authorization})
 		}
+		if attempt == 1 && span.IsRecording() {
+			span.SetAttributes(AttrTopic.String(topic))
+		}
+		InjectTraceContext(ctx, pub)
 		// Bound the wait for a reconnect, so a broker outage counts as a
 		// failed (retry-eligible) attempt instead of hanging the call.
-		pctx, pcancel := context.WithTimeout(ctx, r.retry.FirstReplyTimeout)
-		resp, err := r.conn.Publish(pctx, pub)
-		pcancel()
+		resp, err := r.conn.publishWithin(ctx, pub, r.retry.FirstReplyTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -16,26 +16,34 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 	"github.com/a2aproject/a2a-go/v2/a2asrv/taskstore"
 	"github.com/eclipse/paho.golang/paho"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ResponderOptions configures NewResponder.
 type ResponderOptions struct {
 	// Executor runs the agent. Required unless Handler is set.
 	Executor a2asrv.AgentExecutor
-	// Handler replaces a2a-go's default request handler (built from
-	// Executor) with a custom a2asrv.RequestHandler, e.g. a faster or
-	// persistent one. It must use TaskStore, which is then required: the
-	// task-id bridge records requester task ids there.
+	// Handler replaces the request handler built from Executor with a custom
+	// a2asrv.RequestHandler. It must use TaskStore, which is then required:
+	// the task-id bridge records requester task ids there.
 	Handler a2asrv.RequestHandler
-	// Direct serves Executor with NewDirectHandler instead of a2a-go's
-	// default handler: several times less CPU per request and per stream
-	// item (docs/benchmarks.md), no push notifications.
+	// ReferenceHandler serves Executor with a2a-go's default request handler
+	// (a2asrv.NewHandler) instead of the SDK's direct handler
+	// (NewDirectHandler, the default). Same wire format and a2a-go types;
+	// what the direct handler does not offer is listed in docs/sdk.md (every
+	// a2asrv.RequestHandlerOption, push-notification configs, the extended
+	// agent card). Setting HandlerOptions implies it.
+	ReferenceHandler bool
+	// Direct has no effect: the direct handler is the fast path every
+	// executor gets by default (set ReferenceHandler for a2a-go's handler).
+	// Kept so existing callers compile.
 	Direct bool
 	// TaskStore holds tasks; defaults to an in-memory store. It is also
 	// what ContextTasks reads.
 	TaskStore taskstore.Store
 	// HandlerOptions are passed to a2asrv.NewHandler (the task store option
-	// is added by the responder).
+	// is added by the responder); they select the reference handler.
 	HandlerOptions []a2asrv.RequestHandlerOption
 	// RequestTopic overrides the topic requests are read from (default: the agent's public
 	// request topic). An agent behind a2a-fleet's conversation service reads its delivery topic
@@ -66,10 +74,14 @@ type Responder struct {
 	log    *slog.Logger
 	store  taskstore.Store
 	bridge *bridge
-	v1     http.Handler
 	v03    http.Handler
 	slots  chan struct{}
-	subs   []*Subscription
+	// idle hands requests to worker goroutines waiting for one (unbuffered).
+	idle chan *inbound
+	// stopWorkers is closed by Close so idle workers exit at once.
+	stopWorkers chan struct{}
+	stopOnce    sync.Once
+	subs        []*Subscription
 
 	wg      sync.WaitGroup
 	closing atomic.Bool
@@ -111,12 +123,17 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 		store = NewTaskStore()
 	}
 	inner := opts.Handler
-	if inner == nil && opts.Direct {
-		inner = NewDirectHandler(opts.Executor, store)
+	var exec a2asrv.AgentExecutor
+	if opts.Executor != nil {
+		exec = tracedExecutor{inner: opts.Executor, tracer: conn.tracer}
+	}
+	reference := opts.ReferenceHandler || len(opts.HandlerOptions) > 0
+	if inner == nil && !reference {
+		inner = NewDirectHandler(exec, store)
 	}
 	if inner == nil {
 		hopts := append(append([]a2asrv.RequestHandlerOption{}, opts.HandlerOptions...), a2asrv.WithTaskStore(store))
-		inner = a2asrv.NewHandler(messageAdapter{inner: opts.Executor}, hopts...)
+		inner = a2asrv.NewHandler(messageAdapter{inner: exec}, hopts...)
 	}
 	b := newBridge(inner, store)
 	panicToError := func(v any) error {
@@ -128,9 +145,11 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 		log:    conn.Logger(),
 		store:  store,
 		bridge: b,
-		v1:     a2asrv.NewJSONRPCHandler(b, a2asrv.WithTransportPanicHandler(panicToError)),
 		v03:    a2av0.NewJSONRPCHandler(b, a2asrv.WithTransportPanicHandler(panicToError)),
 		slots:  make(chan struct{}, opts.MaxConcurrent),
+		idle:   make(chan *inbound),
+
+		stopWorkers: make(chan struct{}),
 	}
 	me := conn.Agent()
 	requestTopic := me.RequestTopic()
@@ -161,21 +180,33 @@ func (r *Responder) Store() taskstore.Store { return r.store }
 func (r *Responder) Handler() a2asrv.RequestHandler { return r.bridge }
 
 // Close stops consuming requests and waits (bounded by ctx) for in-flight
-// requests to finish. Requests arriving meanwhile get -32004. It does not
-// close the Conn (which publishes the offline card).
+// requests to finish. Requests arriving meanwhile get -32004 (retry-eligible).
+// It does not close the Conn (which publishes the offline card).
+//
+// With a persistent session (Config.SessionExpiry) the request subscriptions
+// are kept, at the broker and here (answering -32004 until the Conn closes):
+// requests sent while the process restarts then queue in the session and the
+// next process serves them. The subscriptions end with the session, when it
+// expires or a clean session takes the identity over.
 func (r *Responder) Close(ctx context.Context) error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
 	r.closing.Store(true)
 	var errs []error
-	for _, s := range r.subs {
-		if err := s.Close(ctx); err != nil {
-			errs = append(errs, err)
+	if r.conn.cfg.SessionExpiry == 0 {
+		for _, s := range r.subs {
+			if err := s.Close(ctx); err != nil {
+				errs = append(errs, err)
+			}
 		}
+		r.subs = nil
 	}
-	r.subs = nil
 	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
+	go func() {
+		r.wg.Wait()
+		r.stopOnce.Do(func() { close(r.stopWorkers) })
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -206,14 +237,46 @@ func (r *Responder) onRequest(p *paho.Publish) {
 		received: time.Now(),
 	}
 	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
+	select {
+	case r.idle <- in:
+		// An idle worker took it.
+	default:
+		go r.worker(in)
+	}
+}
+
+// workerIdle is how long a worker goroutine waits for the next request before it exits.
+// Reusing workers keeps their grown stacks: a fresh goroutine per request spent a noticeable
+// share of the CPU growing its stack through the JSON decoder (docs/benchmarks.md).
+const workerIdle = 30 * time.Second
+
+// worker serves in, then the requests handed to it while idle.
+func (r *Responder) worker(in *inbound) {
+	timer := time.NewTimer(workerIdle)
+	defer timer.Stop()
+	for {
 		r.serve(in)
-	}()
+		r.wg.Done()
+		timer.Reset(workerIdle)
+		select {
+		case in = <-r.idle:
+		case <-timer.C:
+			return
+		case <-r.stopWorkers:
+			return
+		}
+	}
 }
 
 func (r *Responder) serve(in *inbound) {
-	ctx := context.Background()
+	// The request's trace context (traceparent/tracestate user properties) is the parent of the
+	// server span; the executor runs in a child span of it (tracedExecutor).
+	ctx, span := r.conn.tracer.Start(extractUserProps(context.Background(), in.user), "a2a.request", trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(spanAttrs("", "", "", in.topic)...)
+	}
 	pooled := false
 	if info, err := ParseTopic(in.topic); err == nil && info.Pool != "" {
 		pooled = true
@@ -227,7 +290,7 @@ func (r *Responder) serve(in *inbound) {
 		r.log.Warn("dropping request with wildcard Response Topic", "topic", in.topic, "response_topic", in.respTo)
 		return
 	}
-	out := &replier{r: r, topic: in.respTo, corr: in.corr, pooled: pooled}
+	out := &replier{r: r, topic: in.respTo, corr: in.corr, pooled: pooled, span: span}
 	if len(in.corr) == 0 {
 		out.sendError(ctx, nil, NewBindingError(A2AErrorTransportProtocolError, "request lacks MQTT Correlation Data"))
 		return
@@ -259,7 +322,7 @@ func (r *Responder) serve(in *inbound) {
 		return
 	}
 
-	req, err := DecodeRequest(in.payload, DecodeLimits{MaxPayloadBytes: r.opts.MaxPayloadBytes, RequireTaskID: !r.opts.AcceptMissingTaskID})
+	req, err := decodeRequest(in.payload, DecodeLimits{MaxPayloadBytes: r.opts.MaxPayloadBytes, RequireTaskID: !r.opts.AcceptMissingTaskID}, true)
 	if err != nil {
 		var de *DecodeError
 		if errors.As(err, &de) {
@@ -268,6 +331,10 @@ func (r *Responder) serve(in *inbound) {
 		}
 		out.sendError(ctx, nil, rpcErrorFrom(err))
 		return
+	}
+	if recording {
+		span.SetName("a2a." + req.Method)
+		span.SetAttributes(spanAttrs(req.Method, req.TaskID, req.ContextID, "")...)
 	}
 	if prop := in.user.Get(PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
 		out.sendError(ctx, req.ID, NewBindingError(A2AErrorTransportProtocolError,
@@ -279,10 +346,11 @@ func (r *Responder) serve(in *inbound) {
 		return
 	}
 
-	handler := r.v1
-	if req.Dialect == DialectV03 {
-		handler = r.v03
+	if req.Dialect == DialectV1 {
+		r.serveV1(ctx, out, in, req)
+		return
 	}
+	handler := r.v03
 	hreq, err := http.NewRequestWithContext(context.WithValue(ctx, storeKey{}, r.store), http.MethodPost, "/", bytes.NewReader(in.payload))
 	if err != nil {
 		out.sendError(ctx, req.ID, rpcErrorFrom(fmt.Errorf("build handler request: %w", err)))
@@ -302,6 +370,9 @@ func (r *Responder) serve(in *inbound) {
 	w.finish()
 }
 
+// replyReconnectWait bounds how long a reply waits for a lost connection to come back.
+const replyReconnectWait = 30 * time.Second
+
 // replier publishes replies for one request.
 type replier struct {
 	r      *Responder
@@ -309,6 +380,7 @@ type replier struct {
 	corr   []byte
 	pooled bool
 	sent   int
+	span   trace.Span
 }
 
 func (o *replier) send(ctx context.Context, payload []byte) { o.sendMode(ctx, payload, false) }
@@ -328,13 +400,11 @@ func (o *replier) sendMode(ctx context.Context, payload []byte, async bool) {
 	if o.pooled {
 		p.Properties.User = paho.UserProperties{{Key: PropResponderAgentID, Value: o.r.conn.Agent().Agent}}
 	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	var err error
 	if async {
-		err = o.r.conn.PublishAsync(pctx, p)
+		err = o.r.conn.publishAsyncWithin(ctx, p, replyReconnectWait)
 	} else {
-		_, err = o.r.conn.Publish(pctx, p)
+		_, err = o.r.conn.publishWithin(ctx, p, replyReconnectWait)
 	}
 	if err != nil {
 		o.r.log.Error("publish reply failed", "response_topic", o.topic, "err", err)
@@ -344,8 +414,15 @@ func (o *replier) sendMode(ctx context.Context, payload []byte, async bool) {
 }
 
 func (o *replier) sendError(ctx context.Context, id any, e *RPCError) {
+	o.sendErrorMode(ctx, id, e, false)
+}
+
+func (o *replier) sendErrorMode(ctx context.Context, id any, e *RPCError, async bool) {
 	o.r.log.Debug("answering with JSON-RPC error", "code", e.Code, "message", e.Message)
-	o.send(ctx, encodeError(id, e))
+	if o.span != nil {
+		o.span.SetStatus(codes.Error, e.Error())
+	}
+	o.sendMode(ctx, encodeError(id, e), async)
 }
 
 // replyWriter is the http.ResponseWriter the a2a-go JSON-RPC handlers write

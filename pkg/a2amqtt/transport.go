@@ -89,6 +89,18 @@ func isStreamFinal(ev a2a.Event) bool {
 	return false
 }
 
+// endsStream is isStreamFinal for the items of a reply stream, where a Task as the first item
+// is the opening snapshot core A2A servers send before they process the message: on a resume it
+// still shows the input-required/auth-required state the message answers, and the working and
+// completed events follow. So an opening Task ends the stream only when it is terminal; an
+// interrupted state ends it when a later event reports it (issue 12 item 6).
+func endsStream(ev a2a.Event, first bool) bool {
+	if t, ok := ev.(*a2a.Task); ok && first {
+		return t.Status.State.Terminal()
+	}
+	return isStreamFinal(ev)
+}
+
 func stateEndsStream(s a2a.TaskState) bool {
 	return s.Terminal() || s == a2a.TaskStateInputRequired || s == a2a.TaskStateAuthRequired
 }
@@ -191,13 +203,15 @@ func (t *Transport) SubscribeToTask(ctx context.Context, params a2aclient.Servic
 func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, c call, yield func(a2a.Event, error) bool) {
 	stopped := false
 	gotFinal := false
+	first := true
 	err := t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
 		ev := rep.event
 		if !yield(ev, nil) {
 			stopped = true
 			return true, errStop
 		}
-		gotFinal = isStreamFinal(ev)
+		gotFinal = endsStream(ev, first)
+		first = false
 		return gotFinal, nil
 	})
 	if stopped || gotFinal {
