@@ -61,7 +61,7 @@ func TestDockerfileBuildsWhatTheManifestsRun(t *testing.T) {
 		if !strings.Contains(dockerfile, "/out/"+target.binary+" /"+target.binary) {
 			t.Errorf("Dockerfile target %s does not copy the built /out/%s", target.target, target.binary)
 		}
-		if !regexp.MustCompile(`(?m)^` + target.makeVar + ` \?= ` + regexp.QuoteMeta(target.image) + `$`).MatchString(makefile) ||
+		if !regexp.MustCompile(`(?m)^`+target.makeVar+` \?= `+regexp.QuoteMeta(target.image)+`$`).MatchString(makefile) ||
 			!strings.Contains(makefile, "--target "+target.target+" -t $("+target.makeVar+")") {
 			t.Errorf("make docker-build does not build target %s as %s=%s", target.target, target.makeVar, target.image)
 		}
