@@ -890,3 +890,9 @@ func (c *Cluster) LocalURL(ctx context.Context, url string) (string, error) {
 	})
 	return out, err
 }
+
+// VolumeDir is the local folder of the pod's emptyDir (or ConfigMap/Secret) volume name.
+func (p *Pod) VolumeDir(name string) string { return filepath.Join(p.dir, "volumes", name) }
+
+// Spec is the pod's spec as it was started.
+func (p *Pod) Spec() corev1.PodSpec { return p.spec }
