@@ -98,7 +98,13 @@ spec:
 // newFleet installs objs (a rendered quickstart) and the chaos fleet, and connects the requester.
 func newFleet(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured) *fleet {
 	t.Helper()
-	s := installed.Install(ctx, t, objs)
+	return newFleetWith(ctx, t, objs, nil)
+}
+
+// newFleetWith is newFleet with more images (for what an overlay adds).
+func newFleetWith(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured, images map[string]localcluster.Image) *fleet {
+	t.Helper()
+	s := installed.InstallWith(ctx, t, objs, images)
 	s.DumpOnFailure()
 	agentBuild.Do(func() { agentBuild.err = localcluster.Build(s.Root, s.Bin, "./test/chaos/chaosagent") })
 	if agentBuild.err != nil {

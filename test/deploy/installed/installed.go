@@ -97,6 +97,12 @@ const (
 // ready. Everything stops when the test ends; the cluster's folder (logs) is kept when it failed.
 func Install(ctx context.Context, t testing.TB, objs []*unstructured.Unstructured) *Stack {
 	t.Helper()
+	return InstallWith(ctx, t, objs, nil)
+}
+
+// InstallWith is Install with stand-ins for more images (what an overlay adds, e.g. redis).
+func InstallWith(ctx context.Context, t testing.TB, objs []*unstructured.Unstructured, images map[string]localcluster.Image) *Stack {
+	t.Helper()
 	root, err := render.RepoRoot(".")
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +117,9 @@ func Install(ctx context.Context, t testing.TB, objs []*unstructured.Unstructure
 		t.Fatal(err)
 	}
 	c.Images = localcluster.DefaultImages(bin)
+	for repo, img := range images {
+		c.Images[repo] = img
+	}
 	s := &Stack{Root: root, Bin: bin, Cluster: c, Objects: objs, Pods: map[string][]*localcluster.Pod{}, Agents: map[string]*localcluster.Proc{}, t: t, dir: dir}
 	t.Cleanup(func() {
 		s.stopClients()

@@ -56,3 +56,21 @@ func DefaultImages(bin string) map[string]Image {
 		},
 	}
 }
+
+// RedisImage stands for a redis image with Debian's redis-server: the --port argument becomes
+// this pod's loopback port (and it binds loopback only).
+func RedisImage() Image {
+	return Image{
+		Entrypoint: []string{"/usr/bin/redis-server"},
+		ArgRewrites: func(argv []string, port func(int) int) []string {
+			out := append([]string(nil), argv...)
+			for i := 0; i+1 < len(out); i++ {
+				if out[i] == "--port" {
+					cp, _ := strconv.Atoi(out[i+1])
+					out[i+1] = strconv.Itoa(port(cp))
+				}
+			}
+			return append(out, "--bind", "127.0.0.1")
+		},
+	}
+}

@@ -41,6 +41,9 @@ type Image struct {
 	// ConfigRewrites translates container-only settings in the text files the pod reads from
 	// ConfigMaps (e.g. a listener port) given the pod's port mapping.
 	ConfigRewrites func(text string, port func(containerPort int) int) string
+	// ArgRewrites translates container-only settings in the command line (e.g. a port given as a
+	// separate argument) given the pod's port mapping.
+	ArgRewrites func(argv []string, port func(containerPort int) int) []string
 }
 
 // Pod is one replica of a Deployment running as local processes.
@@ -554,6 +557,10 @@ func (p *Pod) command(ct corev1.Container, img Image, vars map[string]string, tr
 		}
 		argv = append(argv, a)
 	}
+	if img.ArgRewrites != nil {
+		argv = img.ArgRewrites(argv, func(cp int) int { return p.c.port(p, cp) })
+		p.note("command line translated for this machine: %v", argv[1:])
+	}
 	return argv, nil
 }
 
@@ -896,3 +903,8 @@ func (p *Pod) VolumeDir(name string) string { return filepath.Join(p.dir, "volum
 
 // Spec is the pod's spec as it was started.
 func (p *Pod) Spec() corev1.PodSpec { return p.spec }
+
+// ClaimDir is the local folder that stands for PersistentVolumeClaim namespace/name.
+func (c *Cluster) ClaimDir(namespace, name string) string {
+	return filepath.Join(c.Dir, "claims", namespace, name)
+}

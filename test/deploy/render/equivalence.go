@@ -110,3 +110,38 @@ func itemKey(item any) string {
 	}
 	return fmt.Sprint(m["name"], "/", m["mountPath"], "/", m["containerPort"], m["port"])
 }
+
+// DanglingServiceAccounts lists the ServiceAccount references of a render that name no
+// ServiceAccount in it: binding subjects and pods' serviceAccountName (a typo or a kustomize name
+// reference that an overlay broke leaves a pod without its rights).
+func DanglingServiceAccounts(objs []*unstructured.Unstructured) []string {
+	have := map[string]bool{}
+	for _, o := range objs {
+		if o.GetKind() == "ServiceAccount" {
+			have[o.GetNamespace()+"/"+o.GetName()] = true
+		}
+	}
+	var out []string
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "RoleBinding", "ClusterRoleBinding":
+			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			for _, s := range subjects {
+				m, _ := s.(map[string]any)
+				if m["kind"] != "ServiceAccount" {
+					continue
+				}
+				ref := fmt.Sprint(m["namespace"], "/", m["name"])
+				if !have[ref] {
+					out = append(out, fmt.Sprintf("%s %s: subject ServiceAccount %s does not exist", o.GetKind(), o.GetName(), ref))
+				}
+			}
+		case "Deployment":
+			sa, _, _ := unstructured.NestedString(o.Object, "spec", "template", "spec", "serviceAccountName")
+			if sa != "" && !have[o.GetNamespace()+"/"+sa] {
+				out = append(out, fmt.Sprintf("Deployment %s: serviceAccountName %s does not exist in %s", o.GetName(), sa, o.GetNamespace()))
+			}
+		}
+	}
+	return out
+}
