@@ -593,6 +593,7 @@ func (p *Pod) prepare(ctx context.Context, ct corev1.Container) (argv, env []str
 		return nil, nil, nil, err
 	}
 	env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOSTNAME=" + p.Name, "HOME=" + home}
+	p.note("HOSTNAME=%s, but os.Hostname() is this machine's (no UTS namespace): leader-election identities share its prefix", p.Name)
 	if p.kubeconfig != "" {
 		env = append(env, "KUBECONFIG="+p.kubeconfig)
 	}
