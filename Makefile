@@ -54,9 +54,14 @@ test: verify tools-test ## Every check and test: verify, then unit, envtest, bro
 	@rc=0; KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
 		go test ./... -count=1 -timeout $(TEST_TIMEOUT) -v > $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
 	if [ $$rc -ne 0 ]; then grep -v -E '^=== (RUN|PAUSE|CONT|NAME)' $(LOCALBIN)/test.log; fi; \
-	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|ACL matrix:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
+	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|localcluster: kube-apiserver|ACL matrix:|chaos result:|audit log:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
 	echo "$$(grep -c -E '^\s*--- PASS' $(LOCALBIN)/test.log) passed, $$(grep -c -E '^\s*--- FAIL' $(LOCALBIN)/test.log) failed, $$(grep -c -E '^\s*--- SKIP' $(LOCALBIN)/test.log) skipped"; \
 	exit $$rc
+
+.PHONY: test-chaos-pending
+test-chaos-pending: tools-test ## Chaos scenarios that wait for fixes from other branches (docs/reliability.md): broker state loss, credential rotation.
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
+		go test -tags chaos_pending ./test/chaos/ -run 'TestBrokerRestartWithEmptyState|TestCredentialRotationUnderTraffic' -count=1 -timeout 20m -v
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end suite against the cluster in KUBECONFIG (operator, service and broker deployed there, e.g. hack/kind-e2e.sh).
