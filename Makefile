@@ -59,9 +59,9 @@ test: verify tools-test ## Every check and test: verify, then unit, envtest, bro
 	exit $$rc
 
 .PHONY: test-chaos-pending
-test-chaos-pending: tools-test ## Chaos scenarios that wait for fixes from other branches (docs/reliability.md): broker state loss, credential rotation.
+test-chaos-pending: tools-test ## Chaos scenarios that wait for fixes from other branches (docs/reliability.md): broker state loss, credential rotation, service readiness.
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
-		go test -tags chaos_pending ./test/chaos/ -run 'TestBrokerRestartWithEmptyState|TestCredentialRotationUnderTraffic' -count=1 -timeout 20m -v
+		go test -tags chaos_pending ./test/chaos/ -run 'TestBrokerRestartWithEmptyState|TestCredentialRotationUnderTraffic|TestServiceReadinessFollowsTheBroker' -count=1 -timeout 20m -v
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end suite against the cluster in KUBECONFIG (operator, service and broker deployed there, e.g. hack/kind-e2e.sh).

@@ -10,6 +10,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,5 +112,30 @@ func TestCredentialRotationUnderTraffic(t *testing.T) {
 	t.Logf("both agents answer %.1fs after the rotation", time.Since(fault).Seconds())
 	rep := l.stop("credential rotation of both agents under traffic", started, fault)
 	rep.check(t)
+	f.checkNoFrozenProcess(ctx)
+}
+
+// The conversation service's /readyz fails while its broker connection has been down longer than
+// its grace (10 s on the service branch) and recovers without a restart.
+func TestServiceReadinessFollowsTheBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	f := newFleet(ctx, t, quickstart(t).objs)
+	broker := f.Pods[installed.Broker][0]
+	svc := f.Pods[installed.Service][0]
+	broker.StopContainer("mosquitto", syscall.SIGKILL)
+	down := time.Now()
+	if _, err := waitProbe(ctx, svc, false, 40*time.Second); err != nil {
+		t.Fatalf("%s still ready %.1fs after the broker went: %v", svc.Name, time.Since(down).Seconds(), err)
+	}
+	t.Logf("%s unready %.1fs after the broker went", svc.Name, time.Since(down).Seconds())
+	if err := broker.StartContainer(ctx, "mosquitto"); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	if _, err := waitProbe(ctx, svc, true, time.Minute); err != nil {
+		t.Fatalf("%s not ready again %.1fs after the broker came back: %v", svc.Name, time.Since(up).Seconds(), err)
+	}
+	t.Logf("%s ready again %.1fs after the broker came back", svc.Name, time.Since(up).Seconds())
 	f.checkNoFrozenProcess(ctx)
 }

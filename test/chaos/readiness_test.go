@@ -1,0 +1,75 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/a2a-fleet/a2a-fleet/test/deploy/installed"
+	"github.com/a2a-fleet/a2a-fleet/test/deploy/localcluster"
+)
+
+// readinessGrace is the operator's --broker-readiness-grace default.
+const readinessGrace = 30 * time.Second
+
+// waitProbe polls a pod's readiness probe until it reports want (true: ready).
+func waitProbe(ctx context.Context, p *localcluster.Pod, want bool, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		err := p.Probe(ctx, true)
+		if (err == nil) == want {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			if err == nil {
+				err = errors.New("ready")
+			}
+			return time.Since(start), fmt.Errorf("still %v after %s", err, timeout)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// The operator's /readyz says the truth about the broker: it stays ready through a short broker
+// restart (within the grace period), fails once the broker has been gone longer than the grace,
+// and is ready again soon after the broker is back, without a restart.
+func TestOperatorReadinessFollowsTheBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	f := newFleet(ctx, t, quickstart(t).objs)
+	broker := f.Pods[installed.Broker][0]
+	operators := f.Pods[installed.Operator]
+
+	broker.StopContainer("mosquitto", syscall.SIGKILL)
+	down := time.Now()
+	// Ready through a broker restart's worth of downtime (well within the grace)...
+	for failed := false; !failed && time.Since(down) < readinessGrace-10*time.Second; time.Sleep(time.Second) {
+		for _, p := range operators {
+			if err := p.Probe(ctx, true); err != nil && time.Since(down) < readinessGrace-10*time.Second {
+				t.Errorf("%s unready %.1fs after the broker went, within the %s grace: %v", p.Name, time.Since(down).Seconds(), readinessGrace, err)
+				failed = true
+			}
+		}
+	}
+	for _, p := range operators {
+		// ...then unready.
+		if _, err := waitProbe(ctx, p, false, readinessGrace+30*time.Second); err != nil {
+			t.Fatalf("%s still ready %.1fs after the broker went: %v", p.Name, time.Since(down).Seconds(), err)
+		}
+		t.Logf("%s unready %.1fs after the broker went (grace %s)", p.Name, time.Since(down).Seconds(), readinessGrace)
+	}
+	if err := broker.StartContainer(ctx, "mosquitto"); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	for _, p := range operators {
+		if _, err := waitProbe(ctx, p, true, time.Minute); err != nil {
+			t.Fatalf("%s not ready again %.1fs after the broker came back: %v", p.Name, time.Since(up).Seconds(), err)
+		}
+		t.Logf("%s ready again %.1fs after the broker came back", p.Name, time.Since(up).Seconds())
+	}
+	f.checkNoFrozenProcess(ctx)
+}
