@@ -19,9 +19,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/test/deploy/installed"
 	"github.com/a2a-fleet/a2a-fleet/test/deploy/localcluster"
@@ -198,15 +196,6 @@ func (f *fleet) journals() map[string]int {
 		}
 	}
 	return out
-}
-
-// agent reads an Agent.
-func (f *fleet) agent(ctx context.Context, name string) *a2av1.Agent {
-	a := &a2av1.Agent{}
-	if err := f.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: chaosNS, Name: name}, a); err != nil {
-		f.t.Fatal(err)
-	}
-	return a
 }
 
 // checkNoFrozenProcess: every pod of the install is ready and answers, no container restarted on

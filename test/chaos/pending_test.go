@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+
 	"github.com/a2a-fleet/a2a-fleet/test/deploy/installed"
 )
 
@@ -138,4 +140,13 @@ func TestServiceReadinessFollowsTheBroker(t *testing.T) {
 	}
 	t.Logf("%s ready again %.1fs after the broker came back", svc.Name, time.Since(up).Seconds())
 	f.checkNoFrozenProcess(ctx)
+}
+
+// agent reads an Agent.
+func (f *fleet) agent(ctx context.Context, name string) *a2av1.Agent {
+	a := &a2av1.Agent{}
+	if err := f.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: chaosNS, Name: name}, a); err != nil {
+		f.t.Fatal(err)
+	}
+	return a
 }
