@@ -97,12 +97,14 @@ fmt-check: ## Fail when a Go file is not gofmt-clean.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: vet
-vet: ## go vet.
+vet: ## go vet (also of the chaos scenarios behind the chaos_pending tag).
 	go vet ./...
+	go vet -tags chaos_pending ./test/chaos/
 
 .PHONY: lint
 lint: $(STATICCHECK) ## staticcheck (pinned, built from the module proxy).
 	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags chaos_pending ./test/chaos/
 
 .PHONY: verify-mod
 verify-mod: ## Fail when go.mod/go.sum are not tidy.
