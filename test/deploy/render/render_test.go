@@ -67,16 +67,17 @@ func TestServiceAccountReferencesResolve(t *testing.T) {
 		"config/quickstart": func() ([]*unstructured.Unstructured, error) { return Kustomize(root, "config/quickstart") },
 		"chart":             func() ([]*unstructured.Unstructured, error) { return Helm(root) },
 		"overlay of config/quickstart with an object of its own": func() ([]*unstructured.Unstructured, error) {
-			objs, err := KustomizeOverlay(root, dir, []string{"config/quickstart"}, nil)
+			// The overlay's own file sits beside its kustomization.yaml, as a user's would.
+			if _, err := KustomizeOverlay(root, dir, []string{"config/quickstart"}, nil); err != nil {
+				return nil, err
+			}
+			k, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 			if err != nil {
 				return nil, err
 			}
-			// KustomizeOverlay wrote kustomization.yaml; add the user's own file and build again.
-			k, _ := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 			if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), append(k, []byte("- mine.yaml\n")...), 0o644); err != nil {
 				return nil, err
 			}
-			_ = objs
 			return Kustomize(root, dir)
 		},
 	}
