@@ -131,6 +131,9 @@ func run(ctx context.Context, o options) error {
 		CRDDirectoryPaths:     []string{o.crdDir},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: o.assets,
+		// etcd replaying a state dir on a busy machine takes longer than envtest's 20 s default;
+		// a retry would log an ERROR at every restart of the stack.
+		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
 	// A fixed data dir keeps Agents and policies across restarts of the stack.
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
