@@ -58,9 +58,9 @@ func resume(ctx context.Context, t *testing.T, f *fleet, convs []openConversatio
 	}
 }
 
-// The broker restarts (SIGTERM, 2 s down, start: persistence and dynsec state on its volume)
-// three times under load, each time with conversations waiting in input-required; they are
-// answered after the restart and must complete.
+// The broker restarts three times under load (SIGTERM, then a crash with SIGKILL, then SIGTERM;
+// 2 s down each time; persistence and dynsec state on its volume), each time with conversations
+// waiting in input-required; they are answered after the restart and must complete.
 func TestBrokerRestartMidConversation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -69,21 +69,21 @@ func TestBrokerRestartMidConversation(t *testing.T) {
 	l := f.startLoad(4)
 	started := time.Now()
 	var lastFault time.Time
-	for round := range 3 {
+	for round, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL, syscall.SIGTERM} {
 		convs := openConversations(ctx, t, f, 5)
 		time.Sleep(2 * time.Second)
-		broker.StopContainer("mosquitto", syscall.SIGTERM)
+		broker.StopContainer("mosquitto", sig)
 		time.Sleep(2 * time.Second)
 		lastFault = time.Now()
 		if err := broker.StartContainer(ctx, "mosquitto"); err != nil {
 			t.Fatal(err)
 		}
 		took := f.waitServing(ctx, 2*time.Minute)
-		t.Logf("round %d: both agents answer %.1fs after the broker came back", round+1, took.Seconds())
+		t.Logf("round %d (%s): both agents answer %.1fs after the broker came back", round+1, sig, took.Seconds())
 		resume(ctx, t, f, convs)
 		time.Sleep(3 * time.Second)
 	}
-	rep := l.stop("broker restart ×3 mid-conversation", started, lastFault)
+	rep := l.stop("broker restart ×3 (SIGTERM, SIGKILL, SIGTERM) mid-conversation", started, lastFault)
 	rep.check(t)
 	f.checkNoFrozenProcess(ctx)
 }
