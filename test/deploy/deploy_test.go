@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -251,5 +252,59 @@ func checkHealthy(ctx context.Context, t *testing.T, s *installed.Stack) {
 		t.Errorf("leader election Lease: %v", err)
 	} else if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 		t.Errorf("leader election Lease has no holder")
+	}
+}
+
+// The Dockerfile's build stage compiles with only what it copies into the image: the test
+// copies exactly the sources its COPY lines name into an empty folder and runs its build command
+// there (as `docker build` would, minus the base image), so a new dependency outside those
+// folders fails here instead of in the image build that cannot run on this machine.
+func TestDockerfileBuildStageBuildsFromItsCopies(t *testing.T) {
+	root, err := render.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.TempDir()
+	copied := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 3 || fields[0] != "COPY" || strings.HasPrefix(fields[1], "--") {
+			continue
+		}
+		dest := fields[len(fields)-1]
+		for _, src := range fields[1 : len(fields)-1] {
+			to := filepath.Join(ctx, dest)
+			if !strings.HasSuffix(dest, "/") || dest == "./" {
+				to = filepath.Join(ctx, dest, filepath.Base(src))
+			}
+			if out, err := exec.Command("cp", "-r", filepath.Join(root, src), to).CombinedOutput(); err != nil {
+				t.Fatalf("COPY %s %s: %v %s", src, dest, err, out)
+			}
+			copied++
+		}
+	}
+	if copied < 3 {
+		t.Fatalf("found only %d COPY sources in the Dockerfile", copied)
+	}
+	// The RUN line's command, with the image's /out replaced by a folder here.
+	out := t.TempDir()
+	args := []string{"build", "-trimpath", "-ldflags=-s -w", "-o", out + "/", "./cmd/manager", "./cmd/conversation-service"}
+	if !strings.Contains(string(data), localcluster.DockerfileBuild) {
+		t.Fatalf("the Dockerfile's build command is not %q", localcluster.DockerfileBuild)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = ctx
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOTOOLCHAIN=local")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the Dockerfile's build fails with only its COPY sources: %v\n%s", err, b)
+	}
+	for _, bin := range []string{"manager", "conversation-service"} {
+		if _, err := os.Stat(filepath.Join(out, bin)); err != nil {
+			t.Errorf("the build made no %s: %v", bin, err)
+		}
 	}
 }
