@@ -32,6 +32,7 @@ for tool in docker "$KIND" "$KUBECTL" go make; do
 done
 docker info >/dev/null 2>&1 || { echo "kind-e2e: no Docker engine reachable" >&2; exit 1; }
 [[ -x "$KUSTOMIZE" ]] || make "$KUSTOMIZE"
+KUSTOMIZE="$(cd "$(dirname "$KUSTOMIZE")" && pwd)/$(basename "$KUSTOMIZE")"
 
 created=0
 if ! "$KIND" get clusters | grep -qx "$CLUSTER"; then
@@ -58,8 +59,8 @@ make docker-build IMG="$IMG" SERVICE_IMG="$SERVICE_IMG"
 
 echo "== install config/quickstart"
 cp -r config "$work/config"
-(cd "$work/config/manager" && "$OLDPWD/$KUSTOMIZE" edit set image "controller=$IMG")
-(cd "$work/config/conversation-service" && "$OLDPWD/$KUSTOMIZE" edit set image "conversation-service=$SERVICE_IMG")
+(cd "$work/config/manager" && "$KUSTOMIZE" edit set image "controller=$IMG")
+(cd "$work/config/conversation-service" && "$KUSTOMIZE" edit set image "conversation-service=$SERVICE_IMG")
 "$KUSTOMIZE" build "$work/config/quickstart" >"$work/quickstart.yaml"
 "$KUBECTL" apply --server-side -f "$work/quickstart.yaml"
 for d in controller-manager mosquitto conversation-service; do
