@@ -58,6 +58,14 @@ test: verify tools-test ## Every check and test: verify, then unit, envtest, bro
 	echo "$$(grep -c -E '^\s*--- PASS' $(LOCALBIN)/test.log) passed, $$(grep -c -E '^\s*--- FAIL' $(LOCALBIN)/test.log) failed, $$(grep -c -E '^\s*--- SKIP' $(LOCALBIN)/test.log) skipped"; \
 	exit $$rc
 
+.PHONY: test-deploy
+test-deploy: tools-test $(KUSTOMIZE) $(HELM) ## Deployment e2e only: the quickstart, the chart and TLS, run as processes with ServiceAccount tokens (test/deploy).
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" go test ./test/deploy/... -count=1 -timeout 15m -v
+
+.PHONY: test-chaos
+test-chaos: tools-test $(KUSTOMIZE) ## Chaos suite only (test/chaos, docs/reliability.md).
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" go test ./test/chaos/ -count=1 -timeout 20m -v
+
 .PHONY: test-chaos-pending
 test-chaos-pending: tools-test ## Chaos scenarios that wait for fixes from other branches (docs/reliability.md): broker state loss, credential rotation, service readiness.
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
