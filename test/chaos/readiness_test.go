@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -16,9 +16,11 @@ import (
 // readinessGrace is the operator's --broker-readiness-grace default.
 const readinessGrace = 30 * time.Second
 
-// unready reports whether a probe error is the endpoint saying "not ready" (HTTP 503), as opposed
-// to a probe that could not get an answer in time on a loaded machine.
-func unready(err error) bool { return err != nil && strings.Contains(err.Error(), ": 503") }
+// notReadyAnswer is a probe error that is the endpoint's answer (controller-runtime's healthz
+// says 500, the service 503), as opposed to no answer in time on a loaded machine.
+var notReadyAnswer = regexp.MustCompile(`GET \S+: 5[0-9][0-9]`)
+
+func unready(err error) bool { return err != nil && notReadyAnswer.MatchString(err.Error()) }
 
 // waitProbe polls a pod's readiness probe until it reports want (true: ready).
 func waitProbe(ctx context.Context, p *localcluster.Pod, want bool, timeout time.Duration) (time.Duration, error) {
