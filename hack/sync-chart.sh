@@ -3,7 +3,7 @@
 # sources, so that the chart installs exactly the CRDs and operator RBAC that controller-gen
 # produced (kubebuilder's helm plugin does the same from config/):
 #   config/crd/bases/*.yaml -> charts/a2a-fleet/templates/crd/*.yaml   (behind .Values.crd.enable)
-#   config/rbac/{role,leader_election_role}.yaml, config/conversation-service/role.yaml
+#   config/rbac/*role.yaml (not the bindings), config/conversation-service/role.yaml
 #                           -> charts/a2a-fleet/templates/{rbac,conversation-service}/ (names prefixed)
 #   config/mosquitto/{mosquitto,plain,tls/tls}.conf -> charts/a2a-fleet/files/
 # `make manifests` runs it; `make verify` fails when the committed chart differs.
@@ -71,6 +71,10 @@ for f in config/mosquitto/mosquitto.conf config/mosquitto/plain.conf config/mosq
 	cp "$f" "charts/a2a-fleet/files/$(basename "$f")"
 done
 
-templatize config/rbac/role.yaml "$chart/rbac/role.yaml" .Values.rbac.enable
-templatize config/rbac/leader_election_role.yaml "$chart/rbac/leader_election_role.yaml" .Values.rbac.enable
+# Every role of config/rbac (the generated manager role, leader election, and the roles for users
+# such as an editor and a viewer), not the bindings.
+rm -f "$chart"/rbac/*role.yaml
+for src in config/rbac/*role.yaml; do
+	templatize "$src" "$chart/rbac/$(basename "$src")" .Values.rbac.enable
+done
 templatize config/conversation-service/role.yaml "$chart/conversation-service/role.yaml" "and .Values.rbac.enable .Values.conversationService.enable"
