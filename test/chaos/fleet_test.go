@@ -178,9 +178,10 @@ func (f *fleet) waitServing(ctx context.Context, timeout time.Duration) time.Dur
 	return time.Since(start)
 }
 
-// journals reads every execution the chaos agents recorded: message id -> executions.
-func (f *fleet) journals() map[string]int {
-	out := map[string]int{}
+// journals reads every execution the chaos agents recorded: message id -> "pod time task" of each
+// execution.
+func (f *fleet) journals() map[string][]string {
+	out := map[string][]string{}
 	for _, w := range f.workloads {
 		for _, p := range w.AllPods() {
 			data, err := os.ReadFile(filepath.Join(p.VolumeDir("journal"), "journal"))
@@ -190,7 +191,7 @@ func (f *fleet) journals() map[string]int {
 			for _, line := range strings.Split(string(data), "\n") {
 				fields := strings.Fields(line)
 				if len(fields) >= 3 {
-					out[fields[2]]++
+					out[fields[2]] = append(out[fields[2]], p.Name+" "+fields[0]+" task "+fields[1])
 				}
 			}
 		}

@@ -213,9 +213,10 @@ func (l *load) stop(name string, started time.Time, lastFault time.Time) report 
 			rep.errors[r.outcome+": "+shorten(r.err)]++
 		}
 	}
-	for id, n := range l.f.journals() {
-		if l.ledger.msgIDs[id] && n > 1 {
-			rep.duplicated += n - 1
+	for id, runs := range l.f.journals() {
+		if l.ledger.msgIDs[id] && len(runs) > 1 {
+			rep.duplicated += len(runs) - 1
+			rep.errors[fmt.Sprintf("duplicated: message %s executed %d times: %s", id, len(runs), strings.Join(runs, "; "))]++
 		}
 	}
 	return rep

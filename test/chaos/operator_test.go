@@ -37,7 +37,7 @@ func (f *fleet) leader(ctx context.Context) *localcluster.Pod {
 	return nil
 }
 
-// A rollout of 30 new Agents is under way when the leading operator replica is killed with
+// A rollout of 100 new Agents is under way when the leading operator replica is killed with
 // SIGKILL (the kubelet restarts it); the other replica takes the lease over and every Agent
 // becomes Ready, while the load on the existing agents loses nothing.
 func TestOperatorKilledDuringRollout(t *testing.T) {
@@ -48,7 +48,7 @@ func TestOperatorKilledDuringRollout(t *testing.T) {
 	started := time.Now()
 	time.Sleep(2 * time.Second)
 
-	const n = 30
+	const n = 100
 	var b strings.Builder
 	for i := range n {
 		fmt.Fprintf(&b, `apiVersion: a2a.fleet.dev/v1alpha1
