@@ -58,6 +58,7 @@ func TestBrokerRestartWithEmptyState(t *testing.T) {
 	t.Logf("broker %s started on an empty volume (dynsec initialised again) %.1fs after the old one went", broker.Name, time.Since(fault).Seconds())
 	f.waitServing(ctx, 2*time.Minute)
 	t.Logf("both agents answer %.1fs after the broker lost its state", time.Since(fault).Seconds())
+	time.Sleep(5 * time.Second) // traffic after the recovery counts too
 	rep := l.stop("broker restart with empty state (new volume)", started, fault)
 	rep.check(t)
 	f.checkNoFrozenProcess(ctx)
@@ -112,6 +113,7 @@ func TestCredentialRotationUnderTraffic(t *testing.T) {
 	}
 	f.waitServing(ctx, 2*time.Minute)
 	t.Logf("both agents answer %.1fs after the rotation", time.Since(fault).Seconds())
+	time.Sleep(5 * time.Second) // traffic after the recovery counts too
 	rep := l.stop("credential rotation of both agents under traffic", started, fault)
 	rep.check(t)
 	f.checkNoFrozenProcess(ctx)
