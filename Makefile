@@ -10,10 +10,20 @@ LOCALBIN := $(CURDIR)/bin
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
 STATICCHECK_VERSION ?= v0.8.2
+HELM_VERSION ?= v3.22.0
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE := $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 STATICCHECK := $(LOCALBIN)/staticcheck-$(STATICCHECK_VERSION)
+HELM := $(LOCALBIN)/helm-$(HELM_VERSION)
+# The images of the Dockerfile's two targets (manager, conversation-service), as the manifests
+# (config/manager, config/conversation-service) and the chart name them.
 IMG ?= a2a-fleet/operator:dev
+SERVICE_IMG ?= a2a-fleet/conversation-service:dev
+# Kubernetes version the chart is rendered for in verify (the control plane the tests run).
+CHART_KUBE_VERSION ?= 1.37.2
+# Broker of `make dev`: embedded (mochi-mqtt in the devstack process) or mosquitto (a local
+# Mosquitto with dynsec, started by hack/dev-mosquitto.sh).
+BROKER ?= embedded
 # Generous ceiling for the whole suite; it takes a few minutes (docs/development.md).
 TEST_TIMEOUT ?= 25m
 
@@ -26,20 +36,40 @@ help: ## Show this help.
 ##@ Quick start
 
 .PHONY: dev
-dev: control-plane ## Run the local stack: control plane + CRDs + operator (Ctrl-C stops it; state in bin/dev).
+dev: control-plane ## Local stack: control plane, CRDs, MQTT broker (BROKER=embedded|mosquitto), operator, conversation service, samples + example agents (Ctrl-C stops; state in bin/dev).
+ifeq ($(BROKER),embedded)
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" go run ./cmd/devstack --state-dir bin/dev
+else ifeq ($(BROKER),mosquitto)
+	@hack/install-mosquitto.sh >/dev/null
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" hack/dev-mosquitto.sh bin/dev
+else
+	@echo "BROKER must be embedded or mosquitto, not '$(BROKER)'"; exit 2
+endif
 
 .PHONY: test
-test: verify tools-test ## Run every check and test: generated files, gofmt, vet, manifests, unit + envtest + broker tests.
+test: verify tools-test ## Every check and test: verify, then unit, envtest, broker, e2e, deployment (test/deploy) and chaos (test/chaos) suites.
 	@mkdir -p $(LOCALBIN)
 	@# -v so that the suites' evidence lines (which apiserver, how many broker decisions) show; the
 	@# summary keeps the log readable, and a failure prints the whole output of the run.
 	@rc=0; KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
 		go test ./... -count=1 -timeout $(TEST_TIMEOUT) -v > $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
 	if [ $$rc -ne 0 ]; then grep -v -E '^=== (RUN|PAUSE|CONT|NAME)' $(LOCALBIN)/test.log; fi; \
-	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|ACL matrix:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
+	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|localcluster: kube-apiserver|ACL matrix:|chaos result:|audit log:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
 	echo "$$(grep -c -E '^\s*--- PASS' $(LOCALBIN)/test.log) passed, $$(grep -c -E '^\s*--- FAIL' $(LOCALBIN)/test.log) failed, $$(grep -c -E '^\s*--- SKIP' $(LOCALBIN)/test.log) skipped"; \
 	exit $$rc
+
+.PHONY: test-deploy
+test-deploy: tools-test $(KUSTOMIZE) $(HELM) ## Deployment e2e only: the quickstart, the chart and TLS, run as processes with ServiceAccount tokens (test/deploy).
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" go test ./test/deploy/... -count=1 -timeout 15m -v
+
+.PHONY: test-chaos
+test-chaos: tools-test $(KUSTOMIZE) ## Chaos suite only (test/chaos, docs/reliability.md).
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" go test ./test/chaos/ -count=1 -timeout 20m -v
+
+.PHONY: test-chaos-pending
+test-chaos-pending: tools-test ## Chaos scenarios that wait for fixes from other branches (docs/reliability.md): broker state loss, credential rotation, service readiness.
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
+		go test -tags chaos_pending ./test/chaos/ -run 'TestBrokerRestartWithEmptyState|TestCredentialRotationUnderTraffic|TestServiceReadinessFollowsTheBroker' -count=1 -timeout 20m -v
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end suite against the cluster in KUBECONFIG (operator, service and broker deployed there, e.g. hack/kind-e2e.sh).
@@ -48,22 +78,23 @@ test-e2e: ## End-to-end suite against the cluster in KUBECONFIG (operator, servi
 ##@ Development
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRDs and RBAC role from the kubebuilder markers.
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and RBAC role from the kubebuilder markers, and the chart's copies of them.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	hack/sync-chart.sh
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: verify
-verify: verify-generated fmt-check vet lint verify-mod verify-kustomize ## Static checks that CI runs before the tests.
+verify: verify-generated fmt-check vet lint verify-mod verify-kustomize verify-chart ## Static checks that CI runs before the tests.
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail when generated files differ from what is committed.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
 		echo "Generated files are out of date; run 'make manifests generate' and commit:"; \
-		git status --porcelain -- api config; git --no-pager diff --stat -- api config; exit 1; fi
+		git status --porcelain -- api config charts; git --no-pager diff --stat -- api config charts; exit 1; fi
 
 .PHONY: fmt
 fmt: ## gofmt every Go file.
@@ -74,20 +105,38 @@ fmt-check: ## Fail when a Go file is not gofmt-clean.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: vet
-vet: ## go vet.
+vet: ## go vet (also of the chaos scenarios behind the chaos_pending tag).
 	go vet ./...
+	go vet -tags chaos_pending ./test/chaos/
 
 .PHONY: lint
 lint: $(STATICCHECK) ## staticcheck (pinned, built from the module proxy).
 	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags chaos_pending ./test/chaos/
 
 .PHONY: verify-mod
 verify-mod: ## Fail when go.mod/go.sum are not tidy.
 	@go mod tidy -diff || { echo "go.mod is not tidy: run 'go mod tidy' and commit"; exit 1; }
 
 .PHONY: verify-kustomize
-verify-kustomize: $(KUSTOMIZE) ## Render config/default to make sure the install manifests build.
-	$(KUSTOMIZE) build config/default > /dev/null
+verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS component, mosquitto, conversation-service).
+	@for dir in config/default config/quickstart config/mosquitto config/conversation-service; do \
+		$(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed"; exit 1; }; done
+	@# A component is rendered through an overlay that uses it, as a user's would.
+	@tmp=$(LOCALBIN)/.verify-quickstart-tls; mkdir -p $$tmp; \
+		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/quickstart/tls]\n' > $$tmp/kustomization.yaml; \
+		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/quickstart/tls failed"; exit 1; }
+
+.PHONY: verify-chart
+verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-fleet, with the defaults and with every option on.
+	$(HELM) lint --strict charts/a2a-fleet --kube-version $(CHART_KUBE_VERSION)
+	$(HELM) lint --strict charts/a2a-fleet --kube-version $(CHART_KUBE_VERSION) $(CHART_ALL_OPTIONS)
+	$(HELM) template a2a-fleet charts/a2a-fleet --namespace a2a-fleet-system --kube-version $(CHART_KUBE_VERSION) > /dev/null
+	$(HELM) template a2a-fleet charts/a2a-fleet --namespace a2a-fleet-system --kube-version $(CHART_KUBE_VERSION) $(CHART_ALL_OPTIONS) > /dev/null
+
+CHART_ALL_OPTIONS := --set mosquitto.tls.enabled=true,broker.tls.caSecret=a2a-fleet-mosquitto-tls,broker.tls.clientCertificate=true \
+	--set conversationService.persistence.enabled=true,tracing.otlpEndpoint=http://otel-collector:4318 \
+	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,mosquitto.extraConfig=connection_messages\ false
 
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver, etcd and kubectl from source into bin/k8s (cached).
@@ -105,21 +154,23 @@ redis: ## Install redis-server from Debian packages (idempotent).
 tools-test: control-plane mosquitto redis ## Everything the tests need.
 
 .PHONY: build
-build: ## Build the binaries into bin/.
-	go build -o $(LOCALBIN)/manager ./cmd/manager
+build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).
+	go build -o $(LOCALBIN)/ ./cmd/manager ./cmd/conversation-service ./cmd/a2actl ./cmd/devstack
 
 .PHONY: docker-build
-docker-build: ## Build the operator image (needs a Docker engine).
-	docker build -t $(IMG) .
+docker-build: ## Build both images from the Dockerfile: IMG (operator) and SERVICE_IMG (conversation service); needs a Docker engine.
+	docker build --target manager -t $(IMG) .
+	docker build --target conversation-service -t $(SERVICE_IMG) .
 
 .PHONY: deploy
-deploy: $(KUSTOMIZE) ## Install CRDs, RBAC and the operator into the cluster in KUBECONFIG.
+deploy: $(KUSTOMIZE) ## Install config/quickstart (operator, conversation service, Mosquitto) with IMG and SERVICE_IMG into the cluster in KUBECONFIG.
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
-	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
+	cd config/conversation-service && $(KUSTOMIZE) edit set image conversation-service=$(SERVICE_IMG)
+	$(KUSTOMIZE) build config/quickstart | kubectl apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: $(KUSTOMIZE) ## Remove what deploy installed.
-	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
+undeploy: $(KUSTOMIZE) ## Remove what deploy installed (the broker's volume too).
+	$(KUSTOMIZE) build config/quickstart | kubectl delete --ignore-not-found -f -
 
 ##@ Tools (pinned, built from source into bin/)
 
@@ -134,6 +185,13 @@ $(STATICCHECK):
 $(KUSTOMIZE):
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 	mv $(LOCALBIN)/kustomize $@
+
+$(HELM):
+	GOBIN=$(LOCALBIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(LOCALBIN)/helm $@
+
+.PHONY: tools
+tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(STATICCHECK) $(HELM) ## Build the pinned tools (controller-gen, kustomize, staticcheck, helm) into bin/.
 
 ##@ Benchmarks (docs/benchmarks.md)
 

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# End-to-end on a kind cluster (machines with a Docker engine; the project's CI has none, so
-# there the same suite runs against the local envtest control plane: `make test`).
+# End-to-end on a kind cluster, for machines with a Docker engine. The project's CI machines have
+# none: there test/deploy runs the same rendered manifests' binaries as processes against the
+# locally built control plane (docs/development.md).
 #
-# 1. creates a kind cluster (KIND_CLUSTER, default a2a-fleet-e2e),
-# 2. builds the operator and conversation-service images and loads them into it,
-# 3. deploys config/default and config/conversation-service and waits for the rollouts to be
-#    created (the pods need a broker at A2A_BROKER to become Ready; that is not what this checks),
-# 4. scales both Deployments to zero, because the e2e suite runs its own operator and service
-#    in-process against its own loopback brokers (Mosquitto with dynsec and the embedded broker)
-#    and two operators must not reconcile the same Agents,
-# 5. runs `go test ./test/e2e/` with E2E_USE_EXISTING_CLUSTER=1 and KUBECONFIG pointing at kind.
+# 1. creates a kind cluster (KIND_CLUSTER, default a2a-fleet-e2e) unless it exists;
+# 2. runs the e2e suite (test/e2e) against it: the suite brings its own operator, service and
+#    loopback brokers, so it runs before anything is installed (two operators must not reconcile
+#    the same Agents);
+# 3. builds both images from the Dockerfile (`make docker-build`, the names the manifests use) and
+#    loads them into the cluster;
+# 4. installs config/quickstart (operator, conversation service, Mosquitto with dynsec) with
+#    server-side apply and waits until all three Deployments are Available: the manifests' pods
+#    run, nothing is scaled down;
+# 5. applies config/samples, waits until every Agent is Ready, runs the example agents against
+#    the in-cluster broker (kubectl port-forward) with the credentials the operator issued, and
+#    chats with the confirmation agent through the conversation service with a2actl.
+# KEEP_CLUSTER=1 keeps the cluster afterwards (it is deleted only when this script created it).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -17,49 +23,82 @@ CLUSTER="${KIND_CLUSTER:-a2a-fleet-e2e}"
 KIND="${KIND:-kind}"
 KUBECTL="${KUBECTL:-kubectl}"
 KUSTOMIZE="${KUSTOMIZE:-bin/kustomize-v5.8.1}"
-OPERATOR_IMG="${OPERATOR_IMG:-a2a-fleet/operator:e2e}"
-SERVICE_IMG="${SERVICE_IMG:-a2a-fleet/conversation-service:e2e}"
+IMG="${IMG:-a2a-fleet/operator:dev}"
+SERVICE_IMG="${SERVICE_IMG:-a2a-fleet/conversation-service:dev}"
+NS=a2a-fleet-system
 
-for tool in docker "$KIND" "$KUBECTL" go; do
+for tool in docker "$KIND" "$KUBECTL" go make; do
 	command -v "$tool" >/dev/null || { echo "kind-e2e: $tool not found" >&2; exit 1; }
 done
 docker info >/dev/null 2>&1 || { echo "kind-e2e: no Docker engine reachable" >&2; exit 1; }
+[[ -x "$KUSTOMIZE" ]] || make "$KUSTOMIZE"
+KUSTOMIZE="$(cd "$(dirname "$KUSTOMIZE")" && pwd)/$(basename "$KUSTOMIZE")"
 
+created=0
 if ! "$KIND" get clusters | grep -qx "$CLUSTER"; then
 	"$KIND" create cluster --name "$CLUSTER" --wait 120s
+	created=1
 fi
-export KUBECONFIG="$(mktemp)"
-trap 'rm -f "$KUBECONFIG"' EXIT
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	rm -rf "$work"
+	if [[ "$created" == 1 && "${KEEP_CLUSTER:-0}" != 1 ]]; then "$KIND" delete cluster --name "$CLUSTER"; fi
+}
+trap cleanup EXIT
+export KUBECONFIG="$work/kubeconfig"
 "$KIND" get kubeconfig --name "$CLUSTER" >"$KUBECONFIG"
 
-docker build -t "$OPERATOR_IMG" .
-# The repository Dockerfile builds the manager only; the service image reuses its recipe.
-docker build -t "$SERVICE_IMG" -f - . <<'DOCKERFILE'
-FROM golang:1.26 AS build
-WORKDIR /src
-ENV CGO_ENABLED=0 GOTOOLCHAIN=local
-COPY go.mod go.sum ./
-RUN go mod download
-COPY api/ api/
-COPY cmd/ cmd/
-COPY controllers/ controllers/
-COPY internal/ internal/
-COPY pkg/ pkg/
-RUN go build -trimpath -ldflags="-s -w" -o /out/conversation-service ./cmd/conversation-service
-FROM gcr.io/distroless/static:nonroot
-COPY --from=build /out/conversation-service /conversation-service
-USER 65532:65532
-ENTRYPOINT ["/conversation-service"]
-DOCKERFILE
-"$KIND" load docker-image --name "$CLUSTER" "$OPERATOR_IMG" "$SERVICE_IMG"
+echo "== e2e suite against kind"
+E2E_USE_EXISTING_CLUSTER=1 go test ./test/e2e/ -count=1 -timeout 15m -v "$@"
 
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp" "$KUBECONFIG"' EXIT
-"$KUSTOMIZE" build config/default | sed "s|image: controller:latest|image: $OPERATOR_IMG|" >"$tmp/operator.yaml"
-"$KUSTOMIZE" build config/conversation-service | sed "s|image: conversation-service:latest|image: $SERVICE_IMG|" >"$tmp/service.yaml"
-"$KUBECTL" apply --server-side -f "$tmp/operator.yaml"
-"$KUBECTL" apply --server-side -f "$tmp/service.yaml"
-"$KUBECTL" -n a2a-fleet-system get deploy
-"$KUBECTL" -n a2a-fleet-system scale deploy --all --replicas=0
+echo "== images (the Dockerfile's two targets)"
+make docker-build IMG="$IMG" SERVICE_IMG="$SERVICE_IMG"
+"$KIND" load docker-image --name "$CLUSTER" "$IMG" "$SERVICE_IMG"
 
-E2E_USE_EXISTING_CLUSTER=1 go test ./test/e2e/ -count=1 -timeout 10m -v "$@"
+echo "== install config/quickstart"
+cp -r config "$work/config"
+(cd "$work/config/manager" && "$KUSTOMIZE" edit set image "controller=$IMG")
+(cd "$work/config/conversation-service" && "$KUSTOMIZE" edit set image "conversation-service=$SERVICE_IMG")
+"$KUSTOMIZE" build "$work/config/quickstart" >"$work/quickstart.yaml"
+"$KUBECTL" apply --server-side -f "$work/quickstart.yaml"
+for d in controller-manager mosquitto conversation-service; do
+	"$KUBECTL" -n "$NS" rollout status "deploy/a2a-fleet-$d" --timeout 5m
+done
+
+echo "== samples"
+"$KUBECTL" apply --server-side -f config/samples/
+"$KUBECTL" wait --for=condition=Ready agents --all --timeout 3m
+"$KUBECTL" get agents,conversationpolicies
+
+# The broker from the host, for the example agents and a2actl.
+port=18830
+"$KUBECTL" -n "$NS" port-forward svc/a2a-fleet-mosquitto "$port:1883" >"$work/port-forward.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.2; done
+broker="mqtt://127.0.0.1:$port"
+
+secret() { "$KUBECTL" get secret "$1-mqtt-credentials" -o "jsonpath={.data.$2}" | base64 -d; }
+go build -o "$work/" ./examples/confirm ./examples/memory ./examples/echo ./cmd/a2actl
+field() { "$KUBECTL" get agent "$1" -o "jsonpath={$2}"; }
+for agent in echo confirm memory; do
+	id="$(field "$agent" .spec.agentID)"
+	A2A_BROKER="$broker" A2A_ORG="$(field "$agent" .spec.orgID)" A2A_UNIT="$(field "$agent" .spec.unitID)" \
+		A2A_AGENT="${id:-$agent}" A2A_REQUEST_TOPIC="$(field "$agent" .status.topics.delivery)" \
+		A2A_USERNAME="$(secret "$agent" username)" A2A_PASSWORD="$(secret "$agent" password)" \
+		"$work/$agent" >"$work/$agent.log" 2>&1 &
+	pids+=($!)
+done
+
+echo "== chat with acme/demo/confirm through the conversation service"
+export A2A_BROKER="$broker" A2A_AS=acme/demo/console A2A_USERNAME="$(secret console username)" A2A_PASSWORD="$(secret console password)"
+first="$("$work/a2actl" send acme/demo/confirm "rename the staging bucket" --timeout 30s)"
+echo "$first"
+# "task ID (context ID): input-required", then the agent's question.
+read -r task ctx state < <(sed -n 's/^task \([^ ]*\) (context \([^)]*\)): \(.*\)$/\1 \2 \3/p' <<<"$first")
+[[ "$state" == input-required ]] || { echo "kind-e2e: expected input-required, got '$state'" >&2; exit 1; }
+second="$("$work/a2actl" send acme/demo/confirm "go ahead" --task-id "$task" --context-id "$ctx" --timeout 30s)"
+echo "$second"
+grep -q '): completed$' <<<"$second" || { echo "kind-e2e: expected the task to complete" >&2; exit 1; }
+echo "kind-e2e: ok"

@@ -1,7 +1,9 @@
 // Command devstack runs the whole a2a-fleet stack on one machine with no cluster: a real
-// kube-apiserver and etcd (built from source by hack/build-control-plane.sh), the CRDs, and the
-// operator. It writes a kubeconfig so that kubectl works against it, and keeps etcd's data in a
-// folder so that what you apply survives a restart.
+// kube-apiserver and etcd (built from source by hack/build-control-plane.sh), the CRDs, an MQTT v5
+// broker (embedded mochi-mqtt, or a Mosquitto with dynsec: hack/dev-mosquitto.sh), the operator
+// with gating on, the conversation service, and the samples with their example agents. It writes a
+// kubeconfig so that kubectl works against it, and keeps its state in a folder so that what you
+// apply survives a restart.
 package main
 
 import (
@@ -9,13 +11,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -73,15 +79,34 @@ func main() {
 	flag.StringVar(&o.mosquittoAdmin, "mosquitto-admin", "admin", "Dynsec admin username for --mosquitto-url.")
 	flag.StringVar(&o.mosquittoPassword, "mosquitto-admin-password", os.Getenv("MOSQUITTO_ADMIN_PASSWORD"), "Dynsec admin password for --mosquitto-url (or $MOSQUITTO_ADMIN_PASSWORD).")
 	flag.StringVar(&o.samples, "samples", "config/samples", "Apply these manifests at start and run the example agents they name (empty: none).")
-	zapOpts := zap.Options{Development: true}
+	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	ctrl.SetLogger(newLogger(&zapOpts))
 
 	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "devstack:", err)
 		os.Exit(1)
 	}
+}
+
+// newLogger is the one logger of the stack: the operator, the control plane's client (klog), the
+// conversation service and the example agents (slog) all write through it, human-readable, at
+// Info. An expected event (a broker reconnect, a retried conflict) is one line: stack traces only
+// for panics. --zap-log-level=debug shows every reconcile; --zap-stacktrace-level changes the rest.
+func newLogger(opts *zap.Options) logr.Logger {
+	if opts.StacktraceLevel == nil {
+		opts.StacktraceLevel = zapcore.PanicLevel
+	}
+	if opts.Level == nil {
+		opts.Level = zapcore.InfoLevel
+	}
+	log := zap.New(zap.UseFlagOptions(opts), zap.ConsoleEncoder(func(c *zapcore.EncoderConfig) {
+		c.EncodeTime = zapcore.TimeEncoderOfLayout(time.TimeOnly)
+	}))
+	klog.SetLogger(log)
+	slog.SetDefault(slog.New(logr.ToSlogHandler(log)))
+	return log
 }
 
 func run(ctx context.Context, o options) error {
@@ -106,6 +131,9 @@ func run(ctx context.Context, o options) error {
 		CRDDirectoryPaths:     []string{o.crdDir},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: o.assets,
+		// etcd replaying a state dir on a busy machine takes longer than envtest's 20 s default;
+		// a retry would log an ERROR at every restart of the stack.
+		ControlPlaneStartTimeout: 2 * time.Minute,
 	}
 	// A fixed data dir keeps Agents and policies across restarts of the stack.
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
@@ -182,10 +210,14 @@ func run(ctx context.Context, o options) error {
 	}
 
 	kubectl := filepath.Join(o.assets, "kubectl")
+	brokerKind := "embedded mochi-mqtt, ACLs enforced"
+	if o.mosquittoURL != "" {
+		brokerKind = "Mosquitto with the dynamic-security plugin"
+	}
 	fmt.Printf(`
 a2a-fleet local stack is up:
   control plane %s
-  MQTT broker   %s
+  MQTT broker   %s (%s)
   operator, conversation service and the example agents of %s run in this process.
 State: %s (delete it to start from scratch). Stop with Ctrl-C.
 
@@ -200,7 +232,7 @@ console identity of the samples:
   export A2A_BROKER=%s A2A_AS=acme/demo/console A2A_USERNAME=a2a:acme/demo/console
   export A2A_PASSWORD=$(kubectl get secret console-mqtt-credentials -o jsonpath='{.data.password}' | base64 -d)
   go run ./cmd/a2actl chat acme/demo/confirm
-`, cfg.Host, brokerURL, o.samples, stateDir, kubeconfigPath, kubectl, brokerURL)
+`, cfg.Host, brokerURL, brokerKind, o.samples, stateDir, kubeconfigPath, kubectl, brokerURL)
 
 	start := time.Now()
 	select {

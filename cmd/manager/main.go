@@ -4,20 +4,20 @@ package main
 
 import (
 	"cmp"
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -34,14 +34,25 @@ type options struct {
 	leaderElect            bool
 	leaderElectionNS       string
 
-	brokerURL          string
-	brokerAdminSecret  string
-	brokerCAFile       string
-	brokerInsecureTLS  bool
+	broker             brokerOptions
 	brokerResyncPeriod time.Duration
 	workloadBrokerURL  string
 	gate               bool
 	serviceSecret      string
+}
+
+// brokerOptions say how the operator reaches and administers the broker.
+type brokerOptions struct {
+	url string
+	// adminSecret is NAMESPACE/NAME of the dynsec admin's credentials; generateAdminSecret creates
+	// it with a random password when it is missing (a broker installed with the operator).
+	adminSecret         string
+	generateAdminSecret bool
+	// TLS to the broker (tls:// URLs).
+	caFile, clientCertFile, clientKeyFile string
+	insecureSkipVerify                    bool
+	// readinessGrace is how long the broker may be unreachable before /readyz fails (0: never).
+	readinessGrace time.Duration
 }
 
 func main() {
@@ -50,10 +61,14 @@ func main() {
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election Lease (defaults to the pod's namespace).")
-	flag.StringVar(&o.brokerURL, "broker-url", "", "MQTT v5 broker with Mosquitto's dynamic-security plugin (mqtt://host:1883 or tls://host:8883). Empty: run without a broker (Agents report BrokerNotConfigured).")
-	flag.StringVar(&o.brokerAdminSecret, "broker-admin-secret", "", "NAMESPACE/NAME of a Secret with keys username and password of a dynsec admin.")
-	flag.StringVar(&o.brokerCAFile, "broker-ca-file", "", "PEM CA bundle to verify the broker's TLS certificate (tls:// URLs).")
-	flag.BoolVar(&o.brokerInsecureTLS, "broker-insecure-skip-verify", false, "Do not verify the broker's TLS certificate (testing only).")
+	flag.StringVar(&o.broker.url, "broker-url", "", "MQTT v5 broker with Mosquitto's dynamic-security plugin (mqtt://host:1883 or tls://host:8883). Empty: run without a broker (Agents report BrokerNotConfigured).")
+	flag.StringVar(&o.broker.adminSecret, "broker-admin-secret", "", "NAMESPACE/NAME of a Secret with keys username and password of a dynsec admin.")
+	flag.BoolVar(&o.broker.generateAdminSecret, "broker-admin-secret-generate", false, "Create the --broker-admin-secret (username admin, a random password) when it does not exist: for a broker installed with the operator that initialises dynsec from that Secret (config/mosquitto).")
+	flag.StringVar(&o.broker.caFile, "broker-ca-file", "", "PEM CA bundle to verify the broker's TLS certificate (tls:// URLs; default: the system roots).")
+	flag.StringVar(&o.broker.clientCertFile, "broker-client-cert-file", "", "PEM client certificate for a broker that requires mutual TLS (with --broker-client-key-file).")
+	flag.StringVar(&o.broker.clientKeyFile, "broker-client-key-file", "", "PEM private key of --broker-client-cert-file.")
+	flag.BoolVar(&o.broker.insecureSkipVerify, "broker-insecure-skip-verify", false, "Do not verify the broker's TLS certificate (testing only).")
+	flag.DurationVar(&o.broker.readinessGrace, "broker-readiness-grace", 30*time.Second, "/readyz fails once the broker has been unreachable for longer than this (0 disables the broker check).")
 	flag.DurationVar(&o.brokerResyncPeriod, "broker-resync-period", controllers.DefaultResyncPeriod, "How often each registered Agent is checked against the broker (drift repair), ±20% jitter.")
 	flag.StringVar(&o.workloadBrokerURL, "workload-broker-url", "", "Broker URL injected into agent workloads as A2A_BROKER (default: --broker-url).")
 	flag.BoolVar(&o.gate, "gate-governed-agents", false, "Put the conversation service in front of every Agent a ConversationPolicy governs (deploy config/conversation-service with it).")
@@ -61,12 +76,27 @@ func main() {
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := newLogger(&zapOpts)
+	ctrl.SetLogger(log)
 
 	if err := run(o); err != nil {
 		ctrl.Log.Error(err, "manager exited")
 		os.Exit(1)
 	}
+}
+
+// newLogger is the one logger of the process: controller-runtime, client-go (klog) and the broker
+// clients (slog) all write through it. Stack traces only for panics: an error the operator
+// retries (a broker restart, a conflict) is a log line, not a crash report (--zap-stacktrace-level
+// changes it).
+func newLogger(opts *zap.Options) logr.Logger {
+	if opts.StacktraceLevel == nil {
+		opts.StacktraceLevel = zapcore.PanicLevel
+	}
+	log := zap.New(zap.UseFlagOptions(opts))
+	klog.SetLogger(log)
+	slog.SetDefault(slog.New(logr.ToSlogHandler(log)))
+	return log
 }
 
 func run(o options) error {
@@ -89,13 +119,19 @@ func run(o options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	copts := controllers.Options{ResyncPeriod: o.brokerResyncPeriod, WorkloadBrokerURL: cmp.Or(o.workloadBrokerURL, o.brokerURL)}
-	if o.brokerURL != "" {
-		reg, err := dynsecRegistrar(ctx, mgr, o)
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	copts := controllers.Options{ResyncPeriod: o.brokerResyncPeriod, WorkloadBrokerURL: cmp.Or(o.workloadBrokerURL, o.broker.url)}
+	if o.broker.url != "" {
+		reg, err := dynsecRegistrar(ctx, mgr, o.broker)
 		if err != nil {
 			return err
 		}
 		copts.Registrar = reg
+		if err := addBrokerReadiness(mgr, reg.Backend, o.broker.readinessGrace); err != nil {
+			return err
+		}
 		if o.gate {
 			copts.Gating = true
 			ns, name, ok := strings.Cut(o.serviceSecret, "/")
@@ -106,56 +142,22 @@ func run(o options) error {
 				return fmt.Errorf("add service credentials runnable: %w", err)
 			}
 		}
-	} else if o.gate {
-		return errors.New("--gate-governed-agents needs --broker-url")
+	} else {
+		if o.gate {
+			return errors.New("--gate-governed-agents needs --broker-url")
+		}
+		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+			return fmt.Errorf("add ready check: %w", err)
+		}
 	}
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return fmt.Errorf("add health check: %w", err)
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return fmt.Errorf("add ready check: %w", err)
-	}
-	ctrl.Log.Info("starting manager", "leaderElection", o.leaderElect, "broker", o.brokerURL)
+	ctrl.Log.Info("starting manager", "leaderElection", o.leaderElect, "broker", o.broker.url, "gating", copts.Gating)
 	// Start returns when the signal handler cancels ctx (SIGTERM/SIGINT): controllers drain and the
 	// leader lease is released.
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run manager: %w", err)
 	}
 	return nil
-}
-
-// dynsecRegistrar reads the admin credentials (once, through the API server: the cache is not
-// running yet) and returns a registrar that connects on first use.
-func dynsecRegistrar(ctx context.Context, mgr ctrl.Manager, o options) (*registration.Registrar, error) {
-	ns, name, ok := strings.Cut(o.brokerAdminSecret, "/")
-	if !ok || ns == "" || name == "" {
-		return nil, errors.New("--broker-admin-secret must be NAMESPACE/NAME when --broker-url is set")
-	}
-	secret := &corev1.Secret{}
-	if err := mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, secret); err != nil {
-		return nil, fmt.Errorf("read broker admin secret %s: %w", o.brokerAdminSecret, err)
-	}
-	user, pass := string(secret.Data["username"]), string(secret.Data["password"])
-	if user == "" || pass == "" {
-		return nil, fmt.Errorf("broker admin secret %s needs non-empty keys username and password", o.brokerAdminSecret)
-	}
-	var tlsCfg *tls.Config
-	if o.brokerCAFile != "" || o.brokerInsecureTLS {
-		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.brokerInsecureTLS} //nolint:gosec // opt-in flag for tests
-		if o.brokerCAFile != "" {
-			pem, err := os.ReadFile(o.brokerCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("read broker CA file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("broker CA file %s holds no PEM certificate", o.brokerCAFile)
-			}
-			tlsCfg.RootCAs = pool
-		}
-	}
-	return registration.NewDynsec(mgr.GetClient(), o.brokerURL, user, pass, tlsCfg), nil
 }

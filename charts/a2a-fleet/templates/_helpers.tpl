@@ -1,0 +1,39 @@
+{{/* Name prefix of every object: the chart name, as config/ uses (a2a-fleet-...). */}}
+{{- define "a2a-fleet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "a2a-fleet.labels" -}}
+app.kubernetes.io/part-of: a2a-fleet
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* The broker the operator administers: the bundled Mosquitto unless broker.url is set. */}}
+{{- define "a2a-fleet.brokerURL" -}}
+{{- if .Values.broker.url -}}
+{{- .Values.broker.url -}}
+{{- else if .Values.mosquitto.enabled -}}
+mqtt://{{ include "a2a-fleet.name" . }}-mosquitto.{{ .Release.Namespace }}.svc:1883
+{{- else -}}
+{{- fail "set broker.url, or mosquitto.enabled=true for the bundled broker" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "a2a-fleet.workloadBrokerURL" -}}
+{{- default (include "a2a-fleet.brokerURL" .) .Values.broker.workloadURL -}}
+{{- end -}}
+
+{{- define "a2a-fleet.serviceSecret" -}}
+{{ include "a2a-fleet.name" . }}-conversation-service-credentials
+{{- end -}}
+
+{{- define "a2a-fleet.tracingEnv" -}}
+{{- if .Values.tracing.otlpEndpoint }}
+- name: OTEL_TRACES_EXPORTER
+  value: otlp
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .Values.tracing.otlpEndpoint | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `make dev BROKER=mosquitto`: the local stack (cmd/devstack) on a real Mosquitto 2.x with the
+# dynamic-security plugin instead of the embedded broker.
+#
+#   hack/dev-mosquitto.sh STATE_DIR [devstack flags...]
+#
+# The broker runs with the configuration the manifests ship (config/mosquitto/mosquitto.conf:
+# dynsec, persistence, packet size), with the container's paths replaced by STATE_DIR/mosquitto
+# and one listener on 127.0.0.1:${MOSQUITTO_PORT:-1883}. dynsec is initialised once with an admin
+# whose random password is kept in STATE_DIR/mosquitto/admin-password (mode 0600), so identities
+# and retained cards survive restarts like the rest of STATE_DIR. The broker stops with devstack.
+# Needs KUBEBUILDER_ASSETS (make dev sets it) and Mosquitto (hack/install-mosquitto.sh).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+state="${1:?usage: hack/dev-mosquitto.sh STATE_DIR [devstack flags...]}"
+shift
+port="${MOSQUITTO_PORT:-1883}"
+mosquitto="${MOSQUITTO_BIN:-/usr/sbin/mosquitto}"
+# Debian installs the plugin under the multiarch folder.
+plugin="${MOSQUITTO_DYNSEC_PLUGIN:-$(ls /usr/lib/*/mosquitto_dynamic_security.so 2>/dev/null | head -n1)}"
+for f in "$mosquitto" "${plugin:-/usr/lib/<arch>/mosquitto_dynamic_security.so}"; do
+	[[ -e "$f" ]] || { echo "dev-mosquitto: $f not found: run hack/install-mosquitto.sh" >&2; exit 1; }
+done
+command -v mosquitto_ctrl >/dev/null || { echo "dev-mosquitto: mosquitto_ctrl not found (package mosquitto-clients): run hack/install-mosquitto.sh" >&2; exit 1; }
+
+dir="$(mkdir -p "$state/mosquitto" && cd "$state/mosquitto" && pwd)"
+chmod 0700 "$dir"
+if [[ ! -s "$dir/dynamic-security.json" ]]; then
+	umask 077
+	head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$dir/admin-password"
+	mosquitto_ctrl dynsec init "$dir/dynamic-security.json" admin "$(cat "$dir/admin-password")" >/dev/null
+	echo "dev-mosquitto: initialised dynsec in $dir (admin password in $dir/admin-password)"
+fi
+
+# The shipped configuration, with the container's paths and listener replaced for this machine.
+mkdir -p "$dir/listeners"
+printf 'listener %s 127.0.0.1\n' "$port" >"$dir/listeners/plain.conf"
+sed -e "s|/usr/lib/mosquitto_dynamic_security.so|$plugin|" \
+	-e "s|/mosquitto/data|$dir|g" \
+	-e "s|/mosquitto/listeners|$dir/listeners|g" \
+	config/mosquitto/mosquitto.conf >"$dir/mosquitto.conf"
+# Started as root, Mosquitto would switch to the "mosquitto" user, which cannot read STATE_DIR.
+echo "user $(id -un)" >>"$dir/mosquitto.conf"
+
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+	echo "dev-mosquitto: 127.0.0.1:$port is already in use; set MOSQUITTO_PORT" >&2
+	exit 1
+fi
+"$mosquitto" -c "$dir/mosquitto.conf" >"$dir/mosquitto.log" 2>&1 &
+broker=$!
+trap 'kill "$broker" 2>/dev/null; wait "$broker" 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+	kill -0 "$broker" 2>/dev/null || { echo "dev-mosquitto: mosquitto exited:" >&2; cat "$dir/mosquitto.log" >&2; exit 1; }
+	sleep 0.1
+done
+echo "dev-mosquitto: Mosquitto $("$mosquitto" -h 2>&1 | head -n1 | awk '{print $3}') with dynsec on mqtt://127.0.0.1:$port (log: $dir/mosquitto.log)"
+
+MOSQUITTO_ADMIN_PASSWORD="$(cat "$dir/admin-password")" go run ./cmd/devstack --state-dir "$state" \
+	--mosquitto-url "mqtt://127.0.0.1:$port" --mosquitto-admin admin "$@"
