@@ -42,6 +42,11 @@ type Stats struct {
 	// RoundTrips is the number of request/response exchanges (one MQTT
 	// message each way for dynsec).
 	RoundTrips uint64
+	// Kicks is the number of executed commands that disconnected someone,
+	// and KickedUsernames the sum of the usernames each of them named (see
+	// Kick for what each backend can know).
+	Kicks           uint64
+	KickedUsernames uint64
 }
 
 // CommandError is a command the broker refused, with its own words.

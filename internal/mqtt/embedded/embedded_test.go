@@ -126,7 +126,9 @@ func TestAuthenticate(t *testing.T) {
 // The snapshot survives a restart and holds hashes, never passwords.
 func TestSnapshot(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ids.json")
-	testStore(t, path)
+	if err := testStore(t, path).Close(); err != nil { // writes the last round
+		t.Fatal(err)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
