@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -30,7 +31,7 @@ func start(t *testing.T) (*brokertest.Mosquitto, *Backend) {
 	user, pass := m.DynSecAdmin()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := Connect(ctx, Config{URL: m.URL(), Username: user, Password: pass, Timeout: 5 * time.Second})
+	b, err := Connect(ctx, Config{URL: m.URL(), Username: user, Password: pass, Timeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("connect: %v\n%s", err, m.Log())
 	}
