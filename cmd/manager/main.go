@@ -26,6 +26,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
@@ -90,22 +91,19 @@ func run(o options) error {
 	}
 	ctx := ctrl.SetupSignalHandler()
 	copts := controllers.Options{ResyncPeriod: o.brokerResyncPeriod, WorkloadBrokerURL: cmp.Or(o.workloadBrokerURL, o.brokerURL)}
+	readyz := healthz.Checker(healthz.Ping)
 	if o.brokerURL != "" {
-		reg, err := dynsecRegistrar(ctx, mgr, o)
+		broker, err := dynsecBroker(ctx, mgr, o)
 		if err != nil {
 			return err
 		}
-		copts.Registrar = reg
-		if o.gate {
-			copts.Gating = true
-			ns, name, ok := strings.Cut(o.serviceSecret, "/")
-			if !ok {
-				return errors.New("--conversation-service-secret must be NAMESPACE/NAME")
-			}
-			if err := mgr.Add(registration.ServiceCredentialsRunnable(mgr.GetClient(), reg.Backend, client.ObjectKey{Namespace: ns, Name: name})); err != nil {
-				return fmt.Errorf("add service credentials runnable: %w", err)
-			}
+		// The broker connections live as long as the manager (leader only) and report in /readyz.
+		if err := mgr.Add(broker); err != nil {
+			return fmt.Errorf("add broker runtime: %w", err)
 		}
+		copts.Registrar = broker.Registrar()
+		copts.Gating = o.gate
+		readyz = broker.Checker(30 * time.Second)
 	} else if o.gate {
 		return errors.New("--gate-governed-agents needs --broker-url")
 	}
@@ -115,7 +113,7 @@ func run(o options) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
 	ctrl.Log.Info("starting manager", "leaderElection", o.leaderElect, "broker", o.brokerURL)
@@ -127,9 +125,9 @@ func run(o options) error {
 	return nil
 }
 
-// dynsecRegistrar reads the admin credentials (once, through the API server: the cache is not
-// running yet) and returns a registrar that connects on first use.
-func dynsecRegistrar(ctx context.Context, mgr ctrl.Manager, o options) (*registration.Registrar, error) {
+// dynsecBroker reads the admin credentials (once, through the API server: the cache is not
+// running yet) and returns the broker runtime, which connects when the manager starts it.
+func dynsecBroker(ctx context.Context, mgr ctrl.Manager, o options) (*registration.Broker, error) {
 	ns, name, ok := strings.Cut(o.brokerAdminSecret, "/")
 	if !ok || ns == "" || name == "" {
 		return nil, errors.New("--broker-admin-secret must be NAMESPACE/NAME when --broker-url is set")
@@ -157,5 +155,14 @@ func dynsecRegistrar(ctx context.Context, mgr ctrl.Manager, o options) (*registr
 			tlsCfg.RootCAs = pool
 		}
 	}
-	return registration.NewDynsec(mgr.GetClient(), o.brokerURL, user, pass, tlsCfg), nil
+	cfg := registration.BrokerConfig{URL: o.brokerURL, TLS: tlsCfg, Client: mgr.GetClient(), Cache: mgr.GetCache(),
+		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker")}
+	if o.gate {
+		ns, name, ok := strings.Cut(o.serviceSecret, "/")
+		if !ok {
+			return nil, errors.New("--conversation-service-secret must be NAMESPACE/NAME")
+		}
+		cfg.ServiceSecret = &client.ObjectKey{Namespace: ns, Name: name}
+	}
+	return registration.NewDynsecBroker(cfg, dynsec.Config{Username: user, Password: pass})
 }

@@ -28,6 +28,7 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
@@ -136,12 +137,45 @@ func cmpOr(a, b string) string {
 // namespace (named with prefix) that it returns; the operator stops when the test ends.
 func (c *ControlPlane) StartOperator(t testing.TB, ctx context.Context, prefix string, backend acl.Backend, brokerURL string, opts controllers.Options) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	return c.StartOperatorWith(t, ctx, Operator{Prefix: prefix, Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: opts}).Namespace
+}
+
+// Operator configures StartOperatorWith.
+type Operator struct {
+	// Prefix names the operator's fresh namespace.
+	Prefix string
+	// Broker configures the broker runtime (URL and Backend at least; the manager's client,
+	// cache, recorder and log are filled in).
+	Broker registration.BrokerConfig
+	// Controllers are the controllers' options (the Registrar is the broker runtime's).
+	Controllers controllers.Options
+	// DynsecAdmin, when set, makes the broker runtime create and open its own dynsec backend
+	// (as cmd/manager does) instead of using Broker.Backend.
+	DynsecAdmin *dynsec.Config
+	// NoControllers runs only the broker runtime (to test it alone).
+	NoControllers bool
+}
+
+// RunningOperator is a started operator.
+type RunningOperator struct {
+	Namespace string
+	Broker    *registration.Broker
+	Manager   ctrl.Manager
+}
+
+// StartOperatorWith runs the broker runtime and the controllers as cmd/manager does, scoped to
+// a fresh namespace; it stops when the test ends.
+func (c *ControlPlane) StartOperatorWith(t testing.TB, ctx context.Context, o Operator) RunningOperator {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: o.Prefix}}
 	if err := c.Client.Create(ctx, ns); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
 	cacheOpts := controllers.CacheOptions()
 	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns.Name: {}}
+	if o.Broker.ServiceSecret != nil {
+		cacheOpts.DefaultNamespaces[o.Broker.ServiceSecret.Namespace] = cache.Config{}
+	}
 	skip := true // several operators in one process register controllers with the same names
 	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
 		Scheme: c.Scheme, Cache: cacheOpts,
@@ -151,14 +185,30 @@ func (c *ControlPlane) StartOperator(t testing.TB, ctx context.Context, prefix s
 	if err != nil {
 		t.Fatalf("manager: %v", err)
 	}
-	cards, err := registration.NewMQTTCardPublisher(ctx, backend, brokerURL, nil)
-	if err != nil {
-		t.Fatalf("card publisher: %v", err)
+	// The operator's broker side runs as in cmd/manager: a manager runnable.
+	bc := o.Broker
+	bc.Client, bc.Cache, bc.Recorder = mgr.GetClient(), mgr.GetCache(), mgr.GetEventRecorder("a2a-fleet-broker")
+	if bc.Log.GetSink() == nil {
+		bc.Log = ctrl.Log.WithName("broker")
 	}
-	t.Cleanup(func() { _ = cards.Close(context.Background()) })
-	opts.Registrar = &registration.Registrar{Reader: mgr.GetClient(), Backend: backend, Cards: cards, BrokerURL: brokerURL}
-	if err := controllers.Setup(ctx, mgr, opts); err != nil {
-		t.Fatalf("setup: %v", err)
+	var broker *registration.Broker
+	if o.DynsecAdmin != nil {
+		broker, err = registration.NewDynsecBroker(bc, *o.DynsecAdmin)
+	} else {
+		broker, err = registration.NewBroker(bc)
+	}
+	if err != nil {
+		t.Fatalf("broker runtime: %v", err)
+	}
+	if err := mgr.Add(broker); err != nil {
+		t.Fatalf("add broker runtime: %v", err)
+	}
+	if !o.NoControllers {
+		opts := o.Controllers
+		opts.Registrar = broker.Registrar()
+		if err := controllers.Setup(ctx, mgr, opts); err != nil {
+			t.Fatalf("setup: %v", err)
+		}
 	}
 	mctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -169,5 +219,5 @@ func (c *ControlPlane) StartOperator(t testing.TB, ctx context.Context, prefix s
 		}
 	}()
 	t.Cleanup(func() { stop(); <-done })
-	return ns.Name
+	return RunningOperator{Namespace: ns.Name, Broker: broker, Manager: mgr}
 }

@@ -111,7 +111,8 @@ type Backend struct {
 	mutations, reads, roundTrips atomic.Uint64
 	kicks, kickedUsernames       atomic.Uint64
 
-	stop context.CancelFunc // set by Connect
+	stop   context.CancelFunc // set by Connect
+	opened chan struct{}      // closed by Open
 }
 
 // New checks cfg and returns a backend that is not connected yet: Open
@@ -161,6 +162,7 @@ func New(cfg Config) (*Backend, error) {
 		url:     u.Redacted(),
 		nonce:   hex.EncodeToString(nonce[:]),
 		pending: map[string]chan response{},
+		opened:  make(chan struct{}),
 	}, nil
 }
 
@@ -196,6 +198,7 @@ func (b *Backend) open(ctx context.Context, onRefused func(error)) error {
 	if !b.sess.CompareAndSwap(nil, sess) {
 		return errors.New("dynsec: admin connection already open")
 	}
+	close(b.opened)
 	return nil
 }
 
@@ -340,8 +343,10 @@ type callResult struct {
 // in command order. Whoever finds no message in flight becomes the sender
 // until the queue is empty.
 func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, *session.Link, error) {
-	if b.sess.Load() == nil {
-		return nil, nil, ErrNotOpen
+	select {
+	case <-b.opened:
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("%w: %w", ErrNotOpen, ctx.Err())
 	}
 	size := 0
 	for _, c := range cmds {

@@ -50,6 +50,9 @@ type Config struct {
 	// OnReady runs in its own goroutine every time a link becomes ready;
 	// ctx ends when that link goes down (or the session ends).
 	OnReady func(ctx context.Context, l *Link)
+	// OnDown is called when a ready or connecting link drops, before the
+	// reconnect (from autopaho's goroutine: must not block).
+	OnDown func()
 	// OnRefused is called when the broker refuses the CONNECT (CONNACK
 	// reason >= 0x80), e.g. because the user does not exist any more.
 	OnRefused func(error)
@@ -268,6 +271,9 @@ func (s *Session) connectionDown() {
 	old.stop()
 	s.link = newLink(s.ctx)
 	s.log.Info("connection down; reconnecting")
+	if s.cfg.OnDown != nil {
+		s.cfg.OnDown()
+	}
 }
 
 // Await waits until a link is connected and ready and returns it, or fails
