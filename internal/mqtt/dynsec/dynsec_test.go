@@ -244,3 +244,48 @@ func selfSigned(t *testing.T, dir string) (*x509.CertPool, string, string) {
 	pool.AddCert(cert)
 	return pool, certFile, keyFile
 }
+
+// Concurrent callers share control messages (group commit): while one message is in flight the
+// next collects every queued request, each caller gets exactly its own replies, and a refusal
+// reaches only the caller whose command it was.
+func TestConcurrentCallersShareMessages(t *testing.T) {
+	_, b := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 50
+	before := b.Stats().RoundTrips
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			cmd := acl.Command{Op: acl.OpCreateRole, Role: fmt.Sprintf("a2a:gc-%02d", i)}
+			if i == 7 {
+				cmd = acl.Command{Op: acl.OpModifyRole, Role: "a2a:gc-missing"}
+			}
+			errs <- b.Execute(ctx, []acl.Command{cmd})
+		}()
+	}
+	failed := 0
+	for range n {
+		if err := <-errs; err != nil {
+			failed++
+			if !strings.Contains(err.Error(), "a2a:gc-missing") {
+				t.Errorf("a caller got another caller's error: %v", err)
+			}
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d callers failed, want exactly the one with the bad command", failed)
+	}
+	trips := b.Stats().RoundTrips - before
+	t.Logf("%d concurrent single-command calls took %d messages", n, trips)
+	if trips >= n/2 {
+		t.Errorf("%d messages for %d concurrent calls: requests are not sharing messages", trips, n)
+	}
+	st, err := b.Observe(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Roles) != n-1 {
+		t.Errorf("%d roles created, want %d", len(st.Roles), n-1)
+	}
+}

@@ -198,3 +198,65 @@ func TestMaxPacketSize(t *testing.T) {
 		t.Fatal("oversized packet did not end the connection")
 	}
 }
+
+// PBKDF2 runs once per credential change and only for the snapshot, never while Execute or a
+// CONNECT waits: in memory a keyed digest answers. A credential loaded from a snapshot is
+// verified with PBKDF2 once, then its digest is cached; a new password replaces the cache.
+func TestPasswordHashingOffTheHotPath(t *testing.T) {
+	mem := testStore(t, "")
+	cred := mem.creds["a2a:u"]
+	if len(cred.Hash) != 0 || cred.pending != "" || cred.digest == nil {
+		t.Fatalf("in-memory store: want a digest and no PBKDF2 work, got hash=%d pending=%v", len(cred.Hash), cred.pending != "")
+	}
+
+	path := filepath.Join(t.TempDir(), "ids.json")
+	s := testStore(t, path)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.creds["a2a:u"]; len(c.Hash) == 0 || c.pending != "" {
+		t.Fatal("the snapshot writer did not hash the pending password")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := NewStore(StoreConfig{SnapshotPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	loaded := s2.creds["a2a:u"]
+	if loaded.digest != nil {
+		t.Fatal("a loaded credential cannot have a digest before a CONNECT")
+	}
+	if s2.authenticate("a2a:u", "wrong", "x") || loaded.digest != nil {
+		t.Fatal("a wrong password was accepted or cached")
+	}
+	if !s2.authenticate("a2a:u", "user-secret-pw", "x") || loaded.digest == nil {
+		t.Fatal("a verified password was not cached")
+	}
+	if !s2.authenticate("a2a:u", "user-secret-pw", "x") || s2.authenticate("a2a:u", "wrong", "x") {
+		t.Fatal("cached digest answers wrongly")
+	}
+	if err := acl.SetPassword(context.Background(), s2, "a2a:u", "rotated"); err != nil {
+		t.Fatal(err)
+	}
+	if s2.authenticate("a2a:u", "user-secret-pw", "x") || !s2.authenticate("a2a:u", "rotated", "x") {
+		t.Fatal("the old password survived a rotation")
+	}
+}
+
+func BenchmarkAuthenticate(b *testing.B) {
+	s, err := NewStore(StoreConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Execute(context.Background(), []acl.Command{{Op: acl.OpCreateClient, Username: "a2a:u", Password: "pw"}}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if !s.authenticate("a2a:u", "pw", "x") {
+			b.Fatal("refused")
+		}
+	}
+}
