@@ -455,11 +455,6 @@ func startOperator(t *testing.T, ctx context.Context, backend acl.Backend, broke
 	return startOperatorWithResync(t, ctx, backend, brokerURL, 0)
 }
 
-// startOperatorFor is startOperator for benchmarks.
-func startOperatorFor(b *testing.B, ctx context.Context, backend acl.Backend, brokerURL string) string {
-	return startOperatorWithResync(b, ctx, backend, brokerURL, 0)
-}
-
 func startOperatorWithResync(t testing.TB, ctx context.Context, backend acl.Backend, brokerURL string, resync time.Duration) string {
 	return startOperatorWith(t, ctx, backend, brokerURL, controllers.Options{ResyncPeriod: resync})
 }

@@ -154,6 +154,9 @@ type Operator struct {
 	DynsecAdmin *dynsec.Config
 	// NoControllers runs only the broker runtime (to test it alone).
 	NoControllers bool
+	// Config, when set, replaces the control plane's config for the operator's manager (e.g.
+	// with a transport that counts the operator's requests).
+	Config *rest.Config
 }
 
 // RunningOperator is a started operator.
@@ -177,7 +180,11 @@ func (c *ControlPlane) StartOperatorWith(t testing.TB, ctx context.Context, o Op
 		cacheOpts.DefaultNamespaces[o.Broker.ServiceSecret.Namespace] = cache.Config{}
 	}
 	skip := true // several operators in one process register controllers with the same names
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+	cfg := c.Config
+	if o.Config != nil {
+		cfg = o.Config
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: c.Scheme, Cache: cacheOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: config.Controller{SkipNameValidation: &skip},

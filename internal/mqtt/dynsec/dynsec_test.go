@@ -155,7 +155,8 @@ func TestReconnectWhileWaiting(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		done <- acl.EnsureRole(ctx, b, acl.Role{Name: "a2a:after-crash"})
+		_, err := acl.Apply(ctx, b, acl.Desired{State: acl.NewState([]acl.Role{{Name: "a2a:after-crash"}}, nil, nil)})
+		done <- err
 	}()
 	time.Sleep(300 * time.Millisecond)
 	if err := m.Restart(); err != nil {
@@ -199,7 +200,7 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("connect over TLS: %v\n%s", err, m.Log())
 	}
 	defer b.Close(ctx)
-	if err := acl.EnsureRole(ctx, b, acl.Role{Name: "a2a:tls"}); err != nil {
+	if _, err := acl.Apply(ctx, b, acl.Desired{State: acl.NewState([]acl.Role{{Name: "a2a:tls"}}, nil, nil)}); err != nil {
 		t.Fatal(err)
 	}
 	// Without trusting the CA the handshake fails and Connect says why.
