@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
@@ -169,18 +169,9 @@ func TestMaxPacketSize(t *testing.T) {
 	if !strings.HasPrefix(srv.URL(), "mqtt://127.0.0.1:") {
 		t.Fatalf("URL %q", srv.URL())
 	}
-	conn, err := net.DialTimeout("tcp", srv.Addr(), 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := paho.NewClient(paho.ClientConfig{ClientID: "big", Conn: conn})
+	c := brokertest.MustDial(t, srv.Addr(), brokertest.Options{ClientID: "big", Username: "admin", Password: "admin-pw"}).Paho()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: "big", KeepAlive: 30, CleanStart: true,
-		UsernameFlag: true, Username: "admin", PasswordFlag: true, Password: []byte("admin-pw")})
-	if err != nil || ca.ReasonCode != 0 {
-		t.Fatalf("connect: %v %+v", err, ca)
-	}
 	// mochi enforces the limit but, unlike Mosquitto, does not announce it
 	// in the CONNACK (docs/broker.md).
 	if _, err := c.Publish(ctx, &paho.Publish{Topic: "small", QoS: 1, Payload: make([]byte, 100)}); err != nil {

@@ -31,13 +31,15 @@ type Hook struct {
 	// then skip the subscriber check).
 	server *mqtt.Server
 
-	mu sync.Mutex
+	mu sync.Mutex // guards pending
 	// pending holds, per client, the filters of the SUBSCRIBE being
 	// processed. mochi reports both the subscribe check (topic = filter) and
 	// each delivery (topic = topic name) as OnACLCheck(write=false); a
 	// wildcard or $share filter can only be a subscription, a plain one is
 	// ambiguous only while its SUBSCRIBE is in flight.
 	pending map[*mqtt.Client]map[string]int
+
+	connMu sync.Mutex // guards byUser
 	// byUser holds every authenticated connection by username, so a kick
 	// finds its clients without scanning the server's client list.
 	byUser map[string]map[*mqtt.Client]struct{}
@@ -78,8 +80,8 @@ func (h *Hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	if !h.store.authenticate(user, string(pk.Connect.Password), cl.ID) {
 		return false
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
 	conns := h.byUser[user]
 	if conns == nil {
 		conns = map[*mqtt.Client]struct{}{}
@@ -156,8 +158,10 @@ func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, _ []byte) {
 // OnDisconnect drops any bookkeeping for the client.
 func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	delete(h.pending, cl)
+	h.mu.Unlock()
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
 	user := string(cl.Properties.Username)
 	if conns := h.byUser[user]; conns != nil {
 		delete(conns, cl)
@@ -235,29 +239,53 @@ func (h *Hook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 	return will, nil
 }
 
-// kick disconnects every connection of the given usernames without sending
-// their Wills, as dynsec's mosquitto_kick_client_by_username(..., false)
-// does, and returns the client IDs it disconnected by username.
-func (h *Hook) kick(server *mqtt.Server, usernames []string) map[string][]string {
+// count implements connections.
+func (h *Hook) count() int {
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	return len(h.byUser)
+}
+
+// connected implements connections.
+func (h *Hook) connected(user string) bool {
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	return len(h.byUser[user]) > 0
+}
+
+// each implements connections.
+func (h *Hook) each(fn func(string)) {
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	for u := range h.byUser {
+		fn(u)
+	}
+}
+
+// kick implements connections: it disconnects every connection of the
+// given usernames without sending their Wills, as dynsec's
+// mosquitto_kick_client_by_username(..., false) does, and returns the client
+// IDs it disconnected by username.
+func (h *Hook) kick(usernames []string) map[string][]string {
 	type target struct {
 		user string
 		cl   *mqtt.Client
 	}
 	var targets []target
-	h.mu.Lock()
+	h.connMu.Lock()
 	for _, u := range usernames {
 		for cl := range h.byUser[u] {
 			targets = append(targets, target{u, cl})
 		}
 	}
-	h.mu.Unlock()
+	h.connMu.Unlock()
 	out := map[string][]string{}
 	for _, t := range targets {
 		if t.cl.Closed() {
 			continue
 		}
 		atomic.StoreUint32(&t.cl.Properties.Will.Flag, 0)
-		_ = server.DisconnectClient(t.cl, packets.ErrAdministrativeAction)
+		_ = h.server.DisconnectClient(t.cl, packets.ErrAdministrativeAction)
 		out[t.user] = append(out[t.user], t.cl.ID)
 	}
 	return out

@@ -88,7 +88,7 @@ func (s *Store) Attach(m *mqtt.Server) error {
 	if err := m.AddHook(h, nil); err != nil {
 		return fmt.Errorf("embedded: add ACL hook: %w", err)
 	}
-	s.setKicker(func(users []string) map[string][]string { return h.kick(m, users) })
+	s.setConnections(h)
 	return nil
 }
 

@@ -67,7 +67,7 @@ type Store struct {
 
 	policy *acl.Policy // incremental: Execute syncs only what it touched
 
-	kick                    atomic.Pointer[func(usernames []string) map[string][]string]
+	conns                   atomic.Pointer[connections]
 	mutations, reads, trips atomic.Uint64
 	kicks, kickedUsernames  atomic.Uint64
 
@@ -153,9 +153,79 @@ func (s *Store) Flush() error {
 	return s.snap.flush()
 }
 
-// setKicker installs the function that disconnects clients by username and
-// reports the client IDs it disconnected.
-func (s *Store) setKicker(f func(usernames []string) map[string][]string) { s.kick.Store(&f) }
+// connections is the broker's view of who is connected (the hook), so a kick
+// only looks at live connections.
+type connections interface {
+	// count is the number of connected usernames.
+	count() int
+	// connected reports whether user has a live connection.
+	connected(user string) bool
+	// each calls fn for every connected username (fn must not call back).
+	each(fn func(user string))
+	// kick disconnects every connection of users and returns the client IDs
+	// it closed, by username.
+	kick(users []string) map[string][]string
+}
+
+func (s *Store) setConnections(c connections) { s.conns.Store(&c) }
+
+// kickSet is whom one command disconnects: one client, or the members of
+// username sets captured when the command ran (a group's members, a role's
+// holders: the maps of the store's indexes, read under the store's lock).
+type kickSet struct {
+	user string
+	sets []map[string]struct{}
+}
+
+func userKick(u string) kickSet { return kickSet{user: u} }
+
+func (k kickSet) empty() bool { return k.user == "" && len(k.sets) == 0 }
+
+func (k kickSet) size() int {
+	n := 0
+	for _, m := range k.sets {
+		n += len(m)
+	}
+	return n
+}
+
+func (k kickSet) has(u string) bool {
+	for _, m := range k.sets {
+		if _, ok := m[u]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// live resolves k against the live connections, walking whichever side is
+// smaller: a change to a group of thousands of idle agents costs the number
+// of connected clients, and the other way round.
+func (k kickSet) live(c connections) []string {
+	if k.user != "" {
+		if c.connected(k.user) {
+			return []string{k.user}
+		}
+		return nil
+	}
+	seen := map[string]struct{}{}
+	if k.size() <= c.count() {
+		for _, m := range k.sets {
+			for u := range m {
+				if c.connected(u) {
+					seen[u] = struct{}{}
+				}
+			}
+		}
+	} else {
+		c.each(func(u string) {
+			if k.has(u) {
+				seen[u] = struct{}{}
+			}
+		})
+	}
+	return keys(seen)
+}
 
 // Prefix implements acl.Backend.
 func (s *Store) Prefix() string { return s.cfg.Prefix }
@@ -294,16 +364,25 @@ func (s *Store) Execute(ctx context.Context, cmds []acl.Command) error {
 
 	s.mu.Lock()
 	touched := &touchSet{}
-	targets := make([][]string, len(cmds))
+	kicks := make([]kickSet, len(cmds))
 	var errs []error
 	for i, c := range cmds {
 		msg, kicked := s.apply(c, creds[i], touched)
-		targets[i] = kicked
+		kicks[i] = kicked
 		if msg != "" && !acl.Benign(c.Op, msg) {
 			errs = append(errs, &acl.CommandError{Command: c, Message: msg})
 		}
 	}
 	s.policy.Sync(s.state, touched.names())
+	var targets [][]string
+	if conns := s.conns.Load(); conns != nil {
+		targets = make([][]string, len(cmds))
+		for i, k := range kicks {
+			if !k.empty() {
+				targets[i] = k.live(*conns)
+			}
+		}
+	}
 	s.mu.Unlock()
 	if s.snap != nil {
 		if err := s.snap.changed(); err != nil {
@@ -327,8 +406,8 @@ func (s *Store) disconnect(ctx context.Context, cmds []acl.Command, targets [][]
 		return
 	}
 	var closed map[string][]string
-	if f := s.kick.Load(); f != nil {
-		closed = (*f)(keys(all))
+	if conns := s.conns.Load(); conns != nil {
+		closed = (*conns).kick(keys(all))
 	}
 	for i, t := range targets {
 		k := acl.Kick{Command: cmds[i]}
@@ -379,21 +458,19 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-// holders lists the usernames that hold role directly or through a group.
-func (s *Store) holders(role string) []string {
-	set := map[string]struct{}{}
-	for u := range s.direct[role] {
-		set[u] = struct{}{}
-	}
+// holders are the usernames that hold role directly or through a group.
+func (s *Store) holders(role string) kickSet {
+	k := kickSet{sets: []map[string]struct{}{s.direct[role]}}
 	for g := range s.roleGroups[role] {
-		for u := range s.members[g] {
-			set[u] = struct{}{}
-		}
+		k.sets = append(k.sets, s.members[g])
 	}
-	return keys(set)
+	return k
 }
 
-func (s *Store) memberList(group string) []string { return keys(s.members[group]) }
+// memberSet are the usernames of a group's members.
+func (s *Store) memberSet(group string) kickSet {
+	return kickSet{sets: []map[string]struct{}{s.members[group]}}
+}
 
 func link(idx map[string]map[string]struct{}, key, val string) {
 	m := idx[key]
@@ -469,8 +546,8 @@ func (s *Store) setGroupRoles(group string, refs []acl.RoleRef) {
 }
 
 // apply runs one command (with mu held) and returns dynsec's error text ("" on
-// success) and the usernames the command disconnects.
-func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, []string) {
+// success) and whom the command disconnects.
+func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, kickSet) {
 	st := &s.state
 	switch c.Op {
 	case acl.OpSetDefaultACLAccess:
@@ -479,29 +556,29 @@ func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, []s
 
 	case acl.OpCreateRole:
 		if _, ok := st.Roles[c.Role]; ok {
-			return "Role already exists", nil
+			return "Role already exists", kickSet{}
 		}
 		r := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
 		if err := r.Validate(); err != nil {
-			return "Invalid ACL topic", nil
+			return "Invalid ACL topic", kickSet{}
 		}
 		st.Roles[c.Role] = r
 		t.role(c.Role)
 	case acl.OpModifyRole:
 		r, ok := st.Roles[c.Role]
 		if !ok {
-			return "Role does not exist", nil
+			return "Role does not exist", kickSet{}
 		}
 		nr := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
 		if err := nr.Validate(); err != nil {
-			return "Invalid ACL topic", nil
+			return "Invalid ACL topic", kickSet{}
 		}
 		r.ACLs = nr.ACLs
 		st.Roles[c.Role] = r // like dynsec: no disconnects
 		t.role(c.Role)
 	case acl.OpDeleteRole:
 		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found", nil
+			return "Role not found", kickSet{}
 		}
 		kicked := s.holders(c.Role)
 		delete(st.Roles, c.Role)
@@ -524,16 +601,16 @@ func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, []s
 	case acl.OpAddRoleACL:
 		r, ok := st.Roles[c.Role]
 		if !ok {
-			return "Role not found", nil
+			return "Role not found", kickSet{}
 		}
 		if !c.ACL.Type.Valid() {
-			return "Unknown acltype", nil
+			return "Unknown acltype", kickSet{}
 		}
 		if acl.ValidateFilter(c.ACL.Topic) != nil {
-			return "Invalid ACL topic", nil
+			return "Invalid ACL topic", kickSet{}
 		}
 		if slices.ContainsFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic }) {
-			return "ACL with this topic already exists", nil
+			return "ACL with this topic already exists", kickSet{}
 		}
 		r.ACLs = acl.Canonical(append(slices.Clone(r.ACLs), c.ACL))
 		st.Roles[c.Role] = r
@@ -542,11 +619,11 @@ func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, []s
 	case acl.OpRemoveRoleACL:
 		r, ok := st.Roles[c.Role]
 		if !ok {
-			return "Role not found", nil
+			return "Role not found", kickSet{}
 		}
 		i := slices.IndexFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic })
 		if i < 0 {
-			return "ACL not found", nil
+			return "ACL not found", kickSet{}
 		}
 		r.ACLs = slices.Delete(slices.Clone(r.ACLs), i, i+1)
 		st.Roles[c.Role] = r
@@ -555,19 +632,19 @@ func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, []s
 
 	case acl.OpCreateGroup:
 		if _, ok := st.Groups[c.Group]; ok {
-			return "Group already exists", nil
+			return "Group already exists", kickSet{}
 		}
 		st.Groups[c.Group] = acl.Group{Name: c.Group}
 		t.group(c.Group)
 	case acl.OpDeleteGroup:
 		if _, ok := st.Groups[c.Group]; !ok {
-			return "Group not found", nil
+			return "Group not found", kickSet{}
 		}
-		kicked := s.memberList(c.Group)
+		kicked := s.memberSet(c.Group)
 		s.setGroupRoles(c.Group, nil)
 		delete(st.Groups, c.Group)
 		t.group(c.Group)
-		for _, u := range kicked {
+		for u := range s.members[c.Group] {
 			cl := st.Clients[u]
 			cl.Groups = slices.DeleteFunc(slices.Clone(cl.Groups), func(g string) bool { return g == c.Group })
 			st.Clients[u] = cl
@@ -578,13 +655,13 @@ func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, []s
 	case acl.OpAddGroupRole:
 		g, ok := st.Groups[c.Group]
 		if !ok {
-			return "Group not found", nil
+			return "Group not found", kickSet{}
 		}
 		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found", nil
+			return "Role not found", kickSet{}
 		}
 		if slices.ContainsFunc(g.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
-			return "Group is already in this role", nil
+			return "Group is already in this role", kickSet{}
 		}
 		ref := acl.RoleRef{Name: c.Role, Priority: c.Priority}
 		at, _ := slices.BinarySearchFunc(g.Roles, ref, refCmp)
@@ -592,28 +669,28 @@ func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, []s
 		st.Groups[c.Group] = g
 		link(s.roleGroups, c.Role, c.Group)
 		t.group(c.Group)
-		return "", s.memberList(c.Group)
+		return "", s.memberSet(c.Group)
 	case acl.OpRemoveGroupRole:
 		g, ok := st.Groups[c.Group]
 		if !ok {
-			return "Group not found", nil
+			return "Group not found", kickSet{}
 		}
 		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found", nil
+			return "Role not found", kickSet{}
 		}
 		g.Roles = slices.DeleteFunc(slices.Clone(g.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
 		st.Groups[c.Group] = g
 		unlink(s.roleGroups, c.Role, c.Group)
 		t.group(c.Group)
-		return "", s.memberList(c.Group)
+		return "", s.memberSet(c.Group)
 
 	case acl.OpCreateClient:
 		if _, ok := st.Clients[c.Username]; ok {
-			return "Client already exists", nil
+			return "Client already exists", kickSet{}
 		}
 		for _, g := range c.Groups {
 			if _, ok := st.Groups[g]; !ok {
-				return "Group not found", nil
+				return "Group not found", kickSet{}
 			}
 		}
 		s.putClient(acl.Client{Username: c.Username, ClientID: c.ClientID, Groups: c.Groups})
@@ -624,7 +701,7 @@ func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, []s
 	case acl.OpModifyClient:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found", nil
+			return "Client not found", kickSet{}
 		}
 		// dynsec changes the client ID and password before it looks at the
 		// roles, and keeps those changes when a role is missing.
@@ -635,7 +712,7 @@ func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, []s
 		st.Clients[c.Username] = cl
 		for _, r := range c.Roles {
 			if _, ok := st.Roles[r.Name]; !ok {
-				return "Role not found", []string{c.Username}
+				return "Role not found", userKick(c.Username)
 			}
 		}
 		cl.Roles = c.Roles
@@ -643,91 +720,91 @@ func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, []s
 		cl.Groups = slices.DeleteFunc(slices.Clone(c.Groups), func(g string) bool { _, ok := st.Groups[g]; return !ok })
 		s.putClient(cl)
 		t.client(c.Username)
-		return "", []string{c.Username}
+		return "", userKick(c.Username)
 	case acl.OpDeleteClient:
 		if _, ok := st.Clients[c.Username]; !ok {
-			return "Client not found", nil
+			return "Client not found", kickSet{}
 		}
 		s.dropClientLinks(c.Username)
 		delete(st.Clients, c.Username)
 		delete(s.creds, c.Username)
 		t.client(c.Username)
-		return "", []string{c.Username}
+		return "", userKick(c.Username)
 	case acl.OpSetClientPassword:
 		if c.Password == "" {
-			return "Empty password is not allowed", nil
+			return "Empty password is not allowed", kickSet{}
 		}
 		if _, ok := st.Clients[c.Username]; !ok {
-			return "Client not found", nil
+			return "Client not found", kickSet{}
 		}
 		s.creds[c.Username] = cred
-		return "", []string{c.Username}
+		return "", userKick(c.Username)
 	case acl.OpSetClientID:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found", nil
+			return "Client not found", kickSet{}
 		}
 		cl.ClientID = c.ClientID
 		st.Clients[c.Username] = cl
-		return "", []string{c.Username}
+		return "", userKick(c.Username)
 	case acl.OpAddClientRole:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found", nil
+			return "Client not found", kickSet{}
 		}
 		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found", nil
+			return "Role not found", kickSet{}
 		}
 		if slices.ContainsFunc(cl.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
-			return "Internal error", nil // sic: dynsec 2.0.11's reply for a role the client already has
+			return "Internal error", kickSet{} // sic: dynsec 2.0.11's reply for a role the client already has
 		}
 		cl.Roles = append(slices.Clone(cl.Roles), acl.RoleRef{Name: c.Role, Priority: c.Priority})
 		s.putClient(cl)
 		t.client(c.Username)
-		return "", []string{c.Username}
+		return "", userKick(c.Username)
 	case acl.OpRemoveClientRole:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found", nil
+			return "Client not found", kickSet{}
 		}
 		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found", nil
+			return "Role not found", kickSet{}
 		}
 		cl.Roles = slices.DeleteFunc(slices.Clone(cl.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
 		s.putClient(cl)
 		t.client(c.Username)
-		return "", []string{c.Username}
+		return "", userKick(c.Username)
 	case acl.OpAddGroupClient:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found", nil
+			return "Client not found", kickSet{}
 		}
 		if _, ok := st.Groups[c.Group]; !ok {
-			return "Group not found", nil
+			return "Group not found", kickSet{}
 		}
 		if slices.Contains(cl.Groups, c.Group) {
-			return "Client is already in this group", []string{c.Username}
+			return "Client is already in this group", userKick(c.Username)
 		}
 		cl.Groups = append(slices.Clone(cl.Groups), c.Group)
 		s.putClient(cl)
 		t.client(c.Username)
-		return "", []string{c.Username}
+		return "", userKick(c.Username)
 	case acl.OpRemoveGroupClient:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found", nil
+			return "Client not found", kickSet{}
 		}
 		if _, ok := st.Groups[c.Group]; !ok {
-			return "Group not found", nil
+			return "Group not found", kickSet{}
 		}
 		cl.Groups = slices.DeleteFunc(slices.Clone(cl.Groups), func(g string) bool { return g == c.Group })
 		s.putClient(cl)
 		t.client(c.Username)
-		return "", []string{c.Username}
+		return "", userKick(c.Username)
 	default:
-		return "Unknown command", nil
+		return "Unknown command", kickSet{}
 	}
-	return "", nil
+	return "", kickSet{}
 }
 
 var _ acl.Backend = (*Store)(nil)
