@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,7 +51,8 @@ import (
 //	FLEET_SIZES=1000 go test ./internal/registration -run '^$' -bench FleetRegistrationEmbedded -benchtime 1x
 //
 // FLEET_SIZES (embedded) and MOSQUITTO_FLEET_SIZES override the sizes (FLEET_AGENTS, a single
-// size, is still honoured for both).
+// size, is still honoured for both); FLEET_HEAPPROFILE_DIR writes a heap profile per size once
+// the whole fleet is Ready.
 
 // BenchmarkFleetRegistrationEmbedded runs the fleet on the embedded broker (the operator's own
 // throughput).
@@ -189,6 +192,10 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backe
 
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	if dir := os.Getenv("FLEET_HEAPPROFILE_DIR"); dir != "" {
+		// What is live with the whole fleet Ready (the test's -memprofile only sees the end).
+		writeHeapProfile(b, filepath.Join(dir, fmt.Sprintf("heap-%s-%d.prof", brokerName, n)))
+	}
 	st, err := backend.Observe(ctx, nil)
 	if err != nil {
 		b.Fatalf("observe: %v", err)
@@ -397,6 +404,18 @@ func peakRSSMiB() float64 {
 // resetPeakRSS restarts VmHWM from the current RSS (Linux: "5" to clear_refs), so each fleet
 // size reports its own peak.
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+func writeHeapProfile(b *testing.B, path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatalf("heap profile: %v", err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatalf("heap profile: %v", err)
+	}
+}
 
 func loadAvg() string {
 	raw, err := os.ReadFile("/proc/loadavg")

@@ -95,12 +95,12 @@ type clientSlot struct {
 }
 
 type rolePolicy struct {
-	// per type, in priority order (equal priorities keep given order)
+	// per type, in priority order (equal priorities keep given order); the
+	// literal subscribe/unsubscribe ACLs are looked up by topic first in each
+	// role, before that role's patterns, whatever their priorities (dynsec
+	// keys them by topic; the first in priority order wins). Roles hold a
+	// handful of ACLs, so slices beat maps here, in time and memory.
 	byType [len(aclTypeNames)][]ACL
-	// literal subscribe/unsubscribe ACLs by topic: dynsec looks these up
-	// first in each role, before that role's patterns, whatever their
-	// priorities
-	literal map[ACLType]map[string]ACL
 }
 
 // aclTypeNames indexes rolePolicy.byType (aclTypeOrder gives the index).
@@ -108,22 +108,16 @@ var aclTypeNames = [...]ACLType{PublishClientSend, PublishClientReceive, Subscri
 
 func compileRole(r Role) *rolePolicy {
 	rp := &rolePolicy{}
-	for _, a := range Canonical(r.ACLs) {
-		if a.Type == SubscribeLiteral || a.Type == UnsubscribeLiteral {
-			if rp.literal == nil {
-				rp.literal = map[ACLType]map[string]ACL{}
-			}
-			if rp.literal[a.Type] == nil {
-				rp.literal[a.Type] = map[string]ACL{}
-			}
-			if _, dup := rp.literal[a.Type][a.Topic]; !dup {
-				rp.literal[a.Type][a.Topic] = a
-			}
-			continue
+	acls := Canonical(r.ACLs) // one allocation; the per-type slices share it
+	for i := 0; i < len(acls); {
+		j := i
+		for j < len(acls) && acls[j].Type == acls[i].Type {
+			j++
 		}
-		if i, ok := aclTypeOrder[a.Type]; ok {
-			rp.byType[i] = append(rp.byType[i], a)
+		if t, ok := aclTypeOrder[acls[i].Type]; ok {
+			rp.byType[t] = acls[i:j:j]
 		}
+		i = j
 	}
 	return rp
 }
@@ -455,8 +449,10 @@ func (rp *rolePolicy) check(access Access, topic string) (ACL, bool) {
 		if access == Unsubscribe {
 			lit, pat = UnsubscribeLiteral, UnsubscribePattern
 		}
-		if a, ok := rp.literal[lit][topic]; ok {
-			return a, true
+		for _, a := range rp.byType[aclTypeOrder[lit]] {
+			if a.Topic == topic {
+				return a, true
+			}
 		}
 		for _, a := range rp.byType[aclTypeOrder[pat]] {
 			if SubscriptionCovered(a.Topic, topic) {
