@@ -37,7 +37,7 @@ type cardConn struct {
 	sessReady chan struct{}
 	identWake chan struct{}
 	identErr  atomic.Pointer[error]
-	startedAt time.Time
+	startedAt atomic.Int64 // unix nanos
 
 	mu      sync.Mutex
 	present map[string]bool          // discovery topic → the broker holds a retained card
@@ -77,7 +77,7 @@ func operatorRole() acl.Role {
 }
 
 func (c *cardConn) start(ctx context.Context) {
-	c.startedAt = time.Now()
+	c.startedAt.Store(time.Now().UnixNano())
 	go c.run(ctx)
 }
 
@@ -194,13 +194,14 @@ func (c *cardConn) connect(ctx context.Context) error {
 func (c *cardConn) healthy(grace time.Duration) error {
 	sess := c.sess.Load()
 	if sess == nil {
-		if time.Since(c.startedAt) < grace {
+		since := time.Since(time.Unix(0, c.startedAt.Load()))
+		if since < grace {
 			return nil
 		}
 		if p := c.identErr.Load(); p != nil {
-			return fmt.Errorf("card publisher: operator identity not created after %s: %w", time.Since(c.startedAt).Round(time.Second), *p)
+			return fmt.Errorf("card publisher: operator identity not created after %s: %w", since.Round(time.Second), *p)
 		}
-		return fmt.Errorf("card publisher: not connected after %s", time.Since(c.startedAt).Round(time.Second))
+		return fmt.Errorf("card publisher: not connected after %s", since.Round(time.Second))
 	}
 	return sess.Healthy(grace)
 }

@@ -73,7 +73,6 @@ type Broker struct {
 
 	started atomic.Bool
 	ready   chan struct{} // closed once Start has set things up
-	ctx     context.Context
 
 	cards   *cardConn
 	service *serviceIdentity
@@ -178,7 +177,6 @@ func (b *Broker) Start(ctx context.Context) error {
 	if !b.started.CompareAndSwap(false, true) {
 		return errors.New("registration: broker runtime started twice")
 	}
-	b.ctx = ctx
 	if b.opener != nil {
 		if err := b.opener(ctx); err != nil {
 			return fmt.Errorf("open broker admin connection: %w", err)

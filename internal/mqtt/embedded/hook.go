@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -39,15 +38,18 @@ type Hook struct {
 	// ambiguous only while its SUBSCRIBE is in flight.
 	pending map[*mqtt.Client]map[string]int
 
-	connMu sync.Mutex // guards byUser
+	connMu sync.Mutex // guards byUser and kicked
 	// byUser holds every authenticated connection by username, so a kick
 	// finds its clients without scanning the server's client list.
 	byUser map[string]map[*mqtt.Client]struct{}
+	// kicked are connections being disconnected by a kick: their Will is
+	// dropped in OnWill (writing the client's Will flag races with mochi).
+	kicked map[*mqtt.Client]struct{}
 }
 
 // NewHook returns the hook for s.
 func NewHook(s *Store) *Hook {
-	return &Hook{store: s, pending: map[*mqtt.Client]map[string]int{}, byUser: map[string]map[*mqtt.Client]struct{}{}}
+	return &Hook{store: s, pending: map[*mqtt.Client]map[string]int{}, byUser: map[string]map[*mqtt.Client]struct{}{}, kicked: map[*mqtt.Client]struct{}{}}
 }
 
 // ID implements mqtt.Hook.
@@ -162,6 +164,7 @@ func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	h.mu.Unlock()
 	h.connMu.Lock()
 	defer h.connMu.Unlock()
+	delete(h.kicked, cl)
 	user := string(cl.Properties.Username)
 	if conns := h.byUser[user]; conns != nil {
 		delete(conns, cl)
@@ -225,12 +228,16 @@ func (h *Hook) OnPacketEncode(_ *mqtt.Client, pk packets.Packet) packets.Packet 
 }
 
 // OnWill checks the Will against publishClientSend when it is about to be
-// sent, like Mosquitto; a denied Will is redirected to droppedWillTopic and
+// sent, like Mosquitto; a denied Will, or the Will of a connection a kick
+// ended (dynsec does not send those), is redirected to droppedWillTopic and
 // not retained, so nobody receives it. An allowed Will carries the sender
 // property like any other message.
 func (h *Hook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 	user := string(cl.Properties.Username)
-	if !h.store.allows(user, acl.Publish, will.TopicName) {
+	h.connMu.Lock()
+	_, kicked := h.kicked[cl]
+	h.connMu.Unlock()
+	if kicked || !h.store.allows(user, acl.Publish, will.TopicName) {
 		will.TopicName = droppedWillTopic
 		will.Retain = false
 		return will, nil
@@ -275,16 +282,15 @@ func (h *Hook) kick(usernames []string) map[string][]string {
 	h.connMu.Lock()
 	for _, u := range usernames {
 		for cl := range h.byUser[u] {
-			targets = append(targets, target{u, cl})
+			if !cl.Closed() {
+				targets = append(targets, target{u, cl})
+				h.kicked[cl] = struct{}{}
+			}
 		}
 	}
 	h.connMu.Unlock()
 	out := map[string][]string{}
 	for _, t := range targets {
-		if t.cl.Closed() {
-			continue
-		}
-		atomic.StoreUint32(&t.cl.Properties.Will.Flag, 0)
 		_ = h.server.DisconnectClient(t.cl, packets.ErrAdministrativeAction)
 		out[t.user] = append(out[t.user], t.cl.ID)
 	}
