@@ -56,11 +56,13 @@ type Config struct {
 	// ConnectTimeout bounds Connect's wait for the first connection
 	// (default 10s). A refused CONNACK (bad admin credentials) fails at once.
 	ConnectTimeout time.Duration
-	// MaxBatch is the maximum number of commands per message (default 100);
-	// MaxBatchBytes the maximum JSON size of one (default 256 KiB, keep it
-	// under the broker's max_packet_size). Concurrent callers share
-	// messages: while one is in flight, the next collects every queued
-	// request up to these limits (group commit, no timer).
+	// MaxBatch is the maximum number of commands per message (default 100;
+	// fewer when the broker is slow per command, so that a message stays
+	// within about a third of Timeout); MaxBatchBytes the maximum JSON size
+	// of one (default 256 KiB, keep it under the broker's max_packet_size).
+	// Concurrent callers share messages: while one is in flight, the next
+	// collects every queued request up to these limits (group commit, no
+	// timer).
 	MaxBatch      int
 	MaxBatchBytes int
 	// ListPageSize is the count used when listing (default 1000).
@@ -110,6 +112,7 @@ type Backend struct {
 
 	mutations, reads, roundTrips atomic.Uint64
 	kicks, kickedUsernames       atomic.Uint64
+	cmdCost                      atomic.Int64 // ns per command, see batchLimit
 
 	stop   context.CancelFunc // set by Connect
 	opened chan struct{}      // closed by Open
@@ -182,6 +185,7 @@ func (b *Backend) open(ctx context.Context, onRefused func(error)) error {
 		Password:       func() []byte { return []byte(b.cfg.Password) },
 		ClientID:       b.cfg.ClientID,
 		ConnectTimeout: b.cfg.ConnectTimeout,
+		PacketTimeout:  b.cfg.Timeout,
 		Subscriptions:  []paho.SubscribeOptions{{Topic: ResponseTopic, QoS: 1}},
 		OnMessage:      b.dispatch,
 		OnRefused:      onRefused,
@@ -380,13 +384,14 @@ func (b *Backend) sendQueued() {
 		b.qmu.Lock()
 		var batch []*call
 		n, size := 0, 0
+		limit := b.batchLimit()
 		for len(b.queue) > 0 {
 			c := b.queue[0]
 			if c.ctx.Err() != nil {
 				b.queue = b.queue[1:]
 				continue // its caller has given up
 			}
-			if len(batch) > 0 && (n+len(c.cmds) > b.cfg.MaxBatch || size+c.size > b.cfg.MaxBatchBytes) {
+			if len(batch) > 0 && (n+len(c.cmds) > limit || size+c.size > b.cfg.MaxBatchBytes) {
 				break
 			}
 			batch = append(batch, c)
@@ -448,6 +453,7 @@ func (b *Backend) send(batch []*call) {
 		return
 	}
 	b.roundTrips.Add(1)
+	sent := time.Now()
 	// QoS 1 so a message lost on a dying connection is an error here, and a
 	// refused publish (the user is no admin) shows as PUBACK reason >= 0x80.
 	pr, err := sess.Publish(ctx, &paho.Publish{Topic: ControlTopic, QoS: 1, Payload: payload})
@@ -483,6 +489,7 @@ func (b *Backend) send(batch []*call) {
 			return
 		}
 	}
+	b.observeCost(time.Since(sent), len(cmds))
 	at := 0
 	for _, c := range batch {
 		c.done <- callResult{resps: out[at : at+len(c.cmds)], link: l}
@@ -653,7 +660,8 @@ func (b *Backend) groupMembers(ctx context.Context, groups []string) (acl.State,
 func (b *Backend) batchEnd(wires []wireCmd, start int) int {
 	size := 0
 	end := start
-	for end < len(wires) && end-start < b.cfg.MaxBatch {
+	limit := b.batchLimit()
+	for end < len(wires) && end-start < limit {
 		j, _ := json.Marshal(wires[end])
 		if end > start && size+len(j) > b.cfg.MaxBatchBytes {
 			break
@@ -662,6 +670,37 @@ func (b *Backend) batchEnd(wires []wireCmd, start int) int {
 		end++
 	}
 	return end
+}
+
+// batchLimit is how many commands one message may carry: MaxBatch, or fewer
+// when the broker is slow per command. Mosquitto 2.0.11 rewrites its whole
+// dynsec file after each command and acknowledges a message only after
+// running all of it, so on a large configuration (35 ms per command at 2 500
+// clients, docs/broker.md) a full message would outlast the request
+// timeout; a message is kept to about a third of Timeout at the measured
+// cost per command.
+func (b *Backend) batchLimit() int {
+	cost := time.Duration(b.cmdCost.Load())
+	if cost <= 0 {
+		return b.cfg.MaxBatch
+	}
+	return max(1, min(b.cfg.MaxBatch, int(b.cfg.Timeout/3/cost)))
+}
+
+// observeCost folds one message's time per command into the estimate
+// (exponentially weighted, a quarter for the new sample).
+func (b *Backend) observeCost(elapsed time.Duration, cmds int) {
+	sample := int64(elapsed) / int64(max(1, cmds))
+	for {
+		old := b.cmdCost.Load()
+		next := sample
+		if old > 0 {
+			next = old + (sample-old)/4
+		}
+		if b.cmdCost.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }
 
 // read runs read-only commands (not counted as mutations).

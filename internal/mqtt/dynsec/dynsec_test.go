@@ -290,3 +290,25 @@ func TestConcurrentCallersShareMessages(t *testing.T) {
 		t.Errorf("%d roles created, want %d", len(st.Roles), n-1)
 	}
 }
+
+// A slow broker gets smaller messages: one stays within about a third of the request timeout at
+// the measured cost per command, so a large Mosquitto configuration does not time out.
+func TestBatchLimitFollowsCommandCost(t *testing.T) {
+	b, err := New(Config{URL: "mqtt://127.0.0.1:1", Username: "admin", Timeout: 9 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.batchLimit(); got != 100 {
+		t.Fatalf("no measurement yet: limit %d, want MaxBatch 100", got)
+	}
+	b.observeCost(100*100*time.Millisecond, 100) // 100 ms per command
+	if got := b.batchLimit(); got != 30 {
+		t.Fatalf("100 ms per command with a 9 s timeout: limit %d, want 30", got)
+	}
+	for range 20 {
+		b.observeCost(10*time.Millisecond, 100) // fast again
+	}
+	if got := b.batchLimit(); got != 100 {
+		t.Fatalf("fast broker again: limit %d, want 100", got)
+	}
+}

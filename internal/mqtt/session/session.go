@@ -41,6 +41,11 @@ type Config struct {
 	// KeepAlive (default 30s) and ConnectTimeout (default 10s).
 	KeepAlive      time.Duration
 	ConnectTimeout time.Duration
+	// PacketTimeout bounds paho's wait for an acknowledgement (default 10s).
+	// Mosquitto answers the PUBACK of a $CONTROL message only after the
+	// plugin ran every command in it, which takes seconds on a large dynsec
+	// configuration: the dynsec backend raises it to its request timeout.
+	PacketTimeout time.Duration
 	// Subscriptions are renewed after every (re)connection; the link is
 	// ready only once the broker granted all of them.
 	Subscriptions []paho.SubscribeOptions
@@ -116,6 +121,9 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
+	if cfg.PacketTimeout <= 0 {
+		cfg.PacketTimeout = 10 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -166,7 +174,8 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 			s.log.Debug("connect attempt failed", "err", err)
 		},
 		ClientConfig: paho.ClientConfig{
-			ClientID: cfg.ClientID,
+			ClientID:      cfg.ClientID,
+			PacketTimeout: cfg.PacketTimeout,
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 				func(pr paho.PublishReceived) (bool, error) {
 					if cfg.OnMessage != nil {
