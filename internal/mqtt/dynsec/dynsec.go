@@ -627,31 +627,22 @@ func (b *Backend) groupMembers(ctx context.Context, groups []string) (acl.State,
 	for _, g := range groups {
 		cmds = append(cmds, wireCmd{Command: "getGroup", Groupname: g})
 	}
-	for start := 0; start < len(cmds); start += b.cfg.MaxBatch {
-		end := min(start+b.cfg.MaxBatch, len(cmds))
-		resps, err := b.read(ctx, cmds[start:end])
-		if err != nil {
-			return acl.State{}, err
+	err := b.readEach(ctx, cmds, func(_ wireCmd, data json.RawMessage) error {
+		var d getData
+		if err := json.Unmarshal(data, &d); err != nil || d.Group == nil {
+			return fmt.Errorf("decode getGroup: %w", err)
 		}
-		for i, r := range resps {
-			if r.Error != "" {
-				if notFound(r) {
-					continue
-				}
-				return acl.State{}, fmt.Errorf("getGroup %s: broker refused: %s", cmds[start+i].Groupname, r.Error)
-			}
-			var d getData
-			if err := json.Unmarshal(r.Data, &d); err != nil || d.Group == nil {
-				return acl.State{}, fmt.Errorf("decode getGroup: %w", err)
-			}
-			st.Groups[d.Group.Groupname] = d.Group.model()
-			for _, m := range d.Group.Clients {
-				c := st.Clients[m.Username]
-				c.Username = m.Username
-				c.Groups = append(c.Groups, d.Group.Groupname)
-				st.Clients[m.Username] = c
-			}
+		st.Groups[d.Group.Groupname] = d.Group.model()
+		for _, m := range d.Group.Clients {
+			c := st.Clients[m.Username]
+			c.Username = m.Username
+			c.Groups = append(c.Groups, d.Group.Groupname)
+			st.Clients[m.Username] = c
 		}
+		return nil
+	})
+	if err != nil {
+		return acl.State{}, err
 	}
 	return st, nil
 }
@@ -837,11 +828,44 @@ func (b *Backend) get(ctx context.Context, n acl.Names, withDefault bool) (acl.S
 	if withDefault {
 		cmds = append(cmds, wireCmd{Command: "getDefaultACLAccess"})
 	}
+	err := b.readEach(ctx, cmds, func(c wireCmd, data json.RawMessage) error {
+		if c.Command == "getDefaultACLAccess" {
+			var d defaultData
+			if err := json.Unmarshal(data, &d); err != nil {
+				return fmt.Errorf("decode getDefaultACLAccess: %w", err)
+			}
+			m := d.model()
+			st.DefaultACL = &m
+			return nil
+		}
+		var d getData
+		if err := json.Unmarshal(data, &d); err != nil {
+			return fmt.Errorf("decode %s: %w", c.Command, err)
+		}
+		switch {
+		case d.Role != nil:
+			st.Roles[d.Role.Rolename] = d.Role.model()
+		case d.Group != nil:
+			st.Groups[d.Group.Groupname] = d.Group.model()
+		case d.Client != nil:
+			st.Clients[d.Client.Username] = d.Client.model()
+		}
+		return nil
+	})
+	if err != nil {
+		return acl.State{}, err
+	}
+	return st, nil
+}
+
+// readEach runs read commands in MaxBatch chunks and hands fn the data of
+// each reply; an absent object is skipped, any other refusal fails.
+func (b *Backend) readEach(ctx context.Context, cmds []wireCmd, fn func(wireCmd, json.RawMessage) error) error {
 	for start := 0; start < len(cmds); start += b.cfg.MaxBatch {
 		end := min(start+b.cfg.MaxBatch, len(cmds))
 		resps, err := b.read(ctx, cmds[start:end])
 		if err != nil {
-			return acl.State{}, err
+			return err
 		}
 		for i, r := range resps {
 			c := cmds[start+i]
@@ -849,32 +873,14 @@ func (b *Backend) get(ctx context.Context, n acl.Names, withDefault bool) (acl.S
 				if notFound(r) {
 					continue
 				}
-				return acl.State{}, fmt.Errorf("%s %s%s%s: broker refused: %s", c.Command, c.Rolename, c.Groupname, c.Username, r.Error)
+				return fmt.Errorf("%s %s%s%s: broker refused: %s", c.Command, c.Rolename, c.Groupname, c.Username, r.Error)
 			}
-			if c.Command == "getDefaultACLAccess" {
-				var d defaultData
-				if err := json.Unmarshal(r.Data, &d); err != nil {
-					return acl.State{}, fmt.Errorf("decode getDefaultACLAccess: %w", err)
-				}
-				m := d.model()
-				st.DefaultACL = &m
-				continue
-			}
-			var d getData
-			if err := json.Unmarshal(r.Data, &d); err != nil {
-				return acl.State{}, fmt.Errorf("decode %s: %w", c.Command, err)
-			}
-			switch {
-			case d.Role != nil:
-				st.Roles[d.Role.Rolename] = d.Role.model()
-			case d.Group != nil:
-				st.Groups[d.Group.Groupname] = d.Group.model()
-			case d.Client != nil:
-				st.Clients[d.Client.Username] = d.Client.model()
+			if err := fn(c, r.Data); err != nil {
+				return err
 			}
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // Check implements acl.Backend by fetching the client, its groups and all
