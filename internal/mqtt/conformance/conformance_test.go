@@ -449,9 +449,7 @@ func TestWill(t *testing.T) {
 	t.Parallel()
 	forEachBroker(t, func(t *testing.T, b *broker) {
 		d := fleet()
-		r := d.Roles[roleAgent]
-		r.ACLs = append(r.ACLs, allow(acl.PublishClientSend, "$a2a/v1/discovery/acme/u/agent", 0))
-		d.Roles[roleAgent] = r
+		grant(d, roleAgent, allow(acl.PublishClientSend, "$a2a/v1/discovery/acme/u/agent", 0))
 		apply(t, b, d)
 		watcher := mustDial(t, b, b.adminUser, b.adminPass, "watcher")
 		if code := watcher.sub("$a2a/v1/discovery/#"); !granted(code) {

@@ -29,12 +29,8 @@ func TestNoMatchingSubscribers(t *testing.T) {
 	t.Parallel()
 	forEachBroker(t, func(t *testing.T, b *broker) {
 		d := fleet()
-		r := d.Roles[roleCaller]
-		r.ACLs = append(r.ACLs, allow(acl.PublishClientSend, "$a2a/v1/discovery/acme/#", 0))
-		d.Roles[roleCaller] = r
-		r = d.Roles[roleAgent]
-		r.ACLs = append(r.ACLs, allow(acl.SubscribePattern, "$a2a/v1/discovery/acme/#", 0))
-		d.Roles[roleAgent] = r
+		grant(d, roleCaller, allow(acl.PublishClientSend, "$a2a/v1/discovery/acme/#", 0))
+		grant(d, roleAgent, allow(acl.SubscribePattern, "$a2a/v1/discovery/acme/#", 0))
 		apply(t, b, d)
 		caller := mustDial(t, b, userCaller, pwCaller, "acme/u/caller")
 
@@ -82,9 +78,7 @@ func TestNonGoClients(t *testing.T) {
 	}
 	forEachBroker(t, func(t *testing.T, b *broker) {
 		d := fleet()
-		r := d.Roles[roleCaller]
-		r.ACLs = append(r.ACLs, allow(acl.SubscribeLiteral, "$a2a/v1/reply/acme/u/caller/rr", 0))
-		d.Roles[roleCaller] = r
+		grant(d, roleCaller, allow(acl.SubscribeLiteral, "$a2a/v1/reply/acme/u/caller/rr", 0))
 		apply(t, b, d)
 		host, port, _ := strings.Cut(b.addr, ":")
 		base := []string{"-h", host, "-p", port, "-V", "5", "-u", userCaller, "-P", pwCaller, "-i", "acme/u/caller"}
@@ -157,9 +151,7 @@ func TestSenderProperty(t *testing.T) {
 	t.Parallel()
 	forEachBroker(t, func(t *testing.T, b *broker) {
 		d := fleet()
-		r := d.Roles[roleAgent]
-		r.ACLs = append(r.ACLs, allow(acl.PublishClientSend, "$a2a/v1/discovery/acme/u/agent", 0))
-		d.Roles[roleAgent] = r
+		grant(d, roleAgent, allow(acl.PublishClientSend, "$a2a/v1/discovery/acme/u/agent", 0))
 		apply(t, b, d)
 		agent := mustDial(t, b, userAgent, pwAgent, "acme/u/agent")
 		if code := agent.sub("$a2a/v1/request/acme/#"); !granted(code) {
@@ -202,6 +194,13 @@ func TestSenderProperty(t *testing.T) {
 			t.Errorf("embedded: Will %s = %v, want [%s]", identity.SenderProperty, got, userAgent)
 		}
 	})
+}
+
+// grant adds ACLs to one role of d.
+func grant(d acl.Desired, role string, acls ...acl.ACL) {
+	r := d.Roles[role]
+	r.ACLs = append(r.ACLs, acls...)
+	d.Roles[role] = r
 }
 
 func values(p *paho.Publish, key string) []string {
