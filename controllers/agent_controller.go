@@ -83,6 +83,8 @@ type AgentReconciler struct {
 	Registrar Registrar
 	// Shared tracks which Agents the shared broker objects include (nil without a broker).
 	Shared *SharedTracker
+	// Resyncs, when set, enqueues the Agents the broker lost (broker state loss).
+	Resyncs *brokerResyncs
 	// Resync is the period of the broker drift check for registered Agents.
 	Resync time.Duration
 	// WorkloadBrokerURL is the broker address injected into workloads (A2A_BROKER).

@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 )
@@ -39,6 +40,10 @@ type Options struct {
 	// an Agent workload is checked at, whatever its namespace's enforce label says; empty means
 	// baseline.
 	WorkloadSecurityFloor string
+	// AgentResyncs, when set, is the broker runtime's stream of Agents to reconcile again because
+	// the broker lost its state (registration.Broker.AgentResyncs): their own and their shared
+	// broker objects are re-created at once instead of at the next resync.
+	AgentResyncs <-chan event.TypedGenericEvent[client.Object]
 }
 
 // BindFlags registers the flags of the options that belong to the controllers themselves (the
@@ -87,8 +92,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 			return fmt.Errorf("set up shared ACL controller: %w", err)
 		}
 	}
+	var resyncs *brokerResyncs
+	if opts.AgentResyncs != nil {
+		resyncs = newBrokerResyncs(opts.AgentResyncs, tracker, opts.Gating)
+		if err := mgr.Add(resyncs); err != nil {
+			return fmt.Errorf("add broker resync stream: %w", err)
+		}
+	}
 	if err := (&AgentReconciler{
 		Client:    mgr.GetClient(),
+		Resyncs:   resyncs,
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("a2a-fleet-agent"),
 		Registrar: opts.Registrar,

@@ -63,6 +63,9 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Shared != nil {
 		b = b.WatchesRawSource(r.Shared.agentWakeups())
 	}
+	if r.Resyncs != nil {
+		b = b.WatchesRawSource(r.Resyncs.source())
+	}
 	return b.Complete(r)
 }
 

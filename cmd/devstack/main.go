@@ -32,28 +32,48 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
 // startBroker starts the embedded broker (identities kept in the state dir) or points at a real
-// Mosquitto, and returns the registrar for it.
+// Mosquitto, and adds the operator's broker runtime for it to the manager.
 func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Registrar, string, func(), error) {
+	cfg := registration.BrokerConfig{Client: mgr.GetClient(), Cache: mgr.GetCache(),
+		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker")}
+	var broker *registration.Broker
+	stop := func() {}
 	if o.mosquittoURL != "" {
 		if o.mosquittoPassword == "" {
 			return nil, "", nil, errors.New("--mosquitto-url needs --mosquitto-admin-password (or $MOSQUITTO_ADMIN_PASSWORD)")
 		}
-		return registration.NewDynsec(mgr.GetClient(), o.mosquittoURL, o.mosquittoAdmin, o.mosquittoPassword, nil), o.mosquittoURL, func() {}, nil
+		cfg.URL = o.mosquittoURL
+		b, err := registration.NewDynsecBroker(cfg, dynsec.Config{Username: o.mosquittoAdmin, Password: o.mosquittoPassword})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		broker = b
+	} else {
+		srv, err := embedded.Start(embedded.Config{
+			Addr:          o.brokerAddr,
+			MaxPacketSize: 1 << 20,
+			Store:         embedded.StoreConfig{Prefix: acl.DefaultPrefix, SnapshotPath: filepath.Join(stateDir, "broker-identities.json")},
+		})
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("start embedded broker: %w", err)
+		}
+		cfg.URL, cfg.Backend, stop = srv.URL(), srv.Backend(), func() { _ = srv.Close() }
+		if broker, err = registration.NewBroker(cfg); err != nil {
+			stop()
+			return nil, "", nil, err
+		}
 	}
-	srv, err := embedded.Start(embedded.Config{
-		Addr:          o.brokerAddr,
-		MaxPacketSize: 1 << 20,
-		Store:         embedded.StoreConfig{Prefix: acl.DefaultPrefix, SnapshotPath: filepath.Join(stateDir, "broker-identities.json")},
-	})
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("start embedded broker: %w", err)
+	if err := mgr.Add(broker); err != nil {
+		stop()
+		return nil, "", nil, fmt.Errorf("add broker runtime: %w", err)
 	}
-	return registration.New(mgr.GetClient(), srv.Backend(), srv.URL(), nil), srv.URL(), func() { _ = srv.Close() }, nil
+	return broker.Registrar(), cfg.URL, stop, nil
 }
 
 type options struct {

@@ -16,16 +16,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
 // generatedAdminUsername is the dynsec admin of a generated admin Secret.
 const generatedAdminUsername = "admin"
 
-// dynsecRegistrar reads the admin credentials (once, through the API server: the cache is not
-// running yet), creating them first when asked to, and returns a registrar that connects on first
-// use.
-func dynsecRegistrar(ctx context.Context, mgr ctrl.Manager, o brokerOptions) (*registration.Registrar, error) {
+// dynsecBroker reads the admin credentials (once, through the API server: the cache is not
+// running yet), creating them first when asked to, and returns the broker runtime, which connects
+// when the manager starts it.
+func dynsecBroker(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate bool, serviceSecret string) (*registration.Broker, error) {
 	ns, name, ok := strings.Cut(o.adminSecret, "/")
 	if !ok || ns == "" || name == "" {
 		return nil, errors.New("--broker-admin-secret must be NAMESPACE/NAME when --broker-url is set")
@@ -48,7 +49,16 @@ func dynsecRegistrar(ctx context.Context, mgr ctrl.Manager, o brokerOptions) (*r
 	if err != nil {
 		return nil, err
 	}
-	return registration.NewDynsec(mgr.GetClient(), o.url, user, pass, tlsCfg), nil
+	cfg := registration.BrokerConfig{URL: o.url, TLS: tlsCfg, Client: mgr.GetClient(), Cache: mgr.GetCache(),
+		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker")}
+	if gate {
+		ns, name, ok := strings.Cut(serviceSecret, "/")
+		if !ok {
+			return nil, errors.New("--conversation-service-secret must be NAMESPACE/NAME")
+		}
+		cfg.ServiceSecret = &client.ObjectKey{Namespace: ns, Name: name}
+	}
+	return registration.NewDynsecBroker(cfg, dynsec.Config{Username: user, Password: pass, TLS: tlsCfg})
 }
 
 // ensureAdminSecret creates the broker admin Secret with a random password unless it exists.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -19,14 +18,12 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
-	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
 type options struct {
@@ -119,39 +116,34 @@ func run(o options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return fmt.Errorf("add health check: %w", err)
-	}
 	copts := controllers.Options{ResyncPeriod: o.brokerResyncPeriod, WorkloadBrokerURL: cmp.Or(o.workloadBrokerURL, o.broker.url)}
+	readyz := healthz.Checker(healthz.Ping)
 	if o.broker.url != "" {
-		reg, err := dynsecRegistrar(ctx, mgr, o.broker)
+		broker, err := dynsecBroker(ctx, mgr, o.broker, o.gate, o.serviceSecret)
 		if err != nil {
 			return err
 		}
-		copts.Registrar = reg
-		if err := addBrokerReadiness(mgr, reg.Backend, o.broker.readinessGrace); err != nil {
-			return err
+		// The broker connections live as long as the manager (leader only) and report in /readyz.
+		if err := mgr.Add(broker); err != nil {
+			return fmt.Errorf("add broker runtime: %w", err)
 		}
-		if o.gate {
-			copts.Gating = true
-			ns, name, ok := strings.Cut(o.serviceSecret, "/")
-			if !ok {
-				return errors.New("--conversation-service-secret must be NAMESPACE/NAME")
-			}
-			if err := mgr.Add(registration.ServiceCredentialsRunnable(mgr.GetClient(), reg.Backend, client.ObjectKey{Namespace: ns, Name: name})); err != nil {
-				return fmt.Errorf("add service credentials runnable: %w", err)
-			}
+		copts.Registrar = broker.Registrar()
+		copts.AgentResyncs = broker.AgentResyncs()
+		copts.Gating = o.gate
+		if o.broker.readinessGrace > 0 {
+			readyz = broker.Checker(o.broker.readinessGrace)
 		}
-	} else {
-		if o.gate {
-			return errors.New("--gate-governed-agents needs --broker-url")
-		}
-		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-			return fmt.Errorf("add ready check: %w", err)
-		}
+	} else if o.gate {
+		return errors.New("--gate-governed-agents needs --broker-url")
 	}
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
+		return fmt.Errorf("add ready check: %w", err)
 	}
 	ctrl.Log.Info("starting manager", "leaderElection", o.leaderElect, "broker", o.broker.url, "gating", copts.Gating)
 	// Start returns when the signal handler cancels ctx (SIGTERM/SIGINT): controllers drain and the

@@ -1,6 +1,9 @@
 // Package brokertest starts real MQTT v5 brokers for tests: an embedded
 // mochi-mqtt server (in-process, always available) and a Mosquitto 2.x child
-// process (installed by hack/install-mosquitto.sh).
+// process (installed by hack/install-mosquitto.sh); and it has the raw paho v5
+// test client (Dial, MustDial, Client) that shows every CONNACK, SUBACK,
+// PUBACK and DISCONNECT reason code, and Watch, which tells which connected
+// clients a change disconnected (the "no collateral kicks" checks).
 //
 // Tests that exercise the A2A-over-MQTT profile must run against real brokers,
 // not mocks: retained-message, LWT, shared-subscription and PUBACK reason-code

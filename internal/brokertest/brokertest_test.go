@@ -1,47 +1,15 @@
 package brokertest
 
 import (
-	"context"
+	"errors"
 	"net"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
-
-// connect opens a bare paho v5 client (no autopaho) so this package's tests
-// do not depend on the SDK under test.
-func connect(t *testing.T, addr, id string, onMsg func(*paho.Publish)) *paho.Client {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	c := paho.NewClient(paho.ClientConfig{
-		ClientID: id,
-		Conn:     conn,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-			func(pr paho.PublishReceived) (bool, error) {
-				if onMsg != nil {
-					onMsg(pr.Packet)
-				}
-				return true, nil
-			},
-		},
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true})
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	if ca.ReasonCode != 0 {
-		t.Fatalf("connack reason %d", ca.ReasonCode)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
-	return c
-}
 
 func roundTrip(t *testing.T, b Broker) {
 	t.Helper()
@@ -49,28 +17,21 @@ func roundTrip(t *testing.T, b Broker) {
 	if err != nil || u.Host != b.Addr() {
 		t.Fatalf("URL %q does not match Addr %q", b.URL(), b.Addr())
 	}
-	got := make(chan *paho.Publish, 1)
-	sub := connect(t, b.Addr(), "org/unit/sub", func(p *paho.Publish) { got <- p })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "$a2a/v1/request/org/unit/+", QoS: 1}}}); err != nil {
-		t.Fatalf("subscribe: %v", err)
+	sub := MustDial(t, b.Addr(), Options{ClientID: "org/unit/sub"})
+	if code := sub.Subscribe("$a2a/v1/request/org/unit/+"); code >= 0x80 {
+		t.Fatalf("subscribe: SUBACK %#x", code)
 	}
-	pub := connect(t, b.Addr(), "org/unit/pub", nil)
-	resp, err := pub.Publish(ctx, &paho.Publish{
+	pub := MustDial(t, b.Addr(), Options{ClientID: "org/unit/pub"})
+	resp, err := pub.PublishWith(&paho.Publish{
 		Topic: "$a2a/v1/request/org/unit/agent", QoS: 1, Payload: []byte("hi"),
 		Properties: &paho.PublishProperties{ResponseTopic: "$a2a/v1/reply/org/unit/pub/x", CorrelationData: []byte{1, 2}},
 	})
 	if err != nil || resp.ReasonCode >= 0x80 {
 		t.Fatalf("publish: %v %+v", err, resp)
 	}
-	select {
-	case p := <-got:
-		if string(p.Payload) != "hi" || p.Properties.ResponseTopic != "$a2a/v1/reply/org/unit/pub/x" || string(p.Properties.CorrelationData) != "\x01\x02" {
-			t.Fatalf("unexpected message %+v", p)
-		}
-	case <-ctx.Done():
-		t.Fatal("no message delivered")
+	p := sub.Expect("$a2a/v1/request/org/unit/agent", "hi")
+	if p.Properties.ResponseTopic != "$a2a/v1/reply/org/unit/pub/x" || string(p.Properties.CorrelationData) != "\x01\x02" {
+		t.Fatalf("unexpected message %+v", p)
 	}
 }
 
@@ -98,28 +59,37 @@ func TestMosquittoRestartKeepsPort(t *testing.T) {
 func TestMosquittoDynSec(t *testing.T) {
 	m := StartMosquitto(t, MosquittoOptions{DynSec: &DynSecOptions{}})
 	user, pass := m.DynSecAdmin()
-	conn, err := net.DialTimeout("tcp", m.Addr(), 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := paho.NewClient(paho.ClientConfig{ClientID: "admin", Conn: conn})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: "admin", KeepAlive: 30, CleanStart: true,
-		UsernameFlag: true, Username: user, PasswordFlag: true, Password: []byte(pass)})
-	if err != nil || ca.ReasonCode != 0 {
-		t.Fatalf("admin connect: %v %+v", err, ca)
-	}
-	defer c.Disconnect(&paho.Disconnect{})
+	MustDial(t, m.Addr(), Options{ClientID: "admin", Username: user, Password: pass})
 
 	// Anonymous clients are refused when dynsec is on (allow_anonymous false).
-	conn2, err := net.DialTimeout("tcp", m.Addr(), 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	_, err := Dial(t, m.Addr(), Options{ClientID: "anon"})
+	var refused *RefusedError
+	if !errors.As(err, &refused) {
+		t.Fatalf("anonymous connect with dynsec enabled: want a refusal, got %v", err)
 	}
-	anon := paho.NewClient(paho.ClientConfig{ClientID: "anon", Conn: conn2})
-	ca2, err := anon.Connect(ctx, &paho.Connect{ClientID: "anon", KeepAlive: 30, CleanStart: true})
-	if err == nil && ca2 != nil && ca2.ReasonCode == 0 {
-		t.Fatal("anonymous connect accepted with dynsec enabled")
+}
+
+// A client the broker disconnects is seen as kicked; one the test closes
+// is not.
+func TestWatchSeesKicks(t *testing.T) {
+	m := StartMochi(t)
+	a := MustDial(t, m.Addr(), Options{ClientID: "a"})
+	b := MustDial(t, m.Addr(), Options{ClientID: "b"})
+	c := MustDial(t, m.Addr(), Options{ClientID: "c"})
+	w := NewWatch(a, b, c)
+	if got := w.Kicked(); len(got) != 0 {
+		t.Fatalf("nobody kicked yet, got %v", got)
+	}
+	c.Close()
+	cl, ok := m.Server().Clients.Get("b")
+	if !ok {
+		t.Fatal("client b not on the broker")
+	}
+	_ = m.Server().DisconnectClient(cl, packets.ErrAdministrativeAction)
+	if got := w.Kicked(); len(got) != 1 || got[0] != "b" {
+		t.Fatalf("kicked = %v, want [b]", got)
+	}
+	if k, reason, sent := b.Kicked(); !k || !sent || reason != packets.ErrAdministrativeAction.Code {
+		t.Fatalf("b: kicked=%v reason=%#x sent=%v", k, reason, sent)
 	}
 }

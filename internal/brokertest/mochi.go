@@ -5,18 +5,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // Mochi is an embedded mochi-mqtt v5 broker.
 type Mochi struct {
-	addr   string
-	server *mqtt.Server
+	addr     string
+	listener string
+	server   *mqtt.Server
+	once     sync.Once
 }
 
 // URL implements Broker.
@@ -32,7 +36,25 @@ func (m *Mochi) Name() string { return "mochi" }
 func (m *Mochi) Server() *mqtt.Server { return m.server }
 
 // Stop closes the broker; safe to call more than once.
-func (m *Mochi) Stop() { _ = m.server.Close() }
+//
+// mochi 2.7.9's own shutdown path (closeListenerClients →
+// Clients.GetByListener) takes the clients' read lock recursively and
+// deadlocks when a client is being removed at the same moment. Closing the
+// listener first with a client closer that takes the lock once makes
+// mochi's Close skip that path (the embedded broker's Server.Close does
+// the same).
+func (m *Mochi) Stop() {
+	m.once.Do(func() {
+		m.server.Listeners.Close(m.listener, func(string) {
+			for _, cl := range m.server.Clients.GetAll() {
+				if !cl.Net.Inline && !cl.Closed() {
+					_ = m.server.DisconnectClient(cl, packets.ErrServerShuttingDown)
+				}
+			}
+		})
+		_ = m.server.Close()
+	})
+}
 
 // StartMochi starts an embedded mochi-mqtt broker on a free loopback port with
 // an allow-all auth hook. It is stopped when the test ends.
@@ -85,7 +107,7 @@ func startMochi() (*Mochi, error) {
 			lastErr = err
 			continue
 		}
-		return &Mochi{addr: addr, server: server}, nil
+		return &Mochi{addr: addr, listener: "tcp", server: server}, nil
 	}
 	return nil, fmt.Errorf("start mochi: %w", lastErr)
 }

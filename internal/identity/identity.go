@@ -53,10 +53,20 @@ func OrgGroupName(org string) string { return BrokerPrefix + "org:" + org }
 // OrgRoleName is the role of OrgGroupName.
 func OrgRoleName(org string) string { return BrokerPrefix + "org:" + org }
 
-// The operator's own broker identity, which publishes the retained registration cards.
+// The operator's own broker identity, which publishes the retained registration cards and
+// watches which cards the broker holds.
 const (
 	OperatorUsername = BrokerPrefix + "operator"
 	OperatorRoleName = BrokerPrefix + "operator"
+	// OperatorSyncTopic is where the operator's card connection sends itself a marker: when it
+	// comes back, every retained card the broker delivered for a subscription made before it has
+	// arrived. Only the operator may use it.
+	OperatorSyncTopic = "$a2a-fleet/operator/sync"
+	// SentinelRoleName is an empty role the operator keeps on the broker: when it is missing,
+	// the broker has lost its identities (a restart without persistence, a restore of an old
+	// backup) and the operator resyncs every Agent at once instead of waiting for the resync
+	// period.
+	SentinelRoleName = BrokerPrefix + "sentinel"
 )
 
 // Kubernetes names, keys and labels of what the operator creates for an Agent.

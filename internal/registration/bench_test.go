@@ -3,7 +3,13 @@ package registration_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,130 +20,194 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
-	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
 
-// BenchmarkFleetRegistration applies a fleet of Agents (FLEET_AGENTS, default 1000) against the
-// real control plane and a real Mosquitto with dynsec, and measures the time until every Agent is
-// Ready, the broker commands per agent, the ACL entries per agent and the process's peak RSS.
+// The fleet benchmark applies fleets of Agents against the real control plane and a real broker
+// and measures, per fleet size, in one table:
 //
-//	make bench-fleet                 # 1 000 agents
-//	make bench-fleet FLEET_AGENTS=10000
-func BenchmarkFleetRegistration(b *testing.B) {
-	n := fleetSize()
-	for i := 0; i < b.N; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-		broker := brokertest.StartMosquitto(b, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
-		user, pass := broker.DynSecAdmin()
-		backend, err := dynsec.Connect(ctx, dynsec.Config{URL: broker.URL(), Username: user, Password: pass})
-		if err != nil {
-			b.Fatalf("connect dynsec: %v", err)
-		}
-		runFleetBenchmark(b, ctx, n, backend, broker.URL())
-		_ = backend.Close(context.Background())
-		cancel()
-	}
-}
+//   - the time from applying the fleet until every Agent is Ready, and per Agent;
+//   - the process's peak RSS during that size (the operator with its caches and broker runtime,
+//     the embedded broker when used, and the benchmark's own informer);
+//   - broker commands, round trips and reads per Agent (acl.Stats);
+//   - apiserver writes per Agent by the operator (a counting transport on its client), by
+//     resource;
+//   - collateral kicks: witness agents connected with real MQTT clients before the rest of the
+//     fleet is applied must never be disconnected (and the embedded broker's own kick count).
+//
+//	make bench-fleet                                     # embedded 1000,3000,10000; Mosquitto 1000,3000
+//	FLEET_SIZES=1000 go test ./internal/registration -run '^$' -bench FleetRegistrationEmbedded -benchtime 1x
+//
+// FLEET_SIZES (embedded) and MOSQUITTO_FLEET_SIZES override the sizes (FLEET_AGENTS, a single
+// size, is still honoured for both); FLEET_HEAPPROFILE_DIR writes a heap profile per size once
+// the whole fleet is Ready.
 
-// BenchmarkFleetRegistrationEmbedded is the same fleet on the embedded broker: the operator's own
-// throughput, without Mosquitto's per-command cost (the baseline of the same run).
+// BenchmarkFleetRegistrationEmbedded runs the fleet on the embedded broker (the operator's own
+// throughput).
 func BenchmarkFleetRegistrationEmbedded(b *testing.B) {
-	n := fleetSize()
-	for i := 0; i < b.N; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-		srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0"})
-		if err != nil {
-			b.Fatalf("start embedded broker: %v", err)
+	for _, n := range fleetSizes("FLEET_SIZES", "1000,3000,10000") {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			for range b.N {
+				var others collateralCounter
+				srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", Store: embedded.StoreConfig{OnKick: others.observe}})
+				if err != nil {
+					b.Fatalf("start embedded broker: %v", err)
+				}
+				runFleetBenchmark(b, n, "embedded", srv.Backend(), srv.URL(), srv.Addr(), &others)
+				_ = srv.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkFleetRegistration runs the fleet on Mosquitto 2.0.11 with dynsec.
+func BenchmarkFleetRegistration(b *testing.B) {
+	for _, n := range fleetSizes("MOSQUITTO_FLEET_SIZES", "1000,3000") {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			for range b.N {
+				broker := brokertest.StartMosquitto(b, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
+				user, pass := broker.DynSecAdmin()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				// Without CountKicks the backend names client-level kicks only (group-level ones
+				// would cost a getGroup each); the witnesses see every kick anyway.
+				var others collateralCounter
+				backend, err := dynsec.Connect(ctx, dynsec.Config{URL: broker.URL(), Username: user, Password: pass, Logger: quiet, Timeout: time.Minute, OnKick: others.observe})
+				cancel()
+				if err != nil {
+					b.Fatalf("connect dynsec: %v", err)
+				}
+				runFleetBenchmark(b, n, "mosquitto", backend, broker.URL(), broker.Addr(), &others)
+				_ = backend.Close(context.Background())
+				broker.Kill()
+			}
+		})
+	}
+}
+
+func fleetSizes(env, def string) []int {
+	raw := os.Getenv(env)
+	if raw == "" {
+		raw = os.Getenv("FLEET_AGENTS")
+	}
+	if raw == "" {
+		raw = def
+	}
+	var out []int
+	for _, f := range strings.Split(raw, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			out = append(out, n)
 		}
-		runFleetBenchmark(b, ctx, n, srv.Backend(), srv.URL())
-		_ = srv.Close()
-		cancel()
 	}
+	return out
 }
 
-func fleetSize() int {
-	if v, err := strconv.Atoi(os.Getenv("FLEET_AGENTS")); err == nil && v > 0 {
-		return v
+// benchAgent is agent i of the benchmark fleet: 2 orgs × 10 units, a third of each caller scope,
+// teams of 10 (label), and 1 % of the agents with a selector rule admitting another team. Each
+// org lives in its own namespace (namespaces maps org → namespace), bound to it by a Tenant.
+func benchAgent(namespaces map[string]string, i int) *a2av1.Agent {
+	a := &a2av1.Agent{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespaces[fmt.Sprintf("org%d", i%2)], Name: fmt.Sprintf("a%05d", i), Labels: map[string]string{"team": strconv.Itoa(i / 10)}},
+		Spec: a2av1.AgentSpec{
+			OrgID: fmt.Sprintf("org%d", i%2), UnitID: fmt.Sprintf("unit%d", i%10),
+			Card: a2av1.AgentCardSpec{Name: "bench", Description: "benchmark agent"},
+			Callers: a2av1.CallersSpec{Scope: []a2av1.CallerScope{
+				a2av1.CallerScopeNone, a2av1.CallerScopeSameUnit, a2av1.CallerScopeSameOrg,
+			}[i%3]},
+		},
 	}
-	return 1000
+	if i%100 == 0 {
+		// A rule admits one other team of 10: rules select bounded sets, as teams do.
+		a.Spec.Callers.From = []a2av1.CallerSelector{{AgentSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": strconv.Itoa(i/10 + 1)}}}}
+	}
+	return a
 }
 
-func runFleetBenchmark(b *testing.B, ctx context.Context, n int, backend acl.Backend, brokerURL string) {
-	// One namespace per org, each bound to its org by a Tenant (a namespace claims one org).
-	namespaces := cp.StartTenantOperator(b, ctx, "bench-", backend, brokerURL, controllers.Options{}, "org0", "org1")
+// fleetRow is one line of the benchmark table.
+type fleetRow struct {
+	broker                     string
+	agents, witnesses          int
+	elapsed                    time.Duration
+	peakRSS, heap              float64
+	cmds, trips, reads         float64
+	writes                     float64
+	writesBy                   map[string]int
+	collateral, backendKicks   int
+	load                       string
+	brokerClients, aclsPerAgnt float64
+}
 
-	// A mixed fleet: 2 orgs × 10 units, a third of each caller scope, teams of 10 (label), and
-	// 1 % of the agents with a selector rule admitting another team.
+// collateralCounter counts, from a backend's kick reports, the usernames a command disconnected
+// other than the client it was for (a client-level command's own client is not collateral).
+type collateralCounter struct{ n atomic.Int64 }
+
+func (c *collateralCounter) observe(k acl.Kick) { c.n.Add(int64(len(k.Others(k.Command.Username)))) }
+
+func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backend, brokerURL, brokerAddr string, others *collateralCounter) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	debug.FreeOSMemory()
+	resetPeakRSS()
+
+	writes := &writeCounter{by: map[string]int{}}
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS, cfg.Burst = -1, 0 // the operator's default rate limit would be what is measured
+	cfg.Wrap(writes.wrap)
+	op := cp.StartOperatorWith(b, ctx, testenv.Operator{Prefix: "bench-", Config: cfg, Orgs: []string{"org0", "org1"},
+		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}})
+	ns := op.Namespaces
+	tracker := trackReady(b, ctx, ns)
+
+	// Witnesses: agents of every org, unit and scope, connected before the rest is applied.
+	w := min(20, n/50)
+	var witnesses []*brokertest.Client
+	if w > 0 {
+		createFleet(b, ctx, ns, 0, w)
+		tracker.wait(b, ctx, w)
+		for i := range w {
+			a := benchAgent(ns, i)
+			s := &corev1.Secret{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: identity.CredentialsSecretName(a)}, s); err != nil {
+				b.Fatalf("witness secret: %v", err)
+			}
+			id := identity.Of(a)
+			c := brokertest.MustDial(b, brokerAddr, brokertest.Options{Username: identity.Username(id), Password: string(s.Data["password"]), ClientID: id.ClientID()})
+			if code := c.Subscribe(id.RequestTopic()); code >= 0x80 {
+				b.Fatalf("witness %s subscribe: %#x", id.ClientID(), code)
+			}
+			witnesses = append(witnesses, c)
+		}
+	}
+	watch := brokertest.NewWatch(witnesses...)
+
+	before := backend.Stats()
+	othersBefore := others.n.Load()
+	writesBefore := writes.snapshot()
 	start := time.Now()
-	var created atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := w; i < n; i += 8 {
-				a := &a2av1.Agent{
-					ObjectMeta: metav1.ObjectMeta{Namespace: namespaces[fmt.Sprintf("org%d", i%2)], Name: fmt.Sprintf("a%05d", i), Labels: map[string]string{"team": strconv.Itoa(i / 10)}},
-					Spec: a2av1.AgentSpec{
-						OrgID: fmt.Sprintf("org%d", i%2), UnitID: fmt.Sprintf("unit%d", i%10),
-						Card: a2av1.AgentCardSpec{Name: "bench", Description: "benchmark agent"},
-						Callers: a2av1.CallersSpec{Scope: []a2av1.CallerScope{
-							a2av1.CallerScopeNone, a2av1.CallerScopeSameUnit, a2av1.CallerScopeSameOrg,
-						}[i%3]},
-					},
-				}
-				if i%100 == 0 {
-					// A rule admits one other team of 10: rules select bounded sets, as teams do.
-					a.Spec.Callers.From = []a2av1.CallerSelector{{AgentSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": strconv.Itoa(i/10 + 1)}}}}
-				}
-				if err := k8s.Create(ctx, a); err != nil {
-					errs <- err
-					return
-				}
-				created.Add(1)
-			}
-		}(w)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatalf("create agent: %v", err)
-	}
-	createdIn := time.Since(start)
-
-	ready := 0
-	for ready < n {
-		if ctx.Err() != nil {
-			b.Fatalf("only %d/%d agents Ready after %s", ready, n, time.Since(start).Round(time.Second))
-		}
-		var list a2av1.AgentList
-		if err := k8s.List(ctx, &list, client.HasLabels{"team"}); err != nil {
-			if ctx.Err() != nil {
-				continue // report the last count above
-			}
-			b.Fatalf("list: %v", err)
-		}
-		ready = 0
-		for i := range list.Items {
-			if meta.IsStatusConditionTrue(list.Items[i].Status.Conditions, a2av1.ConditionReady) {
-				ready++
-			}
-		}
-		if ready < n {
-			time.Sleep(250 * time.Millisecond)
-		}
-	}
+	createFleet(b, ctx, ns, w, n)
+	tracker.wait(b, ctx, n)
 	elapsed := time.Since(start)
-
 	stats := backend.Stats()
+	writesAfter := writes.snapshot()
+	kicked := watch.Kicked()
+
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if dir := os.Getenv("FLEET_HEAPPROFILE_DIR"); dir != "" {
+		// What is live with the whole fleet Ready (the test's -memprofile only sees the end).
+		writeHeapProfile(b, filepath.Join(dir, fmt.Sprintf("heap-%s-%d.prof", brokerName, n)))
+	}
 	st, err := backend.Observe(ctx, nil)
 	if err != nil {
 		b.Fatalf("observe: %v", err)
@@ -146,23 +216,193 @@ func runFleetBenchmark(b *testing.B, ctx context.Context, n int, backend acl.Bac
 	for _, r := range st.Roles {
 		entries += len(r.ACLs)
 	}
-	var secrets corev1.SecretList
-	_ = k8s.List(ctx, &secrets, client.HasLabels{"a2a.fleet.dev/agent"})
+	applied := float64(n - w)
+	row := fleetRow{
+		broker: brokerName, agents: n, witnesses: w, elapsed: elapsed,
+		peakRSS: peakRSSMiB(), heap: float64(ms.HeapInuse) / (1 << 20),
+		cmds:     float64(stats.Mutations-before.Mutations) / applied,
+		trips:    float64(stats.RoundTrips-before.RoundTrips) / applied,
+		reads:    float64(stats.Reads-before.Reads) / applied,
+		writesBy: map[string]int{}, collateral: len(kicked),
+		backendKicks: int(others.n.Load() - othersBefore),
+		load:         loadAvg(), brokerClients: float64(len(st.Clients)), aclsPerAgnt: float64(entries) / float64(n),
+	}
+	total := 0
+	for k, v := range writesAfter {
+		if d := v - writesBefore[k]; d > 0 {
+			row.writesBy[k] = d
+			total += d
+		}
+	}
+	row.writes = float64(total) / applied
 
 	b.ReportMetric(elapsed.Seconds(), "s-to-all-ready")
-	b.ReportMetric(createdIn.Seconds(), "s-to-create")
-	b.ReportMetric(float64(n)/elapsed.Seconds(), "agents/s")
-	b.ReportMetric(float64(stats.Mutations)/float64(n), "dynsec-cmds/agent")
-	b.ReportMetric(float64(stats.RoundTrips)/float64(n), "dynsec-roundtrips/agent")
-	b.ReportMetric(float64(entries)/float64(n), "acl-entries/agent")
-	b.ReportMetric(float64(len(st.Clients)), "broker-clients")
-	b.ReportMetric(peakRSSMiB(), "peak-RSS-MiB")
-	b.Logf("%d agents (%d secrets) Ready in %s; %d dynsec mutations, %d round trips; %d roles, %d groups, %d ACL entries",
-		n, len(secrets.Items), elapsed.Round(time.Millisecond), stats.Mutations, stats.RoundTrips, len(st.Roles), len(st.Groups), entries)
+	b.ReportMetric(elapsed.Seconds()*1000/applied, "ms/agent")
+	b.ReportMetric(row.peakRSS, "peak-RSS-MiB")
+	b.ReportMetric(row.cmds, "broker-cmds/agent")
+	b.ReportMetric(row.trips, "broker-roundtrips/agent")
+	b.ReportMetric(row.writes, "apiserver-writes/agent")
+	b.ReportMetric(float64(row.collateral), "collateral-kicks")
+	b.Logf("%s", row)
+	if len(kicked) > 0 {
+		b.Errorf("collateral kicks: applying the fleet disconnected witness agents %v", kicked)
+	}
 }
 
-// peakRSSMiB is this process's high-water resident set (VmHWM): the operator's controllers,
-// caches and broker clients, plus the benchmark's own client.
+func (r fleetRow) String() string {
+	var by []string
+	for k, v := range r.writesBy {
+		by = append(by, fmt.Sprintf("%s=%.2f", k, float64(v)/float64(r.agents-r.witnesses)))
+	}
+	slices.Sort(by)
+	return fmt.Sprintf("| %s | %d | %.1f s | %.2f ms | %.0f MiB (heap %.0f) | %.2f | %.2f | %.2f | %.2f (%s) | %d of %d witnesses (backend: %d) | %.1f ACLs | %s |",
+		r.broker, r.agents, r.elapsed.Seconds(), r.elapsed.Seconds()*1000/float64(r.agents-r.witnesses), r.peakRSS, r.heap,
+		r.cmds, r.trips, r.reads, r.writes, strings.Join(by, " "), r.collateral, r.witnesses, r.backendKicks, r.aclsPerAgnt, r.load)
+}
+
+// createFleet creates agents [from, to) with 8 parallel writers.
+func createFleet(b *testing.B, ctx context.Context, ns map[string]string, from, to int) {
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := from + w; i < to; i += 8 {
+				if err := k8s.Create(ctx, benchAgent(ns, i)); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := failed.Load().(error); ok {
+		b.Fatalf("create agent: %v", err)
+	}
+}
+
+// readyTracker counts Ready Agents from a watch (an informer), instead of listing the whole
+// fleet again and again.
+type readyTracker struct {
+	mu    sync.Mutex
+	ready map[string]bool
+	count int
+	moved chan struct{}
+}
+
+func trackReady(b *testing.B, ctx context.Context, namespaces map[string]string) *readyTracker {
+	t := &readyTracker{ready: map[string]bool{}, moved: make(chan struct{}, 1)}
+	scope := map[string]cache.Config{}
+	for _, ns := range namespaces {
+		scope[ns] = cache.Config{}
+	}
+	c, err := cache.New(cp.Config, cache.Options{Scheme: cp.Scheme, DefaultNamespaces: scope,
+		DefaultTransform: cache.TransformStripManagedFields()}) // the benchmark's own copy stays small
+	if err != nil {
+		b.Fatalf("cache: %v", err)
+	}
+	inf, err := c.GetInformer(ctx, &a2av1.Agent{})
+	if err != nil {
+		b.Fatalf("informer: %v", err)
+	}
+	update := func(obj any) {
+		a, ok := obj.(*a2av1.Agent)
+		if !ok {
+			return
+		}
+		r := meta.IsStatusConditionTrue(a.Status.Conditions, a2av1.ConditionReady)
+		t.mu.Lock()
+		if key := a.Namespace + "/" + a.Name; t.ready[key] != r {
+			t.ready[key] = r
+			if r {
+				t.count++
+			} else {
+				t.count--
+			}
+		}
+		t.mu.Unlock()
+		select {
+		case t.moved <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: update, UpdateFunc: func(_, o any) { update(o) }}); err != nil {
+		b.Fatalf("handler: %v", err)
+	}
+	cctx, stop := context.WithCancel(ctx)
+	b.Cleanup(stop)
+	go func() { _ = c.Start(cctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		b.Fatal("cache did not sync")
+	}
+	return t
+}
+
+func (t *readyTracker) wait(b *testing.B, ctx context.Context, n int) {
+	for {
+		t.mu.Lock()
+		c := t.count
+		t.mu.Unlock()
+		if c >= n {
+			return
+		}
+		select {
+		case <-t.moved:
+		case <-ctx.Done():
+			b.Fatalf("only %d/%d agents Ready: %v", c, n, ctx.Err())
+		}
+	}
+}
+
+// writeCounter counts the operator's writes to the apiserver by resource.
+type writeCounter struct {
+	mu sync.Mutex
+	by map[string]int
+}
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet {
+			key := req.Method + " " + resourceOf(req.URL.Path)
+			w.mu.Lock()
+			w.by[key]++
+			w.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (w *writeCounter) snapshot() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int, len(w.by))
+	for k, v := range w.by {
+		out[k] = v
+	}
+	return out
+}
+
+// resourceOf turns /apis/g/v/namespaces/ns/agents/name/status into "agents/status".
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i, p := range parts {
+		if p == "namespaces" && i+2 < len(parts) {
+			res := parts[i+2]
+			if len(parts) > i+4 {
+				res += "/" + parts[i+4]
+			}
+			return res
+		}
+	}
+	return path
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// peakRSSMiB is this process's high-water resident set (VmHWM) since resetPeakRSS.
 func peakRSSMiB() float64 {
 	raw, err := os.ReadFile("/proc/self/status")
 	if err != nil {
@@ -175,4 +415,32 @@ func peakRSSMiB() float64 {
 		}
 	}
 	return 0
+}
+
+// resetPeakRSS restarts VmHWM from the current RSS (Linux: "5" to clear_refs), so each fleet
+// size reports its own peak.
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+func writeHeapProfile(b *testing.B, path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatalf("heap profile: %v", err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatalf("heap profile: %v", err)
+	}
+}
+
+func loadAvg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return "?"
+	}
+	return "load " + strings.Join(f[:3], " ")
 }

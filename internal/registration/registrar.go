@@ -3,7 +3,6 @@ package registration
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -315,28 +313,6 @@ func Selects(ctx context.Context, v *tenancy.View, callee, agent *a2av1.Agent) (
 		}
 	}
 	return false, nil
-}
-
-// New returns a Registrar on backend whose cards are published by a lazily connected operator
-// identity on the broker at brokerURL.
-func New(reader client.Reader, backend acl.Backend, brokerURL string, tlsCfg *tls.Config) *Registrar {
-	return &Registrar{
-		Reader:  reader,
-		Backend: backend,
-		Cards: NewLazyCardPublisher(func(ctx context.Context) (*MQTTCardPublisher, error) {
-			return NewMQTTCardPublisher(ctx, backend, brokerURL, tlsCfg)
-		}),
-		BrokerURL: brokerURL,
-	}
-}
-
-// NewDynsec returns a Registrar for Mosquitto's dynamic-security plugin, connecting as the dynsec
-// admin on first use (so the operator starts while the broker is down).
-func NewDynsec(reader client.Reader, brokerURL, adminUser, adminPassword string, tlsCfg *tls.Config) *Registrar {
-	backend := NewLazyBackend(identity.BrokerPrefix, func(ctx context.Context) (acl.Backend, error) {
-		return dynsec.Connect(ctx, dynsec.Config{URL: brokerURL, Username: adminUser, Password: adminPassword, TLS: tlsCfg})
-	})
-	return New(reader, backend, brokerURL, tlsCfg)
 }
 
 // Registration stages, so that a failure shows in the right condition.

@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
@@ -492,15 +491,12 @@ spec:
 func startFleetOperator(t testing.TB, ctx context.Context, backend acl.Backend, brokerURL string, opts controllers.Options) *fleetEnv {
 	t.Helper()
 	env := &fleetEnv{ns: map[string]string{}}
-	cacheOpts := controllers.CacheOptions()
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 	for _, key := range []string{"acme", "globex", "squat"} {
 		ns := cp.NewNamespace(t, ctx, "reg-"+key+"-")
 		if key != "squat" {
 			cp.BindNamespace(t, ctx, ns, key)
 		}
 		env.ns[key] = ns
-		cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 	}
 	for _, a := range fleet {
 		env.orgs = append(env.orgs, cmp.Or(a.org, env.ns[a.ns]))
@@ -512,7 +508,8 @@ spec:
   from: [{namespace: %s}]
   to: [{kind: Callers, agentSelector: {matchLabels: {role: auditor}}}]
 `, env.ns["acme"]))
-	cp.RunOperator(t, ctx, cacheOpts, backend, brokerURL, opts)
+	cp.StartOperatorWith(t, ctx, testenv.Operator{Namespaces: env.ns,
+		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: opts})
 	return env
 }
 

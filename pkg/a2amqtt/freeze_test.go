@@ -43,13 +43,12 @@ var everything = acl.Role{Name: acl.DefaultPrefix + "everything", ACLs: []acl.AC
 func addClients(t *testing.T, b acl.Backend, creds map[string]string) {
 	t.Helper()
 	ctx := tctx(t, 30*time.Second)
-	if err := acl.EnsureRole(ctx, b, everything); err != nil {
-		t.Fatal(err)
+	var clients []acl.Client
+	for user := range creds {
+		clients = append(clients, acl.Client{Username: user, Roles: []acl.RoleRef{{Name: everything.Name}}})
 	}
-	for user, pass := range creds {
-		if err := acl.EnsureClient(ctx, b, acl.Client{Username: user, Roles: []acl.RoleRef{{Name: everything.Name}}}, pass); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := acl.Apply(ctx, b, acl.Desired{State: acl.NewState([]acl.Role{everything}, nil, clients), Passwords: creds}); err != nil {
+		t.Fatal(err)
 	}
 }
 

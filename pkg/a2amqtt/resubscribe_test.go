@@ -36,11 +36,11 @@ func TestRefusedResubscribe(t *testing.T) {
 	noSubscribe := acl.Role{Name: full.Name, ACLs: full.ACLs[:2]}
 	ctx := tctx(t, time.Minute)
 	b := srv.Backend()
-	if err := acl.EnsureRole(ctx, b, full); err != nil {
+	if err := ensureRole(ctx, b, full); err != nil {
 		t.Fatal(err)
 	}
 	user := acl.DefaultPrefix + "acme/ops/sub"
-	if err := acl.EnsureClient(ctx, b, acl.Client{Username: user, Roles: []acl.RoleRef{{Name: full.Name}}}, "pw"); err != nil {
+	if err := ensureClient(ctx, b, acl.Client{Username: user, Roles: []acl.RoleRef{{Name: full.Name}}}, "pw"); err != nil {
 		t.Fatal(err)
 	}
 	logs := &recordingHandler{}
@@ -63,14 +63,14 @@ func TestRefusedResubscribe(t *testing.T) {
 	}
 
 	// Transient: the subscribe grant goes (a kick, a refused resubscribe) and comes back.
-	if err := acl.EnsureRole(ctx, b, noSubscribe); err != nil {
+	if err := ensureRole(ctx, b, noSubscribe); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for !logs.has("mqtt connection restored") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := acl.EnsureRole(ctx, b, full); err != nil {
+	if err := ensureRole(ctx, b, full); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; len(got.snapshot()) == 0 && i < 100; i++ {
@@ -88,7 +88,7 @@ func TestRefusedResubscribe(t *testing.T) {
 	}
 
 	// Persistent: the grant goes for good; one WARN names the filter after the retries.
-	if err := acl.EnsureRole(ctx, b, noSubscribe); err != nil {
+	if err := ensureRole(ctx, b, noSubscribe); err != nil {
 		t.Fatal(err)
 	}
 	deadline = time.Now().Add(20 * time.Second)
@@ -99,4 +99,16 @@ func TestRefusedResubscribe(t *testing.T) {
 	if len(loud) != 1 || !logs.has("broker refuses a subscription") {
 		t.Fatalf("persistent refusal logged %v; all: %v", loud, logs.atLeast(slog.LevelDebug))
 	}
+}
+
+// ensureRole makes the broker hold role exactly as given (one-object acl.Apply).
+func ensureRole(ctx context.Context, b acl.Backend, role acl.Role) error {
+	_, err := acl.Apply(ctx, b, acl.Desired{State: acl.NewState([]acl.Role{role}, nil, nil)})
+	return err
+}
+
+// ensureClient makes the broker hold client, created with password when missing.
+func ensureClient(ctx context.Context, b acl.Backend, client acl.Client, password string) error {
+	_, err := acl.Apply(ctx, b, acl.Desired{State: acl.NewState(nil, nil, []acl.Client{client}), Passwords: map[string]string{client.Username: password}})
+	return err
 }

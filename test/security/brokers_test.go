@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -67,11 +66,10 @@ type world struct {
 
 func newWorld(t *testing.T, ctx context.Context, backend acl.Backend, brokerURL, addr string) *world {
 	w := &world{backend: backend, addr: addr}
-	cacheOpts := controllers.CacheOptions()
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-	for _, ns := range []*string{&w.a, &w.a2, &w.b, &w.squat, &w.system} {
+	watched := map[string]string{}
+	for i, ns := range []*string{&w.a, &w.a2, &w.b, &w.squat, &w.system} {
 		*ns = cp.NewNamespace(t, ctx, "sec-")
-		cacheOpts.DefaultNamespaces[*ns] = cache.Config{}
+		watched[fmt.Sprint(i)] = *ns
 	}
 	tenant := func(name, org string, namespaces []string, units []string) {
 		tn := &a2av1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: a2av1.TenantSpec{OrgID: org, Namespaces: namespaces, Units: units}}
@@ -90,7 +88,8 @@ spec: {agentSelector: {matchLabels: {conversations: governed}}}
 	if err := registration.EnsureServiceCredentials(ctx, k8s, backend, client.ObjectKey{Namespace: w.system, Name: "service"}); err != nil {
 		t.Fatalf("service identity: %v", err)
 	}
-	cp.RunOperator(t, ctx, cacheOpts, backend, brokerURL, controllers.Options{Gating: true})
+	cp.StartOperatorWith(t, ctx, testenv.Operator{Namespaces: watched,
+		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: controllers.Options{Gating: true}})
 	return w
 }
 

@@ -28,6 +28,7 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
@@ -132,29 +133,19 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// StartOperator runs the controllers with a broker Registrar on backend, scoped to a fresh
+// StartOperator runs the broker runtime and the controllers on backend, scoped to a fresh
 // namespace (named with prefix) that it returns, bound to org "acme" (the org the suites' Agents
 // claim) by a Tenant; the operator stops and the Tenant goes when the test ends.
 func (c *ControlPlane) StartOperator(t testing.TB, ctx context.Context, prefix string, backend acl.Backend, brokerURL string, opts controllers.Options) string {
 	t.Helper()
-	return c.StartTenantOperator(t, ctx, prefix, backend, brokerURL, opts, "acme")["acme"]
+	return c.StartOperatorWith(t, ctx, Operator{Prefix: prefix, Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: opts}).Namespace
 }
 
-// StartTenantOperator runs the controllers with a broker Registrar on backend over fresh
-// namespaces, one per org, each bound to its org by a Tenant, and returns org → namespace.
+// StartTenantOperator is StartOperator over fresh namespaces, one per org, each bound to its org
+// by a Tenant; it returns org → namespace.
 func (c *ControlPlane) StartTenantOperator(t testing.TB, ctx context.Context, prefix string, backend acl.Backend, brokerURL string, opts controllers.Options, orgs ...string) map[string]string {
 	t.Helper()
-	namespaces := map[string]string{}
-	cacheOpts := controllers.CacheOptions()
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-	for _, org := range orgs {
-		ns := c.NewNamespace(t, ctx, prefix)
-		c.BindNamespace(t, ctx, ns, org)
-		namespaces[org] = ns
-		cacheOpts.DefaultNamespaces[ns] = cache.Config{}
-	}
-	c.RunOperator(t, ctx, cacheOpts, backend, brokerURL, opts)
-	return namespaces
+	return c.StartOperatorWith(t, ctx, Operator{Prefix: prefix, Orgs: orgs, Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: opts}).Namespaces
 }
 
 // NewNamespace creates a namespace named with prefix.
@@ -178,12 +169,71 @@ func (c *ControlPlane) BindNamespace(t testing.TB, ctx context.Context, ns, org 
 	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), tenant) })
 }
 
-// RunOperator runs the controllers with a broker Registrar on backend and the given cache scope
-// until the test ends.
-func (c *ControlPlane) RunOperator(t testing.TB, ctx context.Context, cacheOpts cache.Options, backend acl.Backend, brokerURL string, opts controllers.Options) {
+// Operator configures StartOperatorWith.
+type Operator struct {
+	// Prefix names the operator's fresh namespaces.
+	Prefix string
+	// Orgs are the orgs of the fresh namespaces, one namespace per org, each bound to its org by
+	// a Tenant. Empty means one namespace bound to "acme".
+	Orgs []string
+	// Namespaces, when set, are existing namespaces (key → namespace) the operator watches
+	// instead of fresh ones; the caller binds them (NewNamespace, BindNamespace). Orgs is unused.
+	Namespaces map[string]string
+	// Broker configures the broker runtime (URL and Backend at least; the manager's client,
+	// cache, recorder and log are filled in).
+	Broker registration.BrokerConfig
+	// Controllers are the controllers' options (the Registrar is the broker runtime's).
+	Controllers controllers.Options
+	// DynsecAdmin, when set, makes the broker runtime create and open its own dynsec backend
+	// (as cmd/manager does) instead of using Broker.Backend.
+	DynsecAdmin *dynsec.Config
+	// NoControllers runs only the broker runtime (to test it alone).
+	NoControllers bool
+	// Config, when set, replaces the control plane's config for the operator's manager (e.g.
+	// with a transport that counts the operator's requests).
+	Config *rest.Config
+}
+
+// RunningOperator is a started operator.
+type RunningOperator struct {
+	// Namespace is the namespace of the first org; Namespaces maps every org to its namespace.
+	Namespace  string
+	Namespaces map[string]string
+	Broker     *registration.Broker
+	Manager    ctrl.Manager
+}
+
+// StartOperatorWith runs the broker runtime and the controllers as cmd/manager does, scoped to
+// fresh namespaces bound to their orgs; it stops when the test ends.
+func (c *ControlPlane) StartOperatorWith(t testing.TB, ctx context.Context, o Operator) RunningOperator {
 	t.Helper()
+	run := RunningOperator{Namespaces: o.Namespaces}
+	if run.Namespaces == nil {
+		if len(o.Orgs) == 0 {
+			o.Orgs = []string{"acme"}
+		}
+		run.Namespaces = map[string]string{}
+		for _, org := range o.Orgs {
+			ns := c.NewNamespace(t, ctx, o.Prefix)
+			c.BindNamespace(t, ctx, ns, org)
+			run.Namespaces[org] = ns
+		}
+		run.Namespace = run.Namespaces[o.Orgs[0]]
+	}
+	cacheOpts := controllers.CacheOptions()
+	cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+	for _, ns := range run.Namespaces {
+		cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+	}
+	if o.Broker.ServiceSecret != nil {
+		cacheOpts.DefaultNamespaces[o.Broker.ServiceSecret.Namespace] = cache.Config{}
+	}
 	skip := true // several operators in one process register controllers with the same names
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+	cfg := c.Config
+	if o.Config != nil {
+		cfg = o.Config
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: c.Scheme, Cache: cacheOpts,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: config.Controller{SkipNameValidation: &skip},
@@ -191,14 +241,30 @@ func (c *ControlPlane) RunOperator(t testing.TB, ctx context.Context, cacheOpts 
 	if err != nil {
 		t.Fatalf("manager: %v", err)
 	}
-	cards, err := registration.NewMQTTCardPublisher(ctx, backend, brokerURL, nil)
-	if err != nil {
-		t.Fatalf("card publisher: %v", err)
+	// The operator's broker side runs as in cmd/manager: a manager runnable.
+	bc := o.Broker
+	bc.Client, bc.Cache, bc.Recorder = mgr.GetClient(), mgr.GetCache(), mgr.GetEventRecorder("a2a-fleet-broker")
+	if bc.Log.GetSink() == nil {
+		bc.Log = ctrl.Log.WithName("broker")
 	}
-	t.Cleanup(func() { _ = cards.Close(context.Background()) })
-	opts.Registrar = &registration.Registrar{Reader: mgr.GetClient(), Backend: backend, Cards: cards, BrokerURL: brokerURL}
-	if err := controllers.Setup(ctx, mgr, opts); err != nil {
-		t.Fatalf("setup: %v", err)
+	var broker *registration.Broker
+	if o.DynsecAdmin != nil {
+		broker, err = registration.NewDynsecBroker(bc, *o.DynsecAdmin)
+	} else {
+		broker, err = registration.NewBroker(bc)
+	}
+	if err != nil {
+		t.Fatalf("broker runtime: %v", err)
+	}
+	if err := mgr.Add(broker); err != nil {
+		t.Fatalf("add broker runtime: %v", err)
+	}
+	if !o.NoControllers {
+		opts := o.Controllers
+		opts.Registrar = broker.Registrar()
+		if err := controllers.Setup(ctx, mgr, opts); err != nil {
+			t.Fatalf("setup: %v", err)
+		}
 	}
 	mctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -209,4 +275,6 @@ func (c *ControlPlane) RunOperator(t testing.TB, ctx context.Context, cacheOpts 
 		}
 	}()
 	t.Cleanup(func() { stop(); <-done })
+	run.Broker, run.Manager = broker, mgr
+	return run
 }

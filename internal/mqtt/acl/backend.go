@@ -8,8 +8,11 @@ import (
 
 // Backend is a broker that stores State: Mosquitto's dynamic-security
 // plugin (package dynsec) or the embedded mochi broker (package embedded).
-// Everything else (Apply, Ensure*, Delete*, SetPassword) is built on these
-// four methods, so both backends behave the same by construction.
+// Everything else (Apply, SetPassword) is built on these methods, so both
+// backends behave the same by construction. A broker whose authorization
+// scales differently (docs/broker.md: EMQX's built-in database over REST,
+// or HTTP authorization answered from a Policy) implements the same
+// methods: Observe and Execute over its own API, Check with its decisions.
 type Backend interface {
 	// Prefix is the name prefix of the objects this backend manages; Apply
 	// refuses to touch any other name.
@@ -42,6 +45,11 @@ type Stats struct {
 	// RoundTrips is the number of request/response exchanges (one MQTT
 	// message each way for dynsec).
 	RoundTrips uint64
+	// Kicks is the number of executed commands that disconnected someone,
+	// and KickedUsernames the sum of the usernames each of them named (see
+	// Kick for what each backend can know).
+	Kicks           uint64
+	KickedUsernames uint64
 }
 
 // CommandError is a command the broker refused, with its own words.
@@ -170,49 +178,6 @@ func involved(d Desired) Names {
 		addClient(s)
 	}
 	return n
-}
-
-// EnsureRole creates or updates one role.
-func EnsureRole(ctx context.Context, b Backend, r Role) error {
-	_, err := Apply(ctx, b, Desired{State: NewState([]Role{r}, nil, nil)})
-	return err
-}
-
-// EnsureGroup creates or updates one group; its roles must exist.
-func EnsureGroup(ctx context.Context, b Backend, g Group) error {
-	_, err := Apply(ctx, b, Desired{State: NewState(nil, []Group{g}, nil)})
-	return err
-}
-
-// EnsureClient creates or updates one client; its roles and groups must
-// exist. password is used only if the client has to be created (pass it
-// every time: it restores a client deleted by hand); an existing client's
-// password is left alone, rotate it with SetPassword.
-func EnsureClient(ctx context.Context, b Backend, c Client, password string) error {
-	d := Desired{State: NewState(nil, nil, []Client{c})}
-	if password != "" {
-		d.Passwords = map[string]string{c.Username: password}
-	}
-	_, err := Apply(ctx, b, d)
-	return err
-}
-
-// DeleteRole removes a role (absent is fine). Its clients are disconnected.
-func DeleteRole(ctx context.Context, b Backend, name string) error {
-	_, err := Apply(ctx, b, Desired{Delete: Names{Roles: []string{name}}})
-	return err
-}
-
-// DeleteGroup removes a group (absent is fine). Its clients are disconnected.
-func DeleteGroup(ctx context.Context, b Backend, name string) error {
-	_, err := Apply(ctx, b, Desired{Delete: Names{Groups: []string{name}}})
-	return err
-}
-
-// DeleteClient removes a client (absent is fine) and disconnects it.
-func DeleteClient(ctx context.Context, b Backend, username string) error {
-	_, err := Apply(ctx, b, Desired{Delete: Names{Clients: []string{username}}})
-	return err
 }
 
 // ErrNoPassword is returned by SetPassword for an empty password, which

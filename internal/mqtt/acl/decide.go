@@ -2,8 +2,10 @@ package acl
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Access is the kind of operation being checked.
@@ -47,77 +49,298 @@ func (d Decision) String() string {
 	return "deny: " + d.Reason
 }
 
-// Policy is a State compiled for fast, repeated checks (the embedded broker
-// runs one per PUBLISH). Build it with Compile; it is immutable.
+// Policy is a State compiled into a decision table for fast, repeated
+// checks (the embedded broker runs one per PUBLISH and per delivery). It is
+// safe for concurrent use and incremental: Sync recompiles only the objects
+// a change touched, so keeping it current costs what the change costs, not
+// what the fleet costs.
+//
+// Clients, groups and roles are slots that refer to each other by pointer;
+// a client's evaluation order (own roles by priority desc then name, then
+// each group by name with its roles in the same order) is kept sorted per
+// object and walked at check time, never flattened per client, so a group
+// shared by thousands of clients is stored and sorted once.
 type Policy struct {
-	clients  map[string]*clientPolicy
+	mu       sync.RWMutex
 	defaults DefaultACLAccess
+	roles    map[string]*roleSlot
+	groups   map[string]*groupSlot
+	clients  map[string]*clientSlot
 }
 
-type clientPolicy struct {
-	// roles in evaluation order: the client's own roles (priority desc,
-	// name asc), then each group (membership priority desc, name asc) with
-	// its roles in the same order. dynsec checks all of the client's own
-	// roles before any group role, whatever the numbers.
-	roles []*rolePolicy
+// roleSlot is a role name that is defined or referenced; rp is nil while
+// the role does not exist (dynsec cannot hold dangling references, but a
+// slot may be referenced before its role is synced).
+type roleSlot struct {
+	name string
+	rp   *rolePolicy
+	refs int // references from groups and clients
+}
+
+type groupSlot struct {
+	name   string
+	exists bool
+	roles  []slotRef // priority desc, name asc
+	refs   int       // member clients
+}
+
+type slotRef struct {
+	priority int
+	role     *roleSlot
+}
+
+type clientSlot struct {
+	roles  []slotRef    // priority desc, name asc
+	groups []*groupSlot // membership priorities are all equal: name order
 }
 
 type rolePolicy struct {
-	name string
-	// per type, in priority order (equal priorities keep given order)
-	byType map[ACLType][]ACL
-	// literal subscribe/unsubscribe ACLs by topic: dynsec looks these up
-	// first in each role, before that role's patterns, whatever their
-	// priorities
-	literal map[ACLType]map[string]ACL
+	// per type, in priority order (equal priorities keep given order); the
+	// literal subscribe/unsubscribe ACLs are looked up by topic first in each
+	// role, before that role's patterns, whatever their priorities (dynsec
+	// keys them by topic; the first in priority order wins). Roles hold a
+	// handful of ACLs, so slices beat maps here, in time and memory.
+	byType [len(aclTypeNames)][]ACL
+}
+
+// aclTypeNames indexes rolePolicy.byType (aclTypeOrder gives the index).
+var aclTypeNames = [...]ACLType{PublishClientSend, PublishClientReceive, SubscribeLiteral, SubscribePattern, UnsubscribeLiteral, UnsubscribePattern}
+
+func compileRole(r Role) *rolePolicy {
+	rp := &rolePolicy{}
+	acls := Canonical(r.ACLs) // one allocation; the per-type slices share it
+	for i := 0; i < len(acls); {
+		j := i
+		for j < len(acls) && acls[j].Type == acls[i].Type {
+			j++
+		}
+		if t, ok := aclTypeOrder[acls[i].Type]; ok {
+			rp.byType[t] = acls[i:j:j]
+		}
+		i = j
+	}
+	return rp
+}
+
+// NewPolicy returns an empty policy with the default access DenyByDefault.
+func NewPolicy() *Policy {
+	return &Policy{defaults: DenyByDefault, roles: map[string]*roleSlot{}, groups: map[string]*groupSlot{}, clients: map[string]*clientSlot{}}
 }
 
 // Compile prepares s for Check. Dangling references (a role that does not
 // exist) are skipped, as they cannot exist in dynsec.
 func Compile(s State) *Policy {
-	p := &Policy{clients: make(map[string]*clientPolicy, len(s.Clients)), defaults: DenyByDefault}
+	p := NewPolicy()
+	p.Sync(s, Names{Roles: sortedKeys(s.Roles), Groups: sortedKeys(s.Groups), Clients: sortedKeys(s.Clients)})
+	return p
+}
+
+// Sync makes the policy reflect s for the named objects (an absent name is
+// removed) and for the default access. Objects not named are assumed
+// unchanged. Cost: the size of the named objects, plus O(roles of a
+// changed group) for each changed group.
+func (p *Policy) Sync(s State, touched Names) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.defaults = DenyByDefault
 	if s.DefaultACL != nil {
 		p.defaults = *s.DefaultACL
 	}
-	roles := make(map[string]*rolePolicy, len(s.Roles))
-	for name, r := range s.Roles {
-		rp := &rolePolicy{name: name, byType: map[ACLType][]ACL{}, literal: map[ACLType]map[string]ACL{}}
-		for _, a := range Canonical(r.ACLs) {
-			if a.Type == SubscribeLiteral || a.Type == UnsubscribeLiteral {
-				if rp.literal[a.Type] == nil {
-					rp.literal[a.Type] = map[string]ACL{}
+	for _, name := range touched.Roles {
+		slot := p.roleSlot(name)
+		if r, ok := s.Roles[name]; ok {
+			slot.rp = compileRole(r)
+		} else {
+			slot.rp = nil
+		}
+		p.releaseRole(slot)
+	}
+	for _, name := range touched.Groups {
+		g, ok := s.Groups[name]
+		slot := p.groupSlot(name)
+		slot.exists = ok
+		slot.roles = p.mergeRefs(slot.roles, g.Roles)
+		p.releaseGroup(slot)
+	}
+	for _, user := range touched.Clients {
+		c, ok := s.Clients[user]
+		old := p.clients[user]
+		if !ok {
+			if old != nil {
+				p.dropRefs(old.roles)
+				for _, g := range old.groups {
+					g.refs--
+					p.releaseGroup(g)
 				}
-				if _, dup := rp.literal[a.Type][a.Topic]; !dup {
-					rp.literal[a.Type][a.Topic] = a
-				}
-				continue
+				delete(p.clients, user)
 			}
-			rp.byType[a.Type] = append(rp.byType[a.Type], a)
+			continue
 		}
-		roles[name] = rp
-	}
-	add := func(cp *clientPolicy, refs []RoleRef) {
-		for _, ref := range sortedRefs(refs) {
-			if rp, ok := roles[ref.Name]; ok {
-				cp.roles = append(cp.roles, rp)
-			}
+		cs := &clientSlot{}
+		if old != nil {
+			cs.roles = old.roles
 		}
-	}
-	for user, c := range s.Clients {
-		cp := &clientPolicy{}
-		add(cp, c.Roles)
-		// Membership priorities are all GroupMembershipPriority, so groups
-		// are checked in name order (dynsec's tie-break).
-		groups := append([]string(nil), c.Groups...)
-		sort.Strings(groups)
-		for _, gn := range groups {
-			if g, ok := s.Groups[gn]; ok {
-				add(cp, g.Roles)
+		cs.roles = p.mergeRefs(cs.roles, c.Roles)
+		names := append([]string(nil), c.Groups...)
+		sort.Strings(names)
+		names = slices.Compact(names)
+		for _, gn := range names {
+			g := p.groupSlot(gn)
+			g.refs++
+			cs.groups = append(cs.groups, g)
+		}
+		if old != nil {
+			for _, g := range old.groups {
+				g.refs--
+				p.releaseGroup(g)
 			}
 		}
-		p.clients[user] = cp
+		p.clients[user] = cs
 	}
-	return p
+}
+
+func (p *Policy) roleSlot(name string) *roleSlot {
+	slot := p.roles[name]
+	if slot == nil {
+		slot = &roleSlot{name: name}
+		p.roles[name] = slot
+	}
+	return slot
+}
+
+func (p *Policy) groupSlot(name string) *groupSlot {
+	slot := p.groups[name]
+	if slot == nil {
+		slot = &groupSlot{name: name}
+		p.groups[name] = slot
+	}
+	return slot
+}
+
+// releaseRole forgets a slot nobody defines or references.
+func (p *Policy) releaseRole(slot *roleSlot) {
+	if slot.rp == nil && slot.refs <= 0 {
+		delete(p.roles, slot.name)
+	}
+}
+
+func (p *Policy) releaseGroup(slot *groupSlot) {
+	if !slot.exists && slot.refs <= 0 && len(slot.roles) == 0 {
+		delete(p.groups, slot.name)
+	}
+}
+
+func (p *Policy) dropRefs(refs []slotRef) {
+	for _, r := range refs {
+		r.role.refs--
+		p.releaseRole(r.role)
+	}
+}
+
+// refLess orders role references as dynsec does: priority descending, then
+// name ascending.
+func refLess(aPrio int, aName string, bPrio int, bName string) int {
+	if aPrio != bPrio {
+		return bPrio - aPrio
+	}
+	return strings.Compare(aName, bName)
+}
+
+// mergeRefs turns the sorted list old into want's references, sorted by
+// priority desc then name asc. When want is already in that order (the
+// embedded store and dynsec keep lists sorted) it is one linear merge
+// without allocation beyond the result; otherwise the changed references
+// are found with a map and only they are sorted. Large shared groups are
+// never re-sorted as a whole.
+func (p *Policy) mergeRefs(old []slotRef, want []RoleRef) []slotRef {
+	if refsSorted(want) {
+		return p.mergeSorted(old, want)
+	}
+	wanted := make(map[string]int, len(want))
+	for _, r := range want {
+		if _, dup := wanted[r.Name]; !dup {
+			wanted[r.Name] = r.Priority
+		}
+	}
+	kept := make([]slotRef, 0, len(want))
+	have := make(map[string]bool, len(old))
+	for _, r := range old {
+		if prio, ok := wanted[r.role.name]; ok && prio == r.priority && !have[r.role.name] {
+			kept = append(kept, r)
+			have[r.role.name] = true
+			continue
+		}
+		r.role.refs--
+		p.releaseRole(r.role)
+	}
+	var added []RoleRef
+	for _, r := range want {
+		if have[r.Name] {
+			continue
+		}
+		have[r.Name] = true
+		added = append(added, RoleRef{Name: r.Name, Priority: wanted[r.Name]})
+	}
+	slices.SortFunc(added, func(a, b RoleRef) int { return refLess(a.Priority, a.Name, b.Priority, b.Name) })
+	return p.mergeSorted(kept, append(refsOf(kept), added...))
+}
+
+func refsOf(in []slotRef) []RoleRef {
+	out := make([]RoleRef, len(in))
+	for i, r := range in {
+		out[i] = RoleRef{Name: r.role.name, Priority: r.priority}
+	}
+	return out
+}
+
+// refsSorted reports whether refs are strictly in dynsec order (no
+// duplicates).
+func refsSorted(refs []RoleRef) bool {
+	for i := 1; i < len(refs); i++ {
+		if refLess(refs[i-1].Priority, refs[i-1].Name, refs[i].Priority, refs[i].Name) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// mergeSorted walks old and want (both sorted, want possibly unsorted only
+// in its tail when called from mergeRefs, which is why the tail is sorted
+// in place first) and keeps, adds and drops slots in one pass.
+func (p *Policy) mergeSorted(old []slotRef, want []RoleRef) []slotRef {
+	if !refsSorted(want) {
+		want = slices.Clone(want)
+		slices.SortFunc(want, func(a, b RoleRef) int { return refLess(a.Priority, a.Name, b.Priority, b.Name) })
+	}
+	out := make([]slotRef, 0, len(want))
+	i, j := 0, 0
+	for i < len(old) || j < len(want) {
+		var c int
+		switch {
+		case i == len(old):
+			c = 1
+		case j == len(want):
+			c = -1
+		default:
+			c = refLess(old[i].priority, old[i].role.name, want[j].Priority, want[j].Name)
+		}
+		switch {
+		case c == 0: // unchanged
+			out = append(out, old[i])
+			i++
+			j++
+		case c < 0: // old reference no longer wanted
+			old[i].role.refs--
+			p.releaseRole(old[i].role)
+			i++
+		default: // new reference
+			slot := p.roleSlot(want[j].Name)
+			slot.refs++
+			out = append(out, slotRef{priority: want[j].Priority, role: slot})
+			j++
+		}
+	}
+	return out
 }
 
 // Check decides like dynsec 2.0.11 whether username may perform access on
@@ -125,13 +348,67 @@ func Compile(s State) *Policy {
 // Subscribe/Unsubscribe). An unknown username is denied (dynsec defers and
 // the broker then refuses).
 func (p *Policy) Check(username string, access Access, topic string) Decision {
-	cp, ok := p.clients[username]
-	if !ok {
+	m := p.match(username, access, topic)
+	switch m.how {
+	case matchUnknownUser:
 		return Decision{Reason: fmt.Sprintf("unknown user %q", username)}
+	case matchUnknownAccess:
+		return Decision{Reason: fmt.Sprintf("unknown access %q", access)}
+	case matchACL:
+		return Decision{Allow: m.acl.Allow, Reason: fmt.Sprintf("role %q: %s", m.role, m.acl)}
+	case matchControl:
+		return Decision{Reason: "default access never covers $CONTROL"}
 	}
-	for _, rp := range cp.roles {
-		if d, ok := rp.check(access, topic); ok {
-			return d
+	return Decision{Allow: m.allow, Reason: fmt.Sprintf("default %s access", access)}
+}
+
+// Allows is Check without the explanation: no allocation, for the broker's
+// per-message path.
+func (p *Policy) Allows(username string, access Access, topic string) bool {
+	return p.match(username, access, topic).allow
+}
+
+type matchKind int
+
+const (
+	matchDefault matchKind = iota
+	matchACL
+	matchControl
+	matchUnknownUser
+	matchUnknownAccess
+)
+
+type matchResult struct {
+	how   matchKind
+	allow bool
+	acl   ACL
+	role  string
+}
+
+func (p *Policy) match(username string, access Access, topic string) matchResult {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	cs, ok := p.clients[username]
+	if !ok {
+		return matchResult{how: matchUnknownUser}
+	}
+	for _, ref := range cs.roles {
+		if rp := ref.role.rp; rp != nil {
+			if a, ok := rp.check(access, topic); ok {
+				return matchResult{how: matchACL, allow: a.Allow, acl: a, role: ref.role.name}
+			}
+		}
+	}
+	for _, g := range cs.groups {
+		if !g.exists {
+			continue
+		}
+		for _, ref := range g.roles {
+			if rp := ref.role.rp; rp != nil {
+				if a, ok := rp.check(access, topic); ok {
+					return matchResult{how: matchACL, allow: a.Allow, acl: a, role: ref.role.name}
+				}
+			}
 		}
 	}
 	var def bool
@@ -145,28 +422,26 @@ func (p *Policy) Check(username string, access Access, topic string) Decision {
 	case Unsubscribe:
 		def = p.defaults.Unsubscribe
 	default:
-		return Decision{Reason: fmt.Sprintf("unknown access %q", access)}
+		return matchResult{how: matchUnknownAccess}
 	}
 	// dynsec never grants $CONTROL topics by fall-through.
 	if def && strings.HasPrefix(topic, "$CONTROL") {
-		return Decision{Reason: "default access never covers $CONTROL"}
+		return matchResult{how: matchControl}
 	}
-	return Decision{Allow: def, Reason: fmt.Sprintf("default %s access", access)}
+	return matchResult{allow: def}
 }
 
-func (rp *rolePolicy) check(access Access, topic string) (Decision, bool) {
-	decide := func(a ACL) (Decision, bool) {
-		return Decision{Allow: a.Allow, Reason: fmt.Sprintf("role %q: %s", rp.name, a)}, true
-	}
+// check returns the first ACL of the role that matches, if any.
+func (rp *rolePolicy) check(access Access, topic string) (ACL, bool) {
 	switch access {
 	case Publish, Receive:
 		t := PublishClientSend
 		if access == Receive {
 			t = PublishClientReceive
 		}
-		for _, a := range rp.byType[t] {
+		for _, a := range rp.byType[aclTypeOrder[t]] {
 			if TopicMatches(a.Topic, topic) {
-				return decide(a)
+				return a, true
 			}
 		}
 	case Subscribe, Unsubscribe:
@@ -174,16 +449,18 @@ func (rp *rolePolicy) check(access Access, topic string) (Decision, bool) {
 		if access == Unsubscribe {
 			lit, pat = UnsubscribeLiteral, UnsubscribePattern
 		}
-		if a, ok := rp.literal[lit][topic]; ok {
-			return decide(a)
+		for _, a := range rp.byType[aclTypeOrder[lit]] {
+			if a.Topic == topic {
+				return a, true
+			}
 		}
-		for _, a := range rp.byType[pat] {
+		for _, a := range rp.byType[aclTypeOrder[pat]] {
 			if SubscriptionCovered(a.Topic, topic) {
-				return decide(a)
+				return a, true
 			}
 		}
 	}
-	return Decision{}, false
+	return ACL{}, false
 }
 
 // Check compiles s and decides one access; use Compile for repeated checks.

@@ -160,24 +160,7 @@ func Diff(observed State, d Desired) []Command {
 		if !ok {
 			cmds = append(cmds, Command{Op: OpCreateGroup, Group: name})
 		}
-		oldRefs := map[string]int{}
-		for _, r := range have.Roles {
-			oldRefs[r.Name] = r.Priority
-		}
-		newRefs := map[string]int{}
-		for _, r := range want.Roles {
-			newRefs[r.Name] = r.Priority
-		}
-		for _, r := range sortedRefs(have.Roles) {
-			if p, keep := newRefs[r.Name]; !keep || p != r.Priority {
-				cmds = append(cmds, Command{Op: OpRemoveGroupRole, Group: name, Role: r.Name})
-			}
-		}
-		for _, r := range sortedRefs(want.Roles) {
-			if p, had := oldRefs[r.Name]; !had || p != r.Priority {
-				cmds = append(cmds, Command{Op: OpAddGroupRole, Group: name, Role: r.Name, Priority: r.Priority})
-			}
-		}
+		cmds = append(cmds, groupRefChanges(name, have.Roles, want.Roles)...)
 	}
 
 	for _, user := range sortedKeys(d.Clients) {
@@ -201,6 +184,41 @@ func Diff(observed State, d Desired) []Command {
 
 	for _, r := range delRoles {
 		cmds = append(cmds, Command{Op: OpDeleteRole, Role: r})
+	}
+	return cmds
+}
+
+// groupRefChanges returns the removeGroupRole/addGroupRole commands that turn
+// a group's role references have into want (a changed priority is a remove
+// and an add), removals first, each in dynsec order. It costs one map of the
+// observed references and a sort of only what changed: shared groups hold
+// thousands of references of which one Apply changes one.
+func groupRefChanges(group string, have, want []RoleRef) []Command {
+	remaining := make(map[string]int, len(have))
+	for _, r := range have {
+		remaining[r.Name] = r.Priority
+	}
+	var adds, removes []RoleRef
+	for _, r := range want {
+		p, had := remaining[r.Name]
+		if had {
+			delete(remaining, r.Name)
+			if p == r.Priority {
+				continue
+			}
+			removes = append(removes, RoleRef{Name: r.Name, Priority: p})
+		}
+		adds = append(adds, r)
+	}
+	for name, p := range remaining {
+		removes = append(removes, RoleRef{Name: name, Priority: p})
+	}
+	var cmds []Command
+	for _, r := range sortedRefs(removes) {
+		cmds = append(cmds, Command{Op: OpRemoveGroupRole, Group: group, Role: r.Name})
+	}
+	for _, r := range sortedRefs(adds) {
+		cmds = append(cmds, Command{Op: OpAddGroupRole, Group: group, Role: r.Name, Priority: r.Priority})
 	}
 	return cmds
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
@@ -229,7 +230,7 @@ func TestSharedSubscriptions(t *testing.T) {
 		if code := w1.sub("jobs/acme/p1"); code != notAuthorized {
 			t.Errorf("%s: plain form of a $share-only grant: SUBACK %d", b.name, code)
 		}
-		_, _ = w1.pc.Unsubscribe(context.Background(), &paho.Unsubscribe{Topics: []string{"$a2a/v1/request/acme/pool/p1"}})
+		_, _ = w1.Paho().Unsubscribe(context.Background(), &paho.Unsubscribe{Topics: []string{"$a2a/v1/request/acme/pool/p1"}})
 
 		caller := mustDial(t, b, userCaller, pwCaller, "acme/u/caller")
 		const n = 6
@@ -241,9 +242,9 @@ func TestSharedSubscriptions(t *testing.T) {
 		got := map[string]int{}
 		for total := 0; total < n; total++ {
 			select {
-			case p := <-w1.msgs:
+			case p := <-w1.Messages():
 				got[string(p.Payload)]++
-			case p := <-w2.msgs:
+			case p := <-w2.Messages():
 				got[string(p.Payload)]++
 			case <-time.After(5 * time.Second):
 				t.Fatalf("%s: only %d of %d pool messages delivered", b.name, total, n)
@@ -266,8 +267,8 @@ func TestSharedSubscriptions(t *testing.T) {
 				t.Fatalf("%s: publish refused: %d", b.name, code)
 			}
 			select {
-			case <-w1.msgs:
-			case <-w2.msgs:
+			case <-w1.Messages():
+			case <-w2.Messages():
 			case <-time.After(5 * time.Second):
 				t.Errorf("%s: '$' topic not delivered to the shared subscription", b.name)
 			}
@@ -287,11 +288,11 @@ func TestAuthentication(t *testing.T) {
 		refused := func(what, user, pass, id string) {
 			t.Helper()
 			_, err := dial(t, b, user, pass, id, nil)
-			var re *refusedError
+			var re *brokertest.RefusedError
 			if !errors.As(err, &re) {
 				t.Errorf("%s: %s: want a refused CONNACK, got %v", b.name, what, err)
 			} else {
-				t.Logf("%s: %s: CONNACK reason %#x", b.name, what, re.code)
+				t.Logf("%s: %s: CONNACK reason %#x", b.name, what, re.Code)
 			}
 		}
 		refused("wrong password", userAgent, "nope", "")
@@ -448,9 +449,7 @@ func TestWill(t *testing.T) {
 	t.Parallel()
 	forEachBroker(t, func(t *testing.T, b *broker) {
 		d := fleet()
-		r := d.Roles[roleAgent]
-		r.ACLs = append(r.ACLs, allow(acl.PublishClientSend, "$a2a/v1/discovery/acme/u/agent", 0))
-		d.Roles[roleAgent] = r
+		grant(d, roleAgent, allow(acl.PublishClientSend, "$a2a/v1/discovery/acme/u/agent", 0))
 		apply(t, b, d)
 		watcher := mustDial(t, b, b.adminUser, b.adminPass, "watcher")
 		if code := watcher.sub("$a2a/v1/discovery/#"); !granted(code) {

@@ -2,9 +2,7 @@ package conformance_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -61,7 +59,7 @@ func startMosquitto(t testing.TB) *broker {
 	user, pass := m.DynSecAdmin()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	be, err := dynsec.Connect(ctx, dynsec.Config{URL: m.URL(), Username: user, Password: pass, Timeout: 5 * time.Second})
+	be, err := dynsec.Connect(ctx, dynsec.Config{URL: m.URL(), Username: user, Password: pass, Timeout: 5 * time.Second, CountKicks: true, Logger: quiet})
 	if err != nil {
 		t.Fatalf("dynsec connect: %v\n%s", err, m.Log())
 	}
@@ -172,22 +170,10 @@ func apply(t *testing.T, b *broker, d acl.Desired) acl.Result {
 	return res
 }
 
-// client is a bare paho v5 client (no autopaho), so every CONNACK, SUBACK
-// and PUBACK code is visible.
+// client is a raw paho v5 test client (brokertest.Client), so every
+// CONNACK, SUBACK and PUBACK code is visible.
 type client struct {
-	t    *testing.T
-	name string
-	pc   *paho.Client
-	conn net.Conn
-	msgs chan *paho.Publish
-}
-
-// refusedError is a CONNACK with a failure reason (or a connection the
-// broker closed instead of answering).
-type refusedError struct{ code byte }
-
-func (e *refusedError) Error() string {
-	return fmt.Sprintf("connection refused, CONNACK reason %d", e.code)
+	*brokertest.Client
 }
 
 type will struct {
@@ -198,48 +184,15 @@ type will struct {
 
 func dial(t *testing.T, b *broker, user, pass, clientID string, w *will) (*client, error) {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", b.addr, 2*time.Second)
-	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", b.addr, err)
-	}
-	c := &client{t: t, name: user, conn: conn, msgs: make(chan *paho.Publish, 64)}
-	c.pc = paho.NewClient(paho.ClientConfig{
-		ClientID: clientID,
-		Conn:     conn,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-			func(pr paho.PublishReceived) (bool, error) {
-				select {
-				case c.msgs <- pr.Packet:
-				default:
-				}
-				return true, nil
-			},
-		},
-	})
-	cp := &paho.Connect{ClientID: clientID, KeepAlive: 30, CleanStart: true}
-	if user != "" {
-		cp.UsernameFlag, cp.Username = true, user
-	}
-	if pass != "" {
-		cp.PasswordFlag, cp.Password = true, []byte(pass)
-	}
+	o := brokertest.Options{Username: user, Password: pass, ClientID: clientID}
 	if w != nil {
-		cp.WillMessage = &paho.WillMessage{Topic: w.topic, Payload: []byte(w.payload), QoS: 1, Retain: w.retain}
-		cp.WillProperties = &paho.WillProperties{}
+		o.Will = &paho.WillMessage{Topic: w.topic, Payload: []byte(w.payload), QoS: 1, Retain: w.retain}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ca, err := c.pc.Connect(ctx, cp)
-	if ca != nil && ca.ReasonCode >= 0x80 {
-		conn.Close()
-		return nil, &refusedError{code: ca.ReasonCode}
-	}
+	c, err := brokertest.Dial(t, b.addr, o)
 	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("connect as %q: %w", user, err)
+		return nil, err
 	}
-	t.Cleanup(func() { c.close() })
-	return c, nil
+	return &client{c}, nil
 }
 
 func mustDial(t *testing.T, b *broker, user, pass, clientID string) *client {
@@ -251,73 +204,13 @@ func mustDial(t *testing.T, b *broker, user, pass, clientID string) *client {
 	return c
 }
 
-func (c *client) close() {
-	_ = c.pc.Disconnect(&paho.Disconnect{})
-	_ = c.conn.Close()
-}
-
-// drop closes the TCP connection without DISCONNECT, so the Will fires.
-func (c *client) drop() { _ = c.conn.Close() }
-
-// sub subscribes with QoS 1 and returns the SUBACK reason code.
-func (c *client) sub(filter string) byte {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	sa, err := c.pc.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
-	if sa != nil && len(sa.Reasons) == 1 {
-		return sa.Reasons[0]
-	}
-	c.t.Fatalf("%s: subscribe %q: no SUBACK: %v", c.name, filter, err)
-	return 0
-}
-
-// pub publishes with QoS 1 and returns the PUBACK reason code.
-func (c *client) pub(topic, payload string) byte {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	pr, err := c.pc.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(payload)})
-	if pr != nil {
-		return pr.ReasonCode
-	}
-	c.t.Fatalf("%s: publish %q: no PUBACK: %v", c.name, topic, err)
-	return 0
-}
-
-// next waits for the next delivered message.
-func (c *client) next(timeout time.Duration) (*paho.Publish, error) {
-	select {
-	case p := <-c.msgs:
-		return p, nil
-	case <-time.After(timeout):
-		return nil, errors.New("no message")
-	case <-c.pc.Done():
-		return nil, errors.New("connection closed")
-	}
-}
-
-// expect asserts that the next message is topic/payload.
-func (c *client) expect(topic, payload string) {
-	c.t.Helper()
-	p, err := c.next(5 * time.Second)
-	if err != nil {
-		c.t.Fatalf("%s: waiting for %q on %q: %v", c.name, payload, topic, err)
-	}
-	if p.Topic != topic || string(p.Payload) != payload {
-		c.t.Fatalf("%s: got %q on %q, want %q on %q", c.name, p.Payload, p.Topic, payload, topic)
-	}
-}
-
-// disconnected reports whether the broker closed the connection within d.
-func (c *client) disconnected(d time.Duration) bool {
-	select {
-	case <-c.pc.Done():
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
+func (c *client) close()                                            { c.Close() }
+func (c *client) drop()                                             { c.Drop() }
+func (c *client) sub(filter string) byte                            { return c.Subscribe(filter) }
+func (c *client) pub(topic, payload string) byte                    { return c.Publish(topic, payload) }
+func (c *client) next(timeout time.Duration) (*paho.Publish, error) { return c.Next(timeout) }
+func (c *client) expect(topic, payload string)                      { c.Expect(topic, payload) }
+func (c *client) disconnected(d time.Duration) bool                 { return c.Disconnected(d) }
 
 func granted(code byte) bool { return code < 0x80 }
 
@@ -325,3 +218,6 @@ func granted(code byte) bool { return code < 0x80 }
 const (
 	notAuthorized = 0x87 // SUBACK/PUBACK
 )
+
+// quiet drops the backends' connection logs (reconnects are expected here).
+var quiet = slog.New(slog.DiscardHandler)

@@ -23,20 +23,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/session"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-// Config configures Connect.
+// Config configures New and Connect.
 type Config struct {
 	// URL of the broker: mqtt://host:port, tls://host:port (or mqtts://).
 	URL string
@@ -57,14 +56,32 @@ type Config struct {
 	// ConnectTimeout bounds Connect's wait for the first connection
 	// (default 10s). A refused CONNACK (bad admin credentials) fails at once.
 	ConnectTimeout time.Duration
-	// MaxBatch is the maximum number of commands per message (default 100);
-	// MaxBatchBytes the maximum JSON size of one (default 256 KiB, keep it
-	// under the broker's max_packet_size).
+	// MaxBatch is the maximum number of commands per message (default 100;
+	// fewer when the broker is slow per command, so that a message stays
+	// within about a third of Timeout); MaxBatchBytes the maximum JSON size
+	// of one (default 256 KiB, keep it under the broker's max_packet_size).
+	// Concurrent callers share messages: while one is in flight, the next
+	// collects every queued request up to these limits (group commit, no
+	// timer).
 	MaxBatch      int
 	MaxBatchBytes int
 	// ListPageSize is the count used when listing (default 1000).
 	ListPageSize int
-	Logger       *slog.Logger
+	// CountKicks makes Execute find out whom group- and role-level kicking
+	// commands disconnect (a getGroup, or a listing of clients and groups,
+	// before the batch): Stats.Kicks, OnKick and acl.Trace then cover them.
+	// Client-level kicks are always counted (the command names its client).
+	// Off by default: the reads cost round trips exactly when a change
+	// already disconnects many clients.
+	CountKicks bool
+	// OnKick, when set, is called for every executed command that
+	// disconnects someone (must not block).
+	OnKick func(acl.Kick)
+	// OnReady runs in its own goroutine after every (re)connection, once the
+	// response topic is subscribed; ctx ends with that connection. The
+	// operator checks its broker state sentinel there.
+	OnReady func(ctx context.Context)
+	Logger  *slog.Logger
 }
 
 // ErrConnectionLost is returned for requests whose replies were still
@@ -72,40 +89,38 @@ type Config struct {
 // have executed them; observe again before retrying (acl.Apply does).
 var ErrConnectionLost = errors.New("dynsec: admin connection lost before the broker replied")
 
+// ErrNotOpen is returned by requests made before Open.
+var ErrNotOpen = errors.New("dynsec: admin connection not opened yet")
+
 // Backend implements acl.Backend for Mosquitto's dynamic-security plugin.
 type Backend struct {
-	cfg    Config
-	log    *slog.Logger
-	cm     *autopaho.ConnectionManager
-	cancel context.CancelFunc
-	nonce  string
-	seq    atomic.Uint64
+	cfg   Config
+	log   *slog.Logger
+	url   string // redacted, for messages
+	nonce string
+	seq   atomic.Uint64
+	sess  atomic.Pointer[session.Session]
 
 	mu      sync.Mutex
-	link    *link                    // current connection generation
 	pending map[string]chan response // by correlationData
 
+	// Group commit: requests queue here; one sender at a time takes all
+	// queued ones (up to the batch limits) into the next message.
+	qmu     sync.Mutex
+	queue   []*call
+	sending bool
+
 	mutations, reads, roundTrips atomic.Uint64
-	lastConnErr                  atomic.Pointer[error] // why the last connect attempt failed
+	kicks, kickedUsernames       atomic.Uint64
+	cmdCost                      atomic.Int64 // ns per command, see batchLimit
+
+	stop   context.CancelFunc // set by Connect
+	opened chan struct{}      // closed by Open
 }
 
-// link is one connection's readiness: ready closes once the response topic
-// is subscribed (err says whether that worked); a new link replaces it when
-// the connection drops.
-type link struct {
-	ready chan struct{}
-	err   error
-	down  bool
-	// gone closes when this connection drops; requests sent on it stop
-	// waiting (paho may keep an unacknowledged QoS 1 publish pending for
-	// the session instead of failing it).
-	gone chan struct{}
-}
-
-func newLink() *link { return &link{ready: make(chan struct{}), gone: make(chan struct{})} }
-
-// Connect opens the admin connection and waits until it is usable.
-func Connect(ctx context.Context, cfg Config) (*Backend, error) {
+// New checks cfg and returns a backend that is not connected yet: Open
+// starts its connection.
+func New(cfg Config) (*Backend, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("dynsec: broker URL is required")
 	}
@@ -144,106 +159,114 @@ func Connect(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.ClientID == "" {
 		cfg.ClientID = "a2a-fleet-dynsec-" + hex.EncodeToString(nonce[:])
 	}
-	b := &Backend{
+	return &Backend{
 		cfg:     cfg,
-		log:     cfg.Logger.With("component", "dynsec", "broker", u.Redacted()),
+		log:     cfg.Logger.With("component", "dynsec"),
+		url:     u.Redacted(),
 		nonce:   hex.EncodeToString(nonce[:]),
-		link:    newLink(),
 		pending: map[string]chan response{},
-	}
+		opened:  make(chan struct{}),
+	}, nil
+}
 
-	refused := make(chan error, 1)
-	pcfg := autopaho.ClientConfig{
-		ServerUrls:                    []*url.URL{u},
-		TlsCfg:                        cfg.TLS,
-		KeepAlive:                     30,
-		CleanStartOnInitialConnection: true,
-		ConnectTimeout:                cfg.ConnectTimeout,
-		ReconnectBackoff:              reconnectBackoff,
-		ConnectUsername:               cfg.Username,
-		ConnectPassword:               []byte(cfg.Password),
-		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
-			b.lastConnErr.Store(nil)
-			// Must not block autopaho: subscribe from a goroutine.
-			b.mu.Lock()
-			l := b.link
-			b.mu.Unlock()
-			go b.subscribe(cm, l)
-		},
-		OnConnectionDown: func() bool {
-			b.connectionDown()
-			return true
-		},
-		OnConnectError: func(err error) {
-			b.lastConnErr.Store(&err)
-			var ce *autopaho.ConnackError
-			if errors.As(err, &ce) {
-				select {
-				case refused <- err:
-				default:
-				}
+// Open starts the admin connection in the background: it lives, and
+// reconnects for ever, until ctx ends (the operator passes its manager's
+// context). Requests wait for it within their timeout.
+func (b *Backend) Open(ctx context.Context) error {
+	return b.open(ctx, nil)
+}
+
+func (b *Backend) open(ctx context.Context, onRefused func(error)) error {
+	sess, err := session.Start(ctx, session.Config{
+		Name:           "dynsec admin",
+		URL:            b.cfg.URL,
+		TLS:            b.cfg.TLS,
+		Username:       b.cfg.Username,
+		Password:       func() []byte { return []byte(b.cfg.Password) },
+		ClientID:       b.cfg.ClientID,
+		ConnectTimeout: b.cfg.ConnectTimeout,
+		PacketTimeout:  b.cfg.Timeout,
+		Subscriptions:  []paho.SubscribeOptions{{Topic: ResponseTopic, QoS: 1}},
+		OnMessage:      b.dispatch,
+		OnRefused:      onRefused,
+		OnReady: func(ctx context.Context, _ *session.Link) {
+			if b.cfg.OnReady != nil {
+				b.cfg.OnReady(ctx)
 			}
-			b.log.Debug("admin connect attempt failed", "err", err)
 		},
-		ClientConfig: paho.ClientConfig{
-			ClientID: cfg.ClientID,
-			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-				func(pr paho.PublishReceived) (bool, error) {
-					b.dispatch(pr.Packet)
-					return true, nil
-				},
-			},
-		},
+		Logger: b.cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("dynsec: %w", err)
+	}
+	if !b.sess.CompareAndSwap(nil, sess) {
+		return errors.New("dynsec: admin connection already open")
+	}
+	close(b.opened)
+	return nil
+}
+
+// Connect is New plus Open with a connection of its own (ended by Close),
+// waiting until it is usable: for tools and tests. Bad admin credentials
+// fail at the first CONNACK.
+func Connect(ctx context.Context, cfg Config) (*Backend, error) {
+	b, err := New(cfg)
+	if err != nil {
+		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	b.cancel = cancel
-	cm, err := autopaho.NewConnection(runCtx, pcfg)
-	if err != nil {
+	refused := make(chan error, 1)
+	if err := b.open(runCtx, func(err error) {
+		select {
+		case refused <- err:
+		default:
+		}
+	}); err != nil {
 		cancel()
-		return nil, fmt.Errorf("dynsec: start admin connection to %s: %w", u.Redacted(), err)
+		return nil, err
 	}
-	b.cm = cm
-
-	waitCtx, waitCancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	b.stop = cancel
+	waitCtx, waitCancel := context.WithTimeout(ctx, b.cfg.ConnectTimeout)
 	defer waitCancel()
 	ready := make(chan error, 1)
-	go func() { ready <- b.waitReady(waitCtx) }()
+	go func() { _, err := b.sess.Load().Await(waitCtx); ready <- err }()
 	select {
 	case err := <-ready:
 		if err == nil {
 			return b, nil
 		}
 		cancel()
-		<-cm.Done()
-		return nil, fmt.Errorf("dynsec: admin connection to %s as %q: %w", u.Redacted(), cfg.Username, err)
+		<-b.sess.Load().Done()
+		return nil, fmt.Errorf("dynsec: admin connection to %s as %q: %w", b.url, cfg.Username, err)
 	case err := <-refused:
 		cancel()
-		<-cm.Done()
-		return nil, fmt.Errorf("dynsec: broker %s refused admin %q (check the dynsec admin credentials): %w", u.Redacted(), cfg.Username, err)
+		<-b.sess.Load().Done()
+		return nil, fmt.Errorf("dynsec: broker %s refused admin %q (check the dynsec admin credentials): %w", b.url, cfg.Username, err)
 	}
 }
 
-// reconnectBackoff: the first attempt is immediate, then 250ms doubling up
-// to 5s, so a restarted broker is picked up quickly.
-func reconnectBackoff(attempt int) time.Duration {
-	if attempt == 0 {
-		return 0
-	}
-	return min(time.Duration(250*(1<<min(attempt-1, 5)))*time.Millisecond, 5*time.Second)
-}
-
-// Close disconnects the admin connection.
+// Close disconnects the admin connection (a connection opened with Open
+// also ends with its context).
 func (b *Backend) Close(ctx context.Context) error {
-	err := b.cm.Disconnect(ctx)
-	b.cancel()
-	select {
-	case <-b.cm.Done():
-	case <-ctx.Done():
+	sess := b.sess.Load()
+	if sess == nil {
+		return nil
 	}
-	if err != nil && !errors.Is(err, autopaho.ConnectionDownError) {
-		return fmt.Errorf("dynsec: disconnect: %w", err)
+	err := sess.Close(ctx)
+	if b.stop != nil {
+		b.stop()
 	}
-	return nil
+	return err
+}
+
+// Healthy returns nil while the admin connection is up (or down for less
+// than grace), for readiness checks.
+func (b *Backend) Healthy(grace time.Duration) error {
+	sess := b.sess.Load()
+	if sess == nil {
+		return ErrNotOpen
+	}
+	return sess.Healthy(grace)
 }
 
 // Prefix implements acl.Backend.
@@ -251,82 +274,8 @@ func (b *Backend) Prefix() string { return b.cfg.Prefix }
 
 // Stats implements acl.Backend.
 func (b *Backend) Stats() acl.Stats {
-	return acl.Stats{Mutations: b.mutations.Load(), Reads: b.reads.Load(), RoundTrips: b.roundTrips.Load()}
-}
-
-// subscribe runs on every (re)connection: the session is not persistent,
-// so the response subscription must be renewed before any command is sent.
-func (b *Backend) subscribe(cm *autopaho.ConnectionManager, l *link) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
-	defer cancel()
-	suback, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: ResponseTopic, QoS: 1}}})
-	switch {
-	case suback != nil && len(suback.Reasons) == 1 && suback.Reasons[0] >= 0x80:
-		// paho also returns an error here; the reason code is the clear part.
-		err = fmt.Errorf("subscription to %s refused (SUBACK reason %d): the user lacks the dynsec admin role", ResponseTopic, suback.Reasons[0])
-	case err != nil:
-		err = fmt.Errorf("subscribe to %s: %w", ResponseTopic, err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if l != b.link || l.down {
-		return // the connection this was for is already gone
-	}
-	if err != nil {
-		l.err = fmt.Errorf("dynsec: %w", err)
-		b.log.Error("admin connection unusable", "err", err)
-	}
-	close(l.ready)
-}
-
-// connectionDown fails every outstanding request (their replies, if any,
-// went to the dead session) and starts a new, not yet ready, link.
-func (b *Backend) connectionDown() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	old := b.link
-	old.down = true
-	select {
-	case <-old.ready:
-	default:
-		old.err = ErrConnectionLost
-		close(old.ready)
-	}
-	close(old.gone)
-	b.link = newLink()
-	b.log.Warn("admin connection down; reconnecting")
-}
-
-// waitReady blocks until the connection is up and subscribed.
-func (b *Backend) waitReady(ctx context.Context) error {
-	_, err := b.readyLink(ctx)
-	return err
-}
-
-// readyLink is waitReady returning the connection it waited for.
-func (b *Backend) readyLink(ctx context.Context) (*link, error) {
-	for {
-		b.mu.Lock()
-		l := b.link
-		b.mu.Unlock()
-		select {
-		case <-l.ready:
-		case <-ctx.Done():
-			if last := b.lastConnErr.Load(); last != nil {
-				return nil, fmt.Errorf("waiting for the admin connection (last attempt: %v): %w", *last, ctx.Err())
-			}
-			return nil, fmt.Errorf("waiting for the admin connection: %w", ctx.Err())
-		case <-b.cm.Done():
-			return nil, errors.New("admin connection closed")
-		}
-		b.mu.Lock()
-		err, down := l.err, l.down
-		b.mu.Unlock()
-		if down {
-			continue // dropped meanwhile; wait for the next one
-		}
-		return l, err
-	}
+	return acl.Stats{Mutations: b.mutations.Load(), Reads: b.reads.Load(), RoundTrips: b.roundTrips.Load(),
+		Kicks: b.kicks.Load(), KickedUsernames: b.kickedUsernames.Load()}
 }
 
 // dispatch hands replies to their waiters; replies to other admins'
@@ -370,21 +319,115 @@ func (b *Backend) exchange(ctx context.Context, cmds []wireCmd) ([]response, err
 			return resps, err
 		}
 		b.log.Info("admin connection failed during a request; resending", "attempt", attempt, "err", err)
-		// Wait until autopaho has noticed the failure (or a moment passed),
-		// so the resend goes to the next connection, not the dying one.
+		// Wait until the failure is noticed (or a moment passed), so the
+		// resend goes to the next connection, not the dying one.
 		select {
-		case <-l.gone:
+		case <-l.Gone():
 		case <-time.After(time.Second):
 		case <-ctx.Done():
 		}
 	}
 }
 
-// roundTrip sends one batch and returns the replies in command order.
-func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, *link, error) {
-	l, err := b.readyLink(ctx)
+// call is one caller's request waiting for a message.
+type call struct {
+	ctx  context.Context
+	cmds []wireCmd
+	size int
+	done chan callResult
+}
+
+type callResult struct {
+	resps []response
+	link  *session.Link
+	err   error
+}
+
+// roundTrip queues cmds for the next message and waits for their replies,
+// in command order. Whoever finds no message in flight becomes the sender
+// until the queue is empty.
+func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, *session.Link, error) {
+	select {
+	case <-b.opened:
+	case <-ctx.Done():
+		return nil, nil, fmt.Errorf("%w: %w", ErrNotOpen, ctx.Err())
+	}
+	size := 0
+	for _, c := range cmds {
+		j, _ := json.Marshal(c)
+		size += len(j) + 1
+	}
+	c := &call{ctx: ctx, cmds: cmds, size: size, done: make(chan callResult, 1)}
+	b.qmu.Lock()
+	b.queue = append(b.queue, c)
+	lead := !b.sending
+	b.sending = true
+	b.qmu.Unlock()
+	if lead {
+		go b.sendQueued()
+	}
+	select {
+	case r := <-c.done:
+		return r.resps, r.link, r.err
+	case <-ctx.Done():
+		if down := b.sess.Load().Healthy(0); down != nil {
+			return nil, nil, fmt.Errorf("waiting for the admin connection (%v): %w", down, ctx.Err())
+		}
+		return nil, nil, fmt.Errorf("waiting for the broker's reply: %w", ctx.Err())
+	}
+}
+
+// sendQueued sends messages while requests are queued, one in flight at a
+// time, each carrying as many queued requests as fit.
+func (b *Backend) sendQueued() {
+	for {
+		b.qmu.Lock()
+		var batch []*call
+		n, size := 0, 0
+		limit := b.batchLimit()
+		for len(b.queue) > 0 {
+			c := b.queue[0]
+			if c.ctx.Err() != nil {
+				b.queue = b.queue[1:]
+				continue // its caller has given up
+			}
+			if len(batch) > 0 && (n+len(c.cmds) > limit || size+c.size > b.cfg.MaxBatchBytes) {
+				break
+			}
+			batch = append(batch, c)
+			n += len(c.cmds)
+			size += c.size
+			b.queue = b.queue[1:]
+		}
+		if len(batch) == 0 {
+			b.sending = false
+			b.qmu.Unlock()
+			return
+		}
+		b.qmu.Unlock()
+		b.send(batch)
+	}
+}
+
+// send publishes one message with the commands of batch and hands each call
+// its replies.
+func (b *Backend) send(batch []*call) {
+	finish := func(r callResult) {
+		for _, c := range batch {
+			c.done <- r
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
+	defer cancel()
+	sess := b.sess.Load()
+	l, err := sess.Await(ctx)
 	if err != nil {
-		return nil, nil, err
+		finish(callResult{err: err})
+		return
+	}
+	var cmds []wireCmd
+	for _, c := range batch {
+		cmds = append(cmds, c.cmds...)
 	}
 	ids := make([]string, len(cmds))
 	chans := make([]chan response, len(cmds))
@@ -406,57 +449,59 @@ func (b *Backend) roundTrip(ctx context.Context, cmds []wireCmd) ([]response, *l
 
 	payload, err := json.Marshal(request{Commands: cmds})
 	if err != nil {
-		return nil, l, fmt.Errorf("encode commands: %w", err)
+		finish(callResult{link: l, err: fmt.Errorf("encode commands: %w", err)})
+		return
 	}
 	b.roundTrips.Add(1)
+	sent := time.Now()
 	// QoS 1 so a message lost on a dying connection is an error here, and a
 	// refused publish (the user is no admin) shows as PUBACK reason >= 0x80.
-	type published struct {
-		pr  *paho.PublishResponse
-		err error
-	}
-	pubc := make(chan published, 1)
-	go func() {
-		pr, err := b.cm.Publish(ctx, &paho.Publish{Topic: ControlTopic, QoS: 1, Payload: payload})
-		pubc <- published{pr, err}
-	}()
-	var pr *paho.PublishResponse
-	select {
-	case p := <-pubc:
-		if p.err != nil && p.pr == nil {
-			return nil, l, fmt.Errorf("publish to %s: %w: %w", ControlTopic, errSend, p.err)
-		}
-		pr = p.pr
-	case <-l.gone:
-		return nil, l, fmt.Errorf("publish to %s: %w: %w", ControlTopic, errSend, ErrConnectionLost)
-	case <-ctx.Done():
-		return nil, l, fmt.Errorf("publish to %s: no PUBACK: %w", ControlTopic, ctx.Err())
+	pr, err := sess.Publish(ctx, &paho.Publish{Topic: ControlTopic, QoS: 1, Payload: payload})
+	switch {
+	case errors.Is(err, session.ErrConnectionLost):
+		finish(callResult{link: l, err: fmt.Errorf("publish to %s: %w: %w", ControlTopic, errSend, ErrConnectionLost)})
+		return
+	case err != nil && ctx.Err() != nil:
+		finish(callResult{link: l, err: fmt.Errorf("publish to %s: no PUBACK: %w", ControlTopic, ctx.Err())})
+		return
+	case err != nil:
+		finish(callResult{link: l, err: fmt.Errorf("publish to %s: %w: %w", ControlTopic, errSend, err)})
+		return
 	}
 	if pr != nil && pr.ReasonCode >= 0x80 {
 		reason := ""
 		if pr.Properties != nil {
 			reason = pr.Properties.ReasonString
 		}
-		return nil, l, fmt.Errorf("publish to %s refused (PUBACK reason %d %s): the user lacks the dynsec admin role", ControlTopic, pr.ReasonCode, reason)
+		finish(callResult{link: l, err: fmt.Errorf("publish to %s refused (PUBACK reason %d %s): the user lacks the dynsec admin role", ControlTopic, pr.ReasonCode, reason)})
+		return
 	}
 	out := make([]response, len(cmds))
 	for i, ch := range chans {
 		select {
 		case r := <-ch:
 			out[i] = r
-		case <-l.gone:
-			return nil, l, ErrConnectionLost
+		case <-l.Gone():
+			finish(callResult{link: l, err: ErrConnectionLost})
+			return
 		case <-ctx.Done():
-			return nil, l, fmt.Errorf("no reply to %s from the broker: %w", cmds[i].Command, ctx.Err())
+			finish(callResult{link: l, err: fmt.Errorf("no reply to %s from the broker: %w", cmds[i].Command, ctx.Err())})
+			return
 		}
 	}
-	return out, l, nil
+	b.observeCost(time.Since(sent), len(cmds))
+	at := 0
+	for _, c := range batch {
+		c.done <- callResult{resps: out[at : at+len(c.cmds)], link: l}
+		at += len(c.cmds)
+	}
 }
 
 // Execute implements acl.Backend: commands go out in order, in batches of
 // Config.MaxBatch; every command the broker refuses (other than benign
 // "already exists"/"not found") is reported. A failed exchange (timeout,
-// connection lost) stops at that batch.
+// connection lost) stops at that batch. Kicks are reported (see
+// Config.CountKicks).
 func (b *Backend) Execute(ctx context.Context, cmds []acl.Command) error {
 	wires := make([]wireCmd, len(cmds))
 	for i, c := range cmds {
@@ -465,6 +510,15 @@ func (b *Backend) Execute(ctx context.Context, cmds []acl.Command) error {
 			return err
 		}
 		wires[i] = w
+	}
+	var before *acl.State
+	if b.cfg.CountKicks {
+		st, err := b.kickState(ctx, cmds)
+		if err != nil {
+			b.log.Info("could not read who the commands will disconnect; their kicks go uncounted", "err", err)
+		} else {
+			before = st
+		}
 	}
 	var errs []error
 	for start := 0; start < len(wires); {
@@ -480,17 +534,125 @@ func (b *Backend) Execute(ctx context.Context, cmds []acl.Command) error {
 			if r.Error != "" && !acl.Benign(c.Op, r.Error) {
 				errs = append(errs, &acl.CommandError{Command: c, Message: r.Error})
 			}
+			b.reportKick(ctx, c, r.Error, before)
 		}
 		start = end
 	}
 	return errors.Join(errs...)
 }
 
+// kicked reports whether dynsec 2.0.11 ran its "enforce any changes" kick
+// for c given its reply (the same cases the embedded store mirrors).
+func kicked(c acl.Command, errText string) bool {
+	if !c.Kicks() {
+		return false
+	}
+	switch {
+	case errText == "":
+		return true
+	case c.Op == acl.OpAddGroupClient && errText == "Client is already in this group":
+		return true
+	case c.Op == acl.OpModifyClient && errText == "Role not found":
+		return true
+	}
+	return false
+}
+
+// reportKick counts and reports whom c disconnected. Group- and role-level
+// kicks are known only with the state read before the batch.
+func (b *Backend) reportKick(ctx context.Context, c acl.Command, errText string, before *acl.State) {
+	if !kicked(c, errText) {
+		return
+	}
+	var users []string
+	switch c.Op {
+	case acl.OpDeleteGroup, acl.OpAddGroupRole, acl.OpRemoveGroupRole, acl.OpDeleteRole, acl.OpAddRoleACL, acl.OpRemoveRoleACL:
+		if before == nil {
+			return
+		}
+		users = acl.KickTargets(*before, c)
+	default:
+		users = []string{c.Username}
+	}
+	if len(users) == 0 {
+		return
+	}
+	c.Password = ""
+	k := acl.Kick{Command: c, Usernames: users}
+	b.kicks.Add(1)
+	b.kickedUsernames.Add(uint64(len(users)))
+	acl.ReportKick(ctx, k)
+	if b.cfg.OnKick != nil {
+		b.cfg.OnKick(k)
+	}
+}
+
+// kickState reads what the group- and role-level kicking commands of cmds
+// need to name their targets: the members of each group (getGroup), and for
+// role-level ones every client and group (a listing). Nil when no command
+// needs it.
+func (b *Backend) kickState(ctx context.Context, cmds []acl.Command) (*acl.State, error) {
+	var groups []string
+	roles := false
+	for _, c := range cmds {
+		switch c.Op {
+		case acl.OpDeleteGroup, acl.OpAddGroupRole, acl.OpRemoveGroupRole:
+			groups = append(groups, c.Group)
+		case acl.OpDeleteRole, acl.OpAddRoleACL, acl.OpRemoveRoleACL:
+			roles = true
+		}
+	}
+	switch {
+	case roles:
+		st, err := b.list(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &st, nil
+	case len(groups) > 0:
+		st, err := b.groupMembers(ctx, groups)
+		if err != nil {
+			return nil, err
+		}
+		return &st, nil
+	}
+	return nil, nil
+}
+
+// groupMembers returns a state holding the named groups and their members
+// (as clients carrying the membership).
+func (b *Backend) groupMembers(ctx context.Context, groups []string) (acl.State, error) {
+	st := acl.NewState(nil, nil, nil)
+	var cmds []wireCmd
+	for _, g := range groups {
+		cmds = append(cmds, wireCmd{Command: "getGroup", Groupname: g})
+	}
+	err := b.readEach(ctx, cmds, func(_ wireCmd, data json.RawMessage) error {
+		var d getData
+		if err := json.Unmarshal(data, &d); err != nil || d.Group == nil {
+			return fmt.Errorf("decode getGroup: %w", err)
+		}
+		st.Groups[d.Group.Groupname] = d.Group.model()
+		for _, m := range d.Group.Clients {
+			c := st.Clients[m.Username]
+			c.Username = m.Username
+			c.Groups = append(c.Groups, d.Group.Groupname)
+			st.Clients[m.Username] = c
+		}
+		return nil
+	})
+	if err != nil {
+		return acl.State{}, err
+	}
+	return st, nil
+}
+
 // batchEnd picks how many commands from start fit one message.
 func (b *Backend) batchEnd(wires []wireCmd, start int) int {
 	size := 0
 	end := start
-	for end < len(wires) && end-start < b.cfg.MaxBatch {
+	limit := b.batchLimit()
+	for end < len(wires) && end-start < limit {
 		j, _ := json.Marshal(wires[end])
 		if end > start && size+len(j) > b.cfg.MaxBatchBytes {
 			break
@@ -499,6 +661,37 @@ func (b *Backend) batchEnd(wires []wireCmd, start int) int {
 		end++
 	}
 	return end
+}
+
+// batchLimit is how many commands one message may carry: MaxBatch, or fewer
+// when the broker is slow per command. Mosquitto 2.0.11 rewrites its whole
+// dynsec file after each command and acknowledges a message only after
+// running all of it, so on a large configuration (35 ms per command at 2 500
+// clients, docs/broker.md) a full message would outlast the request
+// timeout; a message is kept to about a third of Timeout at the measured
+// cost per command.
+func (b *Backend) batchLimit() int {
+	cost := time.Duration(b.cmdCost.Load())
+	if cost <= 0 {
+		return b.cfg.MaxBatch
+	}
+	return max(1, min(b.cfg.MaxBatch, int(b.cfg.Timeout/3/cost)))
+}
+
+// observeCost folds one message's time per command into the estimate
+// (exponentially weighted, a quarter for the new sample).
+func (b *Backend) observeCost(elapsed time.Duration, cmds int) {
+	sample := int64(elapsed) / int64(max(1, cmds))
+	for {
+		old := b.cmdCost.Load()
+		next := sample
+		if old > 0 {
+			next = old + (sample-old)/4
+		}
+		if b.cmdCost.CompareAndSwap(old, next) {
+			return
+		}
+	}
 }
 
 // read runs read-only commands (not counted as mutations).
@@ -635,11 +828,44 @@ func (b *Backend) get(ctx context.Context, n acl.Names, withDefault bool) (acl.S
 	if withDefault {
 		cmds = append(cmds, wireCmd{Command: "getDefaultACLAccess"})
 	}
+	err := b.readEach(ctx, cmds, func(c wireCmd, data json.RawMessage) error {
+		if c.Command == "getDefaultACLAccess" {
+			var d defaultData
+			if err := json.Unmarshal(data, &d); err != nil {
+				return fmt.Errorf("decode getDefaultACLAccess: %w", err)
+			}
+			m := d.model()
+			st.DefaultACL = &m
+			return nil
+		}
+		var d getData
+		if err := json.Unmarshal(data, &d); err != nil {
+			return fmt.Errorf("decode %s: %w", c.Command, err)
+		}
+		switch {
+		case d.Role != nil:
+			st.Roles[d.Role.Rolename] = d.Role.model()
+		case d.Group != nil:
+			st.Groups[d.Group.Groupname] = d.Group.model()
+		case d.Client != nil:
+			st.Clients[d.Client.Username] = d.Client.model()
+		}
+		return nil
+	})
+	if err != nil {
+		return acl.State{}, err
+	}
+	return st, nil
+}
+
+// readEach runs read commands in MaxBatch chunks and hands fn the data of
+// each reply; an absent object is skipped, any other refusal fails.
+func (b *Backend) readEach(ctx context.Context, cmds []wireCmd, fn func(wireCmd, json.RawMessage) error) error {
 	for start := 0; start < len(cmds); start += b.cfg.MaxBatch {
 		end := min(start+b.cfg.MaxBatch, len(cmds))
 		resps, err := b.read(ctx, cmds[start:end])
 		if err != nil {
-			return acl.State{}, err
+			return err
 		}
 		for i, r := range resps {
 			c := cmds[start+i]
@@ -647,32 +873,14 @@ func (b *Backend) get(ctx context.Context, n acl.Names, withDefault bool) (acl.S
 				if notFound(r) {
 					continue
 				}
-				return acl.State{}, fmt.Errorf("%s %s%s%s: broker refused: %s", c.Command, c.Rolename, c.Groupname, c.Username, r.Error)
+				return fmt.Errorf("%s %s%s%s: broker refused: %s", c.Command, c.Rolename, c.Groupname, c.Username, r.Error)
 			}
-			if c.Command == "getDefaultACLAccess" {
-				var d defaultData
-				if err := json.Unmarshal(r.Data, &d); err != nil {
-					return acl.State{}, fmt.Errorf("decode getDefaultACLAccess: %w", err)
-				}
-				m := d.model()
-				st.DefaultACL = &m
-				continue
-			}
-			var d getData
-			if err := json.Unmarshal(r.Data, &d); err != nil {
-				return acl.State{}, fmt.Errorf("decode %s: %w", c.Command, err)
-			}
-			switch {
-			case d.Role != nil:
-				st.Roles[d.Role.Rolename] = d.Role.model()
-			case d.Group != nil:
-				st.Groups[d.Group.Groupname] = d.Group.model()
-			case d.Client != nil:
-				st.Clients[d.Client.Username] = d.Client.model()
+			if err := fn(c, r.Data); err != nil {
+				return err
 			}
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // Check implements acl.Backend by fetching the client, its groups and all

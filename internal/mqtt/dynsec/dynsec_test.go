@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -30,7 +31,7 @@ func start(t *testing.T) (*brokertest.Mosquitto, *Backend) {
 	user, pass := m.DynSecAdmin()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := Connect(ctx, Config{URL: m.URL(), Username: user, Password: pass, Timeout: 5 * time.Second})
+	b, err := Connect(ctx, Config{URL: m.URL(), Username: user, Password: pass, Timeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("connect: %v\n%s", err, m.Log())
 	}
@@ -154,7 +155,8 @@ func TestReconnectWhileWaiting(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		done <- acl.EnsureRole(ctx, b, acl.Role{Name: "a2a:after-crash"})
+		_, err := acl.Apply(ctx, b, acl.Desired{State: acl.NewState([]acl.Role{{Name: "a2a:after-crash"}}, nil, nil)})
+		done <- err
 	}()
 	time.Sleep(300 * time.Millisecond)
 	if err := m.Restart(); err != nil {
@@ -198,7 +200,7 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("connect over TLS: %v\n%s", err, m.Log())
 	}
 	defer b.Close(ctx)
-	if err := acl.EnsureRole(ctx, b, acl.Role{Name: "a2a:tls"}); err != nil {
+	if _, err := acl.Apply(ctx, b, acl.Desired{State: acl.NewState([]acl.Role{{Name: "a2a:tls"}}, nil, nil)}); err != nil {
 		t.Fatal(err)
 	}
 	// Without trusting the CA the handshake fails and Connect says why.
@@ -242,4 +244,71 @@ func selfSigned(t *testing.T, dir string) (*x509.CertPool, string, string) {
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
 	return pool, certFile, keyFile
+}
+
+// Concurrent callers share control messages (group commit): while one message is in flight the
+// next collects every queued request, each caller gets exactly its own replies, and a refusal
+// reaches only the caller whose command it was.
+func TestConcurrentCallersShareMessages(t *testing.T) {
+	_, b := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 50
+	before := b.Stats().RoundTrips
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			cmd := acl.Command{Op: acl.OpCreateRole, Role: fmt.Sprintf("a2a:gc-%02d", i)}
+			if i == 7 {
+				cmd = acl.Command{Op: acl.OpModifyRole, Role: "a2a:gc-missing"}
+			}
+			errs <- b.Execute(ctx, []acl.Command{cmd})
+		}()
+	}
+	failed := 0
+	for range n {
+		if err := <-errs; err != nil {
+			failed++
+			if !strings.Contains(err.Error(), "a2a:gc-missing") {
+				t.Errorf("a caller got another caller's error: %v", err)
+			}
+		}
+	}
+	if failed != 1 {
+		t.Errorf("%d callers failed, want exactly the one with the bad command", failed)
+	}
+	trips := b.Stats().RoundTrips - before
+	t.Logf("%d concurrent single-command calls took %d messages", n, trips)
+	if trips >= n/2 {
+		t.Errorf("%d messages for %d concurrent calls: requests are not sharing messages", trips, n)
+	}
+	st, err := b.Observe(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Roles) != n-1 {
+		t.Errorf("%d roles created, want %d", len(st.Roles), n-1)
+	}
+}
+
+// A slow broker gets smaller messages: one stays within about a third of the request timeout at
+// the measured cost per command, so a large Mosquitto configuration does not time out.
+func TestBatchLimitFollowsCommandCost(t *testing.T) {
+	b, err := New(Config{URL: "mqtt://127.0.0.1:1", Username: "admin", Timeout: 9 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.batchLimit(); got != 100 {
+		t.Fatalf("no measurement yet: limit %d, want MaxBatch 100", got)
+	}
+	b.observeCost(100*100*time.Millisecond, 100) // 100 ms per command
+	if got := b.batchLimit(); got != 30 {
+		t.Fatalf("100 ms per command with a 9 s timeout: limit %d, want 30", got)
+	}
+	for range 20 {
+		b.observeCost(10*time.Millisecond, 100) // fast again
+	}
+	if got := b.batchLimit(); got != 100 {
+		t.Fatalf("fast broker again: limit %d, want 100", got)
+	}
 }

@@ -192,6 +192,9 @@ type refData struct {
 type groupData struct {
 	Groupname string    `json:"groupname"`
 	Roles     []refData `json:"roles"`
+	Clients   []struct {
+		Username string `json:"username"`
+	} `json:"clients"`
 }
 
 type clientData struct {

@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
@@ -126,7 +126,9 @@ func TestAuthenticate(t *testing.T) {
 // The snapshot survives a restart and holds hashes, never passwords.
 func TestSnapshot(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ids.json")
-	testStore(t, path)
+	if err := testStore(t, path).Close(); err != nil { // writes the last round
+		t.Fatal(err)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -167,18 +169,9 @@ func TestMaxPacketSize(t *testing.T) {
 	if !strings.HasPrefix(srv.URL(), "mqtt://127.0.0.1:") {
 		t.Fatalf("URL %q", srv.URL())
 	}
-	conn, err := net.DialTimeout("tcp", srv.Addr(), 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := paho.NewClient(paho.ClientConfig{ClientID: "big", Conn: conn})
+	c := brokertest.MustDial(t, srv.Addr(), brokertest.Options{ClientID: "big", Username: "admin", Password: "admin-pw"}).Paho()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: "big", KeepAlive: 30, CleanStart: true,
-		UsernameFlag: true, Username: "admin", PasswordFlag: true, Password: []byte("admin-pw")})
-	if err != nil || ca.ReasonCode != 0 {
-		t.Fatalf("connect: %v %+v", err, ca)
-	}
 	// mochi enforces the limit but, unlike Mosquitto, does not announce it
 	// in the CONNACK (docs/broker.md).
 	if _, err := c.Publish(ctx, &paho.Publish{Topic: "small", QoS: 1, Payload: make([]byte, 100)}); err != nil {
@@ -194,5 +187,67 @@ func TestMaxPacketSize(t *testing.T) {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("oversized packet did not end the connection")
+	}
+}
+
+// PBKDF2 runs once per credential change and only for the snapshot, never while Execute or a
+// CONNECT waits: in memory a keyed digest answers. A credential loaded from a snapshot is
+// verified with PBKDF2 once, then its digest is cached; a new password replaces the cache.
+func TestPasswordHashingOffTheHotPath(t *testing.T) {
+	mem := testStore(t, "")
+	cred := mem.creds["a2a:u"]
+	if len(cred.Hash) != 0 || cred.pending != "" || cred.digest == nil {
+		t.Fatalf("in-memory store: want a digest and no PBKDF2 work, got hash=%d pending=%v", len(cred.Hash), cred.pending != "")
+	}
+
+	path := filepath.Join(t.TempDir(), "ids.json")
+	s := testStore(t, path)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.creds["a2a:u"]; len(c.Hash) == 0 || c.pending != "" {
+		t.Fatal("the snapshot writer did not hash the pending password")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := NewStore(StoreConfig{SnapshotPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	loaded := s2.creds["a2a:u"]
+	if loaded.digest != nil {
+		t.Fatal("a loaded credential cannot have a digest before a CONNECT")
+	}
+	if s2.authenticate("a2a:u", "wrong", "x") || loaded.digest != nil {
+		t.Fatal("a wrong password was accepted or cached")
+	}
+	if !s2.authenticate("a2a:u", "user-secret-pw", "x") || loaded.digest == nil {
+		t.Fatal("a verified password was not cached")
+	}
+	if !s2.authenticate("a2a:u", "user-secret-pw", "x") || s2.authenticate("a2a:u", "wrong", "x") {
+		t.Fatal("cached digest answers wrongly")
+	}
+	if err := acl.SetPassword(context.Background(), s2, "a2a:u", "rotated"); err != nil {
+		t.Fatal(err)
+	}
+	if s2.authenticate("a2a:u", "user-secret-pw", "x") || !s2.authenticate("a2a:u", "rotated", "x") {
+		t.Fatal("the old password survived a rotation")
+	}
+}
+
+func BenchmarkAuthenticate(b *testing.B) {
+	s, err := NewStore(StoreConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Execute(context.Background(), []acl.Command{{Op: acl.OpCreateClient, Username: "a2a:u", Password: "pw"}}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if !s.authenticate("a2a:u", "pw", "x") {
+			b.Fatal("refused")
+		}
 	}
 }

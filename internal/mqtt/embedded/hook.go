@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
@@ -19,24 +19,37 @@ import (
 const droppedWillTopic = "$a2a-fleet/dropped-will"
 
 // Hook is the mochi hook enforcing a Store: CONNECT authentication and every
-// ACL check. Add it as the only auth hook (mochi allows an operation when
-// any hook allows it).
+// ACL check, plus what makes mochi answer like Mosquitto (PUBACK 0x10 "no
+// matching subscribers") and tell subscribers who published (the
+// identity.SenderProperty user property). Add it as the only auth hook
+// (mochi allows an operation when any hook allows it).
 type Hook struct {
 	mqtt.HookBase
 	store *Store
+	// server routes messages; set by Store.Attach (nil in unit tests, which
+	// then skip the subscriber check).
+	server *mqtt.Server
 
+	mu sync.Mutex // guards pending
 	// pending holds, per client, the filters of the SUBSCRIBE being
 	// processed. mochi reports both the subscribe check (topic = filter) and
 	// each delivery (topic = topic name) as OnACLCheck(write=false); a
 	// wildcard or $share filter can only be a subscription, a plain one is
 	// ambiguous only while its SUBSCRIBE is in flight.
-	mu      sync.Mutex
 	pending map[*mqtt.Client]map[string]int
+
+	connMu sync.Mutex // guards byUser and kicked
+	// byUser holds every authenticated connection by username, so a kick
+	// finds its clients without scanning the server's client list.
+	byUser map[string]map[*mqtt.Client]struct{}
+	// kicked are connections being disconnected by a kick: their Will is
+	// dropped in OnWill (writing the client's Will flag races with mochi).
+	kicked map[*mqtt.Client]struct{}
 }
 
 // NewHook returns the hook for s.
 func NewHook(s *Store) *Hook {
-	return &Hook{store: s, pending: map[*mqtt.Client]map[string]int{}}
+	return &Hook{store: s, pending: map[*mqtt.Client]map[string]int{}, byUser: map[string]map[*mqtt.Client]struct{}{}, kicked: map[*mqtt.Client]struct{}{}}
 }
 
 // ID implements mqtt.Hook.
@@ -49,6 +62,8 @@ func (h *Hook) Provides(b byte) bool {
 		mqtt.OnACLCheck,
 		mqtt.OnSubscribe,
 		mqtt.OnSubscribed,
+		mqtt.OnPublish,
+		mqtt.OnPacketEncode,
 		mqtt.OnWill,
 		mqtt.OnDisconnect,
 	}, []byte{b})
@@ -56,12 +71,31 @@ func (h *Hook) Provides(b byte) bool {
 
 // OnConnectAuthenticate mirrors dynsec: a username and a password are
 // required (no anonymous access), the client ID must equal the configured
-// one when set, and the password must match the stored hash.
+// one when set, and the password must match. An accepted connection is
+// recorded at once, so a kick racing with the rest of the CONNECT still
+// finds it.
 func (h *Hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	if !pk.Connect.UsernameFlag || !pk.Connect.PasswordFlag {
 		return false
 	}
-	return h.store.authenticate(string(pk.Connect.Username), string(pk.Connect.Password), cl.ID)
+	user := string(pk.Connect.Username)
+	if !h.store.authenticate(user, string(pk.Connect.Password), cl.ID) {
+		return false
+	}
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	conns := h.byUser[user]
+	if conns == nil {
+		conns = map[*mqtt.Client]struct{}{}
+		h.byUser[user] = conns
+	}
+	for c := range conns {
+		if c.Closed() {
+			delete(conns, c) // a connection that failed after authenticating
+		}
+	}
+	conns[cl] = struct{}{}
+	return true
 }
 
 // OnACLCheck answers with acl.Policy (the admin user may do anything).
@@ -71,20 +105,20 @@ func (h *Hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	}
 	user := string(cl.Properties.Username)
 	if write {
-		return h.store.decide(user, acl.Publish, topic).Allow
+		return h.store.allows(user, acl.Publish, topic)
 	}
 	if strings.HasPrefix(topic, droppedWillTopic) {
 		return false
 	}
 	if strings.ContainsAny(topic, "+#") || mqtt.IsSharedFilter(topic) {
-		return h.store.decide(user, acl.Subscribe, topic).Allow
+		return h.store.allows(user, acl.Subscribe, topic)
 	}
 	if h.isPending(cl, topic) {
 		// Either this SUBSCRIBE's check or a delivery racing with it: require
 		// both, which is never more permissive than Mosquitto.
-		return h.store.decide(user, acl.Subscribe, topic).Allow && h.store.decide(user, acl.Receive, topic).Allow
+		return h.store.allows(user, acl.Subscribe, topic) && h.store.allows(user, acl.Receive, topic)
 	}
-	return h.store.decide(user, acl.Receive, topic).Allow
+	return h.store.allows(user, acl.Receive, topic)
 }
 
 func (h *Hook) isPending(cl *mqtt.Client, filter string) bool {
@@ -126,35 +160,139 @@ func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, _ []byte) {
 // OnDisconnect drops any bookkeeping for the client.
 func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	delete(h.pending, cl)
+	h.mu.Unlock()
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	delete(h.kicked, cl)
+	user := string(cl.Properties.Username)
+	if conns := h.byUser[user]; conns != nil {
+		delete(conns, cl)
+		if len(conns) == 0 {
+			delete(h.byUser, user)
+		}
+	}
+}
+
+// OnPublish runs for every client PUBLISH that passed the ACL check:
+//
+//   - it stamps identity.SenderProperty with the publisher's broker username,
+//     dropping any copy the client sent, so subscribers know who published;
+//   - a QoS 1 publish from an MQTT v5 client that no subscription matches
+//     is answered PUBACK 0x10 "no matching subscribers", as Mosquitto does
+//     (mochi never says it itself); a retained one is still retained.
+func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline {
+		return pk, nil
+	}
+	pk.Properties.User = withSender(pk.Properties.User, string(cl.Properties.Username))
+	if h.server == nil || pk.FixedHeader.Qos != 1 || cl.Properties.ProtocolVersion != 5 || h.hasSubscribers(pk.TopicName) {
+		return pk, nil
+	}
+	if pk.FixedHeader.Retain {
+		// mochi skips its own retain step when a hook answers with a code.
+		h.server.Topics.RetainMessage(pk.Copy(false))
+	}
+	return pk, packets.CodeNoMatchingSubscribers
+}
+
+// hasSubscribers reports whether any subscription (plain, shared or
+// inline) matches topic, the test Mosquitto makes for 0x10.
+func (h *Hook) hasSubscribers(topic string) bool {
+	subs := h.server.Topics.Subscribers(topic)
+	return len(subs.Subscriptions) > 0 || len(subs.Shared) > 0 || len(subs.InlineSubscriptions) > 0
+}
+
+// withSender returns the user properties without any client-supplied
+// SenderProperty and with the broker's own.
+func withSender(props []packets.UserProperty, username string) []packets.UserProperty {
+	out := make([]packets.UserProperty, 0, len(props)+1)
+	for _, p := range props {
+		if p.Key != identity.SenderProperty {
+			out = append(out, p)
+		}
+	}
+	return append(out, packets.UserProperty{Key: identity.SenderProperty, Val: username})
+}
+
+// OnPacketEncode makes a PUBACK 0x10 reach the client: mochi's encoder
+// omits a success reason code below 0x80 unless the packet has properties
+// (and NoInheritedPropertiesOnAck, which MQTT.js needs, strips them), so the
+// reason is said in words too. A client that asked for no problem
+// information gets a plain PUBACK (the encoder drops the reason string).
+func (h *Hook) OnPacketEncode(_ *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Puback && pk.ReasonCode == packets.CodeNoMatchingSubscribers.Code && pk.Properties.ReasonString == "" {
+		pk.Properties.ReasonString = packets.CodeNoMatchingSubscribers.Reason
+	}
+	return pk
 }
 
 // OnWill checks the Will against publishClientSend when it is about to be
-// sent, like Mosquitto; a denied Will is redirected to droppedWillTopic and
-// not retained, so nobody receives it.
+// sent, like Mosquitto; a denied Will, or the Will of a connection a kick
+// ended (dynsec does not send those), is redirected to droppedWillTopic and
+// not retained, so nobody receives it. An allowed Will carries the sender
+// property like any other message.
 func (h *Hook) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
-	if h.store.decide(string(cl.Properties.Username), acl.Publish, will.TopicName).Allow {
+	user := string(cl.Properties.Username)
+	h.connMu.Lock()
+	_, kicked := h.kicked[cl]
+	h.connMu.Unlock()
+	if kicked || !h.store.allows(user, acl.Publish, will.TopicName) {
+		will.TopicName = droppedWillTopic
+		will.Retain = false
 		return will, nil
 	}
-	will.TopicName = droppedWillTopic
-	will.Retain = false
+	will.User = withSender(will.User, user)
 	return will, nil
 }
 
-// kick disconnects every connected client of the given usernames without
-// sending their Wills, as dynsec's mosquitto_kick_client_by_username(...,
-// false) does.
-func kick(server *mqtt.Server, usernames []string) {
-	set := make(map[string]bool, len(usernames))
+// count implements connections.
+func (h *Hook) count() int {
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	return len(h.byUser)
+}
+
+// connected implements connections.
+func (h *Hook) connected(user string) bool {
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	return len(h.byUser[user]) > 0
+}
+
+// each implements connections.
+func (h *Hook) each(fn func(string)) {
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	for u := range h.byUser {
+		fn(u)
+	}
+}
+
+// kick implements connections: it disconnects every connection of the
+// given usernames without sending their Wills, as dynsec's
+// mosquitto_kick_client_by_username(..., false) does, and returns the client
+// IDs it disconnected by username.
+func (h *Hook) kick(usernames []string) map[string][]string {
+	type target struct {
+		user string
+		cl   *mqtt.Client
+	}
+	var targets []target
+	h.connMu.Lock()
 	for _, u := range usernames {
-		set[u] = true
-	}
-	for _, cl := range server.Clients.GetAll() {
-		if cl.Net.Inline || cl.Closed() || !set[string(cl.Properties.Username)] {
-			continue
+		for cl := range h.byUser[u] {
+			if !cl.Closed() {
+				targets = append(targets, target{u, cl})
+				h.kicked[cl] = struct{}{}
+			}
 		}
-		atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
-		_ = server.DisconnectClient(cl, packets.ErrAdministrativeAction)
 	}
+	h.connMu.Unlock()
+	out := map[string][]string{}
+	for _, t := range targets {
+		_ = h.server.DisconnectClient(t.cl, packets.ErrAdministrativeAction)
+		out[t.user] = append(out[t.user], t.cl.ID)
+	}
+	return out
 }

@@ -57,28 +57,38 @@ func Start(cfg Config) (*Server, error) {
 	caps.MaximumPacketSize = cfg.MaxPacketSize
 	m := mqtt.New(&mqtt.Options{Logger: logger, Capabilities: caps})
 	if err := store.Attach(m); err != nil {
+		_ = store.Close()
 		return nil, err
 	}
 	l := listeners.NewTCP(listeners.Config{ID: "a2a-fleet", Address: cfg.Addr, TLSConfig: cfg.TLS})
 	if err := m.AddListener(l); err != nil {
 		_ = m.Close()
+		_ = store.Close()
 		return nil, fmt.Errorf("embedded: listen on %s: %w", cfg.Addr, err)
 	}
 	if err := m.Serve(); err != nil {
 		_ = m.Close()
+		_ = store.Close()
 		return nil, fmt.Errorf("embedded: serve: %w", err)
 	}
 	return &Server{mochi: m, store: store, listener: l, tls: cfg.TLS != nil}, nil
 }
 
 // Attach adds the enforcing hook to a mochi server and lets the store
-// disconnect its clients (for servers built elsewhere; Start does this).
-// Do not also add an allow-all hook: mochi allows what any hook allows.
+// disconnect its clients (for servers built elsewhere; Start does this). It
+// also turns on mochi's NoInheritedPropertiesOnAck: by default mochi copies
+// a PUBLISH's properties into its PUBACK and then also writes the reason
+// code 0x01, which MQTT.js refuses ("Invalid puback reason code") and then
+// misparses the stream. Do not also add an allow-all hook: mochi allows
+// what any hook allows.
 func (s *Store) Attach(m *mqtt.Server) error {
-	if err := m.AddHook(NewHook(s), nil); err != nil {
+	m.Options.Capabilities.Compatibilities.NoInheritedPropertiesOnAck = true
+	h := NewHook(s)
+	h.server = m
+	if err := m.AddHook(h, nil); err != nil {
 		return fmt.Errorf("embedded: add ACL hook: %w", err)
 	}
-	s.setKicker(func(users []string) { kick(m, users) })
+	s.setConnections(h)
 	return nil
 }
 
@@ -102,7 +112,7 @@ func (s *Server) Store() *Store { return s.store }
 // Mochi exposes the underlying server (e.g. for inline clients).
 func (s *Server) Mochi() *mqtt.Server { return s.mochi }
 
-// Close stops the broker. The snapshot (if any) is already up to date.
+// Close stops the broker and writes the last snapshot (if any).
 func (s *Server) Close() error {
 	// mochi 2.7.9's own shutdown path (closeListenerClients →
 	// Clients.GetByListener) takes the clients' read lock recursively and
@@ -116,8 +126,12 @@ func (s *Server) Close() error {
 			}
 		}
 	})
+	var errs []error
 	if err := s.mochi.Close(); err != nil {
-		return fmt.Errorf("embedded: close: %w", err)
+		errs = append(errs, fmt.Errorf("embedded: close: %w", err))
 	}
-	return nil
+	if err := s.store.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

@@ -5,23 +5,17 @@
 // replies and disconnect ("kick") behaviour.
 //
 // Limits: one process, state in memory, optionally persisted to a JSON
-// snapshot file rewritten after every change (password hashes only, never
-// plaintext); no $CONTROL API (manage it through the Store); UNSUBSCRIBE is
-// never refused (mochi has no hook for it; dynsec's default allows it too).
-// docs/broker.md lists the remaining differences.
+// snapshot file (password hashes only, never plaintext) that a background
+// writer keeps up to date; no $CONTROL API (manage it through the Store);
+// UNSUBSCRIBE is never refused (mochi has no hook for it; dynsec's default
+// allows it too). docs/broker.md lists the remaining differences.
 package embedded
 
 import (
+	"cmp"
 	"context"
-	"crypto/pbkdf2"
-	"crypto/rand"
-	"crypto/sha512"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -30,11 +24,10 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
-// DefaultIterations is the PBKDF2-SHA512 work factor for stored passwords:
-// ten times dynsec 2.0's 101, about 0.5 ms per hash here. Hashing runs for
-// every created client and every CONNECT, and dominated the embedded
-// broker's CPU in the fleet benchmark at 10 000; raise it with
-// StoreConfig.Iterations for a broker reachable beyond loopback.
+// DefaultIterations is the PBKDF2-SHA512 work factor of the password hashes
+// written to the snapshot: ten times dynsec 2.0's 101. Hashing runs once per
+// credential change, in the snapshot writer, never while a command or a
+// CONNECT waits (see credential).
 const DefaultIterations = 1000
 
 // StoreConfig configures NewStore.
@@ -45,60 +38,40 @@ type StoreConfig struct {
 	// (all ACL checks pass), like a superuser. Empty disables it.
 	AdminUsername string
 	AdminPassword string
-	// SnapshotPath, when set, is loaded at start (if it exists) and
-	// rewritten atomically after every change.
+	// SnapshotPath, when set, is loaded at start (if it exists) and kept up
+	// to date by a background writer after every change (Flush and Close
+	// wait for it).
 	SnapshotPath string
-	// Iterations for new password hashes (default DefaultIterations).
+	// Iterations for the snapshot's password hashes (default
+	// DefaultIterations).
 	Iterations int
-}
-
-// credential is a PBKDF2-SHA512 hash (the same scheme dynsec stores).
-type credential struct {
-	Salt       []byte `json:"salt"`
-	Iterations int    `json:"iterations"`
-	Hash       []byte `json:"hash"`
-}
-
-func newCredential(password string, iterations int) (credential, error) {
-	salt := make([]byte, 12)
-	if _, err := rand.Read(salt); err != nil {
-		return credential{}, fmt.Errorf("password salt: %w", err)
-	}
-	h, err := pbkdf2.Key(sha512.New, password, salt, iterations, 64)
-	if err != nil {
-		return credential{}, fmt.Errorf("password hash: %w", err)
-	}
-	return credential{Salt: salt, Iterations: iterations, Hash: h}, nil
-}
-
-func (c credential) matches(password string) bool {
-	if len(c.Hash) == 0 || c.Iterations < 1 {
-		return false
-	}
-	h, err := pbkdf2.Key(sha512.New, password, c.Salt, c.Iterations, len(c.Hash))
-	return err == nil && subtle.ConstantTimeCompare(h, c.Hash) == 1
+	// OnKick, when set, is called for every executed command that
+	// disconnected at least one live client (after it ran; must not block).
+	OnKick func(acl.Kick)
 }
 
 // Store holds the broker's identities and implements acl.Backend.
 type Store struct {
 	cfg   StoreConfig
+	key   verifierKey
 	admin *credential
 
-	mu       sync.Mutex // serialises changes and snapshot writes
-	state    acl.State  // all objects (any names); Observe filters by prefix
-	creds    map[string]credential
-	policy   atomic.Pointer[acl.Policy]
-	kick     atomic.Pointer[func(usernames []string)]
-	mutation atomic.Uint64
-	reads    atomic.Uint64
-	trips    atomic.Uint64
-}
+	mu    sync.RWMutex // guards everything below; Execute holds it for writing
+	state acl.State    // all objects (any names); Observe filters by prefix
+	creds map[string]*credential
+	// Reverse indexes, so a kick or a role deletion touches only the
+	// clients concerned instead of scanning the fleet.
+	members    map[string]map[string]struct{} // group → member usernames
+	direct     map[string]map[string]struct{} // role → usernames holding it directly
+	roleGroups map[string]map[string]struct{} // role → groups holding it
 
-// snapshot is the JSON file format.
-type snapshot struct {
-	Version     int                   `json:"version"`
-	State       acl.State             `json:"state"`
-	Credentials map[string]credential `json:"credentials"`
+	policy *acl.Policy // incremental: Execute syncs only what it touched
+
+	conns                   atomic.Pointer[connections]
+	mutations, reads, trips atomic.Uint64
+	kicks, kickedUsernames  atomic.Uint64
+
+	snap *snapshotWriter // nil without SnapshotPath
 }
 
 // NewStore creates a store, loading the snapshot file when configured.
@@ -109,104 +82,158 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if cfg.Iterations <= 0 {
 		cfg.Iterations = DefaultIterations
 	}
-	s := &Store{cfg: cfg, state: acl.NewState(nil, nil, nil), creds: map[string]credential{}}
+	key, err := newVerifierKey()
+	if err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	s := &Store{
+		cfg: cfg, key: key, state: acl.NewState(nil, nil, nil), creds: map[string]*credential{},
+		members: map[string]map[string]struct{}{}, direct: map[string]map[string]struct{}{}, roleGroups: map[string]map[string]struct{}{},
+		policy: acl.NewPolicy(),
+	}
 	d := acl.DenyByDefault
 	s.state.DefaultACL = &d
 	if cfg.AdminUsername != "" {
 		if cfg.AdminPassword == "" {
 			return nil, errors.New("embedded: admin user needs a password")
 		}
-		c, err := newCredential(cfg.AdminPassword, cfg.Iterations)
-		if err != nil {
+		if s.admin, err = newCredential(&s.key, cfg.AdminPassword, false); err != nil {
 			return nil, fmt.Errorf("embedded: admin: %w", err)
 		}
-		s.admin = &c
 	}
 	if cfg.SnapshotPath != "" {
-		if err := s.load(); err != nil {
+		snap, err := loadSnapshot(cfg.SnapshotPath)
+		if err != nil {
 			return nil, err
 		}
+		if snap != nil {
+			s.restore(snap)
+		}
+		s.snap = startSnapshotWriter(s)
 	}
-	s.policy.Store(acl.Compile(s.state))
+	s.policy.Sync(s.state, acl.Names{Roles: keys(s.state.Roles), Groups: keys(s.state.Groups), Clients: keys(s.state.Clients)})
 	return s, nil
 }
 
-func (s *Store) load() error {
-	data, err := os.ReadFile(s.cfg.SnapshotPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+// restore installs a loaded snapshot (before the store is shared).
+func (s *Store) restore(snap *snapshot) {
+	for _, r := range snap.State.Roles {
+		s.state.Roles[r.Name] = acl.Role{Name: r.Name, ACLs: acl.Canonical(r.ACLs)}
 	}
-	if err != nil {
-		return fmt.Errorf("embedded: read snapshot: %w", err)
+	for _, g := range snap.State.Groups {
+		s.state.Groups[g.Name] = acl.Group{Name: g.Name}
+		s.setGroupRoles(g.Name, g.Roles)
 	}
-	var snap snapshot
-	if err := json.Unmarshal(data, &snap); err != nil {
-		return fmt.Errorf("embedded: decode snapshot %s: %w", s.cfg.SnapshotPath, err)
+	for _, c := range snap.State.Clients {
+		s.putClient(c)
 	}
-	if snap.Version != 1 {
-		return fmt.Errorf("embedded: snapshot %s has unknown version %d", s.cfg.SnapshotPath, snap.Version)
-	}
-	st := acl.NewState(nil, nil, nil)
-	for k, v := range snap.State.Roles {
-		st.Roles[k] = v
-	}
-	for k, v := range snap.State.Groups {
-		st.Groups[k] = v
-	}
-	for k, v := range snap.State.Clients {
-		st.Clients[k] = v
-	}
-	st.DefaultACL = s.state.DefaultACL
 	if snap.State.DefaultACL != nil {
-		st.DefaultACL = snap.State.DefaultACL
+		d := *snap.State.DefaultACL
+		s.state.DefaultACL = &d
 	}
-	s.state = st
-	if snap.Credentials != nil {
-		s.creds = snap.Credentials
+	for u, c := range snap.Credentials {
+		s.creds[u] = c
 	}
-	return nil
 }
 
-// save writes the snapshot atomically (temp file + rename). Called with mu.
-func (s *Store) save() error {
-	if s.cfg.SnapshotPath == "" {
+// Close stops the snapshot writer after a last write (a no-op without a
+// snapshot). The store keeps answering; further changes are not persisted.
+func (s *Store) Close() error {
+	if s.snap == nil {
 		return nil
 	}
-	data, err := json.MarshalIndent(snapshot{Version: 1, State: s.state, Credentials: s.creds}, "", "  ")
-	if err != nil {
-		return fmt.Errorf("embedded: encode snapshot: %w", err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.cfg.SnapshotPath), ".snapshot-*")
-	if err != nil {
-		return fmt.Errorf("embedded: write snapshot: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("embedded: write snapshot: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("embedded: sync snapshot: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("embedded: write snapshot: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), s.cfg.SnapshotPath); err != nil {
-		return fmt.Errorf("embedded: replace snapshot: %w", err)
-	}
-	return nil
+	return s.snap.close()
 }
 
-// setKicker installs the function that disconnects clients by username.
-func (s *Store) setKicker(f func(usernames []string)) { s.kick.Store(&f) }
+// Flush waits until the snapshot holds every change made so far.
+func (s *Store) Flush() error {
+	if s.snap == nil {
+		return nil
+	}
+	return s.snap.flush()
+}
+
+// connections is the broker's view of who is connected (the hook), so a kick
+// only looks at live connections.
+type connections interface {
+	// count is the number of connected usernames.
+	count() int
+	// connected reports whether user has a live connection.
+	connected(user string) bool
+	// each calls fn for every connected username (fn must not call back).
+	each(fn func(user string))
+	// kick disconnects every connection of users and returns the client IDs
+	// it closed, by username.
+	kick(users []string) map[string][]string
+}
+
+func (s *Store) setConnections(c connections) { s.conns.Store(&c) }
+
+// kickSet is whom one command disconnects: one client, or the members of
+// username sets captured when the command ran (a group's members, a role's
+// holders: the maps of the store's indexes, read under the store's lock).
+type kickSet struct {
+	user string
+	sets []map[string]struct{}
+}
+
+func userKick(u string) kickSet { return kickSet{user: u} }
+
+func (k kickSet) empty() bool { return k.user == "" && len(k.sets) == 0 }
+
+func (k kickSet) size() int {
+	n := 0
+	for _, m := range k.sets {
+		n += len(m)
+	}
+	return n
+}
+
+func (k kickSet) has(u string) bool {
+	for _, m := range k.sets {
+		if _, ok := m[u]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// live resolves k against the live connections, walking whichever side is
+// smaller: a change to a group of thousands of idle agents costs the number
+// of connected clients, and the other way round.
+func (k kickSet) live(c connections) []string {
+	if k.user != "" {
+		if c.connected(k.user) {
+			return []string{k.user}
+		}
+		return nil
+	}
+	seen := map[string]struct{}{}
+	if k.size() <= c.count() {
+		for _, m := range k.sets {
+			for u := range m {
+				if c.connected(u) {
+					seen[u] = struct{}{}
+				}
+			}
+		}
+	} else {
+		c.each(func(u string) {
+			if k.has(u) {
+				seen[u] = struct{}{}
+			}
+		})
+	}
+	return keys(seen)
+}
 
 // Prefix implements acl.Backend.
 func (s *Store) Prefix() string { return s.cfg.Prefix }
 
 // Stats implements acl.Backend.
 func (s *Store) Stats() acl.Stats {
-	return acl.Stats{Mutations: s.mutation.Load(), Reads: s.reads.Load(), RoundTrips: s.trips.Load()}
+	return acl.Stats{Mutations: s.mutations.Load(), Reads: s.reads.Load(), RoundTrips: s.trips.Load(),
+		Kicks: s.kicks.Load(), KickedUsernames: s.kickedUsernames.Load()}
 }
 
 // Observe implements acl.Backend.
@@ -215,8 +242,8 @@ func (s *Store) Observe(ctx context.Context, only *acl.Names) (acl.State, error)
 		return acl.State{}, fmt.Errorf("embedded: observe: %w", err)
 	}
 	s.trips.Add(1)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	out := acl.NewState(nil, nil, nil)
 	d := *s.state.DefaultACL
 	out.DefaultACL = &d
@@ -264,50 +291,70 @@ func (s *Store) Check(ctx context.Context, username string, access acl.Access, t
 	if err := ctx.Err(); err != nil {
 		return acl.Decision{}, fmt.Errorf("embedded: check: %w", err)
 	}
-	return s.decide(username, access, topic), nil
+	if s.isAdmin(username) {
+		return acl.Decision{Allow: true, Reason: "admin user"}, nil
+	}
+	return s.policy.Check(username, access, topic), nil
 }
 
-// decide is the hook's decision: the admin may do anything, everyone else
-// gets dynsec's answer.
-func (s *Store) decide(username string, access acl.Access, topic string) acl.Decision {
-	if s.admin != nil && username == s.cfg.AdminUsername {
-		return acl.Decision{Allow: true, Reason: "admin user"}
-	}
-	return s.policy.Load().Check(username, access, topic)
+func (s *Store) isAdmin(username string) bool {
+	return s.admin != nil && username == s.cfg.AdminUsername
+}
+
+// allows is the hook's decision: the admin may do anything, everyone else
+// gets dynsec's answer. No allocation: it runs for every message.
+func (s *Store) allows(username string, access acl.Access, topic string) bool {
+	return s.isAdmin(username) || s.policy.Allows(username, access, topic)
 }
 
 // authenticate mirrors dynsec's basic auth: known user, client ID equal to
-// the configured one when set, password hash match.
+// the configured one when set, password match (the in-memory digest; a
+// credential loaded from the snapshot is verified with PBKDF2 once and then
+// cached, see credential).
 func (s *Store) authenticate(username, password, clientID string) bool {
-	if s.admin != nil && username == s.cfg.AdminUsername {
-		return s.admin.matches(password)
+	var cred *credential
+	if s.isAdmin(username) {
+		cred = s.admin
+	} else {
+		s.mu.RLock()
+		c, ok := s.state.Clients[username]
+		cred = s.creds[username]
+		s.mu.RUnlock()
+		if !ok || cred == nil || (c.ClientID != "" && c.ClientID != clientID) {
+			return false
+		}
+	}
+	s.mu.RLock()
+	ok, known := cred.quickMatch(&s.key, password)
+	s.mu.RUnlock()
+	if known {
+		return ok
+	}
+	if !cred.slowMatch(password) {
+		return false
 	}
 	s.mu.Lock()
-	c, ok := s.state.Clients[username]
-	cred, hasPW := s.creds[username]
+	if cred.digest == nil {
+		cred.digest = s.key.digest(cred.Salt, password)
+	}
 	s.mu.Unlock()
-	if !ok || !hasPW {
-		return false
-	}
-	if c.ClientID != "" && c.ClientID != clientID {
-		return false
-	}
-	return cred.matches(password)
+	return true
 }
 
 // Execute implements acl.Backend: each command has the effect, the reply
 // text and the disconnects of its Mosquitto 2.0.11 dynsec counterpart.
+// Only the objects the commands touch are recompiled.
 func (s *Store) Execute(ctx context.Context, cmds []acl.Command) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("embedded: execute: %w", err)
 	}
 	s.trips.Add(1)
-	s.mutation.Add(uint64(len(cmds)))
-	// Hash outside the lock: PBKDF2 is deliberately slow.
-	creds := map[int]credential{}
+	s.mutations.Add(uint64(len(cmds)))
+	// Credentials are cheap (see credential): made here, outside the lock.
+	creds := map[int]*credential{}
 	for i, c := range cmds {
 		if (c.Op == acl.OpCreateClient || c.Op == acl.OpSetClientPassword || c.Op == acl.OpModifyClient) && c.Password != "" {
-			cr, err := newCredential(c.Password, s.cfg.Iterations)
+			cr, err := newCredential(&s.key, c.Password, s.snap != nil)
 			if err != nil {
 				return fmt.Errorf("embedded: %s: %w", c, err)
 			}
@@ -316,69 +363,191 @@ func (s *Store) Execute(ctx context.Context, cmds []acl.Command) error {
 	}
 
 	s.mu.Lock()
-	kicks := map[string]bool{}
+	touched := &touchSet{}
+	kicks := make([]kickSet, len(cmds))
 	var errs []error
 	for i, c := range cmds {
-		msg := s.apply(c, creds[i], kicks)
+		msg, kicked := s.apply(c, creds[i], touched)
+		kicks[i] = kicked
 		if msg != "" && !acl.Benign(c.Op, msg) {
 			errs = append(errs, &acl.CommandError{Command: c, Message: msg})
 		}
 	}
-	s.policy.Store(acl.Compile(s.state))
-	if err := s.save(); err != nil {
-		errs = append(errs, err)
-	}
-	s.mu.Unlock()
-
-	if len(kicks) > 0 {
-		if f := s.kick.Load(); f != nil {
-			users := make([]string, 0, len(kicks))
-			for u := range kicks {
-				users = append(users, u)
+	s.policy.Sync(s.state, touched.names())
+	var targets [][]string
+	if conns := s.conns.Load(); conns != nil {
+		targets = make([][]string, len(cmds))
+		for i, k := range kicks {
+			if !k.empty() {
+				targets[i] = k.live(*conns)
 			}
-			(*f)(users)
 		}
 	}
+	s.mu.Unlock()
+	if s.snap != nil {
+		if err := s.snap.changed(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.disconnect(ctx, cmds, targets)
 	return errors.Join(errs...)
 }
 
-// holders lists the usernames that hold role directly or through a group.
-func (s *Store) holders(role string) []string {
-	var out []string
-	for u, c := range s.state.Clients {
-		if slices.ContainsFunc(c.Roles, func(r acl.RoleRef) bool { return r.Name == role }) {
-			out = append(out, u)
-			continue
+// disconnect ends the sessions of every username a command kicked and
+// reports each command's kicks.
+func (s *Store) disconnect(ctx context.Context, cmds []acl.Command, targets [][]string) {
+	all := map[string]struct{}{}
+	for _, t := range targets {
+		for _, u := range t {
+			all[u] = struct{}{}
 		}
-		for _, g := range c.Groups {
-			if slices.ContainsFunc(s.state.Groups[g].Roles, func(r acl.RoleRef) bool { return r.Name == role }) {
-				out = append(out, u)
-				break
+	}
+	if len(all) == 0 {
+		return
+	}
+	var closed map[string][]string
+	if conns := s.conns.Load(); conns != nil {
+		closed = (*conns).kick(keys(all))
+	}
+	for i, t := range targets {
+		k := acl.Kick{Command: cmds[i]}
+		for _, u := range t {
+			if ids := closed[u]; len(ids) > 0 {
+				k.Usernames = append(k.Usernames, u)
+				k.ClientIDs = append(k.ClientIDs, ids...)
 			}
 		}
-	}
-	return out
-}
-
-func (s *Store) members(group string) []string {
-	var out []string
-	for u, c := range s.state.Clients {
-		if slices.Contains(c.Groups, group) {
-			out = append(out, u)
+		if len(k.Usernames) == 0 {
+			continue
+		}
+		k.Command.Password = ""
+		s.kicks.Add(1)
+		s.kickedUsernames.Add(uint64(len(k.Usernames)))
+		acl.ReportKick(ctx, k)
+		if s.cfg.OnKick != nil {
+			s.cfg.OnKick(k)
 		}
 	}
+}
+
+// touchSet collects the names a batch changed, for the policy sync.
+type touchSet struct{ roles, groups, clients map[string]struct{} }
+
+func (t *touchSet) role(n string)   { t.roles = add(t.roles, n) }
+func (t *touchSet) group(n string)  { t.groups = add(t.groups, n) }
+func (t *touchSet) client(n string) { t.clients = add(t.clients, n) }
+
+func add(m map[string]struct{}, n string) map[string]struct{} {
+	if m == nil {
+		m = map[string]struct{}{}
+	}
+	m[n] = struct{}{}
+	return m
+}
+
+func (t *touchSet) names() acl.Names {
+	return acl.Names{Roles: keys(t.roles), Groups: keys(t.groups), Clients: keys(t.clients)}
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
 	return out
 }
 
-func kickAll(kicks map[string]bool, users []string) {
-	for _, u := range users {
-		kicks[u] = true
+// holders are the usernames that hold role directly or through a group.
+func (s *Store) holders(role string) kickSet {
+	k := kickSet{sets: []map[string]struct{}{s.direct[role]}}
+	for g := range s.roleGroups[role] {
+		k.sets = append(k.sets, s.members[g])
+	}
+	return k
+}
+
+// memberSet are the usernames of a group's members.
+func (s *Store) memberSet(group string) kickSet {
+	return kickSet{sets: []map[string]struct{}{s.members[group]}}
+}
+
+func link(idx map[string]map[string]struct{}, key, val string) {
+	m := idx[key]
+	if m == nil {
+		m = map[string]struct{}{}
+		idx[key] = m
+	}
+	m[val] = struct{}{}
+}
+
+func unlink(idx map[string]map[string]struct{}, key, val string) {
+	if m := idx[key]; m != nil {
+		delete(m, val)
+		if len(m) == 0 {
+			delete(idx, key)
+		}
 	}
 }
 
-// apply runs one command (with mu held) and returns dynsec's error text, or
-// "" on success.
-func (s *Store) apply(c acl.Command, cred credential, kicks map[string]bool) string {
+// refCmp is dynsec's order of role references (priority desc, name asc);
+// lists are kept in it, as the plugin does.
+func refCmp(a, b acl.RoleRef) int {
+	if a.Priority != b.Priority {
+		return cmp.Compare(b.Priority, a.Priority)
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+func sortedRoleRefs(refs []acl.RoleRef) []acl.RoleRef {
+	out := slices.Clone(refs)
+	slices.SortFunc(out, refCmp)
+	return slices.CompactFunc(out, func(a, b acl.RoleRef) bool { return a.Name == b.Name })
+}
+
+// putClient stores c (roles sorted, groups sorted) and updates the indexes.
+func (s *Store) putClient(c acl.Client) {
+	s.dropClientLinks(c.Username)
+	c.Roles = sortedRoleRefs(c.Roles)
+	c.Groups = slices.Compact(slices.Sorted(slices.Values(c.Groups)))
+	for _, r := range c.Roles {
+		link(s.direct, r.Name, c.Username)
+	}
+	for _, g := range c.Groups {
+		link(s.members, g, c.Username)
+	}
+	s.state.Clients[c.Username] = c
+}
+
+func (s *Store) dropClientLinks(user string) {
+	old, ok := s.state.Clients[user]
+	if !ok {
+		return
+	}
+	for _, r := range old.Roles {
+		unlink(s.direct, r.Name, user)
+	}
+	for _, g := range old.Groups {
+		unlink(s.members, g, user)
+	}
+}
+
+// setGroupRoles replaces a group's role list (sorted) and the indexes.
+func (s *Store) setGroupRoles(group string, refs []acl.RoleRef) {
+	g := s.state.Groups[group]
+	for _, r := range g.Roles {
+		unlink(s.roleGroups, r.Name, group)
+	}
+	g.Roles = sortedRoleRefs(refs)
+	for _, r := range g.Roles {
+		link(s.roleGroups, r.Name, group)
+	}
+	s.state.Groups[group] = g
+}
+
+// apply runs one command (with mu held) and returns dynsec's error text ("" on
+// success) and whom the command disconnects.
+func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, kickSet) {
 	st := &s.state
 	switch c.Op {
 	case acl.OpSetDefaultACLAccess:
@@ -387,223 +556,255 @@ func (s *Store) apply(c acl.Command, cred credential, kicks map[string]bool) str
 
 	case acl.OpCreateRole:
 		if _, ok := st.Roles[c.Role]; ok {
-			return "Role already exists"
+			return "Role already exists", kickSet{}
 		}
 		r := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
 		if err := r.Validate(); err != nil {
-			return "Invalid ACL topic"
+			return "Invalid ACL topic", kickSet{}
 		}
 		st.Roles[c.Role] = r
+		t.role(c.Role)
 	case acl.OpModifyRole:
 		r, ok := st.Roles[c.Role]
 		if !ok {
-			return "Role does not exist"
+			return "Role does not exist", kickSet{}
 		}
 		nr := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
 		if err := nr.Validate(); err != nil {
-			return "Invalid ACL topic"
+			return "Invalid ACL topic", kickSet{}
 		}
 		r.ACLs = nr.ACLs
 		st.Roles[c.Role] = r // like dynsec: no disconnects
+		t.role(c.Role)
 	case acl.OpDeleteRole:
 		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found"
+			return "Role not found", kickSet{}
 		}
-		kickAll(kicks, s.holders(c.Role))
+		kicked := s.holders(c.Role)
 		delete(st.Roles, c.Role)
-		for u, cl := range st.Clients {
+		t.role(c.Role)
+		for u := range s.direct[c.Role] {
+			cl := st.Clients[u]
 			cl.Roles = slices.DeleteFunc(slices.Clone(cl.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
 			st.Clients[u] = cl
+			t.client(u)
 		}
-		for n, g := range st.Groups {
-			g.Roles = slices.DeleteFunc(slices.Clone(g.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
-			st.Groups[n] = g
+		delete(s.direct, c.Role)
+		for g := range s.roleGroups[c.Role] {
+			gr := st.Groups[g]
+			gr.Roles = slices.DeleteFunc(slices.Clone(gr.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
+			st.Groups[g] = gr
+			t.group(g)
 		}
+		delete(s.roleGroups, c.Role)
+		return "", kicked
 	case acl.OpAddRoleACL:
 		r, ok := st.Roles[c.Role]
 		if !ok {
-			return "Role not found"
+			return "Role not found", kickSet{}
 		}
 		if !c.ACL.Type.Valid() {
-			return "Unknown acltype"
+			return "Unknown acltype", kickSet{}
 		}
 		if acl.ValidateFilter(c.ACL.Topic) != nil {
-			return "Invalid ACL topic"
+			return "Invalid ACL topic", kickSet{}
 		}
 		if slices.ContainsFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic }) {
-			return "ACL with this topic already exists"
+			return "ACL with this topic already exists", kickSet{}
 		}
 		r.ACLs = acl.Canonical(append(slices.Clone(r.ACLs), c.ACL))
 		st.Roles[c.Role] = r
-		kickAll(kicks, s.holders(c.Role))
+		t.role(c.Role)
+		return "", s.holders(c.Role)
 	case acl.OpRemoveRoleACL:
 		r, ok := st.Roles[c.Role]
 		if !ok {
-			return "Role not found"
+			return "Role not found", kickSet{}
 		}
 		i := slices.IndexFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic })
 		if i < 0 {
-			return "ACL not found"
+			return "ACL not found", kickSet{}
 		}
 		r.ACLs = slices.Delete(slices.Clone(r.ACLs), i, i+1)
 		st.Roles[c.Role] = r
-		kickAll(kicks, s.holders(c.Role))
+		t.role(c.Role)
+		return "", s.holders(c.Role)
 
 	case acl.OpCreateGroup:
 		if _, ok := st.Groups[c.Group]; ok {
-			return "Group already exists"
+			return "Group already exists", kickSet{}
 		}
 		st.Groups[c.Group] = acl.Group{Name: c.Group}
+		t.group(c.Group)
 	case acl.OpDeleteGroup:
 		if _, ok := st.Groups[c.Group]; !ok {
-			return "Group not found"
+			return "Group not found", kickSet{}
 		}
-		kickAll(kicks, s.members(c.Group))
+		kicked := s.memberSet(c.Group)
+		s.setGroupRoles(c.Group, nil)
 		delete(st.Groups, c.Group)
-		for u, cl := range st.Clients {
+		t.group(c.Group)
+		for u := range s.members[c.Group] {
+			cl := st.Clients[u]
 			cl.Groups = slices.DeleteFunc(slices.Clone(cl.Groups), func(g string) bool { return g == c.Group })
 			st.Clients[u] = cl
+			t.client(u)
 		}
+		delete(s.members, c.Group)
+		return "", kicked
 	case acl.OpAddGroupRole:
 		g, ok := st.Groups[c.Group]
 		if !ok {
-			return "Group not found"
+			return "Group not found", kickSet{}
 		}
 		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found"
+			return "Role not found", kickSet{}
 		}
 		if slices.ContainsFunc(g.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
-			return "Group is already in this role"
+			return "Group is already in this role", kickSet{}
 		}
-		g.Roles = append(slices.Clone(g.Roles), acl.RoleRef{Name: c.Role, Priority: c.Priority})
+		ref := acl.RoleRef{Name: c.Role, Priority: c.Priority}
+		at, _ := slices.BinarySearchFunc(g.Roles, ref, refCmp)
+		g.Roles = slices.Insert(slices.Clone(g.Roles), at, ref)
 		st.Groups[c.Group] = g
-		kickAll(kicks, s.members(c.Group))
+		link(s.roleGroups, c.Role, c.Group)
+		t.group(c.Group)
+		return "", s.memberSet(c.Group)
 	case acl.OpRemoveGroupRole:
 		g, ok := st.Groups[c.Group]
 		if !ok {
-			return "Group not found"
+			return "Group not found", kickSet{}
 		}
 		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found"
+			return "Role not found", kickSet{}
 		}
 		g.Roles = slices.DeleteFunc(slices.Clone(g.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
 		st.Groups[c.Group] = g
-		kickAll(kicks, s.members(c.Group))
+		unlink(s.roleGroups, c.Role, c.Group)
+		t.group(c.Group)
+		return "", s.memberSet(c.Group)
 
 	case acl.OpCreateClient:
 		if _, ok := st.Clients[c.Username]; ok {
-			return "Client already exists"
+			return "Client already exists", kickSet{}
 		}
 		for _, g := range c.Groups {
 			if _, ok := st.Groups[g]; !ok {
-				return "Group not found"
+				return "Group not found", kickSet{}
 			}
 		}
-		st.Clients[c.Username] = acl.Client{Username: c.Username, ClientID: c.ClientID, Groups: slices.Clone(c.Groups)}
-		if c.Password != "" {
+		s.putClient(acl.Client{Username: c.Username, ClientID: c.ClientID, Groups: c.Groups})
+		if cred != nil {
 			s.creds[c.Username] = cred
 		}
+		t.client(c.Username)
 	case acl.OpModifyClient:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found"
+			return "Client not found", kickSet{}
 		}
 		// dynsec changes the client ID and password before it looks at the
 		// roles, and keeps those changes when a role is missing.
 		cl.ClientID = c.ClientID
-		if c.Password != "" {
+		if cred != nil {
 			s.creds[c.Username] = cred
 		}
 		st.Clients[c.Username] = cl
 		for _, r := range c.Roles {
 			if _, ok := st.Roles[r.Name]; !ok {
-				kicks[c.Username] = true
-				return "Role not found"
+				return "Role not found", userKick(c.Username)
 			}
 		}
-		cl.Roles = slices.Clone(c.Roles)
+		cl.Roles = c.Roles
 		// dynsec skips unknown groups silently here
 		cl.Groups = slices.DeleteFunc(slices.Clone(c.Groups), func(g string) bool { _, ok := st.Groups[g]; return !ok })
-		st.Clients[c.Username] = cl
-		kicks[c.Username] = true
+		s.putClient(cl)
+		t.client(c.Username)
+		return "", userKick(c.Username)
 	case acl.OpDeleteClient:
 		if _, ok := st.Clients[c.Username]; !ok {
-			return "Client not found"
+			return "Client not found", kickSet{}
 		}
+		s.dropClientLinks(c.Username)
 		delete(st.Clients, c.Username)
 		delete(s.creds, c.Username)
-		kicks[c.Username] = true
+		t.client(c.Username)
+		return "", userKick(c.Username)
 	case acl.OpSetClientPassword:
 		if c.Password == "" {
-			return "Empty password is not allowed"
+			return "Empty password is not allowed", kickSet{}
 		}
 		if _, ok := st.Clients[c.Username]; !ok {
-			return "Client not found"
+			return "Client not found", kickSet{}
 		}
 		s.creds[c.Username] = cred
-		kicks[c.Username] = true
+		return "", userKick(c.Username)
 	case acl.OpSetClientID:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found"
+			return "Client not found", kickSet{}
 		}
 		cl.ClientID = c.ClientID
 		st.Clients[c.Username] = cl
-		kicks[c.Username] = true
+		return "", userKick(c.Username)
 	case acl.OpAddClientRole:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found"
+			return "Client not found", kickSet{}
 		}
 		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found"
+			return "Role not found", kickSet{}
 		}
 		if slices.ContainsFunc(cl.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
-			return "Internal error" // sic: dynsec 2.0.11's reply for a role the client already has
+			return "Internal error", kickSet{} // sic: dynsec 2.0.11's reply for a role the client already has
 		}
 		cl.Roles = append(slices.Clone(cl.Roles), acl.RoleRef{Name: c.Role, Priority: c.Priority})
-		st.Clients[c.Username] = cl
-		kicks[c.Username] = true
+		s.putClient(cl)
+		t.client(c.Username)
+		return "", userKick(c.Username)
 	case acl.OpRemoveClientRole:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found"
+			return "Client not found", kickSet{}
 		}
 		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found"
+			return "Role not found", kickSet{}
 		}
 		cl.Roles = slices.DeleteFunc(slices.Clone(cl.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
-		st.Clients[c.Username] = cl
-		kicks[c.Username] = true
+		s.putClient(cl)
+		t.client(c.Username)
+		return "", userKick(c.Username)
 	case acl.OpAddGroupClient:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found"
+			return "Client not found", kickSet{}
 		}
 		if _, ok := st.Groups[c.Group]; !ok {
-			return "Group not found"
+			return "Group not found", kickSet{}
 		}
-		kicks[c.Username] = true
 		if slices.Contains(cl.Groups, c.Group) {
-			return "Client is already in this group"
+			return "Client is already in this group", userKick(c.Username)
 		}
 		cl.Groups = append(slices.Clone(cl.Groups), c.Group)
-		st.Clients[c.Username] = cl
+		s.putClient(cl)
+		t.client(c.Username)
+		return "", userKick(c.Username)
 	case acl.OpRemoveGroupClient:
 		cl, ok := st.Clients[c.Username]
 		if !ok {
-			return "Client not found"
+			return "Client not found", kickSet{}
 		}
 		if _, ok := st.Groups[c.Group]; !ok {
-			return "Group not found"
+			return "Group not found", kickSet{}
 		}
 		cl.Groups = slices.DeleteFunc(slices.Clone(cl.Groups), func(g string) bool { return g == c.Group })
-		st.Clients[c.Username] = cl
-		kicks[c.Username] = true
+		s.putClient(cl)
+		t.client(c.Username)
+		return "", userKick(c.Username)
 	default:
-		return "Unknown command"
+		return "Unknown command", kickSet{}
 	}
-	return ""
+	return "", kickSet{}
 }
 
 var _ acl.Backend = (*Store)(nil)

@@ -1,0 +1,75 @@
+package controllers
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+)
+
+// brokerResyncs turns the broker runtime's "the broker lost its state" stream (one event per
+// Agent, registration.Broker.AgentResyncs) into work for both controllers that hold broker
+// state: the Agent is reconciled again (its client and role are re-created), and its shared
+// objects are marked lost and re-applied (their entries are computed from the cache, so nothing
+// else remembers them). Marking them lost first keeps ACLsSynced honest meanwhile: it reads False
+// until the shared objects hold the Agent's entries again.
+type brokerResyncs struct {
+	in      <-chan event.TypedGenericEvent[client.Object]
+	out     chan event.GenericEvent
+	tracker *SharedTracker
+	gating  bool
+}
+
+func newBrokerResyncs(in <-chan event.TypedGenericEvent[client.Object], tracker *SharedTracker, gating bool) *brokerResyncs {
+	return &brokerResyncs{in: in, out: make(chan event.GenericEvent, 1024), tracker: tracker, gating: gating}
+}
+
+// Start forwards events until the manager stops (a manager.Runnable, leader only: the broker
+// runtime that feeds it runs on the leader).
+func (b *brokerResyncs) Start(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-b.in:
+			if !ok {
+				return nil
+			}
+			if a, isAgent := e.Object.(*a2av1.Agent); isAgent && b.tracker != nil {
+				keys := registration.KeysOf(identity.Of(a), b.gating)
+				b.tracker.markLost(keys...)
+				b.tracker.Poke(ctx, keys...)
+			}
+			select {
+			case b.out <- event.GenericEvent(e):
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+// NeedLeaderElection: only the leader reconciles.
+func (b *brokerResyncs) NeedLeaderElection() bool { return true }
+
+// source enqueues the forwarded Agents into the Agent controller.
+func (b *brokerResyncs) source() source.Source {
+	return source.Channel(b.out, &handler.EnqueueRequestForObject{})
+}
+
+// markLost forgets what the shared objects keys held: the broker lost them. Agents with entries
+// in them read "not included" until the objects are applied again.
+func (t *SharedTracker) markLost(keys ...registration.SharedKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, k := range keys {
+		t.applied[k] = map[types.UID]trackedEntry{}
+	}
+}
