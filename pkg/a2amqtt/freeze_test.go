@@ -164,6 +164,11 @@ func (a *embeddedAuth) startRefusing(t *testing.T) {
 	if err := acl.SetPassword(tctx(t, 10*time.Second), offline, a.rot.user, a.rot.password); err != nil {
 		t.Fatal(err)
 	}
+	// The store writes its snapshot in the background: close it so the rotation is on disk
+	// before the broker loads it.
+	if err := offline.Close(); err != nil {
+		t.Fatal(err)
+	}
 	a.start(t)
 }
 
