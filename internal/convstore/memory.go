@@ -254,6 +254,18 @@ func (m *Memory) Agents() []string {
 	return out
 }
 
+// Empty reports whether the agent is held here without any context (not
+// even a tombstone): its state is gone.
+func (m *Memory) Empty(agent string) bool {
+	st := m.held(agent)
+	if st == nil {
+		return false
+	}
+	defer st.mu.Unlock()
+	n, _ := st.a.Len()
+	return n == 0 && len(st.pending) == 0
+}
+
 // Owns reports whether the agent's state is held here.
 func (m *Memory) Owns(agent string) bool {
 	m.mu.RLock()

@@ -237,6 +237,30 @@ func (j *RedisJournal) Load(ctx context.Context, agent string, fn func(agent str
 	return nil
 }
 
+// Agents lists the agents with stored state.
+func (j *RedisJournal) Agents(ctx context.Context) ([]string, error) {
+	out, err := j.c.SMembers(ctx, j.prefix+":agents").Result()
+	if err != nil {
+		return nil, fmt.Errorf("list agents with state: %w", err)
+	}
+	return out, nil
+}
+
+// ForgetAgent removes an agent without contexts from the agents with
+// state. Call it only as the agent's owner, once its last context is gone.
+func (j *RedisJournal) ForgetAgent(ctx context.Context, agent string) error {
+	if n, err := j.c.SCard(ctx, j.base(agent)+"s").Result(); err != nil || n > 0 {
+		if err == nil {
+			err = fmt.Errorf("agent %s still has %d contexts", agent, n)
+		}
+		return fmt.Errorf("forget agent: %w", err)
+	}
+	if err := j.c.SRem(ctx, j.prefix+":agents", agent).Err(); err != nil {
+		return fmt.Errorf("forget agent %s: %w", agent, err)
+	}
+	return nil
+}
+
 // Ping checks that Redis answers (readiness).
 func (j *RedisJournal) Ping(ctx context.Context) error {
 	if err := j.c.Ping(ctx).Err(); err != nil {
