@@ -670,4 +670,7 @@ func (s *Service) refreshStats(context.Context) {
 			s.m.tasks.WithLabelValues(string(st)).Set(float64(n))
 		}
 	}
+	items, bytes := s.mem.HistoryStats()
+	s.m.historyItems.Set(float64(items))
+	s.m.historyBytes.Set(float64(bytes))
 }
