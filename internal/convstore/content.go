@@ -39,12 +39,9 @@ type Item struct {
 	Data []byte
 }
 
-func (it *Item) id() itemKey { return itemKey{it.TaskID, it.Kind, it.Key} }
-
-type itemKey struct {
-	task string
-	kind ItemKind
-	key  string
+// same reports whether two items hold the same message or artifact.
+func (it *Item) same(o *Item) bool {
+	return it.Kind == o.Kind && it.Key == o.Key && it.TaskID == o.TaskID
 }
 
 // ContentRecord is one history item as a journal record.
@@ -54,21 +51,30 @@ type ContentRecord struct {
 }
 
 // history is the content Memory keeps for one context, within a byte bound
-// (the oldest items go first).
+// (the oldest items go first). Look-ups scan the items: a context holds
+// at most its byte bound's worth (a few hundred small messages), and a
+// scan costs less than an index's memory on every item.
 type history struct {
 	items []*Item // by Seq
-	byKey map[itemKey]*Item
 	bytes int
 	next  uint64
 }
 
-func newHistory() *history { return &history{byKey: map[itemKey]*Item{}} }
+func newHistory() *history { return &history{} }
+
+func (h *history) find(it *Item) *Item {
+	for _, o := range h.items {
+		if o.same(it) {
+			return o
+		}
+	}
+	return nil
+}
 
 // add takes item into h (bounded by limit bytes of Data) and returns the
 // records to write and the sequence numbers to delete.
 func (h *history) add(it Item, limit int) (put []ContentRecord, del []uint64) {
-	k := it.id()
-	old := h.byKey[k]
+	old := h.find(&it)
 	if old != nil && it.Kind == ItemMessage {
 		return nil, nil // the same message again (a retry, a task snapshot)
 	}
@@ -91,7 +97,6 @@ func (h *history) add(it Item, limit int) (put []ContentRecord, del []uint64) {
 	h.next++
 	held := it
 	h.items = append(h.items, &held)
-	h.byKey[k] = &held
 	h.bytes += len(held.Data)
 	for h.bytes > limit && len(h.items) > 0 {
 		del = append(del, h.remove(h.items[0]))
@@ -104,7 +109,6 @@ func (h *history) remove(it *Item) uint64 {
 	if i := slices.Index(h.items, it); i >= 0 {
 		h.items = slices.Delete(h.items, i, i+1)
 	}
-	delete(h.byKey, it.id())
 	h.bytes -= len(it.Data)
 	return it.Seq
 }
@@ -122,7 +126,6 @@ func (h *history) dropTasks(tasks []string) (del []uint64) {
 // load inserts a recovered item.
 func (h *history) load(it *Item) {
 	h.items = append(h.items, it)
-	h.byKey[it.id()] = it
 	h.bytes += len(it.Data)
 	h.next = max(h.next, it.Seq+1)
 }
