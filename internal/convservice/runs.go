@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -70,10 +71,7 @@ func (r *runs) end(agent, task string) {
 // prune forgets the runs of tasks that are no longer running.
 func (r *runs) prune(running func(agent, task string) bool) {
 	r.mu.Lock()
-	keys := make([]runKey, 0, len(r.m))
-	for k := range r.m {
-		keys = append(keys, k)
-	}
+	keys := slices.Collect(maps.Keys(r.m))
 	r.mu.Unlock()
 	for _, k := range keys {
 		if !running(k.agent, k.task) {

@@ -331,9 +331,7 @@ func jcsDigest(t testing.TB, message any, history []json.RawMessage, artifacts [
 // shapes within its byte bound, and an input-required timeout relayed on the
 // stream that got the pause.
 func TestContinuationThroughTheService(t *testing.T) {
-	for _, kind := range []string{"mosquitto", "embedded"} {
-		t.Run(kind, func(t *testing.T) { continuationFlows(t, kind) })
-	}
+	onBothBrokers(t, continuationFlows)
 }
 
 func continuationFlows(t *testing.T, kind string) {

@@ -26,9 +26,7 @@ import (
 // answered, also when no replica consumes its requests (and, for an agent
 // nobody has state for, answered as empty instead of left unanswered).
 func TestRedisOwnsWhatIsStored(t *testing.T) {
-	for _, kind := range []string{"mosquitto", "embedded"} {
-		t.Run(kind, func(t *testing.T) { redisOwnsWhatIsStored(t, kind) })
-	}
+	onBothBrokers(t, redisOwnsWhatIsStored)
 }
 
 func redisOwnsWhatIsStored(t *testing.T, kind string) {

@@ -153,9 +153,7 @@ func (a *coreAgent) handle(p *paho.Publish) {
 // ids in resumes, GetTask and CancelTask. A profile agent beside it keeps
 // getting the requester's ids.
 func TestAgentCreatedTaskIDs(t *testing.T) {
-	for _, kind := range []string{"mosquitto", "embedded"} {
-		t.Run(kind, func(t *testing.T) { agentCreatedTaskIDs(t, kind) })
-	}
+	onBothBrokers(t, agentCreatedTaskIDs)
 }
 
 func agentCreatedTaskIDs(t *testing.T, kind string) {
