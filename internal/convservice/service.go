@@ -6,8 +6,11 @@
 // requests to the agent's delivery topic, and relays every reply event back
 // to the requester after the engine has observed it, so a follow-up sent the
 // instant a task completes already sees the completion. It also answers
-// GetTask/ListTasks on its own request topic from the store, so responders
-// can read a context's prior turns.
+// GetTask/ListTasks on its own request topic from memory (task summaries,
+// or messages and artifacts in history mode Messages), so responders can read
+// a context's prior turns; it enforces the continuation hints responders
+// declare, stamps the accepted_history_digest of each run into its pause, and
+// bridges agents that create their own task ids (docs/conversation-service.md).
 package convservice
 
 import (
