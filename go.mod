@@ -3,6 +3,7 @@ module github.com/a2a-fleet/a2a-fleet
 go 1.26.0
 
 require (
+	github.com/a2aproject/a2a-go v0.3.15
 	github.com/a2aproject/a2a-go/v2 v2.3.1
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/go-logr/logr v1.4.3
@@ -35,7 +36,6 @@ require (
 )
 
 require (
-	github.com/a2aproject/a2a-go v0.3.15 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

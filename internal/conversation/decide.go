@@ -26,6 +26,9 @@ type Request struct {
 	ResponseTopic string
 	// Requester identifies the caller (for example its MQTT client id).
 	Requester string
+	// Approval: the message carries an approval answer (an approve/deny
+	// data part), which a task waiting with expected_input approval needs.
+	Approval bool
 }
 
 // View is the stored state a decision needs: one context and two agent-wide
@@ -213,6 +216,11 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 				d.Kind, d.Forward = KindRetry, true
 				return
 			}
+			if e := resumeMismatch(c, t, req); e != nil {
+				// Before the limit: waiting would not make this answer fit.
+				d.reject(e)
+				return
+			}
 			if limit > 0 && c.Working >= limit {
 				d.reject(errContextBusy(c, limit))
 				return
@@ -263,6 +271,10 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 		kind = KindNewContext
 		n = &Context{ID: ctxID, CreatedAt: now, Requester: req.Requester}
 	} else {
+		if e := newTaskMismatch(c); e != nil {
+			d.reject(e)
+			return
+		}
 		if limit > 0 && c.Working >= limit {
 			d.reject(errContextBusy(c, limit))
 			return

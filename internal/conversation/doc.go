@@ -7,8 +7,11 @@
 // The rules come from the A2A over MQTT profile's multi-turn user story
 // (Task.context_id continuity, input-required resume with fresh correlation,
 // -32602 on context mismatch, unknown context = new context, expired
-// context = error, concurrent tasks complete independently) and from the
-// ConversationPolicy limits (docs/conversation.md has the full rules table).
+// context = error, concurrent tasks complete independently), from the
+// ConversationPolicy limits, and from what a responder declared in the
+// continuation hint of a pause (seed 004: resume_scope, expected_input;
+// refused with -32063 continuation_mismatch). docs/conversation.md has the
+// full rules table.
 //
 // Two layers:
 //

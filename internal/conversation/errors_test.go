@@ -107,15 +107,20 @@ func TestNewPolicy(t *testing.T) {
 		MaxActiveContextsPerAgent:    100,
 		HistoryTasksPerContext:       3,
 		FirstEventTimeout:            &metav1.Duration{Duration: 10 * time.Second},
+		History:                      &v1alpha1.HistorySpec{Mode: v1alpha1.HistoryMessages, MaxBytesPerContext: 4096},
 	})
 	want := Policy{IdleTTL: time.Minute, MaxAge: time.Hour, InputRequiredTimeout: 5 * time.Minute, FirstEventTimeout: 10 * time.Second,
 		MaxConcurrentTasksPerContext: 1, MaxActiveContextsPerAgent: 100, HistoryTasksPerContext: 3,
-		TombstoneTTL: DefaultTombstoneTTL, MaxStreamsPerTask: DefaultMaxStreamsPerTask}
+		TombstoneTTL: DefaultTombstoneTTL, MaxStreamsPerTask: DefaultMaxStreamsPerTask,
+		History: v1alpha1.HistoryMessages, MaxHistoryBytes: 4096}
 	if err != nil || p != want {
 		t.Fatalf("full spec: %+v %v", p, err)
 	}
 	if _, err := NewPolicy(&v1alpha1.ConversationPolicySpec{MaxConcurrentTasksPerContext: -1}); err == nil {
 		t.Fatal("negative limit accepted")
+	}
+	if _, err := NewPolicy(&v1alpha1.ConversationPolicySpec{History: &v1alpha1.HistorySpec{Mode: "Everything"}}); err == nil {
+		t.Fatal("unknown history mode accepted")
 	}
 }
 

@@ -144,6 +144,16 @@ type Task struct {
 	// auth-required was relayed: the requester that got it is told there
 	// if the engine later fails the task (input-required timeout).
 	Notify *Stream `json:"notify,omitempty"`
+	// Continuation is the hint of the task's last input-required or
+	// auth-required status (nil: none), with the accepted_history_digest
+	// the service stamped into it. While the task waits, the next message
+	// must fit it (resume_scope, expected_input). Never mutated in place.
+	Continuation *Continuation `json:"continuation,omitempty"`
+	// AgentTaskID and AgentContextID are the ids the agent uses for this
+	// task when they differ from the requester's: a core A2A server creates
+	// its own task ids (issue 12.5). The service translates between them.
+	AgentTaskID    string `json:"agentTaskId,omitempty"`
+	AgentContextID string `json:"agentContextId,omitempty"`
 }
 
 // Terminal reports whether the task is completed, failed, canceled or

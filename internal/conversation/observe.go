@@ -40,6 +40,16 @@ type Event struct {
 	// stream the transport saw end). Terminal and interrupted states end a
 	// stream anyway.
 	Final bool
+	// Snapshot: a Task object opening a stream (core A2A servers send the
+	// task as it stands first; on a resume it still shows input-required).
+	// Unless terminal, it only acknowledges the run.
+	Snapshot bool
+	// Continuation is the hint of an input-required/auth-required status
+	// (with the service's digest), recorded with the task.
+	Continuation *Continuation
+	// AgentTaskID and AgentContextID are the ids the agent's reply used when
+	// they differ from the requester's (a core A2A server's own task ids).
+	AgentTaskID, AgentContextID string
 }
 
 // Outcome is what Observe did with a reply event. The service relays the
@@ -109,6 +119,14 @@ func Observe(p Policy, now time.Time, c *Context, ev Event) Outcome {
 	endStream := ev.Final
 	remove := false
 
+	mapped := false
+	if ev.AgentTaskID != "" && ev.AgentTaskID != t.AgentTaskID {
+		t.AgentTaskID, mapped = ev.AgentTaskID, true
+	}
+	if ev.AgentContextID != "" && ev.AgentContextID != t.AgentContextID {
+		t.AgentContextID, mapped = ev.AgentContextID, true
+	}
+
 	switch ev.Kind {
 	case EventStatus, EventTask:
 		s := ev.State
@@ -117,11 +135,22 @@ func Observe(p Policy, now time.Time, c *Context, ev Event) Outcome {
 			// task (nor take a slot again).
 			break
 		}
+		if s == a2a.TaskStateSubmitted || (ev.Snapshot && !s.Terminal()) {
+			// The agent has the task: "submitted" from the agent, or the
+			// task snapshot a core A2A server opens a stream with (on a
+			// resume it still shows the state before the answer), only
+			// acknowledges the run; it neither pauses nor ends it.
+			if active(t.State) {
+				t.State = a2a.TaskStateWorking
+			}
+			break
+		}
 		switch {
 		case interrupted(s):
 			if !interrupted(t.State) {
 				t.WaitingSince = now
 			}
+			t.Continuation = ev.Continuation
 			switch {
 			case si >= 0:
 				n := t.Streams[si]
@@ -178,8 +207,8 @@ func Observe(p Policy, now time.Time, c *Context, ev Event) Outcome {
 	}
 	if !remove {
 		old := c.Tasks[i]
-		if t.State == old.State && t.PrevState == old.PrevState && t.WaitingSince.Equal(old.WaitingSince) &&
-			len(t.Streams) == len(old.Streams) && now.Sub(c.LastActivity) < activityResolution(p) {
+		if !mapped && t.State == old.State && t.PrevState == old.PrevState && t.WaitingSince.Equal(old.WaitingSince) &&
+			t.Continuation == old.Continuation && len(t.Streams) == len(old.Streams) && now.Sub(c.LastActivity) < activityResolution(p) {
 			// Nothing but the activity clock moved, and it moved less than
 			// the idle TTL could notice: skip the write. Streams of
 			// artifact chunks would otherwise cost one store write each.

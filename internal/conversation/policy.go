@@ -60,6 +60,29 @@ type Policy struct {
 	TombstoneTTL time.Duration
 	// MaxStreamsPerTask bounds tracked reply streams per task.
 	MaxStreamsPerTask int
+	// History is what the service keeps of a context for history queries
+	// (v1alpha1.HistoryNone, HistorySummaries, HistoryMessages; "" means
+	// Summaries). The rules never depend on it.
+	History v1alpha1.HistoryMode
+	// MaxHistoryBytes bounds the message and artifact content kept per
+	// context in Messages mode; the oldest content goes first.
+	MaxHistoryBytes int
+}
+
+// DefaultMaxHistoryBytes mirrors the CRD default of
+// spec.history.maxBytesPerContext.
+const DefaultMaxHistoryBytes = 64 << 10
+
+// KeepsMessages reports whether the service keeps message and artifact
+// content (history mode Messages).
+func (p Policy) KeepsMessages() bool { return p.History == v1alpha1.HistoryMessages }
+
+// HistoryBytes is the content bound per context in Messages mode.
+func (p Policy) HistoryBytes() int {
+	if p.MaxHistoryBytes <= 0 {
+		return DefaultMaxHistoryBytes
+	}
+	return p.MaxHistoryBytes
 }
 
 // DefaultPolicy is the policy of a ConversationPolicy with an empty spec.
@@ -70,6 +93,8 @@ func DefaultPolicy() Policy {
 		HistoryTasksPerContext: DefaultHistoryTasksPerContext,
 		TombstoneTTL:           DefaultTombstoneTTL,
 		MaxStreamsPerTask:      DefaultMaxStreamsPerTask,
+		History:                v1alpha1.HistorySummaries,
+		MaxHistoryBytes:        DefaultMaxHistoryBytes,
 	}
 }
 
@@ -99,6 +124,14 @@ func NewPolicy(spec *v1alpha1.ConversationPolicySpec) (Policy, error) {
 	if spec.HistoryTasksPerContext != 0 {
 		p.HistoryTasksPerContext = int(spec.HistoryTasksPerContext)
 	}
+	if h := spec.History; h != nil {
+		if h.Mode != "" {
+			p.History = h.Mode
+		}
+		if h.MaxBytesPerContext != 0 {
+			p.MaxHistoryBytes = int(h.MaxBytesPerContext)
+		}
+	}
 	if err := p.Validate(); err != nil {
 		return Policy{}, fmt.Errorf("conversation policy spec: %w", err)
 	}
@@ -126,6 +159,13 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("tombstone TTL %s is negative", p.TombstoneTTL)
 	case p.MaxStreamsPerTask < 0:
 		return fmt.Errorf("max streams per task %d is negative", p.MaxStreamsPerTask)
+	case p.MaxHistoryBytes < 0:
+		return fmt.Errorf("history bytes per context %d is negative", p.MaxHistoryBytes)
+	}
+	switch p.History {
+	case "", v1alpha1.HistoryNone, v1alpha1.HistorySummaries, v1alpha1.HistoryMessages:
+	default:
+		return fmt.Errorf("history mode %q is not None, Summaries or Messages", p.History)
 	}
 	return nil
 }

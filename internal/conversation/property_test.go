@@ -72,6 +72,7 @@ func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 			if r.IntN(10) == 0 {
 				req.ContextID = ""
 			}
+			req.Approval = r.IntN(2) == 0
 			v := a.View(req)
 			snapshot(v.ContextID)
 			liveBefore := a.live
@@ -93,6 +94,20 @@ func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 				if !d.Forward {
 					t.Fatalf("seed %d step %d: %s accepted but not forwarded", seed, i, op)
 				}
+				// What the responder declared holds for every accepted message.
+				for _, w := range storedCopy.tasksOrNil() {
+					h := w.Continuation
+					if !interrupted(w.State) || h == nil {
+						continue
+					}
+					switch {
+					case d.Kind != KindResume && h.ResumeScope == ResumeSameTask:
+						t.Fatalf("seed %d step %d: %s accepted while %s waits with same_task", seed, i, op, w.ID)
+					case d.Kind == KindResume && w.ID == req.TaskID && (h.ResumeScope == ResumeNewTaskInContext ||
+						(h.ExpectedInput == ExpectApproval && !req.Approval) || (h.ExpectedInput == ExpectCredential && w.State != authReq)):
+						t.Fatalf("seed %d step %d: %s accepted against the hint %+v of %s in %s", seed, i, op, *h, w.ID, w.State)
+					}
+				}
 			case KindReject:
 				if d.Err == nil || d.Forward {
 					t.Fatalf("seed %d step %d: %s: bad rejection", seed, i, op)
@@ -103,6 +118,16 @@ func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 			ctxID, _ := a.TaskContext(task)
 			snapshot(ctxID)
 			e := Event{Kind: EventStatus, TaskID: task, State: states[r.IntN(len(states))], Correlation: []byte(id("D", 8)), Final: r.IntN(5) == 0}
+			if interrupted(e.State) && r.IntN(2) == 0 {
+				hints := []*Continuation{
+					{ResumeScope: ResumeSameTask}, {ResumeScope: ResumeNewTaskInContext},
+					{ExpectedInput: ExpectApproval}, {ExpectedInput: ExpectCredential}, {ExpectedInput: "free_text"},
+				}
+				e.Continuation = hints[r.IntN(len(hints))]
+			}
+			if r.IntN(6) == 0 {
+				e.AgentTaskID = "agent-" + task
+			}
 			switch r.IntN(8) {
 			case 0:
 				e.Kind = EventArtifact
@@ -112,6 +137,7 @@ func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 				e.Kind = EventMessage
 			case 3:
 				e.Kind = EventTask
+				e.Snapshot = r.IntN(2) == 0
 			}
 			o := a.Observe(p, now, e)
 			forget(o.Expirations)
@@ -175,7 +201,7 @@ func TestRandomWalkInvariants(t *testing.T) {
 	for _, want := range []string{
 		"new_context", "new_task", "resume", "retry", "read", "cancel", "subscribe", "reject",
 		"code -32602 ", "code -32004 ", "code -32002 ", "code -32060 context_expired",
-		"code -32061 concurrency_limit", "code -32062 active_contexts_limit",
+		"code -32061 concurrency_limit", "code -32062 active_contexts_limit", "code -32063 continuation_mismatch",
 		"slot freed", "refused first message", "expired idle_ttl", "expired max_age", "input timeout", "tombstone deleted",
 	} {
 		if seen[want] == 0 {
@@ -222,4 +248,12 @@ func TestPurity(t *testing.T) {
 	if err := quick.Check(prop, &quick.Config{MaxCount: 5000}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// tasksOrNil returns the tasks of a context that may be nil.
+func (c *Context) tasksOrNil() []*Task {
+	if c == nil {
+		return nil
+	}
+	return c.Tasks
 }

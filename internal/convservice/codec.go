@@ -155,13 +155,35 @@ func (s *sealer) open(b []byte) (route, error) {
 	return r, nil
 }
 
-// replyEvent classifies one JSON-RPC reply of an agent for the engine. It
+// parsedReply is what the relay needs of one JSON-RPC reply of an agent,
+// read in one pass over the payload.
+type parsedReply struct {
+	// ev is the engine's event (empty Kind: nothing the engine tracks,
+	// e.g. a ListTasks result). Its TaskID and ContextID are the ids the
+	// payload names (the agent's).
+	ev conversation.Event
+	// isTask: the result is a Task object (the first item of a core A2A
+	// stream, a unary result, a GetTask/CancelTask answer).
+	isTask bool
+	// v03: the reply uses A2A v0.3 shapes ("kind" discriminators).
+	v03 bool
+	// statusMessage is the status message of a status update or task (nil
+	// when none).
+	statusMessage json.RawMessage
+	// errCode and errKind (error.data.a2a_error of binding errors) for
+	// error replies.
+	errCode int
+	errKind string
+}
+
+// parseReply classifies one JSON-RPC reply of an agent for the engine. It
 // understands A2A v1.0 (ProtoJSON, stream items wrapped as statusUpdate /
 // artifactUpdate, SendMessage results as task / message) and v0.3 ("kind"
-// discriminators), and only reads what the engine needs.
-func replyEvent(payload []byte) (conversation.Event, error) {
+// discriminators), and only reads what the relay needs.
+func parseReply(payload []byte) (parsedReply, error) {
 	type status struct {
-		State string `json:"state"`
+		State   string          `json:"state"`
+		Message json.RawMessage `json:"message"`
 	}
 	type obj struct {
 		Kind      string  `json:"kind"`
@@ -184,16 +206,24 @@ func replyEvent(payload []byte) (conversation.Event, error) {
 		Result *result `json:"result"`
 		Error  *struct {
 			Code int `json:"code"`
+			Data json.RawMessage
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(payload, &env); err != nil {
-		return conversation.Event{}, fmt.Errorf("decode agent reply: %w", err)
+		return parsedReply{}, fmt.Errorf("decode agent reply: %w", err)
 	}
-	if env.Error != nil {
-		return conversation.Event{Kind: conversation.EventError}, nil
+	if e := env.Error; e != nil {
+		pr := parsedReply{ev: conversation.Event{Kind: conversation.EventError}, errCode: e.Code}
+		var data struct {
+			A2AError string `json:"a2a_error"`
+		}
+		if len(e.Data) > 0 && e.Data[0] == '{' && json.Unmarshal(e.Data, &data) == nil {
+			pr.errKind = data.A2AError
+		}
+		return pr, nil
 	}
 	if env.Result == nil {
-		return conversation.Event{}, errors.New("agent reply has neither result nor error")
+		return parsedReply{}, errors.New("agent reply has neither result nor error")
 	}
 	res := env.Result
 	state := func(o *obj) a2a.TaskState {
@@ -202,37 +232,49 @@ func replyEvent(payload []byte) (conversation.Event, error) {
 		}
 		return conversation.ParseState(o.Status.State)
 	}
+	statusMessage := func(o *obj) json.RawMessage {
+		if o.Status == nil || len(o.Status.Message) == 0 || string(o.Status.Message) == "null" {
+			return nil
+		}
+		return o.Status.Message
+	}
+	status1 := func(o *obj, v03 bool) parsedReply {
+		return parsedReply{ev: conversation.Event{Kind: conversation.EventStatus, TaskID: o.TaskID, ContextID: o.ContextID, State: state(o), Final: o.Final},
+			statusMessage: statusMessage(o), v03: v03}
+	}
+	task := func(o *obj, v03 bool) parsedReply {
+		return parsedReply{ev: conversation.Event{Kind: conversation.EventTask, TaskID: o.ID, ContextID: o.ContextID, State: state(o)},
+			isTask: true, statusMessage: statusMessage(o), v03: v03}
+	}
 	switch {
 	case res.StatusUpdate != nil:
-		o := res.StatusUpdate
-		return conversation.Event{Kind: conversation.EventStatus, TaskID: o.TaskID, ContextID: o.ContextID, State: state(o), Final: o.Final}, nil
+		return status1(res.StatusUpdate, false), nil
 	case res.ArtifactUpdate != nil:
 		o := res.ArtifactUpdate
-		return conversation.Event{Kind: conversation.EventArtifact, TaskID: o.TaskID, ContextID: o.ContextID}, nil
+		return parsedReply{ev: conversation.Event{Kind: conversation.EventArtifact, TaskID: o.TaskID, ContextID: o.ContextID}}, nil
 	case res.Task != nil:
-		o := res.Task
-		return conversation.Event{Kind: conversation.EventTask, TaskID: o.ID, ContextID: o.ContextID, State: state(o)}, nil
+		return task(res.Task, false), nil
 	case res.Message != nil:
 		o := res.Message
-		return conversation.Event{Kind: conversation.EventMessage, TaskID: o.TaskID, ContextID: o.ContextID}, nil
+		return parsedReply{ev: conversation.Event{Kind: conversation.EventMessage, TaskID: o.TaskID, ContextID: o.ContextID}}, nil
 	}
 	o := &res.obj
 	switch o.Kind {
 	case "status-update":
-		return conversation.Event{Kind: conversation.EventStatus, TaskID: o.TaskID, ContextID: o.ContextID, State: state(o), Final: o.Final}, nil
+		return status1(o, true), nil
 	case "artifact-update":
-		return conversation.Event{Kind: conversation.EventArtifact, TaskID: o.TaskID, ContextID: o.ContextID}, nil
+		return parsedReply{ev: conversation.Event{Kind: conversation.EventArtifact, TaskID: o.TaskID, ContextID: o.ContextID}, v03: true}, nil
 	case "message":
-		return conversation.Event{Kind: conversation.EventMessage, TaskID: o.TaskID, ContextID: o.ContextID}, nil
+		return parsedReply{ev: conversation.Event{Kind: conversation.EventMessage, TaskID: o.TaskID, ContextID: o.ContextID}, v03: true}, nil
 	case "task":
-		return conversation.Event{Kind: conversation.EventTask, TaskID: o.ID, ContextID: o.ContextID, State: state(o)}, nil
+		return task(o, true), nil
 	}
 	if o.ID != "" && o.Status != nil {
 		// A bare Task (GetTask / CancelTask result).
-		return conversation.Event{Kind: conversation.EventTask, TaskID: o.ID, ContextID: o.ContextID, State: state(o)}, nil
+		return task(o, false), nil
 	}
 	// ListTasks results and the like carry no single task state.
-	return conversation.Event{}, nil
+	return parsedReply{}, nil
 }
 
 // rpcError is a JSON-RPC error object.

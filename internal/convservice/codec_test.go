@@ -3,6 +3,7 @@ package convservice
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/eclipse/paho.golang/paho"
@@ -170,15 +171,24 @@ func TestReplyEvent(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"nope"}}`, conversation.EventError, "", "", false},
 		{`{"jsonrpc":"2.0","id":1,"result":{"tasks":[]}}`, "", "", "", false},
 	} {
-		ev, err := replyEvent([]byte(c.payload))
+		pr, err := parseReply([]byte(c.payload))
+		ev := pr.ev
 		if err != nil || ev.Kind != c.kind || ev.TaskID != c.task || string(ev.State) != c.state || ev.Final != c.final {
 			t.Errorf("%s: %+v %v", c.payload, ev, err)
 		}
 	}
-	if _, err := replyEvent([]byte(`{"jsonrpc":"2.0","id":1}`)); err == nil {
+	pr, err := parseReply([]byte(`{"jsonrpc":"2.0","id":1,"error":{"code":-32005,"message":"x","data":{"a2a_error":"transport_protocol_error"}}}`))
+	if err != nil || pr.errCode != -32005 || pr.errKind != "transport_protocol_error" {
+		t.Errorf("binding error: %+v %v", pr, err)
+	}
+	pr, err = parseReply([]byte(`{"jsonrpc":"2.0","id":1,"result":{"task":{"id":"t","contextId":"c","status":{"state":"TASK_STATE_INPUT_REQUIRED","message":{"messageId":"m","role":"ROLE_AGENT","parts":[{"text":"?"}]}}}}}`))
+	if err != nil || !pr.isTask || pr.v03 || !strings.Contains(string(pr.statusMessage), `"messageId":"m"`) {
+		t.Errorf("task with status message: %+v %v", pr, err)
+	}
+	if _, err := parseReply([]byte(`{"jsonrpc":"2.0","id":1}`)); err == nil {
 		t.Error("a reply without result or error classified")
 	}
-	if _, err := replyEvent([]byte(`{"result":"text"}`)); err == nil {
+	if _, err := parseReply([]byte(`{"result":"text"}`)); err == nil {
 		t.Error("a non-object result classified")
 	}
 }

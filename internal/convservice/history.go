@@ -10,7 +10,9 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/eclipse/paho.golang/paho"
 
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -54,24 +56,35 @@ func (s *Service) handleHistory(in *inbound) {
 	if scope.Tenant != "" {
 		agent = scope.Tenant
 	}
-	if !s.answersHistoryOf(agent) {
+	now := s.cfg.Now()
+	p := s.gated.policyOf(agent)
+	var result any
+	var rerr *rpcError
+	var sv served
+	method, _ := conversation.ParseMethod(req.Method)
+	switch s.historyRole(agent) {
+	case historyIgnore:
 		// Every replica receives history queries; the one that owns the
 		// agent answers from memory.
 		return
-	}
-	now := s.cfg.Now()
-	p := s.gated.policyOf(agent)
-	allowed := func(c *conversation.Context) bool { return caller == agent || (c != nil && c.Requester == caller) }
-	var result any
-	var rerr *rpcError
-	method, _ := conversation.ParseMethod(req.Method)
-	switch method {
-	case conversation.MethodGetTask:
-		result, rerr = s.getTask(ctx, agent, p, now, req, allowed)
-	case conversation.MethodListTasks:
-		result, rerr = s.listTasks(ctx, agent, p, now, req, allowed)
+	case historyUnavailable:
+		rerr = bindingError(a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
+			fmt.Sprintf("the history of %s is being taken over by another conversation service replica; retry", agent)))
 	default:
-		rerr = &rpcError{Code: -32601, Message: fmt.Sprintf("method %q is not served by the conversation service: it answers GetTask and ListTasks", req.Method)}
+		allowed := func(c *conversation.Context) bool { return caller == agent || (c != nil && c.Requester == caller) }
+		switch method {
+		case conversation.MethodGetTask:
+			result, rerr = s.getTask(agent, p, now, req, allowed, &sv)
+		case conversation.MethodListTasks:
+			result, rerr = s.listTasks(agent, p, now, req, allowed, &sv)
+		default:
+			rerr = &rpcError{Code: -32601, Message: fmt.Sprintf("method %q is not served by the conversation service: it answers GetTask and ListTasks", req.Method)}
+		}
+	}
+	if caller == agent && sv.contextID != "" {
+		// What the agent was shown about a context is part of the
+		// accepted_history_digest of the runs going on in it.
+		s.runs.servedHistory(agent, s.runningTasks(agent, sv.contextID), sv.messages, sv.artifacts)
 	}
 	b, err := encodeResponse(req.ID, result, rerr)
 	if err != nil {
@@ -81,20 +94,38 @@ func (s *Service) handleHistory(in *inbound) {
 	s.send(ctx, in, b)
 }
 
-func (s *Service) getTask(ctx context.Context, agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool) (any, *rpcError) {
+// served collects what a history answer showed (the digest's inputs).
+type served struct {
+	contextID string
+	messages  map[uint64]*a2a.Message
+	artifacts []string
+}
+
+func (s *Service) getTask(agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool, sv *served) (any, *rpcError) {
+	var params a2a.GetTaskRequest
+	if len(req.Params) > 0 {
+		if err := json.Unmarshal(req.Params, &params); err != nil {
+			return nil, &rpcError{Code: -32602, Message: "params: " + err.Error()}
+		}
+	}
 	if req.TaskID == "" {
 		return nil, &rpcError{Code: -32602, Message: "params.id (the task id) is required"}
 	}
-	ctxID, _ := s.mem.TaskContext(agent, req.TaskID)
-	c := s.mem.Context(agent, ctxID)
-	t := c.Task(req.TaskID)
-	if t == nil || !c.Live(p, now) || !allowed(c) {
+	c, t := s.mem.Task(agent, req.TaskID)
+	if t == nil || !c.Live(p, now) || !allowed(c) || (p.History == a2av1.HistoryNone && t.Terminal()) {
 		return nil, &rpcError{Code: -32001, Message: fmt.Sprintf("task %s not found in the conversation history of %s", req.TaskID, agent)}
 	}
-	return taskOf(c.ID, t), nil
+	_, items := s.mem.History(agent, c.ID)
+	sv.contextID = c.ID
+	// A2A v1.0 GetTask: historyLength unset = the whole history, 0 = none.
+	return s.renderTask(c.ID, t, items, params.HistoryLength, true, sv), nil
 }
 
-func (s *Service) listTasks(ctx context.Context, agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool) (any, *rpcError) {
+// listHistoryDefault is how many messages per task ListTasks returns when
+// historyLength is unset (a2a-go's task store default).
+const listHistoryDefault = 100
+
+func (s *Service) listTasks(agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool, sv *served) (any, *rpcError) {
 	var params a2a.ListTasksRequest
 	if len(req.Params) > 0 {
 		if err := json.Unmarshal(req.Params, &params); err != nil {
@@ -104,7 +135,7 @@ func (s *Service) listTasks(ctx context.Context, agent string, p conversation.Po
 	if params.ContextID == "" {
 		return nil, &rpcError{Code: -32602, Message: "params.contextId is required: the conversation service lists the tasks of one context"}
 	}
-	c := s.mem.Context(agent, params.ContextID)
+	c, items := s.mem.History(agent, params.ContextID)
 	resp := &a2a.ListTasksResponse{Tasks: []*a2a.Task{}}
 	if c != nil && !allowed(c) {
 		// Indistinguishable from an unknown context: no probing of others' ids.
@@ -119,30 +150,102 @@ func (s *Service) listTasks(ctx context.Context, agent string, p conversation.Po
 	if c == nil || !c.Live(p, now) {
 		return resp, nil
 	}
+	sv.contextID = c.ID
+	historyLength := params.HistoryLength
+	if historyLength == nil {
+		n := listHistoryDefault
+		historyLength = &n
+	}
 	// Newest first, as A2A's ListTasks orders by last update.
 	tasks := slices.Clone(c.Tasks)
 	slices.Reverse(tasks)
-	for _, t := range tasks {
-		if params.Status != "" && conversation.ParseState(string(params.Status)) != t.State {
-			continue
-		}
-		resp.Tasks = append(resp.Tasks, taskOf(c.ID, t))
-	}
-	resp.TotalSize = len(resp.Tasks)
 	size := params.PageSize
 	if size <= 0 || size > maxListPageSize {
 		size = maxListPageSize
 	}
-	if len(resp.Tasks) > size {
-		resp.Tasks = resp.Tasks[:size]
+	for _, t := range tasks {
+		if params.Status != "" && conversation.ParseState(string(params.Status)) != t.State {
+			continue
+		}
+		if p.History == a2av1.HistoryNone && t.Terminal() {
+			continue
+		}
+		resp.TotalSize++
+		if len(resp.Tasks) < size {
+			resp.Tasks = append(resp.Tasks, s.renderTask(c.ID, t, items, historyLength, params.IncludeArtifacts, sv))
+		}
 	}
 	resp.PageSize = size
 	return resp, nil
 }
 
-// taskOf renders the engine's task summary as an A2A Task. The service
-// keeps the rules' view of a task (state, times, the engine's own status
-// message), not its content: artifacts and messages stay with the agent.
+// renderTask renders a task as an A2A v1.0 Task: the engine's summary
+// (state, times, the engine's own status message, the continuation hint
+// with its digest under the extension URI in metadata) and, in history mode
+// Messages, its messages (the last historyLength; nil = all) and artifacts.
+func (s *Service) renderTask(contextID string, t *conversation.Task, items []*convstore.Item, historyLength *int, withArtifacts bool, sv *served) *a2a.Task {
+	out := taskOf(contextID, t)
+	var msgs []*a2a.Message
+	var seqs []uint64
+	for _, it := range items {
+		if it.TaskID != t.ID {
+			continue
+		}
+		switch it.Kind {
+		case convstore.ItemMessage:
+			var m a2a.Message
+			if err := json.Unmarshal(it.Data, &m); err != nil {
+				s.log.Info("skipping a history message that does not decode", "task", t.ID, "message", it.Key, "err", err.Error())
+				continue
+			}
+			msgs, seqs = append(msgs, &m), append(seqs, it.Seq)
+		case convstore.ItemArtifact:
+			if !withArtifacts {
+				continue
+			}
+			var a a2a.Artifact
+			if err := json.Unmarshal(it.Data, &a); err != nil {
+				s.log.Info("skipping a history artifact that does not decode", "task", t.ID, "artifact", it.Key, "err", err.Error())
+				continue
+			}
+			out.Artifacts = append(out.Artifacts, &a)
+			sv.artifacts = append(sv.artifacts, string(a.ID))
+		}
+	}
+	if historyLength != nil && *historyLength >= 0 && *historyLength < len(msgs) {
+		cut := len(msgs) - *historyLength
+		msgs, seqs = msgs[cut:], seqs[cut:]
+	}
+	if len(msgs) > 0 {
+		out.History = msgs
+		if sv.messages == nil {
+			sv.messages = map[uint64]*a2a.Message{}
+		}
+		for i, m := range msgs {
+			sv.messages[seqs[i]] = m
+		}
+	}
+	return out
+}
+
+// runningTasks lists the tasks of a context that are in a run.
+func (s *Service) runningTasks(agent, contextID string) []string {
+	c := s.mem.Context(agent, contextID)
+	if c == nil {
+		return nil
+	}
+	var out []string
+	for _, t := range c.Tasks {
+		if runningState(t.State) {
+			out = append(out, t.ID)
+		}
+	}
+	return out
+}
+
+// taskOf renders the engine's task summary as an A2A Task: state, times,
+// the engine's own status message (an input-required timeout) and the
+// continuation hint of a paused task.
 func taskOf(contextID string, t *conversation.Task) *a2a.Task {
 	ts := t.UpdatedAt
 	out := &a2a.Task{
@@ -156,5 +259,13 @@ func taskOf(contextID string, t *conversation.Task) *a2a.Task {
 	if t.StatusMessage != "" {
 		out.Status.Message = a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart(t.StatusMessage))
 	}
+	if t.Continuation != nil {
+		out.Metadata[a2amqtt.ContinuationExtensionURI] = wireHint(*t.Continuation)
+	}
 	return out
+}
+
+// bindingError converts an a2amqtt binding error for encodeResponse.
+func bindingError(e *a2amqtt.RPCError) *rpcError {
+	return &rpcError{Code: e.Code, Message: e.Message, Data: e.Data}
 }

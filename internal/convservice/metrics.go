@@ -16,6 +16,8 @@ type metrics struct {
 	replies        *prometheus.CounterVec
 	latency        *prometheus.HistogramVec
 	gatedAgents    prometheus.Gauge
+	historyItems   prometheus.Gauge
+	historyBytes   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		replies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "a2a_conversation", Name: "replies_total",
-			Help: "Agent replies by outcome: relayed (PUBACK success), relayed_unread (PUBACK: no subscriber), relayed_unconfirmed (pipelined stream item, no PUBACK awaited), relay_refused (PUBACK error), relay_failed, dropped_unsealed, internal.",
+			Help: "Agent replies by outcome: relayed (PUBACK success), relayed_unread (PUBACK: no subscriber), relayed_unconfirmed (pipelined stream item, no PUBACK awaited), relay_refused (PUBACK error), relay_failed, dropped_unsealed, internal, task_presented_again (a first answer showed the agent takes task ids the other way; not relayed).",
 		}, []string{"outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "a2a_conversation", Name: "proxy_latency_seconds",
@@ -49,8 +51,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "a2a_conversation", Name: "gated_agents",
 			Help: "Agents whose public request topic this replica consumes.",
 		}),
+		historyItems: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "a2a_conversation", Name: "history_items",
+			Help: "Messages and artifacts held as history content (policy history mode Messages; refreshed by the stats loop).",
+		}),
+		historyBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "a2a_conversation", Name: "history_bytes",
+			Help: "Bytes of message and artifact content held as history (A2A v1.0 JSON; each context bounded by its policy's maxBytesPerContext).",
+		}),
 	}
-	reg.MustRegister(m.activeContexts, m.tasks, m.requests, m.rejections, m.replies, m.latency, m.gatedAgents,
+	reg.MustRegister(m.activeContexts, m.tasks, m.requests, m.rejections, m.replies, m.latency, m.gatedAgents, m.historyItems, m.historyBytes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

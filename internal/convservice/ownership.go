@@ -37,12 +37,37 @@ type ownership struct {
 	mu   sync.Mutex
 	live []string
 	held map[string]bool // agents whose lease this replica holds (state loaded)
+	// stored are the agents with state in Redis (as of the last round):
+	// owned like gated agents, so an agent that stopped being gated still
+	// gets its contexts swept, and answered for in history queries.
+	stored map[string]bool
 }
 
 func newOwnership(s *Service, j *convstore.RedisJournal) *ownership {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	return &ownership{s: s, j: j, token: s.cfg.ReplicaID + "/" + hex.EncodeToString(b), held: map[string]bool{}}
+	return &ownership{s: s, j: j, token: s.cfg.ReplicaID + "/" + hex.EncodeToString(b), held: map[string]bool{}, stored: map[string]bool{}}
+}
+
+// historyRole says whether this replica answers a history query about an
+// agent it does not hold: the agent's assigned replica answers; an agent
+// with state (gated, or stored in Redis) that it has not taken over yet is
+// refused with -32004 (retryable), an agent nobody has state for is
+// answered from nothing (TaskNotFound, an empty list).
+func (o *ownership) historyRole(agent string) historyRole {
+	o.mu.Lock()
+	live, stored := o.live, o.stored[agent]
+	o.mu.Unlock()
+	if !slices.Contains(live, o.s.cfg.ReplicaID) {
+		live = append(slices.Clone(live), o.s.cfg.ReplicaID)
+	}
+	if AssignedReplica(agent, live) != o.s.cfg.ReplicaID {
+		return historyIgnore
+	}
+	if stored || o.s.gated.agent(agent) != nil {
+		return historyUnavailable
+	}
+	return historyAnswer
 }
 
 // assigned reports whether agent belongs to this replica among live.
@@ -128,22 +153,60 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 	o.live = live
 	o.mu.Unlock()
 	changed := false
-	gated := o.s.gated.keys()
+	// The agents to own: the gated ones, and those with state in Redis (an
+	// agent that stopped being gated keeps its contexts until they expire,
+	// under the default policy, and someone must sweep them).
+	agents := o.s.gated.keys()
+	storedList, err := o.j.Agents(ctx)
+	if err != nil {
+		o.s.log.Info("cannot list the agents with stored state; keeping the last list", "err", err.Error())
+		o.mu.Lock()
+		for a := range o.stored {
+			storedList = append(storedList, a)
+		}
+		o.mu.Unlock()
+	}
+	stored := make(map[string]bool, len(storedList))
+	for _, a := range storedList {
+		stored[a] = true
+		if !slices.Contains(agents, a) {
+			agents = append(agents, a)
+		}
+	}
 	o.mu.Lock()
-	var stale []string
+	o.stored = stored
+	var stale, empty []string
 	for agent := range o.held {
-		if !slices.Contains(gated, agent) {
+		if !slices.Contains(agents, agent) {
 			stale = append(stale, agent)
 		}
 	}
 	o.mu.Unlock()
+	for _, agent := range agents {
+		if o.owns(agent) && o.s.gated.agent(agent) == nil && o.s.mem.Empty(agent) {
+			empty = append(empty, agent)
+		}
+	}
+	for _, agent := range empty {
+		// Not gated and every context swept: its state is gone; forget it
+		// (it comes back if it is gated again).
+		if err := o.j.ForgetAgent(ctx, agent); err != nil {
+			o.s.log.Info("cannot forget an agent without state", "agent", agent, "err", err.Error())
+			continue
+		}
+		stale = append(stale, agent)
+		o.s.log.Info("agent no longer gated and without contexts: forgotten", "agent", agent)
+	}
 	for _, agent := range stale {
-		// No longer gated: nothing to decide for it any more.
+		// Nothing to decide or sweep for it any more.
 		o.drop(agent)
 		_ = o.j.Release(ctx, agent, o.token)
 		changed = true
 	}
-	for _, agent := range gated {
+	for _, agent := range agents {
+		if slices.Contains(empty, agent) {
+			continue
+		}
 		mine := assigned(agent, o.s.cfg.ReplicaID, live)
 		held := o.owns(agent)
 		switch {

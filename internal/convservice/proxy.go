@@ -7,9 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/a2aproject/a2a-go/v2/a2a"
 	"strings"
 	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
@@ -244,20 +245,33 @@ func (s *Service) handleRequest(in *inbound) {
 	rt := route{Agent: g.key, TaskID: req.TaskID, ContextID: req.ContextID, Method: method, Correlation: in.corr, ResponseTopic: in.respTo}
 	var d conversation.Decision
 	tracked := false
+	payload, user := in.payload, in.user
 	switch {
 	case !ruled, method == conversation.MethodGetTask, method == conversation.MethodListTasks:
 		// Reads and methods the engine does not rule on change no state:
 		// forward without a store round trip.
 		s.m.requests.WithLabelValues(string(conversation.KindRead)).Inc()
+		if method == conversation.MethodGetTask && req.TaskID != "" && s.agentCreatesIDs(g.key) {
+			if _, t := s.mem.Task(g.key, req.TaskID); t != nil && t.AgentTaskID != "" {
+				payload = s.agentPayload(payload, method, t)
+			}
+		}
 	default:
 		now := s.cfg.Now()
 		var err error
 		dctx, dsp := s.span(ctx, "conversation.decide", trace.SpanKindInternal)
 		var ticket *convstore.Ticket
+		var items []convstore.Item
+		if req.HasMessage && g.policy.KeepsMessages() {
+			if items, err = requestItems(in.payload, req.Dialect, req.MessageID); err != nil {
+				log.Info("request message not kept in the history", "err", err.Error())
+			}
+		}
 		d, ticket, err = s.mem.Decide(g.key, g.policy, now, conversation.Request{
 			Method: method, TaskID: req.TaskID, ContextID: req.ContextID, MessageID: req.MessageID,
 			Correlation: in.corr, ResponseTopic: in.respTo, Requester: requesterOf(in.respTo),
-		})
+			Approval: req.HasMessage && isApproval(in.payload, req.Dialect),
+		}, items...)
 		if err == nil && d.Forward {
 			// Forward only what is durable: after a crash, no accepted
 			// request is forgotten and no slot is granted twice.
@@ -305,16 +319,77 @@ func (s *Service) handleRequest(in *inbound) {
 			rt.ContextID = d.Context.ID
 		}
 		tracked = d.Changed && d.Task != nil
+		if d.Task != nil {
+			payload, user = s.presentToAgent(g, in, req, method, d)
+		}
 	}
 	fctx, fsp := s.span(ctx, "conversation.forward", trace.SpanKindProducer)
 	defer fsp.End()
+	if err := s.forwardTo(fctx, g, in, payload, user, rt); err != nil {
+		fail(fsp, "agent unavailable")
+		log.Info("cannot forward to the agent", "delivery", g.delivery, "err", err.Error())
+		if tracked {
+			s.undoRun(g, req.TaskID, in.corr)
+			s.runs.end(g.key, req.TaskID)
+		}
+		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
+		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
+			fmt.Sprintf("agent %s is not reading its delivery topic", g.key)))
+		return
+	}
+	s.m.latency.WithLabelValues("request").Observe(time.Since(in.received).Seconds())
+}
+
+// presentToAgent is the request as the agent takes it, and records the run
+// a send starts: a task the agent knows by its own id is named by it; a new
+// task for an agent that creates its own task ids goes without one
+// (taskids.go).
+func (s *Service) presentToAgent(g *gatedAgent, in *inbound, req *a2amqtt.InboundRequest, method conversation.Method, d conversation.Decision) ([]byte, paho.UserProperties) {
+	payload, user := in.payload, in.user
+	agentIDs := false
+	switch {
+	case d.Task.AgentTaskID != "" || d.Task.AgentContextID != "":
+		payload = s.agentPayload(payload, method, d.Task)
+		user = withContextProperty(user, d.Task.AgentContextID)
+	case req.HasMessage && s.agentCreatesIDs(g.key):
+		if p, err := withoutTaskID(payload); err == nil {
+			payload, agentIDs = p, true
+		} else {
+			s.log.Info("cannot present the task without its id", "agent", g.key, "task", req.TaskID, "err", err.Error())
+		}
+	}
+	switch d.Kind {
+	case conversation.KindNewContext, conversation.KindNewTask, conversation.KindResume:
+		s.runs.start(g.key, req.TaskID, in, req.Dialect, agentIDs)
+	}
+	return payload, user
+}
+
+// agentPayload names the agent's ids in a request (the requester's when the
+// rewrite fails: the agent then answers TaskNotFound, which is relayed).
+func (s *Service) agentPayload(payload []byte, method conversation.Method, t *conversation.Task) []byte {
+	out, err := toAgentIDs(payload, method, t)
+	if err != nil {
+		s.log.Info("cannot name the agent's task id in the request", "task", t.ID, "err", err.Error())
+		return payload
+	}
+	return out
+}
+
+// errNoSubscribers: the broker said nobody reads the delivery topic.
+var errNoSubscribers = errors.New("no subscriber on the delivery topic")
+
+// forwardTo publishes a request to the agent's delivery topic, with the
+// route sealed into its correlation data and the service's reply topic as
+// Response Topic, waiting for the PUBACK.
+func (s *Service) forwardTo(ctx context.Context, g *gatedAgent, in *inbound, payload []byte, user paho.UserProperties, rt route) error {
 	out := &paho.Publish{
-		Topic: g.delivery, QoS: 1, Payload: in.payload,
+		Topic: g.delivery, QoS: 1, Payload: payload,
 		Properties: &paho.PublishProperties{
 			ResponseTopic:   s.replyTopic,
 			CorrelationData: s.seal.seal(rt),
 			ContentType:     in.contentType,
-			User:            withTrace(fctx, in.user),
+			User:            withTrace(ctx, user),
 		},
 	}
 	if in.expiry != nil {
@@ -325,20 +400,9 @@ func (s *Service) handleRequest(in *inbound) {
 	}
 	resp, err := s.publish(ctx, out)
 	if err == nil && resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers {
-		err = errors.New("no subscriber on the delivery topic")
+		err = errNoSubscribers
 	}
-	if err != nil {
-		fail(fsp, "agent unavailable")
-		log.Info("cannot forward to the agent", "delivery", g.delivery, "err", err.Error())
-		if tracked {
-			s.undoRun(g, req.TaskID, in.corr)
-		}
-		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
-		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
-			fmt.Sprintf("agent %s is not reading its delivery topic", g.key)))
-		return
-	}
-	s.m.latency.WithLabelValues("request").Observe(time.Since(in.received).Seconds())
+	return err
 }
 
 // undoRun undoes the run a decision started, as the agent refusing it would:
@@ -377,48 +441,23 @@ func (s *Service) handleReply(in *inbound) {
 	// last: this reply ends its stream (a unary result, a terminal or
 	// interrupted state, an error): relayed with its PUBACK awaited.
 	last := !streaming(rt.Method)
-	if rt.TaskID != "" {
-		ev, err := replyEvent(in.payload)
-		if err != nil {
-			log.Info("reply not understood; relaying without observing it", "err", err.Error())
-		} else if ev.Kind != "" {
-			// The sealed route, not the payload, says which task this is:
-			// error replies carry no task id, and an agent must not move
-			// another task's state.
-			ev.TaskID = rt.TaskID
-			ev.Correlation = rt.Correlation
-			ev.Final = ev.Final || !streaming(rt.Method)
-			last = last || ev.Final || ev.Kind == conversation.EventError || ev.Kind == conversation.EventMessage ||
-				ev.State.Terminal() || ev.State == a2a.TaskStateInputRequired || ev.State == a2a.TaskStateAuthRequired
-			o, ticket, err := s.mem.Observe(rt.Agent, s.gated.policyOf(rt.Agent), s.cfg.Now(), ev)
-			switch {
-			case errors.Is(err, convstore.ErrNotOwner) && s.owners != nil:
-				// The agent moved to another replica after this one
-				// forwarded the request: its owner applies the event.
-				s.owners.handOver(ctx, rt.Agent, ev)
-			case err != nil:
-				log.Error(err, "record reply event")
-			case convstore.Final(o):
-				// The final event of a stream is durable before the
-				// requester sees it: a follow-up it sends at once, and any
-				// replica after a crash, find the slot free.
-				if err := ticket.Wait(ctx); err != nil {
-					// Relaying matters more than bookkeeping: the memory
-					// state is right; the store is not ready (readiness).
-					log.Error(err, "make reply event durable")
-				}
-			}
-			for _, x := range o.Expirations {
-				s.expired(ctx, rt.Agent, x)
-			}
+	payload := in.payload
+	switch {
+	case rt.TaskID != "":
+		var relay bool
+		payload, relay, last = s.observeReply(ctx, rt, payload, last)
+		if !relay {
+			return
 		}
+	case rt.Method == conversation.MethodListTasks && rt.ContextID != "" && s.agentCreatesIDs(rt.Agent):
+		payload = toRequesterIDs(payload, s.contextPairs(rt.Agent, rt.ContextID))
 	}
 	if rt.Internal {
 		s.m.replies.WithLabelValues("internal").Inc()
 		return
 	}
 	out := &paho.Publish{
-		Topic: rt.ResponseTopic, QoS: 1, Payload: in.payload,
+		Topic: rt.ResponseTopic, QoS: 1, Payload: payload,
 		Properties: &paho.PublishProperties{CorrelationData: rt.Correlation, ContentType: in.contentType, User: withTrace(ctx, in.user)},
 	}
 	if !last {
@@ -452,6 +491,130 @@ func (s *Service) handleReply(in *inbound) {
 	default:
 		s.m.replies.WithLabelValues("relayed").Inc()
 	}
+}
+
+// observeReply applies a reply of the agent to the engine before it is
+// relayed: the ids it names are translated to the requester's (agents that
+// create their own task ids), a pause records the responder's continuation
+// hint with the service's accepted_history_digest (stamped into the relayed
+// status message), history content is kept (mode Messages), and the final
+// event of a stream is durable before it is relayed. It returns the payload
+// to relay, whether to relay it (a first answer that made the service
+// present the task again is not) and whether it ends its stream.
+func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, last bool) ([]byte, bool, bool) {
+	log := s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method)
+	pr, err := parseReply(payload)
+	if err != nil {
+		log.Info("reply not understood; relaying without observing it", "err", err.Error())
+		return payload, true, last
+	}
+	if pr.ev.Kind == "" {
+		return payload, true, last
+	}
+	if pr.ev.Kind == conversation.EventError && !rt.Internal && s.reshape(ctx, rt, pr) {
+		s.m.replies.WithLabelValues("task_presented_again").Inc()
+		return nil, false, last
+	}
+	ev := pr.ev
+	if s.agentCreatesIDs(rt.Agent) {
+		pairs := replyPairs(rt, pr)
+		for _, p := range pairs {
+			if p.requester == rt.TaskID {
+				ev.AgentTaskID = p.agent
+			} else {
+				ev.AgentContextID = p.agent
+			}
+		}
+		payload = toRequesterIDs(payload, pairs)
+	}
+	// The sealed route, not the payload, says which task this is: error
+	// replies carry no task id, and an agent must not move another task's
+	// state.
+	ev.TaskID, ev.ContextID = rt.TaskID, rt.ContextID
+	ev.Correlation = rt.Correlation
+	ev.Final = ev.Final || !streaming(rt.Method)
+	ev.Snapshot = pr.isTask && streaming(rt.Method)
+	pause := !ev.Snapshot && (ev.State == a2a.TaskStateInputRequired || ev.State == a2a.TaskStateAuthRequired)
+	if pause && !rt.Internal {
+		h, err := hintOf(pr.statusMessage)
+		if err != nil {
+			log.Info("ignoring a malformed continuation hint", "err", err.Error())
+		}
+		digest, known, err := s.runs.digest(rt.Agent, rt.TaskID)
+		switch {
+		case err != nil:
+			log.Info("cannot compute the accepted history digest", "err", err.Error())
+		case !known:
+			log.V(1).Info("run unknown (forwarded before a restart): pause relayed without a digest")
+		}
+		ev.Continuation = withDigest(h, digest)
+		if digest != "" {
+			if stamped, err := stampHint(payload, *ev.Continuation); err == nil {
+				payload = stamped
+			} else if !errors.Is(err, errNoStatusMessage) {
+				log.Info("cannot stamp the digest into the relayed status", "err", err.Error())
+			}
+		}
+	}
+	pol := s.gated.policyOf(rt.Agent)
+	var items []convstore.Item
+	if pol.KeepsMessages() {
+		if items, err = replyItems(payload, pr); err != nil {
+			log.Info("reply content not kept in the history", "err", err.Error())
+		}
+	}
+	last = last || ev.Final || ev.Kind == conversation.EventError || ev.Kind == conversation.EventMessage ||
+		ev.State.Terminal() || pause
+	o, ticket, err := s.mem.Observe(rt.Agent, pol, s.cfg.Now(), ev, items...)
+	switch {
+	case errors.Is(err, convstore.ErrNotOwner) && s.owners != nil:
+		// The agent moved to another replica after this one forwarded the
+		// request: its owner applies the event (not its history content).
+		s.owners.handOver(ctx, rt.Agent, ev)
+	case err != nil:
+		log.Error(err, "record reply event")
+	case convstore.Final(o):
+		// The final event of a stream is durable before the requester sees
+		// it: a follow-up it sends at once, and any replica after a crash,
+		// find the slot free.
+		if err := ticket.Wait(ctx); err != nil {
+			// Relaying matters more than bookkeeping: the memory state is
+			// right; the store is not ready (readiness).
+			log.Error(err, "make reply event durable")
+		}
+	}
+	if err == nil && o.Known && (o.Task == nil || !runningState(o.Task.State)) {
+		s.runs.end(rt.Agent, rt.TaskID)
+	}
+	for _, x := range o.Expirations {
+		s.expired(ctx, rt.Agent, x)
+	}
+	return payload, true, last
+}
+
+// runningState reports whether a task in state st is in a run (forwarded,
+// not yet paused or finished).
+func runningState(st a2a.TaskState) bool {
+	return st == a2a.TaskStateSubmitted || st == a2a.TaskStateWorking
+}
+
+// contextPairs are the id translations of every task of a context that the
+// agent knows by its own ids.
+func (s *Service) contextPairs(agent, contextID string) []idPair {
+	c := s.mem.Context(agent, contextID)
+	if c == nil {
+		return nil
+	}
+	var pairs []idPair
+	for _, t := range c.Tasks {
+		if t.AgentTaskID != "" {
+			pairs = append(pairs, idPair{t.AgentTaskID, t.ID})
+		}
+		if t.AgentContextID != "" {
+			pairs = append(pairs, idPair{t.AgentContextID, c.ID})
+		}
+	}
+	return pairs
 }
 
 // replyError answers the requester itself, echoing its correlation data.
@@ -514,9 +677,13 @@ func (s *Service) cancelAtAgent(ctx context.Context, agent, contextID, taskID st
 	}
 	corr := make([]byte, 16)
 	_, _ = rand.Read(corr)
+	agentTaskID := taskID
+	if _, t := s.mem.Task(agent, taskID); t != nil && t.AgentTaskID != "" {
+		agentTaskID = t.AgentTaskID
+	}
 	payload, err := json.Marshal(map[string]any{
 		"jsonrpc": "2.0", "id": "conversation-service-cancel-" + taskID, "method": "CancelTask",
-		"params": map[string]string{"id": taskID},
+		"params": map[string]string{"id": agentTaskID},
 	})
 	if err != nil {
 		s.log.Error(err, "encode CancelTask")

@@ -6,8 +6,11 @@
 // requests to the agent's delivery topic, and relays every reply event back
 // to the requester after the engine has observed it, so a follow-up sent the
 // instant a task completes already sees the completion. It also answers
-// GetTask/ListTasks on its own request topic from the store, so responders
-// can read a context's prior turns.
+// GetTask/ListTasks on its own request topic from memory (task summaries,
+// or messages and artifacts in history mode Messages), so responders can read
+// a context's prior turns; it enforces the continuation hints responders
+// declare, stamps the accepted_history_digest of each run into its pause, and
+// bridges agents that create their own task ids (docs/conversation-service.md).
 package convservice
 
 import (
@@ -210,6 +213,10 @@ type Service struct {
 	replyTopic string
 	m          *metrics
 	gated      *registry
+	// runs are the runs in flight (digest inputs, re-presentation); ids
+	// the agents' task-id modes (taskids.go).
+	runs *runs
+	ids  *idModes
 
 	shards []chan func()
 	// quit is closed by Close: workers finish what is queued and exit, and
@@ -264,6 +271,8 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		quit:       make(chan struct{}),
 		started:    make(chan struct{}),
 		ownersKick: make(chan struct{}, 1),
+		runs:       newRuns(),
+		ids:        newIDModes(),
 	}
 	if err := s.openState(ctx); err != nil {
 		return nil, err
@@ -470,9 +479,28 @@ func (s *Service) serves(agent string) bool {
 	return s.owners == nil || s.owners.owns(agent)
 }
 
-// answersHistoryOf reports whether this replica answers history queries
-// about agent (every replica receives them; the agent's owner answers).
-func (s *Service) answersHistoryOf(agent string) bool { return s.serves(agent) }
+// historyRole says what this replica does with a history query about an
+// agent (every replica receives them).
+type historyRole int
+
+const (
+	// historyAnswer: answer from memory (this replica owns the agent; an
+	// agent nobody holds state for is answered as empty by its assigned
+	// replica).
+	historyAnswer historyRole = iota
+	// historyIgnore: another replica answers.
+	historyIgnore
+	// historyUnavailable: the agent has state that no replica holds yet
+	// (it is being taken over): answer -32004, retryable.
+	historyUnavailable
+)
+
+func (s *Service) historyRole(agent string) historyRole {
+	if s.serves(agent) {
+		return historyAnswer
+	}
+	return s.owners.historyRole(agent)
+}
 
 // ReplyTopic is where agents answer this replica.
 func (s *Service) ReplyTopic() string { return s.replyTopic }
@@ -546,6 +574,7 @@ func (s *Service) publish(ctx context.Context, p *paho.Publish) (*paho.PublishRe
 func (s *Service) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
+	lastPrune := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -563,14 +592,28 @@ func (s *Service) sweepLoop(ctx context.Context) {
 		for _, x := range swept {
 			s.expired(ctx, x.Agent, x.Expiration)
 		}
+		if time.Since(lastPrune) > runPruneInterval {
+			// Runs end with their task's pause or end; this catches the
+			// rest (a task evicted or expired while running).
+			lastPrune = time.Now()
+			s.runs.prune(func(agent, task string) bool {
+				_, t := s.mem.Task(agent, task)
+				return t != nil && runningState(t.State)
+			})
+		}
 	}
 }
+
+// runPruneInterval is how often runs of tasks that stopped running are
+// forgotten.
+const runPruneInterval = 30 * time.Second
 
 // expired acts on what expiry did: tasks failed by the input-required
 // timeout and unfinished tasks of an expired context are canceled at the
 // agent, which still believes they wait or run.
 func (s *Service) expired(ctx context.Context, agent string, x conversation.Expiration) {
 	for _, t := range x.TimedOut {
+		s.runs.end(agent, t.TaskID)
 		s.log.Info("input-required timeout: task failed", "agent", agent, "context", x.ContextID, "task", t.TaskID, "waiting_since", t.WaitingSince)
 		s.cancelAtAgent(ctx, agent, x.ContextID, t.TaskID)
 		if t.Notify != nil {
@@ -582,6 +625,7 @@ func (s *Service) expired(ctx context.Context, agent string, x conversation.Expi
 		}
 	}
 	for _, u := range x.Unacknowledged {
+		s.runs.end(agent, u.TaskID)
 		s.log.Info("first-event timeout: no agent acknowledged the request, run undone", "agent", agent,
 			"context", x.ContextID, "task", u.TaskID, "forwarded_at", u.Since)
 		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
@@ -594,6 +638,7 @@ func (s *Service) expired(ctx context.Context, agent string, x conversation.Expi
 	if x.Expired != nil {
 		s.log.Info("context expired", "agent", agent, "context", x.ContextID, "reason", x.Expired.Reason)
 		for _, t := range x.Dropped {
+			s.runs.end(agent, t.ID)
 			if !t.Terminal() {
 				s.cancelAtAgent(ctx, agent, x.ContextID, t.ID)
 			}
@@ -628,4 +673,7 @@ func (s *Service) refreshStats(context.Context) {
 			s.m.tasks.WithLabelValues(string(st)).Set(float64(n))
 		}
 	}
+	items, bytes := s.mem.HistoryStats()
+	s.m.historyItems.Set(float64(items))
+	s.m.historyBytes.Set(float64(bytes))
 }

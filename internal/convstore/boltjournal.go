@@ -3,6 +3,7 @@ package convstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 //
 //	agent 0x00 contextID 0x00 0x00          → header record
 //	agent 0x00 contextID 0x00 0x01 taskID   → task record
+//	agent 0x00 contextID 0x00 0x02 seq      → history item (seq: 8 bytes, big endian)
 //
 // (ids are validated A2A/MQTT ids and never contain 0x00). Commits are
 // grouped: every group is one bbolt write transaction and one fsync.
@@ -83,6 +85,10 @@ func taskKey(agent, contextID, taskID string) []byte {
 	return append(append(ctxPrefix(agent, contextID), 1), taskID...)
 }
 
+func itemKeyBytes(agent, contextID string, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(ctxPrefix(agent, contextID), 2), seq)
+}
+
 // Append implements Journal.
 func (j *BoltJournal) Append(changes ...Change) *Ticket { return j.g.Append(changes...) }
 
@@ -96,17 +102,29 @@ func (j *BoltJournal) commit(changes []Change) error {
 					return err
 				}
 			}
+			for _, seq := range ch.DelContent {
+				if err := b.Delete(itemKeyBytes(ch.Agent, ch.ContextID, seq)); err != nil {
+					return err
+				}
+			}
 			if ch.Delete {
 				if err := b.Delete(headerKey(ch.Agent, ch.ContextID)); err != nil {
 					return err
 				}
 				continue
 			}
-			if err := b.Put(headerKey(ch.Agent, ch.ContextID), ch.Header); err != nil {
-				return err
+			if ch.Header != nil {
+				if err := b.Put(headerKey(ch.Agent, ch.ContextID), ch.Header); err != nil {
+					return err
+				}
 			}
 			for _, t := range ch.Put {
 				if err := b.Put(taskKey(ch.Agent, ch.ContextID, t.ID), t.Data); err != nil {
+					return err
+				}
+			}
+			for _, it := range ch.PutContent {
+				if err := b.Put(itemKeyBytes(ch.Agent, ch.ContextID, it.Seq), it.Data); err != nil {
 					return err
 				}
 			}
@@ -122,7 +140,7 @@ func (j *BoltJournal) commit(changes []Change) error {
 }
 
 // Load implements Journal: one read transaction, a consistent snapshot.
-func (j *BoltJournal) Load(ctx context.Context, agent string, fn func(agent string, c *conversation.Context) error) error {
+func (j *BoltJournal) Load(ctx context.Context, agent string, fn func(agent string, c *conversation.Context, items []*Item) error) error {
 	err := j.db.View(func(tx *bolt.Tx) error {
 		cur := tx.Bucket(bucketRecords).Cursor()
 		var prefix []byte
@@ -131,6 +149,7 @@ func (j *BoltJournal) Load(ctx context.Context, agent string, fn func(agent stri
 		}
 		var (
 			c         *conversation.Context
+			items     []*Item
 			cAgent    string
 			n         int
 			loadError error
@@ -140,9 +159,9 @@ func (j *BoltJournal) Load(ctx context.Context, agent string, fn func(agent stri
 				return nil
 			}
 			slices.SortFunc(c.Tasks, func(a, b *conversation.Task) int { return int(a.Seq) - int(b.Seq) })
-			done := c
-			c = nil
-			return fn(cAgent, done)
+			done, its := c, items
+			c, items = nil, nil
+			return fn(cAgent, done, its)
 		}
 		for k, v := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
 			if n++; n%4096 == 0 {
@@ -166,7 +185,18 @@ func (j *BoltJournal) Load(ctx context.Context, agent string, fn func(agent stri
 				continue
 			}
 			if c == nil || c.ID != string(id) || cAgent != string(a) {
-				return fmt.Errorf("journal: task record %q without its context header: %w", k, errRecord)
+				return fmt.Errorf("journal: record %q without its context header: %w", k, errRecord)
+			}
+			if kind[0] == 2 {
+				if len(kind) != 9 {
+					return fmt.Errorf("journal key %q: %w", k, errRecord)
+				}
+				it, err := decodeItem(binary.BigEndian.Uint64(kind[1:]), v)
+				if err != nil {
+					return fmt.Errorf("context %s/%s: %w", a, id, err)
+				}
+				items = append(items, it)
+				continue
 			}
 			t, err := decodeTask(string(kind[1:]), v)
 			if err != nil {

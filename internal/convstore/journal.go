@@ -15,26 +15,34 @@ type Journal interface {
 	// returns at once; the Ticket reports when they are durable. Changes to
 	// one context must be appended in the order they were made.
 	Append(changes ...Change) *Ticket
-	// Load calls fn for every stored context of agent ("" = every agent).
-	Load(ctx context.Context, agent string, fn func(agent string, c *conversation.Context) error) error
+	// Load calls fn for every stored context of agent ("" = every agent),
+	// with its history items in order (nil when none).
+	Load(ctx context.Context, agent string, fn func(agent string, c *conversation.Context, items []*Item) error) error
 	// Close flushes what was appended and releases the journal.
 	Close() error
 }
 
 // Change is what one engine step did to one context, as records: the
 // context's header, the task records it created or changed, the task
-// records it dropped, or the whole context deleted.
+// records it dropped, or the whole context deleted; and the history items
+// it added or dropped.
 type Change struct {
 	Agent     string
 	ContextID string
-	// Header is the context's new header record (nil with Delete).
+	// Header is the context's new header record; nil with Delete, and in a
+	// change that only adds or drops history items.
 	Header []byte
 	// Put are task records to write (id → encoded task).
 	Put []TaskRecord
 	// Del are task ids whose records go.
 	Del []string
-	// Delete removes the context's header (its tasks are in Del).
+	// Delete removes the context's header (its tasks are in Del, its
+	// history items in DelContent).
 	Delete bool
+	// PutContent are history items to write; DelContent the sequence
+	// numbers of items to remove.
+	PutContent []ContentRecord
+	DelContent []uint64
 	// Fence, when set, makes the commit conditional on the replica still
 	// owning the agent (Redis, several replicas).
 	Fence *Fence

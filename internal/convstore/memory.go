@@ -3,6 +3,7 @@ package convstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +42,12 @@ type agentState struct {
 	loading bool                  // Recover: count, do not journal
 	last    *Ticket               // the agent's latest append
 	states  map[a2a.TaskState]int // task counts, kept by the hook (stats)
+	// hist is the history content of the agent's contexts (history mode
+	// Messages), by context id; the hook drops what the engine forgets.
+	hist map[string]*history
+	// mapped counts tasks whose agent ids differ from the requester's (a
+	// core A2A server behind the service; issue 12.5).
+	mapped int
 }
 
 // NewMemory returns state journaled to j. ownAll makes every agent owned on
@@ -50,23 +57,79 @@ func NewMemory(j Journal, ownAll bool) *Memory {
 }
 
 func newAgentState(fence *Fence) *agentState {
-	st := &agentState{a: conversation.NewAgent(), fence: fence, states: map[a2a.TaskState]int{}}
+	st := &agentState{a: conversation.NewAgent(), fence: fence, states: map[a2a.TaskState]int{}, hist: map[string]*history{}}
 	st.a.OnChange(func(old, n *conversation.Context) {
 		if old != nil {
 			for _, t := range old.Tasks {
 				st.states[t.State]--
+				if t.AgentTaskID != "" {
+					st.mapped--
+				}
 			}
 		}
 		if n != nil {
 			for _, t := range n.Tasks {
 				st.states[t.State]++
+				if t.AgentTaskID != "" {
+					st.mapped++
+				}
 			}
 		}
-		if !st.loading {
-			st.pending = append(st.pending, changeOf("", old, n))
+		if st.loading {
+			return
 		}
+		ch := changeOf("", old, n)
+		ch.DelContent = st.forget(old, n)
+		st.pending = append(st.pending, ch)
 	})
 	return st
+}
+
+// forget drops the history content of what a change removed: the whole
+// context when it was deleted or expired, else the tasks it dropped.
+func (st *agentState) forget(old, n *conversation.Context) []uint64 {
+	if old == nil {
+		return nil
+	}
+	h := st.hist[old.ID]
+	if h == nil {
+		return nil
+	}
+	if n == nil || n.Expired != nil {
+		delete(st.hist, old.ID)
+		del := make([]uint64, len(h.items))
+		for i, it := range h.items {
+			del[i] = it.Seq
+		}
+		return del
+	}
+	_, removed := conversation.TaskDiff(old, n)
+	if len(removed) == 0 {
+		return nil
+	}
+	return h.dropTasks(removed)
+}
+
+// keep adds history items of task (in context ctxID) under p's bound.
+func (st *agentState) keep(p conversation.Policy, ctxID, task string, items []Item) {
+	if len(items) == 0 || !p.KeepsMessages() {
+		return
+	}
+	h := st.hist[ctxID]
+	if h == nil {
+		h = newHistory()
+		st.hist[ctxID] = h
+	}
+	ch := Change{ContextID: ctxID}
+	for _, it := range items {
+		it.TaskID = task
+		put, del := h.add(it, p.HistoryBytes())
+		ch.PutContent = append(ch.PutContent, put...)
+		ch.DelContent = append(ch.DelContent, del...)
+	}
+	if len(ch.PutContent) > 0 || len(ch.DelContent) > 0 {
+		st.pending = append(st.pending, ch)
+	}
 }
 
 // held returns the agent's state, locked, without creating it (reads: a
@@ -120,25 +183,33 @@ func (m *Memory) flush(name string, st *agentState) *Ticket {
 
 // Decide rules on a request for agent. The Ticket is durable once the
 // decision (and everything decided before it) is journaled: forward only
-// then.
-func (m *Memory) Decide(agent string, p conversation.Policy, now time.Time, req conversation.Request) (conversation.Decision, *Ticket, error) {
+// then. items (the request's message, history mode Messages) are kept with
+// the task when the request is accepted, in the same group commit.
+func (m *Memory) Decide(agent string, p conversation.Policy, now time.Time, req conversation.Request, items ...Item) (conversation.Decision, *Ticket, error) {
 	st, err := m.agent(agent)
 	if err != nil {
 		return conversation.Decision{}, nil, err
 	}
 	d := st.a.Decide(p, now, req)
+	if d.Forward && d.Task != nil && d.Context != nil {
+		st.keep(p, d.Context.ID, d.Task.ID, items)
+	}
 	return d, m.flush(agent, st), nil
 }
 
 // Observe applies a reply event. Wait on the Ticket before relaying an event
 // that ended a stream or freed a slot (Final reports that); other events are
-// written behind.
-func (m *Memory) Observe(agent string, p conversation.Policy, now time.Time, ev conversation.Event) (conversation.Outcome, *Ticket, error) {
+// written behind. items (the reply's messages and artifacts, history mode
+// Messages) are kept with the event's task.
+func (m *Memory) Observe(agent string, p conversation.Policy, now time.Time, ev conversation.Event, items ...Item) (conversation.Outcome, *Ticket, error) {
 	st, err := m.agent(agent)
 	if err != nil {
 		return conversation.Outcome{}, nil, err
 	}
 	o := st.a.Observe(p, now, ev)
+	if o.Known && o.Task != nil && o.Context != nil {
+		st.keep(p, o.Context.ID, o.Task.ID, items)
+	}
 	return o, m.flush(agent, st), nil
 }
 
@@ -183,6 +254,18 @@ func (m *Memory) Agents() []string {
 	return out
 }
 
+// Empty reports whether the agent is held here without any context (not
+// even a tombstone): its state is gone.
+func (m *Memory) Empty(agent string) bool {
+	st := m.held(agent)
+	if st == nil {
+		return false
+	}
+	defer st.mu.Unlock()
+	n, _ := st.a.Len()
+	return n == 0 && len(st.pending) == 0
+}
+
 // Owns reports whether the agent's state is held here.
 func (m *Memory) Owns(agent string) bool {
 	m.mu.RLock()
@@ -211,6 +294,66 @@ func (m *Memory) TaskContext(agent, task string) (string, bool) {
 	return st.a.TaskContext(task)
 }
 
+// Task returns the context holding task and the task (nil, nil when
+// unknown). Both are immutable values.
+func (m *Memory) Task(agent, task string) (*conversation.Context, *conversation.Task) {
+	st := m.held(agent)
+	if st == nil {
+		return nil, nil
+	}
+	defer st.mu.Unlock()
+	id, ok := st.a.TaskContext(task)
+	if !ok {
+		return nil, nil
+	}
+	c := st.a.Context(id)
+	return c, c.Task(task)
+}
+
+// History returns the context and its history items, oldest first (items
+// are immutable; the slice is the caller's).
+func (m *Memory) History(agent, contextID string) (*conversation.Context, []*Item) {
+	st := m.held(agent)
+	if st == nil {
+		return nil, nil
+	}
+	defer st.mu.Unlock()
+	c := st.a.Context(contextID)
+	if h := st.hist[contextID]; h != nil {
+		return c, slices.Clone(h.items)
+	}
+	return c, nil
+}
+
+// MapsTaskIDs reports whether agent holds tasks whose agent-side ids differ
+// from the requester's: the agent creates its own task ids (a core A2A
+// server), which a replica that restarted learns again from its state.
+func (m *Memory) MapsTaskIDs(agent string) bool {
+	st := m.held(agent)
+	if st == nil {
+		return false
+	}
+	defer st.mu.Unlock()
+	return st.mapped > 0
+}
+
+// HistoryStats returns how many history items and content bytes are held
+// (every owned agent).
+func (m *Memory) HistoryStats() (items, bytes int) {
+	for _, name := range m.Agents() {
+		st := m.held(name)
+		if st == nil {
+			continue
+		}
+		for _, h := range st.hist {
+			items += len(h.items)
+			bytes += h.bytes
+		}
+		st.mu.Unlock()
+	}
+	return items, bytes
+}
+
 // Stats returns the live contexts per agent and the tasks held by state,
 // from counters kept as the state changes (no scan).
 func (m *Memory) Stats() (live map[string]int, states map[a2a.TaskState]int) {
@@ -234,7 +377,7 @@ func (m *Memory) Stats() (live map[string]int, states map[a2a.TaskState]int) {
 // agent's future commits depend on (nil for a single replica).
 func (m *Memory) Recover(ctx context.Context, agent string, fence *Fence) error {
 	loaded := map[string]*agentState{}
-	err := m.j.Load(ctx, agent, func(name string, c *conversation.Context) error {
+	err := m.j.Load(ctx, agent, func(name string, c *conversation.Context, items []*Item) error {
 		st := loaded[name]
 		if st == nil {
 			st = newAgentState(fence)
@@ -243,7 +386,17 @@ func (m *Memory) Recover(ctx context.Context, agent string, fence *Fence) error 
 		}
 		// Load reports the context through the change hook, which counts
 		// its tasks (and, loading, journals nothing).
-		return st.a.Load(c)
+		if err := st.a.Load(c); err != nil {
+			return err
+		}
+		if len(items) > 0 {
+			h := newHistory()
+			for _, it := range items {
+				h.load(it)
+			}
+			st.hist[c.ID] = h
+		}
+		return nil
 	})
 	if err != nil {
 		return err

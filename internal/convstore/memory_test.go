@@ -244,7 +244,7 @@ func TestMemoryJournals(t *testing.T) {
 				j2 := reopen()
 				defer j2.Close()
 				n := 0
-				if err := j2.Load(context.Background(), "", func(string, *conversation.Context) error { n++; return nil }); err != nil || n != 0 {
+				if err := j2.Load(context.Background(), "", func(string, *conversation.Context, []*Item) error { n++; return nil }); err != nil || n != 0 {
 					t.Fatalf("%d contexts left after expiry (%v)", n, err)
 				}
 			})

@@ -17,13 +17,15 @@ import (
 // encoding is a versioned binary layout (uvarints, length-prefixed strings):
 // encoding allocates one buffer, and decoding happens only on recovery.
 //
-// Messages and artifacts (history mode Messages, a later phase) fit the same
-// scheme as further per-task records (one per message or artifact, keyed
-// under the task), bounded per context by the policy's byte budget.
+// Messages and artifacts (history mode Messages) are further records, one
+// per item under its context (content.go), bounded per context by the
+// policy's byte budget.
 
 const (
 	headerVersion = 1
-	taskVersion   = 1
+	// taskVersion 2 adds the continuation hint and the agent's ids; version
+	// 1 records still decode.
+	taskVersion = 2
 )
 
 var errRecord = errors.New("malformed conversation record")
@@ -206,12 +208,24 @@ func encodeTask(t *conversation.Task) []byte {
 	} else {
 		e.byte(0)
 	}
+	if h := t.Continuation; h != nil {
+		e.byte(1)
+		e.s(h.ExpectedInput)
+		e.s(h.ResumeScope)
+		e.s(h.HistoryPolicy)
+		e.s(h.AcceptedHistoryDigest)
+	} else {
+		e.byte(0)
+	}
+	e.s(t.AgentTaskID)
+	e.s(t.AgentContextID)
 	return e.b
 }
 
 func decodeTask(id string, b []byte) (*conversation.Task, error) {
 	d := dec{b: b}
-	if d.byte() != taskVersion {
+	version := d.byte()
+	if version != 1 && version != taskVersion {
 		return nil, fmt.Errorf("task %s: record version: %w", id, errRecord)
 	}
 	t := &conversation.Task{ID: id}
@@ -235,6 +249,13 @@ func decodeTask(id string, b []byte) (*conversation.Task, error) {
 	if d.byte() == 1 {
 		s := decodeStream(&d)
 		t.Notify = &s
+	}
+	if version >= 2 {
+		if d.byte() == 1 {
+			t.Continuation = &conversation.Continuation{ExpectedInput: d.s(), ResumeScope: d.s(), HistoryPolicy: d.s(), AcceptedHistoryDigest: d.s()}
+		}
+		t.AgentTaskID = d.s()
+		t.AgentContextID = d.s()
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("task %s: %w", id, d.err)

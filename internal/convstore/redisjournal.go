@@ -1,10 +1,12 @@
 package convstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -23,7 +25,8 @@ import (
 // Keys (P = prefix, A = agent; {A} is a Redis Cluster hash tag, so every key
 // a commit touches lives in one slot):
 //
-//	P:{A}:c:<contextID>  hash: "h" → header record, "t:<taskID>" → task record
+//	P:{A}:c:<contextID>  hash: "h" → header record, "t:<taskID>" → task record,
+//	                     "m:<seq, 16 hex>" → history item
 //	P:{A}:s              set of the agent's context ids (recovery)
 //	P:{A}:owner          the owner's fencing token (a lease: PX ttl)
 //	P:{A}:inbox          events of the agent's tasks that another replica
@@ -58,8 +61,8 @@ func (j *RedisJournal) Append(changes ...Change) *Ticket { return j.g.Append(cha
 // commitScript applies one agent's changes if the fence holds.
 // KEYS[1] owner, KEYS[2] context set, KEYS[3..] context hashes (one per
 // change, in order). ARGV[1] token ("" = unfenced); then per change: op
-// ("P" put, "D" delete), context id, header, #puts, #dels, then the puts
-// (field, data pairs) and the dels (fields).
+// ("P" put, "D" delete, "C" history items only), context id, header, #puts,
+// #dels, then the puts (field, data pairs) and the dels (fields).
 var commitScript = redis.NewScript(`
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local i = 2
@@ -75,7 +78,7 @@ while i <= #ARGV do
     redis.call('SREM', KEYS[2], ctx)
     i = i + 2 * np + nd
   else
-    redis.call('HSET', key, 'h', header)
+    if op == 'P' then redis.call('HSET', key, 'h', header) end
     for p = 1, np do
       redis.call('HSET', key, ARGV[i], ARGV[i+1])
       i = i + 2
@@ -84,7 +87,7 @@ while i <= #ARGV do
       redis.call('HDEL', key, ARGV[i])
       i = i + 1
     end
-    redis.call('SADD', KEYS[2], ctx)
+    if op == 'P' then redis.call('SADD', KEYS[2], ctx) end
   end
 end
 return 1
@@ -115,15 +118,24 @@ func (j *RedisJournal) commit(changes []Change) error {
 			for _, ch := range chs {
 				keys = append(keys, base+"c:"+ch.ContextID)
 				op := "P"
-				if ch.Delete {
+				switch {
+				case ch.Delete:
 					op = "D"
+				case ch.Header == nil:
+					op = "C"
 				}
-				args = append(args, op, ch.ContextID, ch.Header, len(ch.Put), len(ch.Del))
+				args = append(args, op, ch.ContextID, ch.Header, len(ch.Put)+len(ch.PutContent), len(ch.Del)+len(ch.DelContent))
 				for _, t := range ch.Put {
 					args = append(args, "t:"+t.ID, t.Data)
 				}
+				for _, it := range ch.PutContent {
+					args = append(args, itemField(it.Seq), it.Data)
+				}
 				for _, id := range ch.Del {
 					args = append(args, "t:"+id)
+				}
+				for _, seq := range ch.DelContent {
+					args = append(args, itemField(seq))
 				}
 			}
 			p.SAdd(ctx, j.prefix+":agents", agent)
@@ -150,10 +162,13 @@ func (j *RedisJournal) commit(changes []Change) error {
 	return nil
 }
 
+// itemField is the hash field of a history item.
+func itemField(seq uint64) string { return fmt.Sprintf("m:%016x", seq) }
+
 func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // Load implements Journal.
-func (j *RedisJournal) Load(ctx context.Context, agent string, fn func(agent string, c *conversation.Context) error) error {
+func (j *RedisJournal) Load(ctx context.Context, agent string, fn func(agent string, c *conversation.Context, items []*Item) error) error {
 	agents := []string{agent}
 	if agent == "" {
 		var err error
@@ -187,7 +202,20 @@ func (j *RedisJournal) Load(ctx context.Context, agent string, fn func(agent str
 				if err != nil {
 					return fmt.Errorf("agent %s: %w", a, err)
 				}
+				var items []*Item
 				for f, v := range fields {
+					if hex, isItem := strings.CutPrefix(f, "m:"); isItem {
+						seq, err := strconv.ParseUint(hex, 16, 64)
+						if err != nil {
+							return fmt.Errorf("agent %s context %s: history field %q: %w", a, c.ID, f, errRecord)
+						}
+						it, err := decodeItem(seq, []byte(v))
+						if err != nil {
+							return fmt.Errorf("agent %s context %s: %w", a, c.ID, err)
+						}
+						items = append(items, it)
+						continue
+					}
 					id, isTask := strings.CutPrefix(f, "t:")
 					if !isTask {
 						continue
@@ -199,11 +227,36 @@ func (j *RedisJournal) Load(ctx context.Context, agent string, fn func(agent str
 					c.Tasks = append(c.Tasks, t)
 				}
 				slices.SortFunc(c.Tasks, func(x, y *conversation.Task) int { return int(x.Seq) - int(y.Seq) })
-				if err := fn(a, c); err != nil {
+				slices.SortFunc(items, func(x, y *Item) int { return cmp.Compare(x.Seq, y.Seq) })
+				if err := fn(a, c, items); err != nil {
 					return err
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// Agents lists the agents with stored state.
+func (j *RedisJournal) Agents(ctx context.Context) ([]string, error) {
+	out, err := j.c.SMembers(ctx, j.prefix+":agents").Result()
+	if err != nil {
+		return nil, fmt.Errorf("list agents with state: %w", err)
+	}
+	return out, nil
+}
+
+// ForgetAgent removes an agent without contexts from the agents with
+// state. Call it only as the agent's owner, once its last context is gone.
+func (j *RedisJournal) ForgetAgent(ctx context.Context, agent string) error {
+	if n, err := j.c.SCard(ctx, j.base(agent)+"s").Result(); err != nil || n > 0 {
+		if err == nil {
+			err = fmt.Errorf("agent %s still has %d contexts", agent, n)
+		}
+		return fmt.Errorf("forget agent: %w", err)
+	}
+	if err := j.c.SRem(ctx, j.prefix+":agents", agent).Err(); err != nil {
+		return fmt.Errorf("forget agent %s: %w", agent, err)
 	}
 	return nil
 }

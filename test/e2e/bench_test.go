@@ -300,3 +300,74 @@ func BenchmarkReplicas(b *testing.B) {
 		b.ReportMetric(two.rps/one.rps, "throughput-2/1")
 	}
 }
+
+// BenchmarkHistoryModes measures what history mode Messages costs end to end
+// next to Summaries (issue 10's target: within 10 %), in one run, on
+// Mosquitto, with the same plain-paho echo agent behind the service on
+// bbolt with fsync: Summaries, Messages, Summaries, Messages (alternating, so
+// load drift from the shared machine hits both), each on a fresh journal.
+// Reports each mode's p50/p99/throughput/CPU per request (the mean of its
+// two runs), the Messages/Summaries ratios, and what the service then holds
+// per context (history items and bytes, from its gauges).
+//
+//	go test ./test/e2e/ -run '^$' -bench BenchmarkHistoryModes -benchtime 1x
+func BenchmarkHistoryModes(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	st := newStack(b, ctx, "mosquitto")
+	startRawAgent(b, ctx, st.addr, st.usernames["raw"], st.passwords["raw"], ref("raw"), identity.DeliveryTopic(ref("raw")))
+	r := st.requester(b, ctx)
+	pol := &unstructuredPolicy{name: "governed", ns: st.ns}
+	gauge := func(svc *convservice.Service, name string) float64 {
+		mfs, _ := svc.Registry().Gather()
+		total := 0.0
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				for _, m := range mf.GetMetric() {
+					total += m.GetGauge().GetValue()
+				}
+			}
+		}
+		return total
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.Logf("load average before: %s", loadavg())
+		sum := map[string]benchResult{}
+		for i, mode := range []string{"Summaries", "Messages", "Summaries", "Messages"} {
+			pol.patch(b, ctx, fmt.Sprintf(`{"spec":{"history":{"mode":%q}}}`, mode))
+			svc := st.startServiceCfg(b, ctx, &clock{}, fmt.Sprintf("hist-%d", i), func(c *convservice.Config) {
+				c.BoltNoSync = os.Getenv("E2E_BENCH_NOSYNC") == "1"
+				c.Store = "bolt:" + filepath.Join(b.TempDir(), "hist.db")
+			})
+			res := benchRun(b, ctx, r.Transport(ref("raw")))
+			b.Logf("%s run %d: p50 %s p99 %s %.0f req/s cpu %s/req (load %s)", mode, i/2+1, res.p50, res.p99, res.rps, res.cpu, loadavg())
+			if mode == "Messages" {
+				time.Sleep(500 * time.Millisecond) // one stats refresh
+				contexts := gauge(svc, "a2a_conversation_active_contexts")
+				b.ReportMetric(gauge(svc, "a2a_conversation_history_items")/contexts, "messages-items/context")
+				b.ReportMetric(gauge(svc, "a2a_conversation_history_bytes")/contexts, "messages-history-B/context")
+			}
+			_ = svc.Close()
+			s := sum[mode]
+			s.p50 += res.p50 / 2
+			s.p99 += res.p99 / 2
+			s.rps += res.rps / 2
+			s.cpu += res.cpu / 2
+			sum[mode] = s
+		}
+		for _, mode := range []string{"Summaries", "Messages"} {
+			name := strings.ToLower(mode)
+			b.ReportMetric(float64(sum[mode].p50.Microseconds()), name+"-p50-µs")
+			b.ReportMetric(float64(sum[mode].p99.Microseconds()), name+"-p99-µs")
+			b.ReportMetric(sum[mode].rps, name+"-req/s")
+			b.ReportMetric(float64(sum[mode].cpu.Microseconds()), name+"-cpu-µs/req")
+		}
+		s, m := sum["Summaries"], sum["Messages"]
+		b.ReportMetric(float64(m.p50)/float64(s.p50), "p50-messages/summaries")
+		b.ReportMetric(float64(m.p99)/float64(s.p99), "p99-messages/summaries")
+		b.ReportMetric(m.rps/s.rps, "rps-messages/summaries")
+		b.ReportMetric(float64(m.cpu)/float64(s.cpu), "cpu-messages/summaries")
+		b.Logf("load average after: %s", loadavg())
+	}
+}

@@ -98,9 +98,7 @@ func send(ctx context.Context, tr *a2amqtt.Transport, taskID, contextID, text st
 }
 
 func TestSeedFlowsThroughTheService(t *testing.T) {
-	for _, kind := range []string{"mosquitto", "embedded"} {
-		t.Run(kind, func(t *testing.T) { seedFlows(t, kind) })
-	}
+	onBothBrokers(t, seedFlows)
 }
 
 func seedFlows(t *testing.T, kind string) {

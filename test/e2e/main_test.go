@@ -93,6 +93,14 @@ var fleet = []agentSpec{
 
 func ref(name string) a2amqtt.AgentRef { return a2amqtt.AgentRef{Org: org, Unit: unit, Agent: name} }
 
+// onBothBrokers runs a test on Mosquitto with dynsec and on the embedded
+// broker, as subtests named after the broker.
+func onBothBrokers(t *testing.T, test func(t *testing.T, kind string)) {
+	for _, kind := range []string{"mosquitto", "embedded"} {
+		t.Run(kind, func(t *testing.T) { test(t, kind) })
+	}
+}
+
 // stack is one operator + broker + credentials; the service is started
 // separately (in process or as a subprocess).
 type stack struct {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"sync"
 	"testing"
@@ -21,6 +22,10 @@ type rawClient struct {
 	mu      sync.Mutex
 	replies map[string][]*paho.Publish
 	arrived chan struct{}
+	// served is the request topic serve handles (an agent on plain paho),
+	// handler what it runs for each request, in its own goroutine.
+	served  string
+	handler func(*paho.Publish)
 }
 
 func startRawClient(t testing.TB, ctx context.Context, st *stack, name string) *rawClient {
@@ -38,6 +43,11 @@ func startRawClient(t testing.TB, ctx context.Context, st *stack, name string) *
 				return true, nil
 			}
 			rc.mu.Lock()
+			if h := rc.handler; h != nil && p.Topic == rc.served {
+				rc.mu.Unlock()
+				go h(p)
+				return true, nil
+			}
 			rc.replies[string(p.Properties.CorrelationData)] = append(rc.replies[string(p.Properties.CorrelationData)], p)
 			rc.mu.Unlock()
 			select {
@@ -66,6 +76,27 @@ func (rc *rawClient) publish(t testing.TB, ctx context.Context, topic, respTo st
 		Properties: &paho.PublishProperties{ResponseTopic: respTo, CorrelationData: corr, User: user, ContentType: "application/json"}}); err != nil {
 		t.Fatalf("publish: %v", err)
 	}
+}
+
+// serve makes the client an agent on plain paho too: handler runs for every
+// request published to topic (its delivery topic).
+func (rc *rawClient) serve(t testing.TB, ctx context.Context, topic string, handler func(*paho.Publish)) {
+	t.Helper()
+	rc.mu.Lock()
+	rc.served, rc.handler = topic, handler
+	rc.mu.Unlock()
+	sa, err := rc.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
+	if err != nil || sa.Reasons[0] >= 0x80 {
+		t.Fatalf("raw agent subscribe %s: %v %v", topic, err, sa)
+	}
+}
+
+// answer publishes a JSON-RPC reply to a request (its Response Topic and
+// Correlation Data).
+func (rc *rawClient) answer(req *paho.Publish, body map[string]any) {
+	b, _ := json.Marshal(body)
+	_, _ = rc.c.Publish(context.Background(), &paho.Publish{Topic: req.Properties.ResponseTopic, QoS: 1, Payload: b,
+		Properties: &paho.PublishProperties{CorrelationData: req.Properties.CorrelationData, ContentType: "application/json"}})
 }
 
 // wait returns the replies on corr once n have arrived, or what arrived by

@@ -71,9 +71,7 @@ func decodeReply(t testing.TB, p *paho.Publish) rpcReply {
 // service must refuse or hide (issues 8.4, 8.9, 12.1, 12.2, 12.3) and checks
 // the trace continues across requester → service → agent → reply (issue 9).
 func TestServiceSafety(t *testing.T) {
-	for _, kind := range []string{"mosquitto", "embedded"} {
-		t.Run(kind, func(t *testing.T) { serviceSafety(t, kind) })
-	}
+	onBothBrokers(t, serviceSafety)
 }
 
 func serviceSafety(t *testing.T, kind string) {
