@@ -44,7 +44,9 @@ func (e *inputsRecorder) Execute(ctx context.Context, ec *a2asrv.ExecutorContext
 }
 
 func (e *inputsRecorder) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
-	return func(yield func(a2a.Event, error) bool) { yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil) }
+	return func(yield func(a2a.Event, error) bool) {
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
+	}
 }
 
 func (e *inputsRecorder) last(t *testing.T) Inputs {
