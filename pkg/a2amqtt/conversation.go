@@ -190,9 +190,15 @@ func (c *Conversation) nextRequest(msg *a2a.Message) *a2a.SendMessageRequest {
 		m.Role = a2a.MessageRoleUser
 	}
 	m.ContextID = c.state.ContextID
-	if c.state.Pending != nil {
-		m.TaskID = c.state.Pending.TaskID
-	} else {
+	switch p := c.state.Pending; {
+	case p != nil && p.Continuation != nil && p.Continuation.ResumeScope == ResumeNewTaskInContext:
+		// The agent asked for the answer in a new task of the context; the paused task is left
+		// to it (the conversation service refuses the answer on the paused task).
+		m.TaskID = a2a.TaskID(uuid.NewString())
+		c.state.Pending = nil
+	case p != nil:
+		m.TaskID = p.TaskID
+	default:
 		m.TaskID = a2a.TaskID(uuid.NewString())
 	}
 	req := &a2a.SendMessageRequest{Message: &m}

@@ -182,6 +182,13 @@ func InputsOf(ctx context.Context, ec *a2asrv.ExecutorContext) (Inputs, error) {
 		if tasks, err = fetchHistory(ctx, cfg.history, ec.ContextID, cfg.length); err != nil {
 			return in, err
 		}
+		if hasContent(tasks) {
+			break
+		}
+		// The service keeps no content for this context (its policy's history mode is not
+		// Messages, or the request did not come through it): the responder's own tasks are the
+		// only record.
+		fallthrough
 	default:
 		in.Policy, in.Source = HistoryAgentFetched, SourceTaskStore
 		if tasks, err = listContext(ctx, cfg.store, ec.ContextID, ec.TaskID); err != nil {
@@ -193,6 +200,11 @@ func InputsOf(ctx context.Context, ec *a2asrv.ExecutorContext) (Inputs, error) {
 	}
 	in.Evidence, in.Receipts = splitHistory(tasks, ec.Message, cfg.length)
 	return in, nil
+}
+
+// hasContent reports whether any task carries messages or artifacts.
+func hasContent(tasks []*a2a.Task) bool {
+	return slices.ContainsFunc(tasks, func(t *a2a.Task) bool { return len(t.History) > 0 || len(t.Artifacts) > 0 })
 }
 
 // fetchHistory lists the context's tasks (messages and artifacts) from the history service,
