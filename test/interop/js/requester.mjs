@@ -7,7 +7,8 @@
 // answer carries the approve data part. One JSON line per turn on stdout.
 //
 // Env: A2A_BROKER, A2A_CLIENT_ID, A2A_USERNAME, A2A_PASSWORD, A2A_TARGET (org/unit/agent),
-// A2A_TURNS: JSON [{"say": "...", "stream": true|false, "newTask": false}, ...];
+// A2A_TURNS: JSON [{"say": "...", "stream": true|false, "newTask": false, "plain": false}, ...]
+// ("plain": answer an approval request with text only, which the service refuses);
 // A2A_TASK_IDS=server sends new tasks without taskId (core A2A) instead of the profile's
 // requester-generated id (the default).
 import { randomUUID } from 'node:crypto';
@@ -33,6 +34,7 @@ const factory = new ClientFactory(ClientFactoryOptions.createFrom(ClientFactoryO
   transports: [new MqttTransportFactory(fetchImpl)],
 }));
 const client = await factory.createFromAgentCard(card);
+console.log(JSON.stringify({ card: card.name, extensions: (card.capabilities?.extensions ?? []).map((e) => e.uri) }));
 
 const contextId = randomUUID();
 let pending; // {taskId, hint}
@@ -41,7 +43,7 @@ for (const [i, turn] of turns.entries()) {
   const resume = pending && !turn.newTask;
   const taskId = resume ? pending.taskId : randomUUID();
   const parts = [text(turn.say)];
-  if (resume && pending.hint?.expected_input === 'approval') parts.push(data({ decision: turn.say === 'no' ? 'deny' : 'approve' }));
+  if (resume && pending.hint?.expected_input === 'approval' && !turn.plain) parts.push(data({ decision: turn.say === 'no' ? 'deny' : 'approve' }));
   const message = {
     messageId: randomUUID(), contextId, taskId, role: Role.ROLE_USER, parts, metadata: undefined, extensions: [], referenceTaskIds: [],
   };
@@ -61,7 +63,9 @@ for (const [i, turn] of turns.entries()) {
       out.events.push(last.$case);
     }
   } catch (e) {
-    out.error = { message: e.message, code: e.code ?? e.cause?.code, data: e.data ?? e.cause?.data };
+    // The SDK's error classes keep the JSON-RPC code as envelopeCode (a stream error wraps one).
+    const err = e.envelopeCode !== undefined ? e : e.cause ?? e;
+    out.error = { message: e.message, code: err.envelopeCode, name: err.name, data: err.data };
   }
   const v = last?.value;
   if (v?.status) {
