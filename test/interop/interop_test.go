@@ -263,7 +263,7 @@ type jsTurn struct {
 // card's extensions and one result per turn.
 func (st *stack) runJSRequester(t *testing.T, ctx context.Context, target string, turns string) ([]string, []jsTurn) {
 	t.Helper()
-	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	cmd, out := st.node(t, rctx, "requester.mjs", "js-client", "A2A_TARGET="+ref(target).String(), "A2A_TURNS="+turns)
 	var card struct {

@@ -17,7 +17,12 @@ export async function connect({ url, clientId, username, password }) {
     client.once('connect', resolve);
     client.once('error', reject);
   });
-  client.on('error', (err) => console.error(`mqtt ${clientId}: ${err.message}`));
+  client.on('error', (err) => {
+    // A protocol error (a packet MQTT.js cannot parse) leaves the connection unusable: stop
+    // here so the harness sees it at once instead of as a timeout.
+    console.error(`mqtt ${clientId}: ${err.message}`);
+    process.exit(3);
+  });
   return client;
 }
 
@@ -86,7 +91,7 @@ export function endsStream(reply, first) {
 // replies come back as the HTTP response the transport expects (JSON, or Server-Sent Events
 // for streaming calls). HTTP headers other than the content negotiation are service parameters
 // and travel as user properties.
-export async function requesterFetch(client, replyTopic, { firstReplyMs = 30_000 } = {}) {
+export async function requesterFetch(client, replyTopic, { firstReplyMs = 15_000 } = {}) {
   const waiting = new Map(); // correlation (hex) -> onReply
   client.on('message', (t, payload, packet) => {
     if (t !== replyTopic) return;
