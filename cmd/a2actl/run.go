@@ -565,6 +565,7 @@ func (c *cli) chat(ctx context.Context, ref a2amqtt.AgentRef, statePath string) 
 		fmt.Fprintf(c.stdout, "agent asked: %s\n", p.Question)
 	}
 	in := bufio.NewScanner(c.stdin)
+	approvalHelpShown := false
 	for {
 		prompt := "you> "
 		if _, ok := conv.Pending(); ok {
@@ -614,8 +615,9 @@ func (c *cli) chat(ctx context.Context, ref a2amqtt.AgentRef, statePath string) 
 		if !failed {
 			if p, ok := conv.Pending(); ok {
 				fmt.Fprintf(c.stdout, "agent asks: %s\n", p.Question)
-				if p.Continuation != nil && p.Continuation.ExpectedInput == a2amqtt.ExpectApproval {
+				if p.Continuation != nil && p.Continuation.ExpectedInput == a2amqtt.ExpectApproval && !approvalHelpShown {
 					fmt.Fprintln(c.stdout, "(answer approve, yes or go ahead to approve; deny or no to refuse; /approve or /deny REASON with a reason)")
+					approvalHelpShown = true
 				}
 			} else if last != nil && isTerminal(last) {
 				fmt.Fprintf(c.stdout, "(task done)\n")
