@@ -487,7 +487,9 @@ func (r *recorderExec) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) 
 }
 
 func (r *recorderExec) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
-	return func(yield func(a2a.Event, error) bool) { yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil) }
+	return func(yield func(a2a.Event, error) bool) {
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
+	}
 }
 
 func (r *recorderExec) last(t *testing.T) a2amqtt.Inputs {
