@@ -139,6 +139,33 @@ type AgentCapabilities struct {
 	// PushNotifications is true when the agent can push task updates to a client-supplied webhook.
 	// +optional
 	PushNotifications bool `json:"pushNotifications,omitempty"`
+
+	// Extensions are the A2A protocol extensions the agent supports (the card's
+	// capabilities.extensions), e.g. https://a2a-fleet.dev/extensions/continuation/v1 for agents
+	// whose input-required/auth-required pauses carry a continuation hint.
+	// +optional
+	// +listType=map
+	// +listMapKey=uri
+	// +kubebuilder:validation:MaxItems=16
+	Extensions []AgentExtension `json:"extensions,omitempty"`
+}
+
+// AgentExtension declares one A2A protocol extension in the agent card.
+type AgentExtension struct {
+	// URI identifies the extension.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self)",message="extension uri must be an absolute URL"
+	URI string `json:"uri"`
+
+	// Description says how the agent uses the extension.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Description string `json:"description,omitempty"`
+
+	// Required is true when clients must understand the extension to talk to the agent.
+	// +optional
+	Required bool `json:"required,omitempty"`
 }
 
 // AgentSkill is one thing an agent can do.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,7 +37,11 @@ Usage:
   a2actl agents [--org ORG] [--wait 1s]           list agents and their presence
   a2actl send ORG/UNIT/AGENT "text" [--stream]    send one message, print the answer
               [--task-id ID] [--context-id ID]
-  a2actl chat ORG/UNIT/AGENT [--state FILE]       interactive multi-turn conversation
+              [--approve | --deny]                answer an approval request: "text" is the
+                                                  reason, sent with an approve/deny data part
+  a2actl chat ORG/UNIT/AGENT [--state FILE]       interactive multi-turn conversation; when the
+                                                  agent expects an approval, answer approve/yes/
+                                                  go ahead or deny/no (or /approve, /deny REASON)
 
 Global flags (anywhere on the line):
   --broker URL        MQTT v5 broker (env A2A_BROKER, default mqtt://127.0.0.1:1883)
@@ -95,7 +100,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 
 // commandIndex finds the command word, skipping global flags and their values.
 func commandIndex(args []string) int {
-	boolFlags := map[string]bool{"json": true, "v": true, "stream": true}
+	boolFlags := map[string]bool{"json": true, "v": true, "stream": true, "approve": true, "deny": true}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if !strings.HasPrefix(a, "-") {
@@ -157,7 +162,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.SetOutput(stderr)
 	c.g.register(fs)
 	var org, taskID, contextID, state string
-	var stream bool
+	var stream, approve, deny bool
 	var wait time.Duration
 	switch cmd {
 	case "agents":
@@ -167,6 +172,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fs.BoolVar(&stream, "stream", false, "use SendStreamingMessage and print every event")
 		fs.StringVar(&taskID, "task-id", "", "continue this task (e.g. answer input-required)")
 		fs.StringVar(&contextID, "context-id", "", "conversation context id")
+		fs.BoolVar(&approve, "approve", false, "answer an approval request with an approve data part (text = reason)")
+		fs.BoolVar(&deny, "deny", false, "answer an approval request with a deny data part (text = reason)")
 	case "chat":
 		fs.StringVar(&state, "state", "", "conversation state file (loaded if present, saved after each turn)")
 	default:
@@ -197,7 +204,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if err != nil {
 			return c.usageErr(err.Error())
 		}
-		return c.send(ctx, ref, pos[1], stream, a2a.TaskID(taskID), contextID)
+		if approve && deny {
+			return c.usageErr("--approve and --deny exclude each other")
+		}
+		msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(pos[1]))
+		if approve || deny {
+			msg = approvalAnswer(approve, pos[1], pos[1])
+		}
+		return c.send(ctx, ref, msg, stream, a2a.TaskID(taskID), contextID)
 	case "chat":
 		if len(pos) != 1 {
 			return c.usageErr("chat needs ORG/UNIT/AGENT")
@@ -286,6 +300,11 @@ func (c *cli) classify(target a2amqtt.AgentRef, err error) int {
 	switch {
 	case errors.As(err, &rpcErr):
 		msg := fmt.Sprintf("%s answered with JSON-RPC error %d: %s", target, rpcErr.Code, rpcErr.Message)
+		if expected, reason, ok := a2amqtt.ContinuationMismatchOf(err); ok {
+			// The conversation service refused an answer that does not fit the agent's hint.
+			msg = fmt.Sprintf("%s refused the answer (-32063 continuation_mismatch): %s%s", target, reason, hintNote(a2amqtt.Interruption{Continuation: &expected}))
+			return c.fail(exitFailure, explained{msg: msg, err: err})
+		}
 		switch k := rpcErr.A2AError(); {
 		case rpcErr.IsBindingError():
 			// -32003/-32004/-32005 are also A2A error codes; error.data.a2a_error says which.
@@ -408,7 +427,7 @@ func (c *cli) checkPresence(ctx context.Context, conn *a2amqtt.Conn, ref a2amqtt
 	return exitOK
 }
 
-func (c *cli) send(ctx context.Context, ref a2amqtt.AgentRef, text string, stream bool, taskID a2a.TaskID, contextID string) int {
+func (c *cli) send(ctx context.Context, ref a2amqtt.AgentRef, msg *a2a.Message, stream bool, taskID a2a.TaskID, contextID string) int {
 	conn, code := c.connect(ctx, ref)
 	if conn == nil {
 		return code
@@ -422,7 +441,6 @@ func (c *cli) send(ctx context.Context, ref a2amqtt.AgentRef, text string, strea
 		return c.fail(exitFailure, err)
 	}
 	tr := r.Transport(ref)
-	msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(text))
 	msg.TaskID, msg.ContextID = taskID, contextID
 	req := &a2a.SendMessageRequest{Message: msg}
 	if !stream {
@@ -452,8 +470,12 @@ func (c *cli) printResult(res a2a.SendMessageResult) int {
 	}
 	if t, ok := res.(*a2a.Task); ok {
 		fmt.Fprintf(c.stdout, "task %s (context %s): %s\n", t.ID, t.ContextID, shortState(t.Status.State))
-		if q := a2amqtt.TextOf(t.Status.Message); q != "" && (t.Status.State == a2a.TaskStateInputRequired || t.Status.State == a2a.TaskStateAuthRequired) {
-			fmt.Fprintf(c.stdout, "agent asks: %s\n(answer with: a2actl send ... --task-id %s --context-id %s \"...\")\n", q, t.ID, t.ContextID)
+		if i, ok := a2amqtt.InterruptionOf(t); ok {
+			how := `"..."`
+			if i.ExpectsApproval() {
+				how = `--approve|--deny "reason"`
+			}
+			fmt.Fprintf(c.stdout, "agent asks: %s%s\n(answer with: a2actl send ... --task-id %s --context-id %s %s)\n", i.Question(), hintNote(i), t.ID, t.ContextID, how)
 			return c.exitFor(res)
 		}
 	}
@@ -491,6 +513,9 @@ func (c *cli) printEvent(ev a2a.Event) {
 		if t := a2amqtt.TextOf(v.Status.Message); t != "" {
 			line += " " + t
 		}
+		if i, ok := a2amqtt.InterruptionOf(v); ok {
+			line += hintNote(i)
+		}
 		fmt.Fprintln(c.stdout, line)
 	case *a2a.TaskArtifactUpdateEvent:
 		if v.Artifact != nil {
@@ -501,7 +526,11 @@ func (c *cli) printEvent(ev a2a.Event) {
 			fmt.Fprintf(c.stdout, "[artifact] %s\n", strings.Join(parts, ""))
 		}
 	case *a2a.Task:
-		fmt.Fprintf(c.stdout, "[%s] %s\n", shortState(v.Status.State), a2amqtt.ResultText(v))
+		note := ""
+		if i, ok := a2amqtt.InterruptionOf(v); ok {
+			note = hintNote(i)
+		}
+		fmt.Fprintf(c.stdout, "[%s] %s%s\n", shortState(v.Status.State), a2amqtt.ResultText(v), note)
 	case *a2a.Message:
 		fmt.Fprintf(c.stdout, "agent> %s\n", a2amqtt.TextOf(v))
 	}
@@ -536,6 +565,7 @@ func (c *cli) chat(ctx context.Context, ref a2amqtt.AgentRef, statePath string) 
 		fmt.Fprintf(c.stdout, "agent asked: %s\n", p.Question)
 	}
 	in := bufio.NewScanner(c.stdin)
+	approvalHelpShown := false
 	for {
 		prompt := "you> "
 		if _, ok := conv.Pending(); ok {
@@ -557,9 +587,20 @@ func (c *cli) chat(ctx context.Context, ref a2amqtt.AgentRef, statePath string) 
 			fmt.Fprintf(c.stdout, "new conversation (context %s)\n", conv.ContextID())
 			continue
 		}
+		msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(line))
+		if approve, reason, ok := parseApprovalCommand(line); ok {
+			// /approve and /deny always send the structured answer.
+			msg = a2amqtt.ApprovalMessage(approve, reason)
+		} else if p, ok := conv.Pending(); ok && p.Continuation != nil && p.Continuation.ExpectedInput == a2amqtt.ExpectApproval {
+			if approve, _, ok := parseApproval(line); ok {
+				// The words as typed, for agents that read text, and the structured answer the
+				// hint asked for.
+				msg = approvalAnswer(approve, line, "")
+			}
+		}
 		var last a2a.Event
 		failed := false
-		for ev, err := range conv.Stream(ctx, a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(line))) {
+		for ev, err := range conv.Stream(ctx, msg) {
 			if err != nil {
 				c.classify(ref, err)
 				failed = true
@@ -574,6 +615,10 @@ func (c *cli) chat(ctx context.Context, ref a2amqtt.AgentRef, statePath string) 
 		if !failed {
 			if p, ok := conv.Pending(); ok {
 				fmt.Fprintf(c.stdout, "agent asks: %s\n", p.Question)
+				if p.Continuation != nil && p.Continuation.ExpectedInput == a2amqtt.ExpectApproval && !approvalHelpShown {
+					fmt.Fprintln(c.stdout, "(answer approve, yes or go ahead to approve; deny or no to refuse; /approve or /deny REASON with a reason)")
+					approvalHelpShown = true
+				}
 			} else if last != nil && isTerminal(last) {
 				fmt.Fprintf(c.stdout, "(task done)\n")
 			}
@@ -594,4 +639,70 @@ func isTerminal(ev a2a.Event) bool {
 		return v.Status.State.Terminal()
 	}
 	return false
+}
+
+// hintNote renders a continuation hint for a human: " (approval expected: answer approve/deny)".
+func hintNote(i a2amqtt.Interruption) string {
+	h := i.Continuation
+	if h == nil {
+		return ""
+	}
+	var notes []string
+	switch h.ExpectedInput {
+	case a2amqtt.ExpectApproval:
+		notes = append(notes, "approval expected: answer approve/deny")
+	case a2amqtt.ExpectFreeText:
+		notes = append(notes, "free text expected")
+	case a2amqtt.ExpectStructuredArtifact:
+		notes = append(notes, "structured input expected")
+	case a2amqtt.ExpectCredential:
+		notes = append(notes, "credential expected")
+	}
+	if h.ResumeScope == a2amqtt.ResumeNewTaskInContext {
+		notes = append(notes, "the answer starts a new task in this conversation")
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(notes, "; ") + ")"
+}
+
+// Words that answer an approval request in chat (kagent's resume keywords plus "go ahead", the
+// confirm agent's own phrase); anything else is sent as text.
+var (
+	approveWords = []string{"approve", "approved", "yes", "y", "ok", "go ahead", "proceed", "continue"}
+	denyWords    = []string{"deny", "denied", "no", "n", "reject", "cancel", "stop"}
+)
+
+// parseApproval reads a chat line as an approval answer: an approve/deny word alone, or the
+// /approve and /deny commands (with an optional reason).
+func parseApproval(line string) (approve bool, reason string, ok bool) {
+	if approve, reason, ok := parseApprovalCommand(line); ok {
+		return approve, reason, ok
+	}
+	w := strings.ToLower(strings.Trim(strings.TrimSpace(line), ".!"))
+	switch {
+	case slices.Contains(approveWords, w):
+		return true, "", true
+	case slices.Contains(denyWords, w):
+		return false, "", true
+	}
+	return false, "", false
+}
+
+// parseApprovalCommand reads "/approve [reason]" and "/deny [reason]".
+func parseApprovalCommand(line string) (approve bool, reason string, ok bool) {
+	cmd, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+	switch cmd {
+	case "/approve":
+		return true, strings.TrimSpace(rest), true
+	case "/deny":
+		return false, strings.TrimSpace(rest), true
+	}
+	return false, "", false
+}
+
+// approvalAnswer is the user's text with the structured approval answer beside it.
+func approvalAnswer(approve bool, text, reason string) *a2a.Message {
+	return a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(text), a2amqtt.ApprovalPart(approve, reason))
 }

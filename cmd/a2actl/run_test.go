@@ -98,7 +98,48 @@ func TestCLI(t *testing.T) {
 				t.Fatalf("chat output lacks %q:\n%s", want, out)
 			}
 		}
+		// The continuation hint is shown, approvals are answered with words or /deny REASON.
+		code, out, errOut = runCLI(t, "deploy v4\n/deny change freeze\ndeploy v5\nyes\n/quit\n", "chat", broker, "demo/default/confirm")
+		if code != exitOK {
+			t.Fatalf("chat approvals: %d %s", code, errOut)
+		}
+		for _, want := range []string{
+			"[input-required] " + agents.ConfirmPrompt("do deploy v4") + " (approval expected: answer approve/deny)",
+			"(answer approve, yes or go ahead to approve; deny or no to refuse; /approve or /deny REASON with a reason)",
+			"[canceled] Not done: do deploy v4 (denied: change freeze)",
+			"[completed] Done: do deploy v5",
+		} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("chat output lacks %q:\n%s", want, out)
+			}
+		}
+		// send --approve answers a pending approval by task id.
+		const approvalTask = "5d6f2b7e-7c1a-4e0b-9a41-2b8c7d9e0f13"
+		code, out, errOut = runCLI(t, "", "send", broker, "--task-id", approvalTask, "--context-id", "c-approve", "demo/default/confirm", "rotate keys")
+		if code != exitOK || !strings.Contains(out, "(approval expected: answer approve/deny)") || !strings.Contains(out, `--approve|--deny "reason"`) {
+			t.Fatalf("send to confirm: %d %s %s", code, out, errOut)
+		}
+		code, out, errOut = runCLI(t, "", "send", broker, "--approve", "--task-id", approvalTask, "--context-id", "c-approve", "demo/default/confirm", "checked the plan")
+		if code != exitOK || !strings.Contains(out, "Done: do rotate keys") {
+			t.Fatalf("send --approve: %d %s %s", code, out, errOut)
+		}
 	})
+}
+
+func TestParseApproval(t *testing.T) {
+	for line, want := range map[string]struct{ approve, ok bool }{
+		"yes": {true, true}, "Go ahead!": {true, true}, "approve": {true, true}, "/approve": {true, true},
+		"no": {false, true}, "Deny.": {false, true}, "/deny too risky": {false, true},
+		"not yet": {false, false}, "yes but later": {false, false},
+	} {
+		approve, _, ok := parseApproval(line)
+		if approve != want.approve || ok != want.ok {
+			t.Errorf("parseApproval(%q) = %v %v, want %v %v", line, approve, ok, want.approve, want.ok)
+		}
+	}
+	if _, reason, _ := parseApproval("/deny  too risky "); reason != "too risky" {
+		t.Errorf("reason %q", reason)
+	}
 }
 
 func TestUsage(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/telemetry"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -61,6 +62,12 @@ type Options struct {
 	// HealthGrace (default a2amqtt.DefaultHealthGrace) as the reconnect grace.
 	HealthAddr  string
 	HealthGrace time.Duration
+	// HistoryFrom is where the memory agent fetches a conversation's earlier turns
+	// (a2amqtt.ResponderOptions.HistoryFrom): the conversation service for a governed agent whose
+	// policy keeps message content (history mode Messages). Unset: the agent's own task store.
+	HistoryFrom *a2amqtt.AgentRef
+	// History is the responder's history policy (a2amqtt.ResponderOptions.History).
+	History a2amqtt.HistoryPolicy
 }
 
 // Executor returns the executor for kind.
@@ -91,7 +98,7 @@ func Card(kind Kind, brokerURL string, ref a2amqtt.AgentRef) *a2a.AgentCard {
 		desc = "Answers using earlier turns of the same conversation (context id); asks follow-up questions for reminders."
 		skill.Description = "Multi-turn conversation with memory."
 	}
-	return &a2a.AgentCard{
+	card := &a2a.AgentCard{
 		Name:                ref.Agent,
 		Description:         desc,
 		Version:             "0.1.0",
@@ -101,6 +108,11 @@ func Card(kind Kind, brokerURL string, ref a2amqtt.AgentRef) *a2a.AgentCard {
 		DefaultOutputModes:  []string{"text/plain"},
 		Skills:              []a2a.AgentSkill{skill},
 	}
+	if kind != KindEcho {
+		// confirm and memory pause with continuation hints.
+		a2amqtt.DeclareContinuation(card)
+	}
+	return card
 }
 
 // Agent is a running example agent.
@@ -131,7 +143,10 @@ func Start(ctx context.Context, kind Kind, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, Pools: opts.Pools, ReferenceHandler: opts.ReferenceHandler, RequestTopic: opts.RequestTopic})
+	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{
+		Executor: exec, Pools: opts.Pools, ReferenceHandler: opts.ReferenceHandler, RequestTopic: opts.RequestTopic,
+		History: opts.History, HistoryFrom: opts.HistoryFrom,
+	})
 	if err != nil {
 		_ = conn.Close(ctx)
 		return nil, err
@@ -202,6 +217,7 @@ func Main(kind Kind) {
 	sessionExpiry := fs.Duration("session-expiry", sessionDefault, "keep a persistent MQTT session for this long, so requests sent during a restart are delivered (env A2A_SESSION_EXPIRY; 0 = clean session)")
 	healthAddr := fs.String("health-addr", envOr("A2A_HEALTH_ADDR", ""), "serve /healthz and /readyz here, e.g. :8081 (env A2A_HEALTH_ADDR)")
 	healthGrace := fs.Duration("health-grace", a2amqtt.DefaultHealthGrace, "how long the broker connection may be down before /readyz fails")
+	historyFrom := fs.String("history-from", envOr("A2A_HISTORY_FROM", ""), "ORG/UNIT/AGENT that serves conversation history with ListTasks (env A2A_HISTORY_FROM; default: the conversation service when --request-topic is set, else the agent's own task store; \"self\" forces the own store)")
 	verbose := fs.Bool("v", false, "debug logging")
 	_ = fs.Parse(os.Args[1:])
 
@@ -214,6 +230,22 @@ func Main(kind Kind) {
 	if err := ref.Validate(); err != nil {
 		logger.Error("invalid identity", "err", err)
 		os.Exit(2)
+	}
+	var history *a2amqtt.AgentRef
+	switch {
+	case *historyFrom == "self":
+	case *historyFrom != "":
+		h, err := a2amqtt.ParseAgentRef(*historyFrom)
+		if err != nil {
+			logger.Error("invalid --history-from", "err", err)
+			os.Exit(2)
+		}
+		history = &h
+	case *requestTopic != "" && kind == KindMemory:
+		// Governed: the conversation service holds the conversation (with content when the
+		// policy's history mode is Messages; otherwise InputsOf falls back to the own store).
+		h := identity.Service
+		history = &h
 	}
 	var poolIDs []string
 	for _, p := range strings.Split(*pools, ",") {
@@ -239,6 +271,7 @@ func Main(kind Kind) {
 		Delay: *delay, ReferenceHandler: *reference, RequestTopic: *requestTopic,
 		TLS:           a2amqtt.TLSFiles{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey},
 		SessionExpiry: *sessionExpiry, HealthAddr: *healthAddr, HealthGrace: *healthGrace,
+		HistoryFrom: history,
 	}
 	if err := Run(ctx, kind, opts); err != nil {
 		logger.Error("agent stopped", "err", err)

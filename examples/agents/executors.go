@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,9 +68,12 @@ func (e *Echo) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a
 
 // Confirm is the confirmation-gated agent of the multi-turn guide (seed
 // 001): a new task gets a plan and TASK_STATE_INPUT_REQUIRED ("Say 'go
-// ahead' to proceed"); a continuation containing "go ahead" does the work
-// and completes; anything else re-asks. Messages to finished tasks are
-// refused by the SDK (UnsupportedOperation), see docs/protocol.md.
+// ahead' to proceed") with a continuation hint asking for an approval
+// (expected_input approval, resume_scope same_task, history_policy none). An
+// approve data part or a message containing "go ahead" does the work and
+// completes; a deny data part cancels the task; anything else re-asks.
+// Messages to finished tasks are refused by the SDK (UnsupportedOperation),
+// see docs/protocol.md.
 type Confirm struct{ Delay time.Duration }
 
 // ConfirmPrompt is the question a new task stops at.
@@ -80,6 +84,14 @@ func ConfirmPrompt(plan string) string {
 // ConfirmReask is the question for a continuation without confirmation.
 const ConfirmReask = "Please confirm."
 
+// ConfirmHint is the continuation hint of Confirm's questions: an approval of this very task;
+// it needs no history (the plan is in the task).
+var ConfirmHint = a2amqtt.Continuation{
+	ExpectedInput: a2amqtt.ExpectApproval,
+	ResumeScope:   a2amqtt.ResumeSameTask,
+	HistoryPolicy: a2amqtt.HistoryNone,
+}
+
 // Execute implements a2asrv.AgentExecutor.
 func (c *Confirm) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
@@ -88,16 +100,25 @@ func (c *Confirm) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.
 		continuation := task != nil && task.Status.State == a2a.TaskStateInputRequired
 		if !continuation {
 			plan := "do " + strings.TrimSpace(text)
-			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired, agentMsg(ec, ConfirmPrompt(plan))), nil)
-			return
-		}
-		if !strings.Contains(strings.ToLower(text), "go ahead") {
-			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired, agentMsg(ec, ConfirmReask)), nil)
+			yield(a2amqtt.InputRequired(ec, agentMsg(ec, ConfirmPrompt(plan)), ConfirmHint), nil)
 			return
 		}
 		plan := "the plan"
 		if len(task.History) > 0 {
 			plan = "do " + strings.TrimSpace(a2amqtt.TextOf(task.History[0]))
+		}
+		approved, reason, answered := a2amqtt.ApprovalOf(ec.Message)
+		switch {
+		case answered && !approved:
+			msg := "Not done: " + plan + " (denied"
+			if reason != "" {
+				msg += ": " + reason
+			}
+			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, agentMsg(ec, msg+")")), nil)
+			return
+		case !answered && !strings.Contains(strings.ToLower(text), "go ahead"):
+			yield(a2amqtt.InputRequired(ec, agentMsg(ec, ConfirmReask), ConfirmHint), nil)
+			return
 		}
 		if !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, agentMsg(ec, "working on: "+plan)), nil) {
 			return
@@ -119,18 +140,35 @@ func (c *Confirm) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq
 }
 
 // Memory answers with what the user said in earlier turns of the same
-// context (read from the responder's task store through
-// a2amqtt.ContextTasks), and interrupts "remind me ..." requests with an
-// input-required question that the next turn of the same task answers.
+// context and interrupts "remind me ..." requests with an input-required
+// question that the next turn of the same task answers. It reads the three
+// inputs of each turn separately (a2amqtt.InputsOf): the new message is the
+// only instruction; earlier user messages are evidence it quotes, never
+// follows; earlier artifacts are receipts it counts. Evidence comes from the
+// responder's task store, or from the conversation service when the agent is
+// configured with a history source (agents.Options.HistoryFrom).
 type Memory struct{ Delay time.Duration }
 
 // MemoryQuestion is what a "remind me" task stops at.
 const MemoryQuestion = "When should I remind you?"
 
+// MemoryHint is the continuation hint of the reminder question: free text for this task; the
+// agent fetches what else it needs.
+var MemoryHint = a2amqtt.Continuation{
+	ExpectedInput: a2amqtt.ExpectFreeText,
+	ResumeScope:   a2amqtt.ResumeSameTask,
+	HistoryPolicy: a2amqtt.HistoryAgentFetched,
+}
+
 // Execute implements a2asrv.AgentExecutor.
 func (m *Memory) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
-		text := strings.TrimSpace(a2amqtt.TextOf(ec.Message))
+		in, err := a2amqtt.InputsOf(ctx, ec)
+		if err != nil {
+			yield(nil, fmt.Errorf("read the conversation so far: %w", err))
+			return
+		}
+		text := strings.TrimSpace(a2amqtt.TextOf(in.Instruction))
 		if !yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, agentMsg(ec, "thinking")), nil) {
 			return
 		}
@@ -147,25 +185,31 @@ func (m *Memory) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.S
 			return
 		}
 		if strings.HasPrefix(strings.ToLower(text), "remind me") {
-			yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired, agentMsg(ec, MemoryQuestion)), nil)
+			yield(a2amqtt.InputRequired(ec, agentMsg(ec, MemoryQuestion), MemoryHint), nil)
 			return
 		}
-		prior, err := a2amqtt.ContextTasks(ctx, ec.ContextID, ec.TaskID)
-		if err != nil {
-			yield(nil, err)
-			return
-		}
+		// Evidence: the first thing the user said in each earlier task of the context.
 		var said []string
-		for _, t := range prior {
-			if len(t.History) > 0 {
-				said = append(said, fmt.Sprintf("%q", a2amqtt.TextOf(t.History[0])))
+		var turns []a2a.TaskID
+		for _, e := range in.Evidence {
+			if e.Role != a2a.MessageRoleUser || e.TaskID == ec.TaskID || slices.Contains(turns, e.TaskID) {
+				continue
 			}
+			turns = append(turns, e.TaskID)
+			said = append(said, fmt.Sprintf("%q", a2amqtt.TextOf(e)))
 		}
-		answer := fmt.Sprintf("Turn %d. You said %q.", len(prior)+1, text)
+		answer := fmt.Sprintf("Turn %d. You said %q.", len(turns)+1, text)
 		if len(said) > 0 {
 			answer += " Earlier in this conversation you said: " + strings.Join(said, ", ") + "."
 		} else {
 			answer += " This is the start of our conversation."
+		}
+		switch n := len(in.Receipts); n {
+		case 0:
+		case 1:
+			answer += " 1 earlier answer is on record."
+		default:
+			answer += fmt.Sprintf(" %d earlier answers are on record.", n)
 		}
 		if !yield(a2a.NewArtifactEvent(ec, a2a.NewTextPart(answer)), nil) {
 			return

@@ -31,6 +31,9 @@ func BuildCard(agent *a2av1.Agent, id a2amqtt.AgentRef, pool, brokerURL string) 
 		card.SupportedInterfaces = append(card.SupportedInterfaces,
 			a2a.NewAgentInterface(brokerURL+"/"+ref.RequestTopic(), a2amqtt.TransportProtocolMQTT))
 	}
+	for _, e := range spec.Capabilities.Extensions {
+		card.Capabilities.Extensions = append(card.Capabilities.Extensions, a2a.AgentExtension{URI: e.URI, Description: e.Description, Required: e.Required})
+	}
 	if p := spec.Provider; p != nil {
 		card.Provider = &a2a.AgentProvider{Org: p.Organization, URL: p.URL}
 	}

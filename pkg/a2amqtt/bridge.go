@@ -249,20 +249,16 @@ func (b *bridge) GetExtendedAgentCard(ctx context.Context, req *a2a.GetExtendedA
 	return b.inner.GetExtendedAgentCard(ctx, req)
 }
 
-// storeKey carries the responder's task store into executor contexts
-// (a2a-go runs executors on a detached context that keeps values).
-type storeKey struct{}
-
 // ContextTasks lists the tasks of contextID from the task store of the
 // responder serving ctx, oldest first, excluding exclude (typically the
 // current task). Executors use it to ground answers in prior turns of the
 // same conversation (profile: responders MAY use prior task history).
 func ContextTasks(ctx context.Context, contextID string, exclude a2a.TaskID) ([]*a2a.Task, error) {
-	store, ok := ctx.Value(storeKey{}).(taskstore.Store)
+	scope, ok := scopeOf(ctx)
 	if !ok {
 		return nil, errors.New("a2amqtt: ContextTasks called outside a responder request")
 	}
-	return listContext(ctx, store, contextID, exclude)
+	return listContext(ctx, scope.store, contextID, exclude)
 }
 
 func listContext(ctx context.Context, store taskstore.Store, contextID string, exclude a2a.TaskID) ([]*a2a.Task, error) {

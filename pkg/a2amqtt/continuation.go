@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/gowebpki/jcs"
@@ -79,10 +80,26 @@ func SetContinuation(m *a2a.Message, c Continuation) {
 	if m.Metadata == nil {
 		m.Metadata = map[string]any{}
 	}
-	m.Metadata[ContinuationExtensionURI] = c
+	// Stored in its JSON form: task stores copy metadata generically (a2a-go's in-memory store
+	// uses gob, which refuses unregistered types).
+	m.Metadata[ContinuationExtensionURI] = c.jsonObject()
 	if !slices.Contains(m.Extensions, ContinuationExtensionURI) {
 		m.Extensions = append(m.Extensions, ContinuationExtensionURI)
 	}
+}
+
+// jsonObject is c as a decoded JSON object (omitted fields absent).
+func (c Continuation) jsonObject() map[string]any {
+	obj := map[string]any{}
+	for k, v := range map[string]string{
+		"expected_input": string(c.ExpectedInput), "resume_scope": string(c.ResumeScope),
+		"history_policy": string(c.HistoryPolicy), "accepted_history_digest": c.AcceptedHistoryDigest,
+	} {
+		if v != "" {
+			obj[k] = v
+		}
+	}
+	return obj
 }
 
 // ContinuationOf reads the continuation hint of a status message. ok is false when the message
@@ -119,9 +136,27 @@ const (
 	ApprovalDeny    = "deny"
 )
 
+// KagentHITLExtensionURI is kagent's human-in-the-loop extension. ApprovalOf accepts its
+// tool_approval_response (message metadata under this URI, the URI listed in the message's
+// extensions) as an approval answer, so a kagent-style client can answer an a2a-fleet agent's
+// approval request (docs/protocol.md).
+const KagentHITLExtensionURI = "https://kagent.dev/extensions/hitl/v1"
+
 type approvalData struct {
 	Decision string `json:"decision"`
 	Reason   string `json:"reason,omitempty"`
+	// DecisionType is kagent's earlier data-part form {"decision_type": "approve"|"deny"|"reject"}.
+	DecisionType string `json:"decision_type,omitempty"`
+}
+
+// kagentApprovalResponse is kagent hitl/v1's tool_approval_response.
+type kagentApprovalResponse struct {
+	Type      string `json:"type"`
+	Approvals []struct {
+		ID              string `json:"id"`
+		Approved        *bool  `json:"approved"`
+		RejectionReason string `json:"rejection_reason,omitempty"`
+	} `json:"approvals"`
 }
 
 // ApprovalPart is the data part that answers an approval request.
@@ -137,7 +172,28 @@ func ApprovalPart(approve bool, reason string) *a2a.Part {
 	return a2a.NewDataPart(data)
 }
 
-// ApprovalOf finds an approval answer among m's parts: ok is false when there is none.
+// ApprovalMessage is a user message answering an approval request: the approval data part and,
+// for readers that only look at text, the same decision as text ("approve" or "deny: reason").
+func ApprovalMessage(approve bool, reason string) *a2a.Message {
+	text := ApprovalDeny
+	if approve {
+		text = ApprovalApprove
+	}
+	if reason != "" {
+		text += ": " + reason
+	}
+	return a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(text), ApprovalPart(approve, reason))
+}
+
+// ApprovalOf finds an approval answer in m: ok is false when there is none. It accepts
+//   - the extension's data part {"decision": "approve"|"deny", "reason": "..."};
+//   - kagent's data part {"decision_type": "approve"|"deny"|"reject"};
+//   - kagent hitl/v1's tool_approval_response in m.Metadata[KagentHITLExtensionURI] when m lists
+//     that URI in its extensions (kagent's own rule): approved only when every listed call is
+//     approved; the reason joins the rejection reasons.
+//
+// Text such as "go ahead" is not an approval answer: an agent may accept it too, but the
+// conversation service requires the structured form where approval was declared.
 func ApprovalOf(m *a2a.Message) (approved bool, reason string, ok bool) {
 	if m == nil {
 		return false, "", false
@@ -146,12 +202,8 @@ func ApprovalOf(m *a2a.Message) (approved bool, reason string, ok bool) {
 		if p == nil || p.Data() == nil {
 			continue
 		}
-		b, err := json.Marshal(p.Data())
-		if err != nil {
-			continue
-		}
 		var a approvalData
-		if json.Unmarshal(b, &a) != nil {
+		if !decodeVia(p.Data(), &a) {
 			continue
 		}
 		switch a.Decision {
@@ -160,8 +212,45 @@ func ApprovalOf(m *a2a.Message) (approved bool, reason string, ok bool) {
 		case ApprovalDeny:
 			return false, a.Reason, true
 		}
+		switch a.DecisionType {
+		case "approve":
+			return true, a.Reason, true
+		case "deny", "reject":
+			return false, a.Reason, true
+		}
+	}
+	if m.Metadata != nil && slices.Contains(m.Extensions, KagentHITLExtensionURI) {
+		var r kagentApprovalResponse
+		if decodeVia(m.Metadata[KagentHITLExtensionURI], &r) && r.Type == "tool_approval_response" && len(r.Approvals) > 0 {
+			approved = true
+			var reasons []string
+			for _, a := range r.Approvals {
+				if a.Approved == nil {
+					return false, "", false
+				}
+				if !*a.Approved {
+					approved = false
+					if a.RejectionReason != "" {
+						reasons = append(reasons, a.RejectionReason)
+					}
+				}
+			}
+			return approved, strings.Join(reasons, "; "), true
+		}
 	}
 	return false, "", false
+}
+
+// decodeVia converts a decoded JSON value (map[string]any, a struct) into out through JSON.
+func decodeVia(v any, out any) bool {
+	if v == nil {
+		return false
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return false
+	}
+	return json.Unmarshal(b, out) == nil
 }
 
 // historyDigestPreimage is the object whose canonical form is hashed.

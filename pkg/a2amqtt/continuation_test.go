@@ -2,6 +2,8 @@ package a2amqtt
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
@@ -76,5 +78,122 @@ func TestHistoryDigestVector(t *testing.T) {
 	if d1 != want {
 		t.Logf("digest vector: %s", d1)
 		t.Fatalf("digest changed: got %s want %s", d1, want)
+	}
+}
+
+func TestInputRequiredHelper(t *testing.T) {
+	info := a2a.TaskInfo{TaskID: "t1", ContextID: "c1"}
+	question := a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart("deploy?"))
+	hint := Continuation{ExpectedInput: ExpectApproval, ResumeScope: ResumeSameTask, HistoryPolicy: HistoryNone}
+	ev := InputRequired(info, question, hint)
+	if ev.Status.State != a2a.TaskStateInputRequired || ev.TaskID != "t1" || ev.ContextID != "c1" {
+		t.Fatalf("event: %+v", ev)
+	}
+	m := ev.Status.Message
+	if m == question || question.Metadata != nil || len(question.Extensions) != 0 {
+		t.Fatal("the caller's message must not be modified")
+	}
+	if m.TaskID != "t1" || m.ContextID != "c1" || m.Role != a2a.MessageRoleAgent || TextOf(m) != "deploy?" {
+		t.Fatalf("status message: %+v", m)
+	}
+	i, ok := InterruptionOf(ev)
+	if !ok || i.Continuation == nil || *i.Continuation != hint || !i.ExpectsApproval() || i.Question() != "deploy?" || i.HintError != nil {
+		t.Fatalf("InterruptionOf: %+v %v", i, ok)
+	}
+	auth := AuthRequired(info, nil, Continuation{ExpectedInput: ExpectCredential})
+	if auth.Status.State != a2a.TaskStateAuthRequired || TextOf(auth.Status.Message) != "Credentials expected." {
+		t.Fatalf("auth-required: %+v", auth.Status)
+	}
+	// A Task result in input-required carries the same hint; other states are no interruption.
+	task := &a2a.Task{ID: "t1", ContextID: "c1", Status: ev.Status}
+	if i, ok := InterruptionOf(task); !ok || i.Continuation == nil || i.TaskID != "t1" {
+		t.Fatalf("task interruption: %+v %v", i, ok)
+	}
+	if _, ok := InterruptionOf(a2a.NewStatusUpdateEvent(info, a2a.TaskStateWorking, nil)); ok {
+		t.Fatal("working is no interruption")
+	}
+	bad := InputRequired(info, nil, Continuation{})
+	bad.Status.Message.Metadata[ContinuationExtensionURI] = map[string]any{"resume_scope": "sometime"}
+	if i, ok := InterruptionOf(bad); !ok || i.Continuation != nil || i.HintError == nil {
+		t.Fatalf("a malformed hint must be reported: %+v", i)
+	}
+}
+
+func TestDeclareContinuation(t *testing.T) {
+	card := &a2a.AgentCard{Name: "x"}
+	DeclareContinuation(DeclareContinuation(card))
+	if len(card.Capabilities.Extensions) != 1 || !DeclaresExtension(card, ContinuationExtensionURI) || card.Capabilities.Extensions[0].Required {
+		t.Fatalf("extensions: %+v", card.Capabilities.Extensions)
+	}
+	if DeclaresExtension(nil, ContinuationExtensionURI) || DeclaresExtension(card, KagentHITLExtensionURI) {
+		t.Fatal("DeclaresExtension")
+	}
+}
+
+// TestApprovalForms: the extension's data part, kagent's decision_type data part and kagent
+// hitl/v1's tool_approval_response are all approval answers; text is not.
+func TestApprovalForms(t *testing.T) {
+	roundTrip := func(m *a2a.Message) *a2a.Message {
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back a2a.Message
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		return &back
+	}
+	kagent := func(approvals ...map[string]any) *a2a.Message {
+		m := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("decided"))
+		m.Extensions = []string{KagentHITLExtensionURI}
+		m.Metadata = map[string]any{KagentHITLExtensionURI: map[string]any{"type": "tool_approval_response", "approvals": approvals}}
+		return m
+	}
+	for _, tc := range []struct {
+		name     string
+		msg      *a2a.Message
+		ok, yes  bool
+		reasonIs string
+	}{
+		{"approval message", ApprovalMessage(true, ""), true, true, ""},
+		{"deny with reason", ApprovalMessage(false, "too risky"), true, false, "too risky"},
+		{"kagent decision_type approve", a2a.NewMessage(a2a.MessageRoleUser, a2a.NewDataPart(map[string]any{"decision_type": "approve"})), true, true, ""},
+		{"kagent decision_type reject", a2a.NewMessage(a2a.MessageRoleUser, a2a.NewDataPart(map[string]any{"decision_type": "reject"})), true, false, ""},
+		{"kagent hitl all approved", kagent(map[string]any{"id": "a", "approved": true}, map[string]any{"id": "b", "approved": true}), true, true, ""},
+		{"kagent hitl one rejected", kagent(map[string]any{"id": "a", "approved": true}, map[string]any{"id": "b", "approved": false, "rejection_reason": "not prod"}), true, false, "not prod"},
+		{"kagent hitl without approved", kagent(map[string]any{"id": "a"}), false, false, ""},
+		{"text only", a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("go ahead")), false, false, ""},
+		{"other data", a2a.NewMessage(a2a.MessageRoleUser, a2a.NewDataPart(map[string]any{"decision": "maybe"})), false, false, ""},
+	} {
+		approved, reason, ok := ApprovalOf(roundTrip(tc.msg))
+		if ok != tc.ok || approved != tc.yes || reason != tc.reasonIs {
+			t.Errorf("%s: ApprovalOf = %v %q %v, want %v %q %v", tc.name, approved, reason, ok, tc.yes, tc.reasonIs, tc.ok)
+		}
+	}
+	// kagent's rule: the metadata counts only when the message lists the extension.
+	m := kagent(map[string]any{"id": "a", "approved": true})
+	m.Extensions = nil
+	if _, _, ok := ApprovalOf(m); ok {
+		t.Fatal("a hitl payload without the URI in extensions is not an answer")
+	}
+	if TextOf(ApprovalMessage(false, "no")) != "deny: no" {
+		t.Fatal("the approval message says its decision in text too")
+	}
+}
+
+func TestContinuationMismatchError(t *testing.T) {
+	hint := Continuation{ExpectedInput: ExpectApproval, ResumeScope: ResumeSameTask}
+	e := NewContinuationMismatch(hint, "t1", "c1", "approve or deny")
+	var err error = e
+	if !errors.Is(err, ErrContinuationMismatch) || e.IsBindingError() || e.Retryable() || e.Code != -32063 {
+		t.Fatalf("classification: %v", e)
+	}
+	got, reason, ok := ContinuationMismatchOf(fmt.Errorf("wrapped: %w", err))
+	if !ok || got != hint || reason != "approve or deny" {
+		t.Fatalf("ContinuationMismatchOf = %+v %q %v", got, reason, ok)
+	}
+	if _, _, ok := ContinuationMismatchOf(NewBindingError(A2AErrorTransportProtocolError, "x")); ok {
+		t.Fatal("other errors are no mismatch")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -39,13 +40,28 @@ type ConversationState struct {
 	// Pending is the task waiting for input (input-required or
 	// auth-required); the next turn resumes it.
 	Pending *PendingTask `json:"pending,omitempty"`
+	// Transcript is the conversation as this requester saw it: one A2A Task per turn (oldest
+	// first, at most MaxTranscriptTasks) with the messages sent and received and the artifacts.
+	// It is what the conversation supplies as history when the agent asks for it
+	// (history_policy client_supplied, or SetSupplyHistory).
+	Transcript []*a2a.Task `json:"transcript,omitempty"`
+	// SupplyHistory makes every turn carry the transcript (SuppliedHistory). It is set when the
+	// agent's continuation hint says history_policy client_supplied.
+	SupplyHistory bool `json:"supplyHistory,omitempty"`
 }
+
+// MaxTranscriptTasks bounds ConversationState.Transcript (the oldest turns are dropped).
+const MaxTranscriptTasks = 20
 
 // PendingTask is an interrupted task and the agent's question.
 type PendingTask struct {
 	TaskID   a2a.TaskID    `json:"taskId"`
 	State    a2a.TaskState `json:"state"`
 	Question string        `json:"question,omitempty"`
+	// Continuation is the agent's continuation hint, when it declared one: what kind of answer
+	// it expects (e.g. ExpectApproval: answer with ApprovalMessage), how to resume, where it
+	// takes history from.
+	Continuation *Continuation `json:"continuation,omitempty"`
 }
 
 // NewConversation starts a conversation with a new UUIDv4 context id.
@@ -76,9 +92,28 @@ func (c *Conversation) State() ConversationState {
 	st.Tasks = append([]a2a.TaskID(nil), c.state.Tasks...)
 	if c.state.Pending != nil {
 		p := *c.state.Pending
+		if p.Continuation != nil {
+			h := *p.Continuation
+			p.Continuation = &h
+		}
 		st.Pending = &p
 	}
+	st.Transcript = make([]*a2a.Task, 0, len(c.state.Transcript))
+	for _, t := range c.state.Transcript {
+		st.Transcript = append(st.Transcript, copyTask(t))
+	}
+	if len(st.Transcript) == 0 {
+		st.Transcript = nil
+	}
 	return st
+}
+
+// SetSupplyHistory makes every following turn carry the conversation's transcript as supplied
+// history (or stops it); an agent asks for it with history_policy client_supplied.
+func (c *Conversation) SetSupplyHistory(on bool) {
+	c.mu.Lock()
+	c.state.SupplyHistory = on
+	c.mu.Unlock()
 }
 
 // Pending returns the interrupted task the next turn will resume, if any.
@@ -155,12 +190,86 @@ func (c *Conversation) nextRequest(msg *a2a.Message) *a2a.SendMessageRequest {
 		m.Role = a2a.MessageRoleUser
 	}
 	m.ContextID = c.state.ContextID
-	if c.state.Pending != nil {
-		m.TaskID = c.state.Pending.TaskID
-	} else {
+	switch p := c.state.Pending; {
+	case p != nil && p.Continuation != nil && p.Continuation.ResumeScope == ResumeNewTaskInContext:
+		// The agent asked for the answer in a new task of the context; the paused task is left
+		// to it (the conversation service refuses the answer on the paused task).
+		m.TaskID = a2a.TaskID(uuid.NewString())
+		c.state.Pending = nil
+	case p != nil:
+		m.TaskID = p.TaskID
+	default:
 		m.TaskID = a2a.TaskID(uuid.NewString())
 	}
-	return &a2a.SendMessageRequest{Message: &m}
+	req := &a2a.SendMessageRequest{Message: &m}
+	if c.state.SupplyHistory {
+		var prior []*a2a.Task
+		for _, t := range c.state.Transcript {
+			if t.ID != m.TaskID {
+				prior = append(prior, copyTask(t))
+			}
+		}
+		SupplyHistory(req, SuppliedHistory{Tasks: prior})
+	}
+	c.recordLocked(m.TaskID, func(t *a2a.Task) { t.History = append(t.History, copyMessage(&m)) })
+	return req
+}
+
+// recordLocked applies fn to the transcript's task id (created at the end when new).
+func (c *Conversation) recordLocked(id a2a.TaskID, fn func(*a2a.Task)) {
+	for _, t := range c.state.Transcript {
+		if t.ID == id {
+			fn(t)
+			return
+		}
+	}
+	t := &a2a.Task{ID: id, ContextID: c.state.ContextID, Status: a2a.TaskStatus{State: a2a.TaskStateSubmitted}}
+	fn(t)
+	c.state.Transcript = append(c.state.Transcript, t)
+	if n := len(c.state.Transcript) - MaxTranscriptTasks; n > 0 {
+		c.state.Transcript = slices.Delete(c.state.Transcript, 0, n)
+	}
+}
+
+// recordEventLocked folds an event of task id into the transcript: status messages join the
+// task's history, artifacts its artifacts (a2a-go's rules).
+func (c *Conversation) recordEventLocked(id a2a.TaskID, ev a2a.Event) {
+	c.recordLocked(id, func(t *a2a.Task) {
+		switch v := ev.(type) {
+		case *a2a.Task:
+			known := map[string]bool{}
+			for _, m := range t.History {
+				known[m.ID] = true
+			}
+			for _, m := range v.History {
+				if m != nil && !known[m.ID] {
+					t.History = append(t.History, copyMessage(m))
+					known[m.ID] = true
+				}
+			}
+			for _, a := range v.Artifacts {
+				_, _ = apply(t, &a2a.TaskArtifactUpdateEvent{TaskID: t.ID, ContextID: t.ContextID, Artifact: a})
+			}
+			t.Status = v.Status
+			t.Status.Message = nil
+			if m := v.Status.Message; m != nil && !known[m.ID] {
+				t.History = append(t.History, copyMessage(m))
+			}
+		case *a2a.TaskStatusUpdateEvent:
+			t.Status = v.Status
+			t.Status.Message = nil
+			if v.Status.Message != nil {
+				t.History = append(t.History, copyMessage(v.Status.Message))
+			}
+		case *a2a.TaskArtifactUpdateEvent:
+			ev := *v
+			ev.TaskID, ev.ContextID = t.ID, t.ContextID
+			_, _ = apply(t, &ev)
+		case *a2a.Message:
+			t.Status = a2a.TaskStatus{State: a2a.TaskStateCompleted}
+			t.History = append(t.History, copyMessage(v))
+		}
+	})
 }
 
 // observe updates state from an event of the current turn.
@@ -174,17 +283,26 @@ func (c *Conversation) observe(taskID a2a.TaskID, ev a2a.Event) {
 		state, status = v.Status.State, v.Status.Message
 	case *a2a.Message:
 		state = a2a.TaskStateCompleted
-	default:
-		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.recordEventLocked(taskID, ev)
+	if state == "" {
+		return
+	}
 	if len(c.state.Tasks) == 0 || c.state.Tasks[len(c.state.Tasks)-1] != taskID {
 		c.state.Tasks = append(c.state.Tasks, taskID)
 	}
 	switch {
 	case state == a2a.TaskStateInputRequired || state == a2a.TaskStateAuthRequired:
-		c.state.Pending = &PendingTask{TaskID: taskID, State: state, Question: TextOf(status)}
+		p := &PendingTask{TaskID: taskID, State: state, Question: TextOf(status)}
+		if hint, ok, err := ContinuationOf(status); ok && err == nil {
+			p.Continuation = &hint
+			if hint.HistoryPolicy == HistoryClientSupplied {
+				c.state.SupplyHistory = true
+			}
+		}
+		c.state.Pending = p
 	case state.Terminal():
 		c.state.Pending = nil
 	}

@@ -80,12 +80,24 @@ var (
 	ErrContextExpired      = errors.New("conversation context expired")
 	ErrConcurrencyLimit    = errors.New("conversation concurrency limit reached")
 	ErrActiveContextsLimit = errors.New("active conversation contexts limit reached")
+	// ErrContinuationMismatch: the message does not answer a paused task the way its responder
+	// declared in the continuation hint (-32063, error.data.expected is the hint; see
+	// ContinuationMismatchOf).
+	ErrContinuationMismatch = errors.New("message does not continue the conversation the way the responder declared")
 )
 
+// CodeContinuationMismatch is the JSON-RPC code of a continuation_mismatch refusal (the
+// conversation service enforces the hint a responder declared; docs/protocol.md).
+const CodeContinuationMismatch = -32063
+
+// A2AErrorContinuationMismatch is error.data.a2a_error of CodeContinuationMismatch.
+const A2AErrorContinuationMismatch = "continuation_mismatch"
+
 var conversationErrors = map[string]error{
-	"context_expired":       ErrContextExpired,
-	"concurrency_limit":     ErrConcurrencyLimit,
-	"active_contexts_limit": ErrActiveContextsLimit,
+	"context_expired":            ErrContextExpired,
+	"concurrency_limit":          ErrConcurrencyLimit,
+	"active_contexts_limit":      ErrActiveContextsLimit,
+	A2AErrorContinuationMismatch: ErrContinuationMismatch,
 }
 
 var bindingErrors = map[string]struct {

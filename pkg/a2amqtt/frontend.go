@@ -67,7 +67,7 @@ func callContext(ctx context.Context, in *inbound) context.Context {
 
 // serveV1 answers one A2A v1.0 request through the bridge.
 func (r *Responder) serveV1(ctx context.Context, out *replier, in *inbound, req *InboundRequest) {
-	ctx = callContext(context.WithValue(ctx, storeKey{}, r.store), in)
+	ctx = callContext(context.WithValue(ctx, scopeKey{}, r.scope), in)
 	defer func() {
 		if v := recover(); v != nil {
 			r.log.Error("request handler panicked", "method", req.Method, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))

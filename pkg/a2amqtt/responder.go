@@ -65,6 +65,21 @@ type ResponderOptions struct {
 	AcceptMissingTaskID bool
 	// DisableV03 stops answering A2A v0.3 methods (message/send, ...).
 	DisableV03 bool
+
+	// History chooses where InputsOf takes a turn's prior messages and artifacts from:
+	// HistoryAgentFetched: from HistoryFrom when set, else from TaskStore; HistoryClientSupplied:
+	// only from the request (SuppliedHistory); HistoryNone: nowhere. "" (the default): the
+	// request's when it supplies history, else as HistoryAgentFetched. An agent that declares a
+	// continuation hint says the same in its history_policy.
+	History HistoryPolicy
+	// HistoryFrom is the agent that serves the conversation history with ListTasks
+	// (contextId, historyLength, includeArtifacts): a2a-fleet's conversation service for an agent
+	// a ConversationPolicy governs (its history mode Messages keeps message content). The
+	// responder creates a requester on its connection for it.
+	HistoryFrom *AgentRef
+	// HistoryLength bounds the prior messages InputsOf returns (the most recent; default
+	// DefaultHistoryLength) and is the historyLength asked of HistoryFrom.
+	HistoryLength int
 }
 
 // Responder serves an A2A agent on its request topic (and optional pools).
@@ -82,6 +97,8 @@ type Responder struct {
 	stopWorkers chan struct{}
 	stopOnce    sync.Once
 	subs        []*Subscription
+	scope       *inputsConfig
+	history     *Requester
 
 	wg      sync.WaitGroup
 	closing atomic.Bool
@@ -118,6 +135,16 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 			return nil, fmt.Errorf("a2amqtt: %w", err)
 		}
 	}
+	switch opts.History {
+	case "", HistoryAgentFetched, HistoryClientSupplied, HistoryNone:
+	default:
+		return nil, fmt.Errorf("a2amqtt: ResponderOptions.History %q: want %s, %s or %s", opts.History, HistoryAgentFetched, HistoryClientSupplied, HistoryNone)
+	}
+	if opts.HistoryFrom != nil {
+		if err := opts.HistoryFrom.Validate(); err != nil {
+			return nil, fmt.Errorf("a2amqtt: ResponderOptions.HistoryFrom: %w", err)
+		}
+	}
 	store := opts.TaskStore
 	if store == nil {
 		store = NewTaskStore()
@@ -150,6 +177,15 @@ func NewResponder(ctx context.Context, conn *Conn, opts ResponderOptions) (*Resp
 		idle:   make(chan *inbound),
 
 		stopWorkers: make(chan struct{}),
+		scope:       &inputsConfig{store: store, policy: opts.History, length: historyLengthOrDefault(opts.HistoryLength)},
+	}
+	if opts.HistoryFrom != nil {
+		hr, err := NewRequester(ctx, conn, RequesterOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("a2amqtt: responder %s: history requester: %w", conn.Agent(), err)
+		}
+		r.history = hr
+		r.scope.history = hr.Transport(*opts.HistoryFrom)
 	}
 	me := conn.Agent()
 	requestTopic := me.RequestTopic()
@@ -211,6 +247,12 @@ func (r *Responder) Close(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("a2amqtt: responder close: %w", ctx.Err()))
+	}
+	// Executors fetch history until they finish: the history requester goes last.
+	if r.history != nil {
+		if err := r.history.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -351,7 +393,7 @@ func (r *Responder) serve(in *inbound) {
 		return
 	}
 	handler := r.v03
-	hreq, err := http.NewRequestWithContext(context.WithValue(ctx, storeKey{}, r.store), http.MethodPost, "/", bytes.NewReader(in.payload))
+	hreq, err := http.NewRequestWithContext(context.WithValue(ctx, scopeKey{}, r.scope), http.MethodPost, "/", bytes.NewReader(in.payload))
 	if err != nil {
 		out.sendError(ctx, req.ID, rpcErrorFrom(fmt.Errorf("build handler request: %w", err)))
 		return
