@@ -98,7 +98,7 @@ echo "$first"
 # "task ID (context ID): input-required", then the agent's question.
 read -r task ctx state < <(sed -n 's/^task \([^ ]*\) (context \([^)]*\)): \(.*\)$/\1 \2 \3/p' <<<"$first")
 [[ "$state" == input-required ]] || { echo "kind-e2e: expected input-required, got '$state'" >&2; exit 1; }
-second="$("$work/a2actl" send acme/demo/confirm "go ahead" --task-id "$task" --context-id "$ctx" --timeout 30s)"
+second="$("$work/a2actl" send acme/demo/confirm "go ahead" --approve --task-id "$task" --context-id "$ctx" --timeout 30s)"
 echo "$second"
 grep -q '): completed$' <<<"$second" || { echo "kind-e2e: expected the task to complete" >&2; exit 1; }
 echo "kind-e2e: ok"

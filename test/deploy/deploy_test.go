@@ -157,7 +157,7 @@ func installAndChat(t *testing.T, objs []*unstructured.Unstructured) {
 	if err != nil || !ok || state != "input-required" {
 		t.Fatalf("a2actl send confirm: %v (state %q)\n%s", err, state, out)
 	}
-	out, err = s.A2actl(ctx, "default", "console", "send", "acme/demo/confirm", "go ahead", "--task-id", task, "--context-id", contextID, "--timeout", "30s")
+	out, err = s.A2actl(ctx, "default", "console", "send", "acme/demo/confirm", "go ahead", "--approve", "--task-id", task, "--context-id", contextID, "--timeout", "30s")
 	if _, _, state, ok := installed.ParseTask(out); err != nil || !ok || state != "completed" {
 		t.Fatalf("a2actl answer confirm: %v (state %q)\n%s", err, state, out)
 	}

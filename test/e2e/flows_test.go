@@ -197,10 +197,19 @@ func seedFlows(t *testing.T, kind string) {
 		if err != nil || state(res) != a2a.TaskStateInputRequired || !strings.Contains(a2amqtt.ResultText(res), "go ahead") {
 			t.Fatalf("plan: %v %v %q", err, state(res), a2amqtt.ResultText(res))
 		}
-		if res, err = cc.Send(ctx, "hmm, not sure"); err != nil || state(res) != a2a.TaskStateInputRequired {
-			t.Fatalf("re-ask: %v %v", err, state(res))
+		// The agent declared expected_input approval (continuation hint): through the service an
+		// answer that is neither approve nor deny is refused before it reaches the agent, and the
+		// task still waits (seed 001's "re-ask" is what the agent does when reached directly).
+		if _, err = cc.Send(ctx, "hmm, not sure"); !errors.Is(err, a2amqtt.ErrContinuationMismatch) {
+			t.Fatalf("an answer without approve/deny: want continuation_mismatch, got %v", err)
 		}
-		if res, err = cc.Send(ctx, "go ahead"); err != nil || state(res) != a2a.TaskStateCompleted || len(cc.State().Tasks) != 1 {
+		if p, ok := cc.Pending(); !ok || p.Continuation == nil || p.Continuation.ExpectedInput != a2amqtt.ExpectApproval {
+			t.Fatalf("the task must still wait for an approval: %+v %v", p, ok)
+		}
+		// "go ahead" as a2actl chat sends it: the text and the approve data part.
+		msg := a2amqtt.ApprovalMessage(true, "")
+		msg.Parts = append(a2a.ContentParts{a2a.NewTextPart("go ahead")}, msg.Parts[1:]...)
+		if res, err = cc.SendMessage(ctx, msg); err != nil || state(res) != a2a.TaskStateCompleted || len(cc.State().Tasks) != 1 {
 			t.Fatalf("confirm: %v %v tasks=%v", err, state(res), cc.State().Tasks)
 		}
 	})
