@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs Mosquitto 2.x (broker + clients) from Debian packages for the
-# broker tests in internal/brokertest and pkg/a2amqtt.
+# broker tests in internal/brokertest and pkg/a2amqtt, and the command-line
+# clients (mosquitto_pub, mosquitto_sub, mosquitto_rr: Debian's
+# mosquitto-clients) that the suites and docs use.
 #
-# Idempotent: does nothing when a 2.x mosquitto is already installed.
+# Idempotent: does nothing when a 2.x mosquitto and the three clients are
+# already installed; installs only what is missing otherwise.
 # Non-interactive: safe for CI (runs as root, no stdin).
 # The package's auto-started system service is stopped and disabled because
 # tests start their own mosquitto processes on free loopback ports and a
@@ -36,8 +39,17 @@ stop_service() {
 	fi
 }
 
-if have_mosquitto2; then
-	echo "mosquitto 2.x already installed: $("$MOSQUITTO_BIN" -h 2>&1 | head -n1)"
+CLIENTS=(mosquitto_pub mosquitto_sub mosquitto_rr)
+
+have_clients() {
+	local c
+	for c in "${CLIENTS[@]}"; do
+		command -v "$c" >/dev/null 2>&1 || return 1
+	done
+}
+
+if have_mosquitto2 && have_clients; then
+	echo "mosquitto 2.x already installed: $("$MOSQUITTO_BIN" -h 2>&1 | head -n1); clients: ${CLIENTS[*]}"
 	stop_service
 	exit 0
 fi
@@ -48,8 +60,14 @@ else
 	SUDO=
 fi
 
+# Only the missing packages: a machine with the broker but without the clients
+# (or the other way round) gets just the other package.
+PACKAGES=()
+have_mosquitto2 || PACKAGES+=(mosquitto)
+have_clients || PACKAGES+=(mosquitto-clients)
+
 apt_install() {
-	$SUDO apt-get install -y -q --no-install-recommends mosquitto mosquitto-clients </dev/null
+	$SUDO apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" </dev/null
 }
 
 # Only refresh the package lists when the install fails without it: the
@@ -66,4 +84,8 @@ if ! have_mosquitto2; then
 	"$MOSQUITTO_BIN" -h 2>&1 | head -n1 >&2 || true
 	exit 1
 fi
-echo "installed: $("$MOSQUITTO_BIN" -h 2>&1 | head -n1)"
+if ! have_clients; then
+	echo "install-mosquitto: ${CLIENTS[*]} not all on PATH after installing mosquitto-clients" >&2
+	exit 1
+fi
+echo "installed: $("$MOSQUITTO_BIN" -h 2>&1 | head -n1); clients: ${CLIENTS[*]}"
