@@ -196,7 +196,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 		return ctrl.Result{}, fmt.Errorf("register agent: %w", regErr)
 	}
 	logf.FromContext(ctx).V(1).Info("reconciled agent", "clientID", agent.Status.ClientID, "policy", agent.Status.ConversationPolicy)
-	return result, nil
+	return pending.requeue(result), nil
 }
 
 // observe resolves what the Agent's identity implies: client ID, topics, governing policy.

@@ -5,11 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -32,6 +36,29 @@ const (
 	// writes carry "true"; "false" (from older versions, or written by hand) makes the next
 	// reconcile push the Secret's password again.
 	annotationPasswordSynced = "a2a.fleet.dev/password-synced"
+	// annotationPasswordStaged on the Secret (RFC 3339) marks a new password that waits in the
+	// Secret for the workload's old pods to go: they still run with the old password, which the
+	// broker keeps until then (a staged rotation, see stageRotation). It goes when the broker
+	// gets the new password.
+	annotationPasswordStaged = "a2a.fleet.dev/password-staged"
+)
+
+// Events of a staged rotation.
+const (
+	// EventCredentialsActivated: the broker now accepts only the new password (the workload's old
+	// pods are gone).
+	EventCredentialsActivated = "CredentialsActivated"
+	// EventCredentialsRolloutTimeout: the old pods did not go in time; the broker got the new
+	// password anyway (a rotation must end: the old password is revoked), disconnecting them.
+	EventCredentialsRolloutTimeout = "CredentialsRolloutTimedOut"
+)
+
+// Timing of a staged rotation: how often the Deployment is looked at while the old pods drain
+// (its status changes wake the Agent too; this is the safety net), and how long after the pods'
+// termination grace period the broker keeps the old password at most.
+const (
+	stagedRotationRecheck = 5 * time.Second
+	stagedRotationSlack   = 2 * time.Minute
 )
 
 // credentialsConflictError: a Secret with the credentials' name exists and is not the Agent's.
@@ -50,9 +77,14 @@ type pendingCredentials struct {
 	write string
 	// event is the Event reason recorded once the write succeeded.
 	event, eventNote string
-	// markSynced: the Secret's password was written by hand or by an older version and is not
-	// known to be on the broker; mark it once Register has pushed it.
+	// markSynced: the Secret's password is not known to be on the broker (written by hand, by an
+	// older version, or staged for a workload whose old pods are gone now); mark it once Register
+	// has pushed it.
 	markSynced bool
+	// activated is the Event recorded once a staged password is on the broker ("" when none).
+	activated, activatedType, activatedNote string
+	// recheck > 0: a staged password waits for the workload's old pods; look again this soon.
+	recheck time.Duration
 }
 
 // checksum is the digest of the credentials put into the workload's pod template.
@@ -61,10 +93,23 @@ func (p *pendingCredentials) checksum() string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// requeue shortens result to the staged rotation's recheck, when one waits.
+func (p *pendingCredentials) requeue(result ctrl.Result) ctrl.Result {
+	if p != nil && p.recheck > 0 && (result.RequeueAfter <= 0 || p.recheck < result.RequeueAfter) {
+		result.RequeueAfter = p.recheck
+	}
+	return result
+}
+
 // prepareCredentials reads the Agent's credentials Secret and decides what this reconcile does
 // with it: keep it, or generate a new password (no Secret yet, the Secret was deleted, or a
 // rotation was asked for). Nothing is written here: persist writes after the broker has the
 // password, so a Secret never holds a password the broker refuses (and one API write is saved).
+//
+// The exception is a staged rotation (stageRotation): when the Agent's workload runs pods with
+// the old password, the new one goes into the Secret first (marked not synced), the Deployment
+// rolls (Recreate: the old pods drain and go before new ones start), and only then does the
+// broker get it; the new pods' refused CONNECTs retry meanwhile.
 func (r *AgentReconciler) prepareCredentials(ctx context.Context, agent *a2av1.Agent) (*pendingCredentials, error) {
 	clientID := identity.Of(agent).ClientID()
 	username := identity.BrokerUsername(agent)
@@ -107,6 +152,7 @@ func (r *AgentReconciler) prepareCredentials(ctx context.Context, agent *a2av1.A
 	}
 	if exists && !needPassword && string(secret.Data[identity.SecretKeyClientID]) == clientID && string(secret.Data[identity.SecretKeyUsername]) == username {
 		synced := secret.Annotations[annotationPasswordSynced] == "true"
+		staged := ""
 		if !synced {
 			// The cache may not have seen our own "synced" mark yet; ask the API server before
 			// pushing the password to the broker a second time.
@@ -116,24 +162,46 @@ func (r *AgentReconciler) prepareCredentials(ctx context.Context, agent *a2av1.A
 			}
 			synced = fresh.Annotations[annotationPasswordSynced] == "true" &&
 				string(fresh.Data[identity.SecretKeyPassword]) == string(secret.Data[identity.SecretKeyPassword])
+			staged = fresh.Annotations[annotationPasswordStaged]
 		}
 		agent.Status.CredentialsSecret = secret.Name
-		return &pendingCredentials{
+		p := &pendingCredentials{
 			creds: registration.Credentials{Username: username, Password: string(secret.Data[identity.SecretKeyPassword]),
 				ClientID: clientID, PasswordChanged: !synced},
 			markSynced: !synced,
-		}, nil
+		}
+		if !synced && staged != "" {
+			if err := r.finishStagedRotation(ctx, agent, secret.Name, staged, p); err != nil {
+				return nil, err
+			}
+		}
+		return p, nil
 	}
 
 	password := string(secret.Data[identity.SecretKeyPassword])
 	p := &pendingCredentials{secret: secret, write: "update"}
+	// A new password for an identity the broker already has (a rotation, a deleted Secret)
+	// while the workload runs pods with the old one: staged.
+	// (Without a broker there is nothing to stage.)
+	replacing := needPassword && (exists || agent.Status.CredentialsSecret != "") && r.Registrar != nil
+	staged := false
+	if replacing {
+		if staged, err = r.workloadHoldsCredentials(ctx, agent); err != nil {
+			return nil, err
+		}
+	}
+	const stagedNote = " (the workload rolls to it; the broker keeps the old one until its old pods are gone)"
 	switch {
+	case !exists && agent.Status.CredentialsSecret != "" && staged:
+		p.write, p.event, p.eventNote = "create", EventCredentialsRecreate, "Secret %s was deleted: generated a new broker password"+stagedNote
 	case !exists && agent.Status.CredentialsSecret != "":
-		p.write, p.event, p.eventNote = "create", EventCredentialsRecreate, "Secret %s was deleted: generated a new broker password (workloads roll to it)"
+		p.write, p.event, p.eventNote = "create", EventCredentialsRecreate, "Secret %s was deleted: generated a new broker password"
 	case !exists:
 		p.write, p.event, p.eventNote = "create", EventCredentialsCreated, "generated broker credentials in Secret %s"
+	case needPassword && staged:
+		p.event, p.eventNote = EventCredentialsRotated, "generated a new broker password in Secret %s"+stagedNote
 	case needPassword:
-		p.event, p.eventNote = EventCredentialsRotated, "generated a new broker password in Secret %s (workloads roll to it)"
+		p.event, p.eventNote = EventCredentialsRotated, "generated a new broker password in Secret %s"
 	default:
 		p.event, p.eventNote = EventCredentialsRotated, "rewrote the identity in Secret %s"
 	}
@@ -153,6 +221,11 @@ func (r *AgentReconciler) prepareCredentials(ctx context.Context, agent *a2av1.A
 	}
 	secret.Annotations[annotationRotatedFor] = wantRotation
 	secret.Annotations[annotationPasswordSynced] = "true"
+	delete(secret.Annotations, annotationPasswordStaged)
+	if staged {
+		secret.Annotations[annotationPasswordSynced] = "false"
+		secret.Annotations[annotationPasswordStaged] = time.Now().UTC().Format(time.RFC3339)
+	}
 	if secret.Labels == nil {
 		secret.Labels = map[string]string{}
 	}
@@ -162,8 +235,76 @@ func (r *AgentReconciler) prepareCredentials(ctx context.Context, agent *a2av1.A
 		return nil, fmt.Errorf("own credentials secret: %w", err)
 	}
 	agent.Status.CredentialsSecret = secret.Name
-	p.creds = registration.Credentials{Username: username, Password: password, ClientID: clientID, PasswordChanged: true}
+	// A staged password stays off the broker for now: the old pods keep their connections and
+	// finish their work. (If the broker has no client for the identity at all, Register creates
+	// it with this password: nothing runs with the old one there.)
+	p.creds = registration.Credentials{Username: username, Password: password, ClientID: clientID, PasswordChanged: !staged}
+	if staged {
+		p.recheck = stagedRotationRecheck
+	}
 	return p, nil
+}
+
+// workloadHoldsCredentials reports whether the Agent's workload runs pods that hold its current
+// credentials: its Deployment exists, is the Agent's and wants pods. A new password for it is
+// staged (prepareCredentials).
+func (r *AgentReconciler) workloadHoldsCredentials(ctx context.Context, agent *a2av1.Agent) (bool, error) {
+	if agent.Spec.Workload == nil {
+		return false, nil
+	}
+	deploy := &appsv1.Deployment{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: WorkloadName(agent)}, deploy)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get workload deployment: %w", err)
+	}
+	return metav1.IsControlledBy(deploy, agent) && ptr.Deref(deploy.Spec.Replicas, 1) > 0, nil
+}
+
+// finishStagedRotation decides whether a staged password goes to the broker in this reconcile:
+// when the workload's Deployment runs only pods with it (rolledOut: with Recreate, every old pod
+// has terminated), when there is no workload any more, or when the old pods did not go within
+// their termination grace period plus stagedRotationSlack (the old password must not stay valid
+// for ever: they are disconnected, with a Warning). Otherwise the broker keeps the old password
+// and the Agent is looked at again soon.
+func (r *AgentReconciler) finishStagedRotation(ctx context.Context, agent *a2av1.Agent, secretName, stagedAt string, p *pendingCredentials) error {
+	since, err := time.Parse(time.RFC3339, stagedAt)
+	if err != nil {
+		since = time.Time{} // unreadable (edited by hand): do not wait
+	}
+	deploy := &appsv1.Deployment{}
+	err = r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: WorkloadName(agent)}, deploy)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get workload deployment: %w", err)
+	}
+	gone := apierrors.IsNotFound(err) || agent.Spec.Workload == nil || !metav1.IsControlledBy(deploy, agent)
+	waited := time.Since(since)
+	switch {
+	case gone || rolledOut(deploy, p.checksum()):
+		p.activated, p.activatedType = EventCredentialsActivated, corev1.EventTypeNormal
+		p.activatedNote = fmt.Sprintf("the broker now accepts the new password of Secret %s: the workload's old pods are gone (%s after the rotation)", secretName, waited.Round(100*time.Millisecond))
+	case since.IsZero() || waited > stagedRotationTimeout(agent):
+		p.activated, p.activatedType = EventCredentialsRolloutTimeout, corev1.EventTypeWarning
+		p.activatedNote = fmt.Sprintf("the workload's old pods were still there %s after the rotation: the broker got the new password of Secret %s anyway (the old one is revoked; pods still using it are disconnected)", waited.Round(time.Second), secretName)
+	default:
+		// Not yet: the broker keeps the old password.
+		p.creds.PasswordChanged, p.markSynced = false, false
+		p.recheck = min(stagedRotationRecheck, stagedRotationTimeout(agent)-waited+time.Second)
+	}
+	return nil
+}
+
+// stagedRotationTimeout bounds how long the broker keeps an old password for a workload's old
+// pods: their termination grace period (the time they may take to finish their work) plus
+// stagedRotationSlack for the rollout itself.
+func stagedRotationTimeout(agent *a2av1.Agent) time.Duration {
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if w := agent.Spec.Workload; w != nil && w.Template.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *w.Template.Spec.TerminationGracePeriodSeconds
+	}
+	return time.Duration(grace)*time.Second + stagedRotationSlack
 }
 
 // persist writes what prepareCredentials decided, once the broker has the password.
@@ -176,7 +317,13 @@ func (p *pendingCredentials) persist(ctx context.Context, r *AgentReconciler, ag
 		err = r.Update(ctx, p.secret)
 	case "":
 		if p.markSynced {
-			return r.markPasswordSynced(ctx, agent)
+			if err := r.markPasswordSynced(ctx, agent); err != nil {
+				return err
+			}
+			if p.activated != "" {
+				r.Recorder.Eventf(agent, nil, p.activatedType, p.activated, "Credentials", "%s", p.activatedNote)
+				p.activated = ""
+			}
 		}
 		return nil
 	}
@@ -188,11 +335,12 @@ func (p *pendingCredentials) persist(ctx context.Context, r *AgentReconciler, ag
 	return nil
 }
 
-// markPasswordSynced records that the broker has the Secret's current password. A merge patch by
-// name needs no read, so it cannot fail on a cache that has not seen the Secret yet.
+// markPasswordSynced records that the broker has the Secret's current password (and that no
+// password is staged any more). A merge patch by name needs no read, so it cannot fail on a cache
+// that has not seen the Secret yet.
 func (r *AgentReconciler) markPasswordSynced(ctx context.Context, agent *a2av1.Agent) error {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: agent.Namespace, Name: identity.CredentialsSecretName(agent)}}
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, annotationPasswordSynced)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true",%q:null}}}`, annotationPasswordSynced, annotationPasswordStaged)
 	if err := r.Patch(ctx, secret, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("mark password synced: %w", err)
 	}

@@ -103,8 +103,8 @@ func secretChangePredicate() predicate.Funcs {
 	}
 }
 
-// deploymentChangePredicate passes a change of availability (condition or replica counts) and a
-// new generation (the spec was changed, possibly by someone else: the operator re-applies its
+// deploymentChangePredicate passes a change of availability (condition or replica counts), of the
+// rollout's progress (observed generation, updated replicas), and a new generation (the spec was changed, possibly by someone else: the operator re-applies its
 // fields), and deletions.
 func deploymentChangePredicate() predicate.Funcs {
 	return predicate.Funcs{
@@ -116,7 +116,9 @@ func deploymentChangePredicate() predicate.Funcs {
 				return false
 			}
 			return o.Generation != n.Generation || available(o) != available(n) ||
-				o.Status.AvailableReplicas != n.Status.AvailableReplicas
+				o.Status.AvailableReplicas != n.Status.AvailableReplicas ||
+				// A staged credential rotation waits for the new template's first pod (rolledOut).
+				o.Status.UpdatedReplicas != n.Status.UpdatedReplicas || o.Status.ObservedGeneration != n.Status.ObservedGeneration
 		},
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },

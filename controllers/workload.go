@@ -132,6 +132,9 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 	}
 	last, known := r.deployments.get(agent.UID)
 	if deploy == nil || !known || last.digest != digest || last.generation != deploy.Generation {
+		if err := r.switchToRecreate(ctx, deploy); err != nil {
+			return err
+		}
 		applied, err := r.applyDeployment(ctx, desired)
 		if err != nil {
 			if apierrors.IsInvalid(err) {
@@ -207,6 +210,11 @@ func (r *AgentReconciler) desiredDeployment(agent *a2av1.Agent, checksum string)
 			Replicas: ptr.To(ptr.Deref(agent.Spec.Workload.Replicas, 1)),
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
 			Template: tmpl,
+			// Every pod of an Agent connects with the Agent's one client ID: a new pod next to an
+			// old one would take its session over (and be taken over in turn). Recreate lets the
+			// old pod drain and go first; a staged credential rotation relies on it too
+			// (rolledOut).
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 		},
 	}
 	if err := controllerutil.SetControllerReference(agent, deploy, r.Scheme()); err != nil {
@@ -227,7 +235,6 @@ func (r *AgentReconciler) applyDeployment(ctx context.Context, desired *appsv1.D
 	delete(u.Object, "status")
 	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
 	unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u.Object, "spec", "strategy")
 	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return nil, err
 	}
@@ -236,6 +243,36 @@ func (r *AgentReconciler) applyDeployment(ctx context.Context, desired *appsv1.D
 		return nil, fmt.Errorf("read applied deployment: %w", err)
 	}
 	return out, nil
+}
+
+// switchToRecreate moves a Deployment applied by an older version (the API server's default
+// RollingUpdate strategy, with its rollingUpdate parameters) to Recreate. An apply cannot do it:
+// the defaulted rollingUpdate field belongs to no field manager, stays, and is invalid next to
+// type Recreate. A merge patch removes it (one write, once per Deployment).
+func (r *AgentReconciler) switchToRecreate(ctx context.Context, deploy *appsv1.Deployment) error {
+	if deploy == nil || deploy.Spec.Strategy.RollingUpdate == nil {
+		return nil
+	}
+	patch := []byte(`{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}`)
+	if err := r.Patch(ctx, deploy, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("switch workload deployment to the Recreate strategy: %w", err)
+	}
+	return nil
+}
+
+// rolledOut reports whether deploy runs only pods of a template carrying the credentials
+// checksum: the Deployment controller has seen the generation with that template, and every pod
+// it counts is of it, at least one when any is wanted. With the Recreate strategy the new
+// ReplicaSet gets pods only once every old pod has terminated (a terminating pod still counts as
+// running for it), so a true answer also means the old pods are gone.
+func rolledOut(deploy *appsv1.Deployment, checksum string) bool {
+	if deploy.Spec.Template.Annotations[AnnotationCredentialsChecksum] != checksum || deploy.Status.ObservedGeneration < deploy.Generation {
+		return false
+	}
+	if ptr.Deref(deploy.Spec.Replicas, 1) == 0 {
+		return deploy.Status.Replicas == 0
+	}
+	return deploy.Status.UpdatedReplicas > 0 && deploy.Status.UpdatedReplicas == deploy.Status.Replicas
 }
 
 func digestOf(v any) (string, error) {
