@@ -18,6 +18,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -38,10 +41,15 @@ import (
 )
 
 // startBroker starts the embedded broker (identities kept in the state dir) or points at a real
-// Mosquitto, and adds the operator's broker runtime for it to the manager.
-func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Registrar, string, func(), error) {
+// Mosquitto, and adds the operator's broker runtime for it to the manager: the same runtime as
+// cmd/manager's, so the conversation service's identity is reconciled like an Agent's (created,
+// repaired after drift or a broker state loss, Events on its Secret), lost broker state is
+// detected and the Agents re-registered, missing cards are republished, and its Checker is the
+// operator's /readyz.
+func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Broker, string, func(), error) {
 	cfg := registration.BrokerConfig{Client: mgr.GetClient(), Cache: mgr.GetCache(),
-		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker")}
+		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker"),
+		ServiceSecret: &serviceSecret}
 	var broker *registration.Broker
 	stop := func() {}
 	if o.mosquittoURL != "" {
@@ -73,8 +81,11 @@ func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Re
 		stop()
 		return nil, "", nil, fmt.Errorf("add broker runtime: %w", err)
 	}
-	return broker.Registrar(), cfg.URL, stop, nil
+	return broker, cfg.URL, stop, nil
 }
+
+// brokerReadinessGrace is cmd/manager's --broker-readiness-grace default.
+const brokerReadinessGrace = 30 * time.Second
 
 type options struct {
 	assets, stateDir, crdDir string
@@ -189,31 +200,38 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	registrar, brokerURL, stopBroker, err := startBroker(o, stateDir, mgr)
+	broker, brokerURL, stopBroker, err := startBroker(o, stateDir, mgr)
 	if err != nil {
 		return err
 	}
 	defer stopBroker()
-	if err := controllers.Setup(ctx, mgr, controllers.Options{Registrar: registrar, WorkloadBrokerURL: brokerURL, Gating: true}); err != nil {
+	copts := controllers.Options{Registrar: broker.Registrar(), AgentResyncs: broker.AgentResyncs(), WorkloadBrokerURL: brokerURL, Gating: true}
+	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("add health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	// As cmd/manager: unready once the broker has been unreachable for longer than the grace.
+	if err := mgr.AddReadyzCheck("readyz", broker.Checker(brokerReadinessGrace)); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(ctx) }()
 
 	// A client that reads around the manager's cache, for the set-up steps below.
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
 	}
-	svc, err := startConversationService(ctx, direct, registrar, brokerURL, stateDir, cfg)
+	// The broker runtime writes the service's Secret there once the manager runs.
+	if err := direct.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: serviceSecret.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", serviceSecret.Namespace, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(ctx) }()
+
+	svc, err := startConversationService(ctx, direct, brokerURL, stateDir, cfg)
 	if err != nil {
 		return err
 	}

@@ -26,29 +26,37 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/policy"
-	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
-// devNamespace holds what the local stack creates for itself (the service's Secret).
-const devNamespace = "a2a-fleet-system"
+// serviceSecret is where the broker runtime keeps the conversation service's broker credentials
+// (the name earlier versions of the stack used, so an existing state dir keeps its identity).
+var serviceSecret = client.ObjectKey{Namespace: "a2a-fleet-system", Name: "conversation-service-credentials"}
 
 // exampleLabel on a sample Agent names the example agent (examples/agents) the stack runs for it.
 const exampleLabel = "a2a.fleet.dev/example"
 
-// startConversationService gives the service its broker identity and runs it in-process with a
+// startConversationService waits for the broker identity the broker runtime gives the service
+// (its Secret, written once the broker has the password) and runs the service in-process with a
 // bbolt store in the state dir, so conversations survive restarts of the stack.
-func startConversationService(ctx context.Context, c client.Client, reg *registration.Registrar, brokerURL, stateDir string, cfg *rest.Config) (*convservice.Service, error) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devNamespace}}
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("create namespace %s: %w", devNamespace, err)
-	}
-	key := client.ObjectKey{Namespace: devNamespace, Name: "conversation-service-credentials"}
-	if err := registration.EnsureServiceCredentials(ctx, c, reg.Backend, key); err != nil {
-		return nil, err
-	}
+func startConversationService(ctx context.Context, c client.Client, brokerURL, stateDir string, cfg *rest.Config) (*convservice.Service, error) {
 	secret := &corev1.Secret{}
-	if err := c.Get(ctx, key, secret); err != nil {
-		return nil, fmt.Errorf("read service credentials: %w", err)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := c.Get(ctx, serviceSecret, secret)
+		if err == nil && len(secret.Data[identity.SecretKeyPassword]) > 0 {
+			break
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("read service credentials %s: %w", serviceSecret, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the operator did not write the conversation service's credentials %s within a minute (see the broker log lines above)", serviceSecret)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	svc, err := convservice.Start(ctx, convservice.Config{
 		BrokerURL:   brokerURL,

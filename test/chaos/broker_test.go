@@ -2,6 +2,9 @@ package chaos
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -90,4 +93,72 @@ func TestBrokerRestartMidConversation(t *testing.T) {
 
 type fleetInput struct {
 	objs []*unstructured.Unstructured
+}
+
+// The broker loses its whole state (a new, empty volume: no dynsec identities, no retained cards,
+// no sessions) and starts again; its init container initialises dynsec with the admin of the
+// Secret. The operator notices (its state-loss sentinel, at the admin reconnect), says so in the
+// Agents' status (ACLsSynced and Ready False), registers every identity again (the agents'
+// clients and roles, the shared unit/org/gate roles and groups, the service's and its own),
+// republishes the cards, and every client comes back without a restart.
+func TestBrokerRestartWithEmptyState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	f := newFleet(ctx, t, quickstart(t).objs)
+	before, err := f.brokerState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conditions := f.watchConditions(ctx)
+	l := f.startLoad(3)
+	started := time.Now()
+	time.Sleep(3 * time.Second)
+
+	old := f.Pods[installed.Broker][0]
+	old.Delete()
+	claim := f.Cluster.ClaimDir(installed.Namespace, brokerClaim)
+	entries, err := os.ReadDir(claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(claim, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fault := time.Now()
+	broker, err := f.Cluster.StartPod(ctx, installed.Namespace, installed.Broker, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Pods[installed.Broker][0] = broker
+	if err := broker.WaitReady(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("broker %s started on an empty volume (dynsec initialised again) %.1fs after the old one went", broker.Name, time.Since(fault).Seconds())
+	f.waitServing(ctx, 2*time.Minute)
+	t.Logf("both agents answer %.1fs after the broker lost its state", time.Since(fault).Seconds())
+
+	// Everything the operator had put on the broker is back, identically (clients with their
+	// roles and groups, every role's ACLs, the shared groups' members).
+	var missing []string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		after, err := f.brokerState()
+		if err == nil {
+			if missing = missingFrom(before, after); len(missing) == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("broker state not restored 2 minutes after the loss (%v): %d of %d entries differ:\n%s", err, len(missing), len(before), strings.Join(missing, "\n"))
+		}
+	}
+	t.Logf("all %d dynsec clients, groups and roles back %.1fs after the loss", len(before), time.Since(fault).Seconds())
+	f.WaitAgentsReady(ctx, chaosNS, 2*time.Minute)
+	conditions.checkFlipped(t, fault, "client", "direct", "gated")
+
+	time.Sleep(5 * time.Second) // traffic after the recovery counts too
+	rep := l.stop("broker restart with empty state (new volume)", started, fault)
+	rep.check(t)
+	f.checkNoFrozenProcess(ctx)
 }

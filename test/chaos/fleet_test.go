@@ -51,8 +51,10 @@ type fleet struct {
 }
 
 // fleetManifests are the chaos namespace, a policy that gates the "gated" agent, and the agents:
-// "client" (the requester identity), "direct" (reached directly) and "gated" (behind the
-// conversation service), the last two as workloads of chaosImage.
+// "client" (the requester identity), "direct" (reached directly, with a persistent MQTT session:
+// requests sent while it restarts wait on the broker) and "gated" (behind the conversation
+// service, clean session: the service answers -32004 while it is away), the last two as
+// workloads of chaosImage with the SDK's readiness probe (ready once connected).
 func fleetManifests() string {
 	agent := func(name, labels, workload string) string {
 		return fmt.Sprintf(`apiVersion: a2a.fleet.dev/v1alpha1
@@ -66,19 +68,26 @@ spec:
 %s---
 `, name, chaosNS, labels, chaosOrg, chaosUnit, name, workload)
 	}
-	workload := `  workload:
+	workload := func(sessionExpiry string) string {
+		return `  workload:
     template:
       spec:
         containers:
         - name: agent
           image: ` + chaosImage + `:dev
+          args: ["--health-addr=:8081"]
           env:
           - {name: CHAOS_JOURNAL, value: /var/log/chaos/journal}
+          - {name: A2A_SESSION_EXPIRY, value: "` + sessionExpiry + `"}
+          - {name: A2A_CONNECT_TIMEOUT, value: 1m}
+          ports: [{name: health, containerPort: 8081}]
+          readinessProbe: {httpGet: {path: /readyz, port: health}, periodSeconds: 2}
           volumeMounts:
           - {name: journal, mountPath: /var/log/chaos}
         volumes:
         - {name: journal, emptyDir: {}}
 `
+	}
 	return `apiVersion: v1
 kind: Namespace
 metadata: {name: ` + chaosNS + `}
@@ -90,7 +99,7 @@ spec:
   agentSelector: {matchLabels: {chaos: gated}}
   maxConcurrentTasksPerContext: 1
 ---
-` + agent("client", "role: client", "") + agent("direct", "role: agent", workload) + agent("gated", "role: agent, chaos: gated", workload)
+` + agent("client", "role: client", "") + agent("direct", "role: agent", workload("10m")) + agent("gated", "role: agent, chaos: gated", workload("0s"))
 }
 
 // newFleet installs objs (a rendered quickstart) and the chaos fleet, and connects the requester.

@@ -78,11 +78,17 @@ type load struct {
 	ledger *ledger
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// work is how long the agent works on each echo request (0: answers at once).
+	work time.Duration
 }
 
-func (f *fleet) startLoad(workers int) *load {
+func (f *fleet) startLoad(workers int) *load { return f.startLoadWith(workers, 0) }
+
+// startLoadWith is startLoad with echo requests that keep the agent busy for work each, so that
+// some are always executing when a fault strikes.
+func (f *fleet) startLoadWith(workers int, work time.Duration) *load {
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{f: f, ledger: &ledger{msgIDs: map[string]bool{}}, cancel: cancel}
+	l := &load{f: f, ledger: &ledger{msgIDs: map[string]bool{}}, cancel: cancel, work: work}
 	for w := range workers {
 		l.wg.Add(1)
 		go func() {
@@ -131,8 +137,12 @@ func (l *load) call(agent, taskID, contextID, text string) (a2a.SendMessageResul
 
 func (l *load) echo(ctx context.Context, agent string) {
 	want := uuid.NewString()
+	text := "echo:" + want
+	if l.work > 0 {
+		text = fmt.Sprintf("work:%s:%s", l.work, want)
+	}
 	start := time.Now()
-	res, msg, err := l.call(agent, uuid.NewString(), uuid.NewString(), "echo:"+want)
+	res, msg, err := l.call(agent, uuid.NewString(), uuid.NewString(), text)
 	r := record{agent: agent, start: start, end: time.Now(), outcome: classify(err)}
 	if err != nil {
 		r.err = err.Error()

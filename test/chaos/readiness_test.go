@@ -13,8 +13,12 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/test/deploy/localcluster"
 )
 
-// readinessGrace is the operator's --broker-readiness-grace default.
-const readinessGrace = 30 * time.Second
+// readinessGrace is the operator's --broker-readiness-grace default; serviceReadinessGrace the
+// conversation service's --readiness-grace default.
+const (
+	readinessGrace        = 30 * time.Second
+	serviceReadinessGrace = 10 * time.Second
+)
 
 // notReadyAnswer is a probe error that is the endpoint's answer (controller-runtime's healthz
 // says 500, the service 503), as opposed to no answer in time on a loaded machine.
@@ -87,5 +91,33 @@ func TestOperatorReadinessFollowsTheBroker(t *testing.T) {
 		}
 		t.Logf("%s ready again %.1fs after the broker came back", p.Name, time.Since(up).Seconds())
 	}
+	f.checkNoFrozenProcess(ctx)
+}
+
+// The conversation service's /readyz fails while its broker connection has been down longer than
+// its grace (--readiness-grace, 10 s), not before, and recovers without a restart.
+func TestServiceReadinessFollowsTheBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	f := newFleet(ctx, t, quickstart(t).objs)
+	broker := f.Pods[installed.Broker][0]
+	svc := f.Pods[installed.Service][0]
+	broker.StopContainer("mosquitto", syscall.SIGKILL)
+	down := time.Now()
+	if _, err := waitProbe(ctx, svc, false, 40*time.Second); err != nil {
+		t.Fatalf("%s still ready %.1fs after the broker went: %v", svc.Name, time.Since(down).Seconds(), err)
+	}
+	t.Logf("%s unready %.1fs after the broker went (grace %s)", svc.Name, time.Since(down).Seconds(), serviceReadinessGrace)
+	if took := time.Since(down); took < serviceReadinessGrace-time.Second {
+		t.Errorf("%s unready %.1fs after the broker went, within its %s grace: a broker restart would flap it", svc.Name, took.Seconds(), serviceReadinessGrace)
+	}
+	if err := broker.StartContainer(ctx, "mosquitto"); err != nil {
+		t.Fatal(err)
+	}
+	up := time.Now()
+	if _, err := waitProbe(ctx, svc, true, time.Minute); err != nil {
+		t.Fatalf("%s not ready again %.1fs after the broker came back: %v", svc.Name, time.Since(up).Seconds(), err)
+	}
+	t.Logf("%s ready again %.1fs after the broker came back", svc.Name, time.Since(up).Seconds())
 	f.checkNoFrozenProcess(ctx)
 }

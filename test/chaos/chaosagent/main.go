@@ -1,13 +1,19 @@
 // Command chaosagent is the agent of the chaos suite: an SDK responder (pkg/a2amqtt, a2a-go's
-// default handler) that answers "echo:X" with X and "ask:X" with an input-required question whose
-// answer Y completes the task with "X+Y". Every execution is appended to a journal file (one
-// write per line, so a kill -9 loses nothing already recorded): the suite counts duplicated
-// executions from it. Configured like the example agents, by the variables the operator gives a
-// workload (A2A_*), plus CHAOS_JOURNAL.
+// default handler) that answers "echo:X" with X, "work:D:X" with X after working for the
+// duration D, and "ask:X" with an input-required question whose answer Y completes the task with
+// "X+Y". Every execution is appended to a journal file (one write per line, so a kill -9 loses
+// nothing already recorded): the suite counts duplicated executions from it. Configured like the
+// example agents, by the variables the operator gives a workload (A2A_*), A2A_SESSION_EXPIRY (a
+// persistent session), A2A_CONNECT_TIMEOUT (how long the first CONNECT may be refused: a new pod
+// of a staged credential rotation waits for the broker to get its password), CHAOS_JOURNAL, and
+// --health-addr (the SDK's /readyz and /healthz). On SIGTERM it drains like any well-behaved
+// agent: it stops taking requests, finishes the ones in flight, publishes their replies and
+// disconnects, within the pod's termination grace period.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"iter"
 	"log/slog"
@@ -15,6 +21,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +34,8 @@ import (
 type executor struct {
 	mu      sync.Mutex
 	journal *os.File
+	// executing counts executions in progress (logged when a drain starts).
+	executing atomic.Int64
 }
 
 func (e *executor) record(ec *a2asrv.ExecutorContext, text string) {
@@ -47,6 +56,8 @@ func reply(ec *a2asrv.ExecutorContext, text string) *a2a.Message {
 // Execute implements a2asrv.AgentExecutor.
 func (e *executor) Execute(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
+		e.executing.Add(1)
+		defer e.executing.Add(-1)
 		text := a2amqtt.TextOf(ec.Message)
 		e.record(ec, text)
 		if task := ec.StoredTask; task != nil && task.Status.State == a2a.TaskStateInputRequired && len(task.History) > 0 {
@@ -63,6 +74,17 @@ func (e *executor) Execute(_ context.Context, ec *a2asrv.ExecutorContext) iter.S
 			return
 		}
 		out := strings.TrimPrefix(text, "echo:")
+		if rest, ok := strings.CutPrefix(text, "work:"); ok {
+			d, x, _ := strings.Cut(rest, ":")
+			work, err := time.ParseDuration(d)
+			if err != nil {
+				yield(nil, fmt.Errorf("work: %w", err))
+				return
+			}
+			// The work runs to its end even when the process is asked to stop: the drain waits.
+			time.Sleep(work)
+			out = x
+		}
 		if !yield(a2a.NewArtifactEvent(ec, a2a.NewTextPart(out)), nil) {
 			return
 		}
@@ -85,9 +107,36 @@ func main() {
 	}
 }
 
+// durationEnv reads a duration variable (0 when unset).
+func durationEnv(key string) (time.Duration, error) {
+	v := os.Getenv(key)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", key, v, err)
+	}
+	return d, nil
+}
+
+// drainTimeout bounds the drain on SIGTERM, well within the default termination grace period
+// (30 s).
+const drainTimeout = 10 * time.Second
+
 func run(log *slog.Logger) error {
+	healthAddr := flag.String("health-addr", "", "serve /readyz and /healthz here (a2amqtt.ServeHealth)")
+	flag.Parse()
 	ref := a2amqtt.AgentRef{Org: os.Getenv("A2A_ORG"), Unit: os.Getenv("A2A_UNIT"), Agent: os.Getenv("A2A_AGENT")}
 	if err := ref.Validate(); err != nil {
+		return err
+	}
+	sessionExpiry, err := durationEnv("A2A_SESSION_EXPIRY")
+	if err != nil {
+		return err
+	}
+	connectTimeout, err := durationEnv("A2A_CONNECT_TIMEOUT")
+	if err != nil {
 		return err
 	}
 	journal, err := os.OpenFile(os.Getenv("CHAOS_JOURNAL"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -103,20 +152,36 @@ func run(log *slog.Logger) error {
 		Card: &a2a.AgentCard{Name: ref.Agent, Description: "chaos suite agent", Version: "0.1.0",
 			SupportedInterfaces: []*a2a.AgentInterface{a2amqtt.AgentInterface(broker, ref)},
 			DefaultInputModes:   []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"}},
-		Logger: log,
+		SessionExpiry:  sessionExpiry,
+		ConnectTimeout: connectTimeout,
+		Logger:         log,
 	})
 	if err != nil {
 		return err
 	}
-	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: &executor{journal: journal}, RequestTopic: os.Getenv("A2A_REQUEST_TOPIC")})
+	exec := &executor{journal: journal}
+	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, RequestTopic: os.Getenv("A2A_REQUEST_TOPIC")})
 	if err != nil {
 		_ = conn.Close(context.Background())
 		return err
 	}
-	log.Info("chaos agent serving", "agent", ref.String(), "topic", os.Getenv("A2A_REQUEST_TOPIC"))
+	if *healthAddr != "" {
+		if _, err := a2amqtt.ServeHealth(ctx, *healthAddr, conn, 0); err != nil {
+			_ = conn.Close(context.Background())
+			return err
+		}
+	}
+	log.Info("chaos agent serving", "agent", ref.String(), "topic", os.Getenv("A2A_REQUEST_TOPIC"), "session_expiry", sessionExpiry)
 	<-ctx.Done()
-	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	start := time.Now()
+	log.Info("chaos agent draining: no new requests, finishing the ones in flight", "executing", exec.executing.Load())
+	cctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	_ = resp.Close(cctx)
-	return conn.Close(cctx)
+	rerr := resp.Close(cctx)
+	cerr := conn.Close(cctx)
+	if rerr != nil || cerr != nil {
+		return fmt.Errorf("drain: responder: %v, connection: %v", rerr, cerr)
+	}
+	log.Info("chaos agent stopped cleanly", "drained_in", time.Since(start).Round(time.Millisecond).String())
+	return nil
 }

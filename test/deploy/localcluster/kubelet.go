@@ -63,6 +63,20 @@ type Pod struct {
 	restarts map[string]int
 	// kubeconfig of the pod's ServiceAccount (TokenRequest).
 	kubeconfig string
+	// terminations are how the containers ended when the pod was deleted.
+	terminations []Termination
+}
+
+// Termination is how a container of a deleted pod ended: SIGTERM, then SIGKILL when it was still
+// running after the pod's termination grace period.
+type Termination struct {
+	Container string
+	// Took is the time from SIGTERM to the exit.
+	Took time.Duration
+	// Killed: the grace period ran out and the container was killed.
+	Killed bool
+	// ExitCode of the container (-1 when killed by a signal).
+	ExitCode int
 }
 
 // containerStartTimeout bounds how long a container waits for what it needs at start (a Secret
@@ -761,15 +775,26 @@ func (p *Pod) Delete() {
 	p.running = map[string]*Proc{}
 	p.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, proc := range procs {
+	for name, proc := range procs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			proc.stopped.Store(true)
-			proc.Signal(syscall.SIGTERM, p.grace())
+			start := time.Now()
+			killed := proc.Signal(syscall.SIGTERM, p.grace())
+			p.mu.Lock()
+			p.terminations = append(p.terminations, Termination{Container: name, Took: time.Since(start), Killed: killed, ExitCode: proc.ExitCode()})
+			p.mu.Unlock()
 		}()
 	}
 	wg.Wait()
+}
+
+// Terminations are how the containers ended, once the pod was deleted (empty before).
+func (p *Pod) Terminations() []Termination {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Termination(nil), p.terminations...)
 }
 
 // Port is the loopback port that stands for the pod's containerPort.

@@ -66,13 +66,16 @@ func (p *Proc) Kill() {
 	<-p.exited
 }
 
-// Signal sends sig and waits up to grace for the exit, then kills.
-func (p *Proc) Signal(sig syscall.Signal, grace time.Duration) {
+// Signal sends sig and waits up to grace for the exit, then kills; it reports whether the
+// process had to be killed.
+func (p *Proc) Signal(sig syscall.Signal, grace time.Duration) (killed bool) {
 	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
 	select {
 	case <-p.exited:
+		return false
 	case <-time.After(grace):
 		p.Kill()
+		return true
 	}
 }
 
