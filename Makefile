@@ -83,7 +83,7 @@ generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: verify
-verify: verify-generated fmt-check vet lint verify-mod verify-kustomize verify-chart ## Static checks that CI runs before the tests.
+verify: verify-generated fmt-check vet lint verify-mod verify-kustomize verify-chart verify-architecture ## Static checks that CI runs before the tests.
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail when generated files differ from what is committed.
@@ -110,6 +110,10 @@ lint: $(STATICCHECK) ## staticcheck (pinned, built from the module proxy).
 .PHONY: verify-mod
 verify-mod: ## Fail when go.mod/go.sum are not tidy.
 	@go mod tidy -diff || { echo "go.mod is not tidy: run 'go mod tidy' and commit"; exit 1; }
+
+.PHONY: verify-architecture
+verify-architecture: ## Fail when docs/architecture.md's package diagram differs from the import graph (go list), or imports do not run one way.
+	go run ./hack/archgraph -check docs/architecture.md
 
 .PHONY: verify-kustomize
 verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS component, mosquitto, conversation-service).
