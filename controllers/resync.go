@@ -25,10 +25,14 @@ type brokerResyncs struct {
 	out     chan event.GenericEvent
 	tracker *SharedTracker
 	gating  bool
+	// reader completes the events' Agents: the stream may carry bare references (namespace and
+	// name, as registration.Broker sends them), and the shared keys come from the identity in the
+	// spec.
+	reader client.Reader
 }
 
-func newBrokerResyncs(in <-chan event.TypedGenericEvent[client.Object], tracker *SharedTracker, gating bool) *brokerResyncs {
-	return &brokerResyncs{in: in, out: make(chan event.GenericEvent, 1024), tracker: tracker, gating: gating}
+func newBrokerResyncs(in <-chan event.TypedGenericEvent[client.Object], tracker *SharedTracker, gating bool, reader client.Reader) *brokerResyncs {
+	return &brokerResyncs{in: in, out: make(chan event.GenericEvent, 1024), tracker: tracker, gating: gating, reader: reader}
 }
 
 // Start forwards events until the manager stops (a manager.Runnable, leader only: the broker
@@ -43,9 +47,11 @@ func (b *brokerResyncs) Start(ctx context.Context) error {
 				return nil
 			}
 			if a, isAgent := e.Object.(*a2av1.Agent); isAgent && b.tracker != nil {
-				keys := registration.KeysOf(identity.Of(a), b.gating)
-				b.tracker.markLost(keys...)
-				b.tracker.Poke(ctx, keys...)
+				if a = b.complete(ctx, a); a != nil {
+					keys := registration.KeysOf(identity.Of(a), b.gating)
+					b.tracker.markLost(keys...)
+					b.tracker.Poke(ctx, keys...)
+				}
 			}
 			select {
 			case b.out <- event.GenericEvent(e):
@@ -54,6 +60,20 @@ func (b *brokerResyncs) Start(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// complete returns a with its spec: as sent when it has one, else from the reader (nil when the
+// Agent is gone: its reconcile has nothing to restore, and a deletion re-applies its shared
+// objects anyway).
+func (b *brokerResyncs) complete(ctx context.Context, a *a2av1.Agent) *a2av1.Agent {
+	if a.Spec.OrgID != "" || b.reader == nil {
+		return a
+	}
+	full := &a2av1.Agent{}
+	if err := b.reader.Get(ctx, client.ObjectKeyFromObject(a), full); err != nil {
+		return nil
+	}
+	return full
 }
 
 // NeedLeaderElection: only the leader reconciles.

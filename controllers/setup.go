@@ -94,7 +94,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	var resyncs *brokerResyncs
 	if opts.AgentResyncs != nil {
-		resyncs = newBrokerResyncs(opts.AgentResyncs, tracker, opts.Gating)
+		resyncs = newBrokerResyncs(opts.AgentResyncs, tracker, opts.Gating, mgr.GetClient())
 		if err := mgr.Add(resyncs); err != nil {
 			return fmt.Errorf("add broker resync stream: %w", err)
 		}
