@@ -175,6 +175,18 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
 
+	if since, lost := r.Resyncs.takeLost(agent); lost && r.Registrar != nil {
+		// Say it first (its own status write), then repair in this same reconcile: the deferred
+		// write compares with what the first one wrote. (Repairing in a later reconcile would
+		// compare with a cache that may not hold the first write yet, and skip the second.)
+		r.setBrokerConditions(agent, metav1.ConditionFalse, ReasonBrokerStateLost, fmt.Sprintf(
+			"the broker lost this agent's client, role and shared grants (state loss found at %s); registering it again", since.UTC().Format(time.RFC3339)))
+		if err := r.writeStatus(ctx, before, agent, holder); err != nil {
+			return ctrl.Result{}, err
+		}
+		before = agent.DeepCopy()
+	}
+
 	pending, err := r.prepareCredentials(ctx, agent)
 	if err != nil {
 		var conflict *credentialsConflictError

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,8 +21,15 @@ import (
 // state: the Agent is reconciled again (its client and role are re-created), and its shared
 // objects are marked lost and re-applied (their entries are computed from the cache, so nothing
 // else remembers them). Marking them lost first keeps ACLsSynced honest meanwhile: it reads False
-// until the shared objects hold the Agent's entries again.
+// until the shared objects hold the Agent's entries again. And the Agent's first reconcile after
+// the loss writes that first (Registered and ACLsSynced False, reason BrokerStateLost) before it
+// repairs: a repair faster than the status write (the shared objects re-applied before the
+// Agent's turn) would otherwise leave no trace of the loss in its status.
 type brokerResyncs struct {
+	// lost holds the Agents the broker lost and whose status has not said so yet (takeLost).
+	lostMu sync.Mutex
+	lost   map[types.NamespacedName]time.Time
+
 	in      <-chan event.TypedGenericEvent[client.Object]
 	out     chan event.GenericEvent
 	tracker *SharedTracker
@@ -32,7 +41,36 @@ type brokerResyncs struct {
 }
 
 func newBrokerResyncs(in <-chan event.TypedGenericEvent[client.Object], tracker *SharedTracker, gating bool, reader client.Reader) *brokerResyncs {
-	return &brokerResyncs{in: in, out: make(chan event.GenericEvent, 1024), tracker: tracker, gating: gating, reader: reader}
+	return &brokerResyncs{in: in, out: make(chan event.GenericEvent, 1024), tracker: tracker, gating: gating, reader: reader,
+		lost: map[types.NamespacedName]time.Time{}}
+}
+
+// ReasonBrokerStateLost: the broker lost the Agent's client, role and shared grants (a broker
+// restored without its state); the operator is registering it again.
+const ReasonBrokerStateLost = "BrokerStateLost"
+
+// takeLost reports (once) that the broker lost the Agent's state since its last reconcile, and
+// since when: its next status must say so before the repair makes it True again, however fast
+// the repair is.
+func (b *brokerResyncs) takeLost(agent *a2av1.Agent) (time.Time, bool) {
+	if b == nil {
+		return time.Time{}, false
+	}
+	b.lostMu.Lock()
+	defer b.lostMu.Unlock()
+	key := client.ObjectKeyFromObject(agent)
+	since, ok := b.lost[key]
+	delete(b.lost, key)
+	return since, ok
+}
+
+func (b *brokerResyncs) markLostAgent(a *a2av1.Agent) {
+	b.lostMu.Lock()
+	defer b.lostMu.Unlock()
+	key := client.ObjectKeyFromObject(a)
+	if _, already := b.lost[key]; !already {
+		b.lost[key] = time.Now()
+	}
 }
 
 // Start forwards events until the manager stops (a manager.Runnable, leader only: the broker
@@ -45,6 +83,9 @@ func (b *brokerResyncs) Start(ctx context.Context) error {
 		case e, ok := <-b.in:
 			if !ok {
 				return nil
+			}
+			if a, isAgent := e.Object.(*a2av1.Agent); isAgent {
+				b.markLostAgent(a)
 			}
 			if a, isAgent := e.Object.(*a2av1.Agent); isAgent && b.tracker != nil {
 				if a = b.complete(ctx, a); a != nil {
