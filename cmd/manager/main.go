@@ -4,6 +4,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/telemetry"
 )
 
 type options struct {
@@ -36,6 +38,9 @@ type options struct {
 	workloadBrokerURL  string
 	gate               bool
 	serviceSecret      string
+
+	// controllers holds the options that belong to the controllers (their own flags).
+	controllers controllers.Options
 }
 
 // brokerOptions say how the operator reaches and administers the broker.
@@ -70,6 +75,7 @@ func main() {
 	flag.StringVar(&o.workloadBrokerURL, "workload-broker-url", "", "Broker URL injected into agent workloads as A2A_BROKER (default: --broker-url).")
 	flag.BoolVar(&o.gate, "gate-governed-agents", false, "Put the conversation service in front of every Agent a ConversationPolicy governs (deploy config/conversation-service with it).")
 	flag.StringVar(&o.serviceSecret, "conversation-service-secret", "a2a-fleet-system/a2a-fleet-conversation-service-credentials", "NAMESPACE/NAME of the Secret the operator writes the conversation service's broker credentials to (with --gate-governed-agents).")
+	o.controllers.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -116,7 +122,22 @@ func run(o options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	copts := controllers.Options{ResyncPeriod: o.brokerResyncPeriod, WorkloadBrokerURL: cmp.Or(o.workloadBrokerURL, o.broker.url)}
+	// Tracing of the operator's broker clients: off unless the standard OTEL_EXPORTER_OTLP_*
+	// environment names an endpoint.
+	shutdownTracing, err := telemetry.Setup(ctx, "a2a-fleet-operator")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flush, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(flush); err != nil {
+			ctrl.Log.Info("could not flush the last trace spans", "error", err.Error())
+		}
+	}()
+	copts := o.controllers
+	copts.ResyncPeriod = o.brokerResyncPeriod
+	copts.WorkloadBrokerURL = cmp.Or(o.workloadBrokerURL, o.broker.url)
 	readyz := healthz.Checker(healthz.Ping)
 	if o.broker.url != "" {
 		broker, err := dynsecBroker(ctx, mgr, o.broker, o.gate, o.serviceSecret)
@@ -145,7 +166,8 @@ func run(o options) error {
 	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
 		return fmt.Errorf("add ready check: %w", err)
 	}
-	ctrl.Log.Info("starting manager", "leaderElection", o.leaderElect, "broker", o.broker.url, "gating", copts.Gating)
+	ctrl.Log.Info("starting manager", "leaderElection", o.leaderElect, "broker", o.broker.url, "gating", copts.Gating,
+		"maxConcurrentReconciles", copts.MaxConcurrentReconciles, "workloadSecurityFloor", copts.WorkloadSecurityFloor, "tracing", telemetry.Enabled())
 	// Start returns when the signal handler cancels ctx (SIGTERM/SIGINT): controllers drain and the
 	// leader lease is released.
 	if err := mgr.Start(ctx); err != nil {
