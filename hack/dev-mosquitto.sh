@@ -47,7 +47,9 @@ if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 	echo "dev-mosquitto: 127.0.0.1:$port is already in use; set MOSQUITTO_PORT" >&2
 	exit 1
 fi
-"$mosquitto" -c "$dir/mosquitto.conf" >"$dir/mosquitto.log" 2>&1 &
+# In its own session, so a Ctrl-C reaches only the stack: the broker stays up while the agents and
+# the service close their connections (offline cards), and the EXIT trap stops it after them.
+setsid "$mosquitto" -c "$dir/mosquitto.conf" >"$dir/mosquitto.log" 2>&1 &
 broker=$!
 trap 'kill "$broker" 2>/dev/null; wait "$broker" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
