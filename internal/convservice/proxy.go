@@ -224,7 +224,7 @@ func (s *Service) handleRequest(in *inbound) {
 	if req == nil {
 		return
 	}
-	sp.SetAttributes(attrAgent.String(g.key), attrMethod.String(req.Method), attrTaskID.String(req.TaskID), attrContextID.String(req.ContextID))
+	sp.SetAttributes(attrAgent.String(g.key), a2amqtt.AttrMethod.String(req.Method), a2amqtt.AttrTaskID.String(req.TaskID), a2amqtt.AttrContextID.String(req.ContextID))
 	log := s.log.WithValues("agent", g.key, "method", req.Method, "task", req.TaskID, "context", req.ContextID)
 	if prop := in.user.Get(a2amqtt.PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
 		// The same refusal as the SDK responder's: the header and the body
@@ -467,7 +467,7 @@ func (s *Service) handleReply(in *inbound) {
 		s.log.Info("dropping reply with unknown correlation data", "topic", in.topic)
 		return
 	}
-	sp.SetAttributes(attrAgent.String(rt.Agent), attrMethod.String(string(rt.Method)), attrTaskID.String(rt.TaskID), attrContextID.String(rt.ContextID))
+	sp.SetAttributes(attrAgent.String(rt.Agent), a2amqtt.AttrMethod.String(string(rt.Method)), a2amqtt.AttrTaskID.String(rt.TaskID), a2amqtt.AttrContextID.String(rt.ContextID))
 	log := s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method)
 	// last: this reply ends its stream (a unary result, a terminal or
 	// interrupted state, an error): relayed with its PUBACK awaited.
