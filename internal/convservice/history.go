@@ -68,6 +68,10 @@ func (s *Service) handleHistory(in *inbound) {
 		// agent answers from memory.
 		return
 	case historyUnavailable:
+		if s.owners != nil && s.owners.place(agent) == placeSoon && s.parkUntilHeld(in, agent, func() { s.handleHistory(in) }) {
+			// This replica is taking the agent over: answer once it has.
+			return
+		}
 		rerr = bindingError(a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
 			fmt.Sprintf("the history of %s is being taken over by another conversation service replica; retry", agent)))
 	default:

@@ -29,6 +29,14 @@ import (
 // This is also the partition of request topics between replicas on brokers
 // without shared subscriptions on $-topics (Mosquitto 2.0.x): each request
 // is delivered to its agent's owner only, with no per-request claim.
+//
+// Hand-overs lose no request and answer none twice: an assigned replica
+// consumes the agent's request topic before it holds the agent and holds
+// back (parks) what it receives until it does; the previous owner decides
+// until it lets the agent go, then records the requests it handled last
+// (Memory.Drop), which the new owner drops as duplicates. A replica
+// restarted under the same id takes its leases back from its crashed
+// previous run at once (RedisJournal.TakeOver).
 type ownership struct {
 	s     *Service
 	j     *convstore.RedisJournal
@@ -36,7 +44,13 @@ type ownership struct {
 
 	mu   sync.Mutex
 	live []string
-	held map[string]bool // agents whose lease this replica holds (state loaded)
+	// liveKnown: the first heartbeat has returned the live replicas (before
+	// it, no agent is known to be assigned elsewhere).
+	liveKnown bool
+	// changed is closed (and replaced) whenever held or live changes: what
+	// parked requests wait on.
+	changed chan struct{}
+	held    map[string]bool // agents whose lease this replica holds (state loaded)
 	// stored are the agents with state in Redis (as of the last round):
 	// owned like gated agents, so an agent that stopped being gated still
 	// gets its contexts swept, and answered for in history queries.
@@ -46,7 +60,80 @@ type ownership struct {
 func newOwnership(s *Service, j *convstore.RedisJournal) *ownership {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	return &ownership{s: s, j: j, token: s.cfg.ReplicaID + "/" + hex.EncodeToString(b), held: map[string]bool{}, stored: map[string]bool{}}
+	return &ownership{s: s, j: j, token: s.cfg.ReplicaID + "/" + hex.EncodeToString(b), held: map[string]bool{}, stored: map[string]bool{},
+		changed: make(chan struct{})}
+}
+
+// incarnation is the prefix of every lease token of this replica id, in
+// this run and earlier ones (replica ids have no "/").
+func (o *ownership) incarnation() string { return o.s.cfg.ReplicaID + "/" }
+
+// signalLocked wakes what waits for a change of held or live; o.mu held.
+func (o *ownership) signalLocked() {
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+// placement is what a replica does with a message about an agent.
+type placement int
+
+const (
+	// placeHere: this replica holds the agent: serve.
+	placeHere placement = iota
+	// placeSoon: the agent is assigned here (or the live replicas are not
+	// known yet) but not held yet: hold the message back until it is.
+	placeSoon
+	// placeElsewhere: another replica is assigned the agent and consumes its
+	// request topic: leave the request to it.
+	placeElsewhere
+)
+
+// place says where agent is served from this replica's point of view.
+func (o *ownership) place(agent string) placement {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.placeLocked(agent)
+}
+
+func (o *ownership) placeLocked(agent string) placement {
+	switch {
+	case o.held[agent]:
+		return placeHere
+	case !o.liveKnown || assigned(agent, o.s.cfg.ReplicaID, o.live):
+		return placeSoon
+	}
+	return placeElsewhere
+}
+
+// consumes reports whether this replica subscribes agent's request topic:
+// it holds the agent, or the agent is assigned to it (it will take it over
+// from the previous owner: consuming before it holds the agent, the
+// hand-over has no moment where nobody reads the topic).
+func (o *ownership) consumes(agent string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.held[agent] || (o.liveKnown && assigned(agent, o.s.cfg.ReplicaID, o.live))
+}
+
+// awaitHeld blocks until this replica holds agent (true), or the agent is
+// assigned elsewhere or ctx ends (false).
+func (o *ownership) awaitHeld(ctx context.Context, agent string) bool {
+	for {
+		o.mu.Lock()
+		p, changed := o.placeLocked(agent), o.changed
+		o.mu.Unlock()
+		switch p {
+		case placeHere:
+			return true
+		case placeElsewhere:
+			return false
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // historyRole says whether this replica answers a history query about an
@@ -100,8 +187,10 @@ func (o *ownership) owns(agent string) bool {
 }
 
 // run heartbeats and rebalances every third of the lease TTL, and at once
-// when poked (the set of gated agents changed).
-func (o *ownership) run(ctx context.Context, poke chan struct{}) {
+// when poked (the set of gated agents changed, a replica joined, left or let
+// an agent go). waiting is what the first round (Start runs it before the
+// replica reports ready) returned.
+func (o *ownership) run(ctx context.Context, poke chan struct{}, waiting bool) {
 	kick := func() {
 		select {
 		case poke <- struct{}{}:
@@ -111,8 +200,10 @@ func (o *ownership) run(ctx context.Context, poke chan struct{}) {
 	go o.j.WatchChanges(ctx, kick)
 	round := o.s.cfg.LeaseTTL / 3
 	joined := false
-	for {
-		waiting := o.rebalance(ctx)
+	for first := true; ; first = false {
+		if !first {
+			waiting = o.rebalance(ctx)
+		}
 		if !joined {
 			// Tell the others this replica is live: they hand its share
 			// over now, not at their next round.
@@ -148,11 +239,17 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 	}
 	if !slices.Contains(live, o.s.cfg.ReplicaID) {
 		live = append(live, o.s.cfg.ReplicaID)
+		slices.Sort(live)
 	}
-	o.mu.Lock()
-	o.live = live
-	o.mu.Unlock()
 	changed := false
+	o.mu.Lock()
+	if !o.liveKnown || !slices.Equal(o.live, live) {
+		// The assignment may have moved: subscriptions and parked requests
+		// follow.
+		o.live, o.liveKnown, changed = live, true, true
+		o.signalLocked()
+	}
+	o.mu.Unlock()
 	// The agents to own: the gated ones, and those with state in Redis (an
 	// agent that stopped being gated keeps its contexts until they expire,
 	// under the default policy, and someone must sweep them).
@@ -199,8 +296,7 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 	}
 	for _, agent := range stale {
 		// Nothing to decide or sweep for it any more.
-		o.drop(agent)
-		_ = o.j.Release(ctx, agent, o.token)
+		o.handOff(ctx, agent)
 		changed = true
 	}
 	for _, agent := range agents {
@@ -221,7 +317,9 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 				o.applyInbox(ctx, agent)
 			}
 		case mine && !held:
-			ok, err := o.j.Acquire(ctx, agent, o.token, ttl)
+			// A lease of this replica's previous run (kill -9, restarted
+			// under the same id) is taken back at once.
+			ok, err := o.j.TakeOver(ctx, agent, o.token, o.incarnation(), ttl)
 			if err != nil || !ok {
 				waiting = true // the previous owner still holds it
 				continue
@@ -231,15 +329,20 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 				_ = o.j.Release(ctx, agent, o.token)
 				continue
 			}
+			if handed, err := o.j.Handled(ctx, agent); err != nil {
+				o.s.log.Info("cannot read the requests the previous owner handled; a request both received may be answered twice", "agent", agent, "err", err.Error())
+			} else {
+				o.s.mem.Handed(agent, handed, handedKeep)
+			}
+			o.applyInbox(ctx, agent)
 			o.mu.Lock()
 			o.held[agent] = true
+			o.signalLocked()
 			o.mu.Unlock()
-			o.applyInbox(ctx, agent)
 			o.s.log.Info("agent taken over", "agent", agent)
 			changed = true
 		case !mine && held:
-			o.drop(agent)
-			_ = o.j.Release(ctx, agent, o.token)
+			o.handOff(ctx, agent)
 			o.s.log.Info("agent handed over", "agent", agent)
 			changed = true
 		}
@@ -251,18 +354,39 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 	return waiting
 }
 
-// drop stops deciding for agent: its request topic is unsubscribed by the
-// registry's next pass; requests already queued get responder_unavailable.
-func (o *ownership) drop(agent string) {
+// handedKeep is how long the requests a previous owner handled are dropped
+// as duplicates by the next one (and kept in Redis for it): longer than a
+// request can wait parked or queued.
+const handedKeep = 30 * time.Second
+
+// drop stops deciding for agent and returns the requests it handled last;
+// requests still arriving are left to the agent's next owner (its request
+// topic is unsubscribed by the registry's next pass).
+func (o *ownership) drop(agent string) [][]byte {
 	o.mu.Lock()
 	delete(o.held, agent)
+	o.signalLocked()
 	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// What this replica decided must be durable before the next owner
 	// rebuilds the agent (a commit that was fenced off has nothing to wait
 	// for: it failed, and its request was answered with -32004).
-	_ = o.s.mem.Drop(agent).Wait(ctx)
+	durable, handled := o.s.mem.Drop(agent)
+	_ = durable.Wait(ctx)
+	return handled
+}
+
+// handOff lets an agent go to its next owner: drop it, record the requests
+// handled last for the next owner, release the lease and tell the replicas
+// (the next owner, retrying, takes the agent at once).
+func (o *ownership) handOff(ctx context.Context, agent string) {
+	handled := o.drop(agent)
+	if err := o.j.RecordHandled(ctx, agent, handled, handedKeep); err != nil {
+		o.s.log.Info("cannot record the requests handled before the hand-over; the next owner may answer one twice", "agent", agent, "err", err.Error())
+	}
+	_ = o.j.Release(ctx, agent, o.token)
+	_ = o.j.AnnounceChange(ctx)
 }
 
 // handOver gives an event of an agent this replica does not own to the

@@ -40,6 +40,9 @@ type inbound struct {
 	contentType string
 	expiry      *uint32
 	received    time.Time
+	// parked: the message already waited for its agent to be taken over
+	// (parkUntilHeld); it is not held back twice.
+	parked bool
 }
 
 func newInbound(p *paho.Publish) *inbound {
@@ -192,11 +195,16 @@ func (s *Service) handleRequest(in *inbound) {
 	defer cancel()
 	ctx, sp := s.span(traceFrom(ctx, in.user), "conversation.request", trace.SpanKindConsumer)
 	defer sp.End()
+	g := s.gated.byRequestTopic(in.topic)
+	if g != nil && !s.serves(g.key) && s.notHeld(in, g.key) {
+		// Held back until this replica has taken the agent over, or left
+		// to the replica that serves it: nothing to answer here.
+		return
+	}
 	if !s.admit(ctx, in) {
 		fail(sp, "refused at admission")
 		return
 	}
-	g := s.gated.byRequestTopic(in.topic)
 	if g == nil {
 		// Unsubscribe raced with this message: the agent is no longer gated.
 		s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
@@ -216,7 +224,7 @@ func (s *Service) handleRequest(in *inbound) {
 	if req == nil {
 		return
 	}
-	sp.SetAttributes(attrAgent.String(g.key), attrMethod.String(req.Method), attrTaskID.String(req.TaskID), attrContextID.String(req.ContextID))
+	sp.SetAttributes(attrAgent.String(g.key), a2amqtt.AttrMethod.String(req.Method), a2amqtt.AttrTaskID.String(req.TaskID), a2amqtt.AttrContextID.String(req.ContextID))
 	log := s.log.WithValues("agent", g.key, "method", req.Method, "task", req.TaskID, "context", req.ContextID)
 	if prop := in.user.Get(a2amqtt.PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
 		// The same refusal as the SDK responder's: the header and the body
@@ -250,6 +258,19 @@ func (s *Service) handleRequest(in *inbound) {
 	case !ruled, method == conversation.MethodGetTask, method == conversation.MethodListTasks:
 		// Reads and methods the engine does not rule on change no state:
 		// forward without a store round trip.
+		if s.owners != nil {
+			dup, err := s.mem.Note(g.key, in.corr)
+			switch {
+			case errors.Is(err, convstore.ErrNotOwner) && s.notHeld(in, g.key):
+				return
+			case err != nil:
+				s.unavailable(ctx, in, req.ID, g.key)
+				return
+			case dup:
+				log.V(1).Info("request the previous owner answered dropped")
+				return
+			}
+		}
 		s.m.requests.WithLabelValues(string(conversation.KindRead)).Inc()
 		if method == conversation.MethodGetTask && req.TaskID != "" && s.agentCreatesIDs(g.key) {
 			if _, t := s.mem.Task(g.key, req.TaskID); t != nil && t.AgentTaskID != "" {
@@ -272,6 +293,15 @@ func (s *Service) handleRequest(in *inbound) {
 			Correlation: in.corr, ResponseTopic: in.respTo, Requester: requesterOf(in.respTo),
 			Approval: req.HasMessage && isApproval(in.payload, req.Dialect),
 		}, items...)
+		if errors.Is(err, convstore.ErrNotOwner) {
+			// The agent went (or has not come yet) between the check above
+			// and the decision; nothing was decided.
+			dsp.End()
+			if s.owners == nil || !s.notHeld(in, g.key) {
+				s.unavailable(ctx, in, req.ID, g.key)
+			}
+			return
+		}
 		if err == nil && d.Forward {
 			// Forward only what is durable: after a crash, no accepted
 			// request is forgotten and no slot is granted twice.
@@ -284,7 +314,8 @@ func (s *Service) handleRequest(in *inbound) {
 		if err != nil {
 			msg := "conversation service cannot make its decision durable; retry"
 			if errors.Is(err, convstore.ErrNotOwner) {
-				// Ownership of the agent is moving between replicas.
+				// Fenced off: another replica took the agent while this one
+				// decided (it was paused past its lease).
 				msg = "this conversation service replica no longer serves the agent; retry"
 			} else {
 				log.Error(err, "conversation state unavailable")
@@ -436,7 +467,7 @@ func (s *Service) handleReply(in *inbound) {
 		s.log.Info("dropping reply with unknown correlation data", "topic", in.topic)
 		return
 	}
-	sp.SetAttributes(attrAgent.String(rt.Agent), attrMethod.String(string(rt.Method)), attrTaskID.String(rt.TaskID), attrContextID.String(rt.ContextID))
+	sp.SetAttributes(attrAgent.String(rt.Agent), a2amqtt.AttrMethod.String(string(rt.Method)), a2amqtt.AttrTaskID.String(rt.TaskID), a2amqtt.AttrContextID.String(rt.ContextID))
 	log := s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method)
 	// last: this reply ends its stream (a unary result, a terminal or
 	// interrupted state, an error): relayed with its PUBACK awaited.
@@ -444,6 +475,7 @@ func (s *Service) handleReply(in *inbound) {
 	payload := in.payload
 	switch {
 	case rt.TaskID != "":
+		s.awaitReplyAgent(ctx, rt.Agent)
 		var relay bool
 		payload, relay, last = s.observeReply(ctx, rt, payload, last)
 		if !relay {

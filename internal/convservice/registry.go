@@ -49,6 +49,8 @@ type registry struct {
 	byTopic map[string]*gatedAgent
 	byKey   map[string]*gatedAgent
 	subs    map[string]*a2amqtt.Subscription // by request topic
+	// leaving are request topics being unsubscribed by dropStale.
+	leaving map[string]bool
 }
 
 func newRegistry(ctx context.Context, s *Service) (*registry, error) {
@@ -65,6 +67,7 @@ func newRegistry(ctx context.Context, s *Service) (*registry, error) {
 	r := &registry{
 		s: s, cache: c, kick: make(chan struct{}, 1), done: make(chan struct{}),
 		byTopic: map[string]*gatedAgent{}, byKey: map[string]*gatedAgent{}, subs: map[string]*a2amqtt.Subscription{},
+		leaving: map[string]bool{},
 	}
 	handler := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { r.poke() },
@@ -188,12 +191,12 @@ func (r *registry) resync(ctx context.Context) {
 	r.byTopic, r.byKey = want, byKey
 	var add, remove []string
 	for topic, g := range want {
-		if r.subs[topic] == nil && r.s.serves(g.key) {
+		if r.subs[topic] == nil && r.s.consumes(g.key) {
 			add = append(add, topic)
 		}
 	}
 	for topic := range r.subs {
-		if g := want[topic]; g == nil || !r.s.serves(g.key) {
+		if g := want[topic]; g == nil || !r.s.consumes(g.key) {
 			remove = append(remove, topic)
 		}
 	}
@@ -232,6 +235,41 @@ func (r *registry) resync(ctx context.Context) {
 	r.mu.RLock()
 	r.s.m.gatedAgents.Set(float64(len(r.subs)))
 	r.mu.RUnlock()
+}
+
+// dropStale unsubscribes a request topic this replica received a request on
+// without consuming it: a subscription its persistent session kept from a
+// previous run (the agent moved to another replica while this one was
+// down). The broker has no other way to forget it until the session expires.
+func (r *registry) dropStale(topic string) {
+	r.mu.Lock()
+	if r.subs[topic] != nil || r.leaving[topic] {
+		r.mu.Unlock()
+		return
+	}
+	r.leaving[topic] = true
+	r.mu.Unlock()
+	go func() {
+		defer func() {
+			r.mu.Lock()
+			delete(r.leaving, topic)
+			r.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// Conn has no bare unsubscribe: take a handler and give it back,
+		// which unsubscribes unless the registry subscribed the topic
+		// meanwhile (then its handler keeps the subscription).
+		sub, err := r.s.conn.Subscribe(ctx, topic, func(*paho.Publish) {})
+		if err == nil {
+			err = sub.Close(ctx)
+		}
+		if err != nil {
+			r.s.log.Info("cannot drop a stale request subscription", "topic", topic, "err", err.Error())
+			return
+		}
+		r.s.log.Info("dropped a request subscription left from a previous run", "topic", topic)
+	}()
 }
 
 // keys lists the gated agents ("org/unit/agent").

@@ -116,6 +116,11 @@ type Config struct {
 	// ReadinessGrace is how long the broker connection may be down (an
 	// expected reconnect) before /readyz fails (default 10s).
 	ReadinessGrace time.Duration
+	// HandoverWait bounds how long a request (or reply) for an agent that
+	// is assigned to this replica but not yet held by it (a hand-over
+	// between replicas, a restart) waits for the agent before it is
+	// answered -32004 responder_unavailable (Redis; default 10s).
+	HandoverWait time.Duration
 	// MaxPayloadBytes rejects larger requests (default 1 MiB).
 	MaxPayloadBytes int
 	// TracerProvider receives the service's spans (receive → decide →
@@ -174,6 +179,9 @@ func (c *Config) defaults() error {
 	if c.ReadinessGrace <= 0 {
 		c.ReadinessGrace = 10 * time.Second
 	}
+	if c.HandoverWait <= 0 {
+		c.HandoverWait = 10 * time.Second
+	}
 	if c.MaxPayloadBytes <= 0 {
 		c.MaxPayloadBytes = 1 << 20
 	}
@@ -219,6 +227,11 @@ type Service struct {
 	ids  *idModes
 
 	shards []chan func()
+	// parked counts requests held back until this replica holds their
+	// agent (bounded by maxParked).
+	parked atomic.Int64
+	// runCtx ends when the replica closes.
+	runCtx context.Context
 	// quit is closed by Close: workers finish what is queued and exit, and
 	// dispatch stops queueing (the shard channels are never closed, so a
 	// message racing with Close cannot panic a send).
@@ -278,7 +291,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.Background())
-	s.stop = stop
+	s.stop, s.runCtx = stop, runCtx
 	fail := func(err error) (*Service, error) {
 		_ = s.Close()
 		return nil, err
@@ -347,8 +360,14 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	close(s.started)
 	if s.owners != nil {
+		// Take the agents assigned here (a replica restarted under the same
+		// id takes its own back at once) and consume their request topics
+		// before reporting ready; what a persistent session delivered
+		// meanwhile waits for its agent (parked).
+		waiting := s.owners.rebalance(ctx)
+		s.gated.resync(ctx)
 		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.owners.run(runCtx, s.ownersKick) }()
+		go func() { defer s.wg.Done(); s.owners.run(runCtx, s.ownersKick, waiting) }()
 	}
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.gated.run(runCtx) }()
@@ -473,10 +492,16 @@ func (s *Service) live() error {
 	return nil
 }
 
-// serves reports whether this replica consumes agent's requests: always with
-// one replica, else while it owns the agent.
+// serves reports whether this replica decides for agent: always with one
+// replica, else while it owns the agent.
 func (s *Service) serves(agent string) bool {
 	return s.owners == nil || s.owners.owns(agent)
+}
+
+// consumes reports whether this replica subscribes agent's request topic:
+// always with one replica, else while it owns the agent or is assigned it.
+func (s *Service) consumes(agent string) bool {
+	return s.owners == nil || s.owners.consumes(agent)
 }
 
 // historyRole says what this replica does with a history query about an

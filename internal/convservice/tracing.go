@@ -16,13 +16,12 @@ import (
 // tracerName is the instrumentation scope of the service's spans.
 const tracerName = "github.com/a2a-fleet/a2a-fleet/internal/convservice"
 
-// Span attribute keys (A2A ids and the governed agent).
+// Span attribute keys of the service's own (the governed agent, the rule's
+// decision); the A2A ids use the SDK's keys (a2amqtt.AttrMethod, AttrTaskID,
+// AttrContextID), so a trace reads the same on both sides of the proxy.
 const (
-	attrAgent     = attribute.Key("a2a.agent")
-	attrMethod    = attribute.Key("a2a.method")
-	attrTaskID    = attribute.Key("a2a.task_id")
-	attrContextID = attribute.Key("a2a.context_id")
-	attrDecision  = attribute.Key("a2a.conversation.decision")
+	attrAgent    = attribute.Key("a2a.agent")
+	attrDecision = attribute.Key("a2a.conversation.decision")
 )
 
 // traceFrom continues the trace whose W3C trace context travels in a

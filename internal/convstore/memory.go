@@ -48,6 +48,44 @@ type agentState struct {
 	// mapped counts tasks whose agent ids differ from the requester's (a
 	// core A2A server behind the service; issue 12.5).
 	mapped int
+	// recent is a ring of the correlation data of the last requests handled
+	// (several replicas only): handed to the next owner with the agent, so
+	// requests both replicas received during the hand-over are answered
+	// once. recentNext is the ring's next slot once it is full.
+	recent     []string
+	recentNext int
+	// handed are the requests the previous owner handled (its recent ring),
+	// dropped as duplicates until handedUntil.
+	handed      map[string]struct{}
+	handedUntil time.Time
+}
+
+// recentRequests bounds the ring of requests an agent's owner remembers for
+// its successor: a hand-over overlaps for milliseconds (both replicas
+// consume the request topic from the new owner's subscription until the old
+// owner lets the agent go), at most one ownership round if a notice is lost.
+const recentRequests = 4096
+
+// seen reports whether corr is a request the previous owner handled, and
+// remembers it as handled here.
+func (st *agentState) seen(corr []byte) bool {
+	if len(corr) == 0 {
+		return false
+	}
+	if st.handed != nil {
+		if time.Now().After(st.handedUntil) {
+			st.handed = nil
+		} else if _, ok := st.handed[string(corr)]; ok {
+			return true
+		}
+	}
+	if len(st.recent) < recentRequests {
+		st.recent = append(st.recent, string(corr))
+	} else {
+		st.recent[st.recentNext] = string(corr)
+		st.recentNext = (st.recentNext + 1) % recentRequests
+	}
+	return false
 }
 
 // NewMemory returns state journaled to j. ownAll makes every agent owned on
@@ -190,11 +228,30 @@ func (m *Memory) Decide(agent string, p conversation.Policy, now time.Time, req 
 	if err != nil {
 		return conversation.Decision{}, nil, err
 	}
+	if !m.all && st.seen(req.Correlation) {
+		// The previous owner answered it (both consumed the request topic
+		// during the hand-over): a duplicate delivery.
+		st.mu.Unlock()
+		return conversation.Decision{Kind: conversation.KindRetry}, nil, nil
+	}
 	d := st.a.Decide(p, now, req)
 	if d.Forward && d.Task != nil && d.Context != nil {
 		st.keep(p, d.Context.ID, d.Task.ID, items)
 	}
 	return d, m.flush(agent, st), nil
+}
+
+// Note records a request the engine does not rule on (reads, methods it
+// passes through) as handled by this replica, like Decide does, and reports
+// whether the previous owner already handled it (drop it then). ErrNotOwner
+// when the agent is not held here.
+func (m *Memory) Note(agent string, corr []byte) (dup bool, err error) {
+	st, err := m.agent(agent)
+	if err != nil {
+		return false, err
+	}
+	defer st.mu.Unlock()
+	return !m.all && st.seen(corr), nil
 }
 
 // Observe applies a reply event. Wait on the Ticket before relaying an event
@@ -416,15 +473,40 @@ func (m *Memory) Recover(ctx context.Context, agent string, fence *Fence) error 
 // Drop forgets an agent (its ownership moved to another replica). The
 // returned Ticket is durable once everything appended for the agent is: wait
 // on it before giving the agent's lease up, so the next owner recovers it.
-func (m *Memory) Drop(agent string) *Ticket {
+// handled is the correlation data of the last requests handled here (Decide,
+// Note), for the next owner (Handed).
+func (m *Memory) Drop(agent string) (durable *Ticket, handled [][]byte) {
 	m.mu.Lock()
 	st := m.agents[agent]
 	delete(m.agents, agent)
 	m.mu.Unlock()
 	if st == nil {
-		return nil
+		return nil, nil
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.last
+	handled = make([][]byte, len(st.recent))
+	for i, c := range st.recent {
+		handled[i] = []byte(c)
+	}
+	return st.last, handled
+}
+
+// Handed gives a held agent the requests its previous owner handled
+// (Drop's handled): until keep has passed, Decide and Note report them as
+// duplicates.
+func (m *Memory) Handed(agent string, handled [][]byte, keep time.Duration) {
+	if len(handled) == 0 {
+		return
+	}
+	st := m.held(agent)
+	if st == nil {
+		return
+	}
+	defer st.mu.Unlock()
+	st.handed = make(map[string]struct{}, len(handled))
+	for _, c := range handled {
+		st.handed[string(c)] = struct{}{}
+	}
+	st.handedUntil = time.Now().Add(keep)
 }

@@ -314,3 +314,96 @@ func TestRedisFencing(t *testing.T) {
 	mustObserve(t, m2, "o/u/a", p, t0, evs[0])
 	mustDecide(t, m2, "o/u/a", p, t0, send("T2", "C", "m", "D2"), conversation.KindNewTask)
 }
+
+// TestRedisHandOver: a replica restarted under the same id takes its
+// previous run's lease back at once (and that run, were it alive, is fenced
+// off and cannot renew); another replica's lease is not taken. A hand-over
+// passes the requests the previous owner handled to the next one, which
+// drops them as duplicates instead of answering them a second time.
+func TestRedisHandOver(t *testing.T) {
+	addr := startRedis(t)
+	ctx := context.Background()
+	open := func() *RedisJournal { return NewRedisJournal(redis.NewClient(&redis.Options{Addr: addr}), "handover") }
+	j1, j2, j3 := open(), open(), open()
+	defer j1.Close()
+	defer j2.Close()
+	defer j3.Close()
+	const agent = "o/u/a"
+	p := conversation.DefaultPolicy()
+	if ok, err := j1.Acquire(ctx, agent, "r1/run1", time.Minute); err != nil || !ok {
+		t.Fatalf("first run acquires: %v %v", ok, err)
+	}
+	m1 := NewMemory(j1, false)
+	if err := m1.Recover(ctx, agent, &Fence{Token: "r1/run1"}); err != nil {
+		t.Fatal(err)
+	}
+	mustDecide(t, m1, agent, p, t0, send("T1", "C", "m1", "D1"), conversation.KindNewContext)
+	// Another replica id cannot take it; the same id can (its second run).
+	if ok, err := j3.TakeOver(ctx, agent, "r3/run1", "r3/", time.Minute); err != nil || ok {
+		t.Fatalf("r3 took r1's lease: %v %v", ok, err)
+	}
+	if ok, err := j2.TakeOver(ctx, agent, "r1/run2", "r1/", time.Minute); err != nil || !ok {
+		t.Fatalf("second run of r1 takes the lease back: %v %v", ok, err)
+	}
+	// The first run, were it still alive, can neither commit nor renew.
+	_, tk, err := m1.Observe(agent, p, t0, status("T1", "D1", a2a.TaskStateCompleted))
+	if err == nil {
+		err = tk.Wait(ctx)
+	}
+	if !errors.Is(err, ErrNotOwner) {
+		t.Fatalf("first run committed after its lease was taken back: %v", err)
+	}
+	if ok, _ := j1.Acquire(ctx, agent, "r1/run1", time.Minute); ok {
+		t.Fatal("first run renewed a lease its second run holds")
+	}
+	m2 := NewMemory(j2, false)
+	if err := m2.Recover(ctx, agent, &Fence{Token: "r1/run2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, task := m2.Task(agent, "T1"); task == nil || task.State != a2a.TaskStateSubmitted {
+		t.Fatalf("second run recovered %+v", task)
+	}
+	// Hand-over from r1 (second run) to r3: r1 answered D2 (a read) and D3
+	// (a refusal: T1 is busy), both delivered to r3 too.
+	if dup, err := m2.Note(agent, []byte("D2")); err != nil || dup {
+		t.Fatalf("note: %v %v", dup, err)
+	}
+	if d := mustDecide(t, m2, agent, p, t0, send("T1", "C", "other", "D3"), conversation.KindReject); d.Err == nil {
+		t.Fatal("no refusal")
+	}
+	durable, handled := m2.Drop(agent)
+	if err := durable.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := j2.RecordHandled(ctx, agent, handled, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := j2.Release(ctx, agent, "r1/run2"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := j3.TakeOver(ctx, agent, "r3/run1", "r3/", time.Minute); err != nil || !ok {
+		t.Fatalf("r3 takes the released lease: %v %v", ok, err)
+	}
+	m3 := NewMemory(j3, false)
+	if err := m3.Recover(ctx, agent, &Fence{Token: "r3/run1"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := j3.Handled(ctx, agent)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("handled %q %v, want D2 and D3", got, err)
+	}
+	m3.Handed(agent, got, time.Minute)
+	if dup, err := m3.Note(agent, []byte("D2")); err != nil || !dup {
+		t.Fatalf("read answered by r1 not seen as a duplicate: %v %v", dup, err)
+	}
+	d, tk, err := m3.Decide(agent, p, t0, send("T1", "C", "other", "D3"))
+	if err != nil || d.Forward || d.Kind != conversation.KindRetry || tk != nil {
+		t.Fatalf("refusal r1 answered decided again: %s forward %v %v", d.Kind, d.Forward, err)
+	}
+	// A request r1 never saw is decided as usual.
+	if dup, err := m3.Note(agent, []byte("D4")); err != nil || dup {
+		t.Fatalf("new read: %v %v", dup, err)
+	}
+	mustObserve(t, m3, agent, p, t0, status("T1", "D1", a2a.TaskStateCompleted))
+	mustDecide(t, m3, agent, p, t0, send("T2", "C", "m2", "D5"), conversation.KindNewTask)
+}

@@ -31,6 +31,9 @@ import (
 //	P:{A}:owner          the owner's fencing token (a lease: PX ttl)
 //	P:{A}:inbox          events of the agent's tasks that another replica
 //	                     received after the agent moved (the owner applies them)
+//	P:{A}:handled        correlation data of the requests the previous owner
+//	                     handled last (a set, expiring): the next owner drops
+//	                     those it received too
 //	P:agents             set of agents with stored state
 //	P:replicas           zset replica id → lease expiry (ms): live replicas
 //
@@ -278,10 +281,12 @@ func (j *RedisJournal) Close() error {
 	return nil
 }
 
-// acquireScript takes an agent's lease if it is free (or already ours).
+// acquireScript takes an agent's lease if it is free, already ours, or
+// (ARGV[3] set) held by an earlier incarnation of this replica: a token
+// that starts with ARGV[3].
 var acquireScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then return 0 end
+if cur and cur ~= ARGV[1] and (ARGV[3] == '' or string.sub(cur, 1, #ARGV[3]) ~= ARGV[3]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 `)
@@ -295,7 +300,25 @@ return 0
 // Acquire takes (or renews) the lease on agent for token; false when
 // another token holds it.
 func (j *RedisJournal) Acquire(ctx context.Context, agent, token string, ttl time.Duration) (bool, error) {
-	v, err := acquireScript.Run(ctx, j.c, []string{j.base(agent) + "owner"}, token, ttl.Milliseconds()).Int64()
+	return j.acquire(ctx, agent, token, "", ttl)
+}
+
+// TakeOver is Acquire that also takes the lease from a token starting with
+// incarnation (a replica's id and a separator: "r1/"): a replica restarted
+// under the same id takes its agents back at once instead of waiting for
+// the leases of its crashed previous run to lapse. Safe because replica ids
+// are unique among live replicas (they are the replicas' MQTT client ids),
+// and fenced: were the previous run still alive, its commits fail from now
+// on and its next renewal (Acquire) finds the lease gone.
+func (j *RedisJournal) TakeOver(ctx context.Context, agent, token, incarnation string, ttl time.Duration) (bool, error) {
+	if incarnation == "" {
+		return false, errors.New("take over a lease: empty incarnation prefix")
+	}
+	return j.acquire(ctx, agent, token, incarnation, ttl)
+}
+
+func (j *RedisJournal) acquire(ctx context.Context, agent, token, incarnation string, ttl time.Duration) (bool, error) {
+	v, err := acquireScript.Run(ctx, j.c, []string{j.base(agent) + "owner"}, token, ttl.Milliseconds(), incarnation).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lease on %s: %w", agent, err)
 	}
@@ -308,6 +331,45 @@ func (j *RedisJournal) Release(ctx context.Context, agent, token string) error {
 		return fmt.Errorf("release lease on %s: %w", agent, err)
 	}
 	return nil
+}
+
+// RecordHandled stores the correlation data of the requests a replica
+// handled for agent just before it hands the agent over (Memory.Drop), for
+// ttl: the next owner, which may have received the same requests while both
+// consumed the agent's request topic, drops them instead of answering them
+// a second time (Handled).
+func (j *RedisJournal) RecordHandled(ctx context.Context, agent string, corrs [][]byte, ttl time.Duration) error {
+	if len(corrs) == 0 {
+		return nil
+	}
+	key := j.base(agent) + "handled"
+	members := make([]any, len(corrs))
+	for i, c := range corrs {
+		members[i] = c
+	}
+	_, err := j.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SAdd(ctx, key, members...)
+		p.PExpire(ctx, key, ttl)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record requests handled for %s: %w", agent, err)
+	}
+	return nil
+}
+
+// Handled returns what the previous owner of agent recorded with
+// RecordHandled (nil when nothing is recorded).
+func (j *RedisJournal) Handled(ctx context.Context, agent string) ([][]byte, error) {
+	out, err := j.c.SMembers(ctx, j.base(agent)+"handled").Result()
+	if err != nil {
+		return nil, fmt.Errorf("requests handled for %s: %w", agent, err)
+	}
+	corrs := make([][]byte, len(out))
+	for i, c := range out {
+		corrs[i] = []byte(c)
+	}
+	return corrs, nil
 }
 
 // Heartbeat records replica as live until now+ttl and returns the live

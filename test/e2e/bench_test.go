@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +100,13 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// labeled runs fn with the pprof label part=name: the goroutines fn starts
+// (a broker connection's, a service's workers) inherit it, so a profile of
+// the whole process splits by part (go tool pprof -tagfocus part=service).
+func labeled(name string, fn func()) {
+	pprof.Do(context.Background(), pprof.Labels("part", name), func(context.Context) { fn() })
+}
+
 type benchResult struct {
 	p50, p99 time.Duration
 	rps      float64
@@ -107,9 +116,16 @@ type benchResult struct {
 }
 
 // benchRun: 2 000 sequential requests (latency; a new context every 100) and
-// 4 000 with 16 concurrent requesters (throughput, CPU per request).
-func benchRun(b *testing.B, ctx context.Context, tr *a2amqtt.Transport) benchResult {
-	const sequential, parallel, workers = 2000, 4000, 16
+// 4 000 with 16 concurrent requesters (throughput, CPU per request). With
+// E2E_BENCH_PROFILE_DIR set, the throughput phase's CPU profile goes to
+// DIR/<name>.pprof (per phase, so the service's share can be read apart from
+// the floor's).
+func benchRun(b *testing.B, ctx context.Context, tr *a2amqtt.Transport, name string) benchResult {
+	const sequential, workers = 2000, 16
+	parallel := 4000
+	if n, err := strconv.Atoi(os.Getenv("E2E_BENCH_PARALLEL")); err == nil && n >= workers {
+		parallel = n // more samples for a profile
+	}
 	c := uuid.NewString()
 	lat := make([]time.Duration, 0, sequential)
 	for i := range sequential {
@@ -124,25 +140,37 @@ func benchRun(b *testing.B, ctx context.Context, tr *a2amqtt.Transport) benchRes
 	}
 	slices.Sort(lat)
 	var wg sync.WaitGroup
+	if dir := os.Getenv("E2E_BENCH_PROFILE_DIR"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, name+".pprof"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	cpu0 := cpuTime()
 	start := time.Now()
 	for w := range workers {
-		wg.Go(func() {
-			c := uuid.NewString()
-			for i := range parallel / workers {
-				if i%100 == 0 {
-					c = uuid.NewString()
+		labeled("requester", func() {
+			wg.Go(func() {
+				c := uuid.NewString()
+				for i := range parallel / workers {
+					if i%100 == 0 {
+						c = uuid.NewString()
+					}
+					if res, err := send(ctx, tr, uuid.NewString(), c, fmt.Sprintf("w%d", w)); err != nil || state(res) != a2a.TaskStateCompleted {
+						b.Errorf("parallel request: %v", err)
+						return
+					}
 				}
-				if res, err := send(ctx, tr, uuid.NewString(), c, fmt.Sprintf("w%d", w)); err != nil || state(res) != a2a.TaskStateCompleted {
-					b.Errorf("parallel request: %v", err)
-					return
-				}
-			}
+			})
 		})
 	}
 	wg.Wait()
 	return benchResult{p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], rps: float64(parallel) / time.Since(start).Seconds(),
-		cpu: (cpuTime() - cpu0) / parallel}
+		cpu: (cpuTime() - cpu0) / time.Duration(parallel)}
 }
 
 // BenchmarkProxyVsDirect measures request → final reply three ways on the
@@ -155,10 +183,13 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	st := newStack(b, ctx, "mosquitto")
-	startRawAgent(b, ctx, st.addr, st.usernames["raw"], st.passwords["raw"], ref("raw"), identity.DeliveryTopic(ref("raw")))
-	startRawAgent(b, ctx, st.addr, st.usernames["direct"], st.passwords["direct"], ref("direct"), ref("direct").RequestTopic())
+	var r *a2amqtt.Requester
+	labeled("agent", func() {
+		startRawAgent(b, ctx, st.addr, st.usernames["raw"], st.passwords["raw"], ref("raw"), identity.DeliveryTopic(ref("raw")))
+		startRawAgent(b, ctx, st.addr, st.usernames["direct"], st.passwords["direct"], ref("direct"), ref("direct").RequestTopic())
+	})
+	labeled("requester", func() { r = st.requester(b, ctx) })
 	redisAddr := startRedis(b)
-	r := st.requester(b, ctx)
 	report := func(name string, res, floor, direct benchResult) {
 		b.ReportMetric(float64(res.p50.Microseconds()), name+"-p50-µs")
 		b.ReportMetric(float64(res.p99.Microseconds()), name+"-p99-µs")
@@ -176,22 +207,30 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b.Logf("load average before: %s", loadavg())
-		direct := benchRun(b, ctx, r.Transport(ref("direct")))
-		relay := startBareRelay(b, ctx, st, ref("raw"))
-		floor := benchRun(b, ctx, r.Transport(ref("raw")))
+		direct := benchRun(b, ctx, r.Transport(ref("direct")), "direct")
+		var relay *bareRelay
+		labeled("relay", func() { relay = startBareRelay(b, ctx, st, ref("raw")) })
+		floor := benchRun(b, ctx, r.Transport(ref("raw")), "floor")
 		relay.close()
 		report("direct", direct, floor, direct)
 		report("floor", floor, floor, direct)
-		for _, store := range []string{"bolt", "redis"} {
-			svc := st.startServiceCfg(b, ctx, &clock{}, "bench-"+store, func(c *convservice.Config) {
-				c.BoltNoSync = os.Getenv("E2E_BENCH_NOSYNC") == "1"
-				if store == "redis" {
-					c.Store = "redis://" + redisAddr + "/0"
-				} else {
-					c.Store = "bolt:" + filepath.Join(b.TempDir(), "bench.db")
-				}
+		stores := []string{"bolt", "redis"}
+		if v := os.Getenv("E2E_BENCH_STORES"); v != "" {
+			stores = strings.Split(v, ",")
+		}
+		for _, store := range stores {
+			var svc *convservice.Service
+			labeled("service", func() {
+				svc = st.startServiceCfg(b, ctx, &clock{}, "bench-"+store, func(c *convservice.Config) {
+					c.BoltNoSync = os.Getenv("E2E_BENCH_NOSYNC") == "1"
+					if store == "redis" {
+						c.Store = "redis://" + redisAddr + "/0"
+					} else {
+						c.Store = "bolt:" + filepath.Join(b.TempDir(), "bench.db")
+					}
+				})
 			})
-			res := benchRun(b, ctx, r.Transport(ref("raw")))
+			res := benchRun(b, ctx, r.Transport(ref("raw")), store)
 			_ = svc.Close()
 			report(store, res, floor, direct)
 			if store == "bolt" {
@@ -340,7 +379,7 @@ func BenchmarkHistoryModes(b *testing.B) {
 				c.BoltNoSync = os.Getenv("E2E_BENCH_NOSYNC") == "1"
 				c.Store = "bolt:" + filepath.Join(b.TempDir(), "hist.db")
 			})
-			res := benchRun(b, ctx, r.Transport(ref("raw")))
+			res := benchRun(b, ctx, r.Transport(ref("raw")), fmt.Sprintf("%s-%d", strings.ToLower(mode), i/2+1))
 			b.Logf("%s run %d: p50 %s p99 %s %.0f req/s cpu %s/req (load %s)", mode, i/2+1, res.p50, res.p99, res.rps, res.cpu, loadavg())
 			if mode == "Messages" {
 				time.Sleep(500 * time.Millisecond) // one stats refresh
