@@ -337,7 +337,8 @@ func (r *AgentReconciler) refuseIdentity(ctx context.Context, view *tenancy.View
 // outranks.
 func (r *AgentReconciler) resolvePolicy(ctx context.Context, agent *a2av1.Agent) error {
 	var policies a2av1.ConversationPolicyList
-	if err := r.List(ctx, &policies, client.InNamespace(agent.Namespace)); err != nil {
+	// Read-only use of the cache's objects: no deep copies.
+	if err := r.List(ctx, &policies, client.InNamespace(agent.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list conversation policies: %w", err)
 	}
 	names := policy.Names(policy.Matching(policies.Items, agent.Labels))
