@@ -181,12 +181,14 @@ type appliedPace struct {
 // Pacing of shared applies: an apply is O(members) (the role's whole ACL list, sent by
 // modifyRole: the only change that disconnects nobody), so applying once per Agent of a rollout
 // would be quadratic. The next apply of a key waits sharedSpacingFactor times as long as the last
-// one took (the shared controller spends at most a fifth of its time per key), at least
+// one took (at most a ninth of the time goes to one key however large it grows), at least
 // sharedMinSpacing and at most sharedMaxSpacing; changes that arrive meanwhile are folded into it.
+// An Agent waits for its shared objects at most one spacing plus one apply (ACLsSynced says so
+// meanwhile); a change after a quiet period is applied at once.
 const (
-	sharedSpacingFactor = 4
-	sharedMinSpacing    = 20 * time.Millisecond
-	sharedMaxSpacing    = 2 * time.Second
+	sharedSpacingFactor = 8
+	sharedMinSpacing    = 250 * time.Millisecond
+	sharedMaxSpacing    = 5 * time.Second
 )
 
 // tooSoon says how long key must still wait before its next apply (0: apply now).

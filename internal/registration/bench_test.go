@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
@@ -169,8 +170,12 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backe
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.QPS, cfg.Burst = -1, 0 // the operator's default rate limit would be what is measured
 	cfg.Wrap(writes.wrap)
+	var copts controllers.Options
+	if v, err := strconv.Atoi(os.Getenv("FLEET_MAX_CONCURRENT")); err == nil {
+		copts.MaxConcurrentReconciles = v // default: the operator's own default
+	}
 	op := cp.StartOperatorWith(b, ctx, testenv.Operator{Prefix: "bench-", Config: cfg, Orgs: []string{"org0", "org1"},
-		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}})
+		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: copts})
 	ns := op.Namespaces
 	tracker := trackReady(b, ctx, ns)
 

@@ -11,6 +11,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // Authorizer answers the tenancy questions from a client.Reader (the manager's cache, which must
@@ -23,17 +24,24 @@ type Authorizer struct {
 // decides, for the length of one reconcile. It is not safe for concurrent use. Objects it returns
 // (holders) are the cache's own: read them, never change them.
 type View struct {
-	reader    client.Reader
-	bindings  *Bindings
-	ns        map[string]*corev1.Namespace
-	grants    map[string][]a2av1.AgentGrant
-	decisions map[types.UID]Decision
+	reader   client.Reader
+	bindings *Bindings
+	ns       map[string]*corev1.Namespace
+	grants   map[string][]a2av1.AgentGrant
+	// byClaim memoizes decisions per namespace and claim: Agents claiming the same org, unit and
+	// pool from one namespace get the same answer (a unit of a thousand Agents, one decision).
+	byClaim map[nsClaim]Decision
 	// claimants are the Agents claiming each client ID (listed once, or preloaded), holders the
 	// decided holder of each client ID (nil: nobody may hold it), poolOwners the owning namespace
 	// of each pool.
-	claimants  map[string][]*a2av1.Agent
-	holders    map[string]*a2av1.Agent
+	claimants  map[a2amqtt.AgentRef][]*a2av1.Agent
+	holders    map[a2amqtt.AgentRef]*a2av1.Agent
 	poolOwners map[string]string
+}
+
+type nsClaim struct {
+	namespace string
+	claim     Claim
 }
 
 // View lists the Tenants and starts a View.
@@ -45,8 +53,8 @@ func (a *Authorizer) View(ctx context.Context) (*View, error) {
 	}
 	return &View{
 		reader: a.Reader, bindings: NewBindings(tenants.Items),
-		ns: map[string]*corev1.Namespace{}, grants: map[string][]a2av1.AgentGrant{}, decisions: map[types.UID]Decision{},
-		claimants: map[string][]*a2av1.Agent{}, holders: map[string]*a2av1.Agent{}, poolOwners: map[string]string{},
+		ns: map[string]*corev1.Namespace{}, grants: map[string][]a2av1.AgentGrant{},
+		byClaim: map[nsClaim]Decision{}, claimants: map[a2amqtt.AgentRef][]*a2av1.Agent{}, holders: map[a2amqtt.AgentRef]*a2av1.Agent{}, poolOwners: map[string]string{},
 	}, nil
 }
 
@@ -55,9 +63,9 @@ func (a *Authorizer) View(ctx context.Context) (*View, error) {
 // client ID: deciding the members of a unit or an org is then linear in its size. The view keeps
 // pointers to agents and never changes them.
 func (v *View) PreloadClaimants(agents []a2av1.Agent) {
-	byID := map[string][]*a2av1.Agent{}
+	byID := make(map[a2amqtt.AgentRef][]*a2av1.Agent, len(agents))
 	for i := range agents {
-		id := identity.Of(&agents[i]).ClientID()
+		id := identity.Of(&agents[i])
 		byID[id] = append(byID[id], &agents[i])
 	}
 	for id, list := range byID {
@@ -67,15 +75,15 @@ func (v *View) PreloadClaimants(agents []a2av1.Agent) {
 	}
 }
 
-// claimantsOf lists the Agents claiming client ID id, once per view.
-func (v *View) claimantsOf(ctx context.Context, id string) ([]*a2av1.Agent, error) {
+// claimantsOf lists the Agents claiming the client ID of id, once per view.
+func (v *View) claimantsOf(ctx context.Context, id a2amqtt.AgentRef) ([]*a2av1.Agent, error) {
 	if list, ok := v.claimants[id]; ok {
 		return list, nil
 	}
 	var same a2av1.AgentList
 	// Read-only use of the cache's objects: no deep copies.
-	if err := v.reader.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: id}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list agents with client ID %s: %w", id, err)
+	if err := v.reader.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: id.ClientID()}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list agents with client ID %s: %w", id.ClientID(), err)
 	}
 	list := make([]*a2av1.Agent, 0, len(same.Items))
 	for i := range same.Items {
@@ -124,16 +132,15 @@ func (v *View) Grants(ctx context.Context, ns string) ([]a2av1.AgentGrant, error
 
 // Authorize decides whether agent's namespace may make the agent's claim.
 func (v *View) Authorize(ctx context.Context, agent *a2av1.Agent) (Decision, error) {
-	if d, ok := v.decisions[agent.UID]; ok && agent.UID != "" {
-		return d, nil
-	}
-	ns, err := v.Namespace(ctx, agent.Namespace)
-	if err != nil {
-		return Decision{}, err
-	}
-	d := v.bindings.Authorize(ns, ClaimOf(agent))
-	if agent.UID != "" {
-		v.decisions[agent.UID] = d
+	key := nsClaim{namespace: agent.Namespace, claim: ClaimOf(agent)}
+	d, ok := v.byClaim[key]
+	if !ok {
+		ns, err := v.Namespace(ctx, agent.Namespace)
+		if err != nil {
+			return Decision{}, err
+		}
+		d = v.bindings.Authorize(ns, key.claim)
+		v.byClaim[key] = d
 	}
 	return d, nil
 }
@@ -146,7 +153,7 @@ func (v *View) Authorize(ctx context.Context, agent *a2av1.Agent) (Decision, err
 // The decision is memoized per client ID for the view, as long as agent is one of the claimants
 // the view knows (a fresh create the cache has not seen yet is decided on its own).
 func (v *View) Holder(ctx context.Context, agent *a2av1.Agent) (*a2av1.Agent, error) {
-	id := identity.Of(agent).ClientID()
+	id := identity.Of(agent)
 	claimants, err := v.claimantsOf(ctx, id)
 	if err != nil {
 		return nil, err
