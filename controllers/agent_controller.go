@@ -349,7 +349,8 @@ func (r *AgentReconciler) refuseIdentity(ctx context.Context, view *tenancy.View
 // outranks.
 func (r *AgentReconciler) resolvePolicy(ctx context.Context, agent *a2av1.Agent) error {
 	var policies a2av1.ConversationPolicyList
-	if err := r.List(ctx, &policies, client.InNamespace(agent.Namespace)); err != nil {
+	// Read-only use of the cache's objects: no deep copies.
+	if err := r.List(ctx, &policies, client.InNamespace(agent.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list conversation policies: %w", err)
 	}
 	names := policy.Names(policy.Matching(policies.Items, agent.Labels))
@@ -473,6 +474,12 @@ func (r *AgentReconciler) setReady(agent *a2av1.Agent) {
 		"the agent is registered and may connect as "+agent.Status.ClientID)
 }
 
+// wasNotReady reports whether a Ready condition said the Agent was not Ready for a reason worth an
+// Event (not merely waiting for its shared ACLs on the way to Ready).
+func wasNotReady(c *metav1.Condition) bool {
+	return c != nil && c.Status != metav1.ConditionTrue && c.Reason != a2av1.ReasonSharedACLsPending
+}
+
 func removeCondition(agent *a2av1.Agent, condType string) {
 	meta.RemoveStatusCondition(&agent.Status.Conditions, condType)
 }
@@ -505,6 +512,9 @@ func (r *AgentReconciler) emitTransitions(before, after *a2av1.Agent, holder *a2
 		return
 	}
 	switch {
+	case nowReady.Status == metav1.ConditionTrue && !wasNotReady(wasReady):
+		// A new Agent becoming Ready is what applying it means, and status says so: an Event per
+		// Agent of a fleet rollout would only load the API server. Recovering is news.
 	case nowReady.Status == metav1.ConditionTrue:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventReady, "Reconcile", "%s", nowReady.Message)
 	case nowReady.Reason == a2av1.ReasonIdentityNotPermitted:

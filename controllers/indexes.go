@@ -9,6 +9,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
@@ -40,6 +41,11 @@ func SetupIndexes(ctx context.Context, mgr FieldIndexer) error {
 		return nil
 	}); err != nil {
 		return fmt.Errorf("index agents with caller selectors: %w", err)
+	}
+	if err := idx.IndexField(ctx, &a2av1.Agent{}, identity.IndexAgentCallerRule, func(o client.Object) []string {
+		return registration.RuleIndexValues(o.(*a2av1.Agent))
+	}); err != nil {
+		return fmt.Errorf("index agents by caller rule: %w", err)
 	}
 	for _, ix := range []struct {
 		name string

@@ -63,13 +63,17 @@ const DefaultResyncPeriod = 10 * time.Minute
 // CacheOptions keeps the operator's informers to what it manages: Secrets and Deployments are
 // cached only when they carry the operator's managed-by label, so a cluster with many of them
 // costs no memory. (The controllers read around the cache, through the API reader, before they
-// create one, so a foreign object with the same name is never overwritten.)
+// create one, so a foreign object with the same name is never overwritten.) No cached object
+// keeps its managedFields, which the operator never reads (a third of a small object's size).
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{identity.LabelManagedBy: identity.ManagedByValue})
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Secret{}:     {Label: managed},
-		&appsv1.Deployment{}: {Label: managed},
-	}}
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}:     {Label: managed},
+			&appsv1.Deployment{}: {Label: managed},
+		},
+	}
 }
 
 // Setup registers the field indexes and every controller with the manager. The manager binary and

@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,12 +65,24 @@ func NewSharedTracker() *SharedTracker {
 	}
 }
 
+// entriesDigest identifies an Agent's entries in a shared object: their exact text (a few short
+// topics), so that comparing two needs no encoding and cannot collide.
 func entriesDigest(acls []acl.ACL) string {
 	if len(acls) == 0 {
 		return ""
 	}
-	d, _ := digestOf(acls)
-	return d
+	var b strings.Builder
+	for _, a := range acls {
+		b.WriteString(string(a.Type))
+		b.WriteByte(' ')
+		b.WriteString(a.Topic)
+		b.WriteByte(' ')
+		b.WriteString(strconv.Itoa(a.Priority))
+		b.WriteByte(' ')
+		b.WriteString(strconv.FormatBool(a.Allow))
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // Includes reports whether shared object k, as last applied, holds exactly want for the Agent.
@@ -144,14 +158,58 @@ func (t *SharedTracker) agentWakeups() source.Source {
 
 // SharedReconciler keeps the shared broker objects (each unit's and org's role and group, the
 // conversation service's gates role) equal to what the live Agents in them need, computed from
-// the cache. Its workqueue deduplicates keys, so a rollout of n Agents into one unit applies the
-// unit's role a few times, not n times.
+// the cache. Its workqueue deduplicates keys, and each key is applied at most once per
+// sharedSpacing of its last apply, so a rollout of n Agents into one unit applies the unit's role
+// a bounded number of times per second, not n times, whatever the size of the unit.
 type SharedReconciler struct {
 	client.Client
 	Registrar Registrar
 	Tracker   *SharedTracker
 	Gating    bool
 	Resync    time.Duration
+
+	paceMu sync.Mutex
+	pace   map[registration.SharedKey]appliedPace
+}
+
+// appliedPace is when a shared object was last applied and how long that took.
+type appliedPace struct {
+	end  time.Time
+	took time.Duration
+}
+
+// Pacing of shared applies: an apply is O(members) (the role's whole ACL list, sent by
+// modifyRole: the only change that disconnects nobody), so applying once per Agent of a rollout
+// would be quadratic. The next apply of a key waits sharedSpacingFactor times as long as the last
+// one took (at most a ninth of the time goes to one key however large it grows), at least
+// sharedMinSpacing and at most sharedMaxSpacing; changes that arrive meanwhile are folded into it.
+// An Agent waits for its shared objects at most one spacing plus one apply (ACLsSynced says so
+// meanwhile); a change after a quiet period is applied at once.
+const (
+	sharedSpacingFactor = 8
+	sharedMinSpacing    = 250 * time.Millisecond
+	sharedMaxSpacing    = 5 * time.Second
+)
+
+// tooSoon says how long key must still wait before its next apply (0: apply now).
+func (r *SharedReconciler) tooSoon(key registration.SharedKey, now time.Time) time.Duration {
+	r.paceMu.Lock()
+	defer r.paceMu.Unlock()
+	p, ok := r.pace[key]
+	if !ok {
+		return 0
+	}
+	spacing := min(max(sharedSpacingFactor*p.took, sharedMinSpacing), sharedMaxSpacing)
+	return max(p.end.Add(spacing).Sub(now), 0)
+}
+
+func (r *SharedReconciler) applied(key registration.SharedKey, start, end time.Time) {
+	r.paceMu.Lock()
+	defer r.paceMu.Unlock()
+	if r.pace == nil {
+		r.pace = map[registration.SharedKey]appliedPace{}
+	}
+	r.pace[key] = appliedPace{end: end, took: end.Sub(start)}
 }
 
 // Reconcile applies one shared object.
@@ -162,6 +220,10 @@ func (r *SharedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	if key.Kind == registration.SharedGates && !r.Gating {
 		return ctrl.Result{}, nil
+	}
+	start := time.Now()
+	if wait := r.tooSoon(key, start); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	var candidates a2av1.AgentList
 	var opts []client.ListOption
@@ -182,6 +244,11 @@ func (r *SharedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if key.Kind != registration.SharedGates {
+		// Every claimant of a client ID {org}/{unit}/{agent} is in its unit and its org: the holders
+		// of the whole unit or org are decided from this one list.
+		view.PreloadClaimants(candidates.Items)
+	}
 	var members []registration.Member
 	entries := map[types.UID]trackedEntry{}
 	for i := range candidates.Items {
@@ -201,6 +268,7 @@ func (r *SharedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.Registrar.ApplyShared(ctx, key, members); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.applied(key, start, time.Now())
 	r.Tracker.wakeAgents(ctx, r.Tracker.record(key, entries))
 	logf.FromContext(ctx).V(1).Info("applied shared ACLs", "key", key.String(), "members", len(members), "entries", len(entries))
 	// Drift repair, like the Agents' own objects.

@@ -24,6 +24,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
@@ -187,7 +188,7 @@ func (r *AgentReconciler) agentsSharingIdentity(ctx context.Context, obj client.
 		return nil
 	}
 	var same a2av1.AgentList
-	if err := r.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: identity.Of(a).ClientID()}); err != nil {
+	if err := r.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: identity.Of(a).ClientID()}, client.UnsafeDisableDeepCopy); err != nil {
 		logf.FromContext(ctx).Error(err, "list agents sharing a client ID")
 		return nil
 	}
@@ -208,7 +209,7 @@ func (r *AgentReconciler) poolMembers(ctx context.Context, obj client.Object) []
 		return nil
 	}
 	var members a2av1.AgentList
-	if err := r.List(ctx, &members, client.MatchingFields{identity.IndexAgentPool: tenancy.PoolKey(a)}); err != nil {
+	if err := r.List(ctx, &members, client.MatchingFields{identity.IndexAgentPool: tenancy.PoolKey(a)}, client.UnsafeDisableDeepCopy); err != nil {
 		logf.FromContext(ctx).Error(err, "list pool members")
 		return nil
 	}
@@ -256,14 +257,21 @@ func (r *AgentReconciler) enqueueCallerRuleChanges(ctx context.Context, q workqu
 			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
 		}
 	}
-	var callees a2av1.AgentList
-	if err := r.List(ctx, &callees, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
-		log.Error(err, "list agents with caller selectors")
-	}
-	for i := range callees.Items {
-		callee := &callees.Items[i]
-		if selectsByLabels(callee, a) || (old != nil && selectsByLabels(callee, old)) {
-			add(callee)
+	// The rules that may admit the Agent, before or after the change: found through the
+	// caller-rule index, so an Agent event costs the rules filed under its labels, not a scan of
+	// every rule in the fleet.
+	for _, subject := range []*a2av1.Agent{a, old} {
+		if subject == nil || (subject == old && maps.Equal(old.Labels, a.Labels) && old.Namespace == a.Namespace) {
+			continue
+		}
+		callees, err := registration.RulesMaySelect(ctx, r.Client, subject)
+		if err != nil {
+			log.Error(err, "list caller rules that may select an agent")
+		}
+		for _, callee := range callees {
+			if selectsByLabels(callee, a) || (old != nil && selectsByLabels(callee, old)) {
+				add(callee)
+			}
 		}
 	}
 	if len(a.Spec.Callers.From) == 0 && (old == nil || len(old.Spec.Callers.From) == 0) {
@@ -272,18 +280,23 @@ func (r *AgentReconciler) enqueueCallerRuleChanges(ctx context.Context, q workqu
 	if old != nil && old.Generation == a.Generation && gated(old) == gated(a) {
 		return // only its labels changed: the Agents it reaches are unaffected
 	}
-	opts := []client.ListOption{client.InNamespace(a.Namespace)}
+	// The Agents its rules select, before or after the change, may start or stop calling it.
 	for _, f := range append(slices.Clone(a.Spec.Callers.From), callersFrom(old)...) {
-		if f.NamespaceSelector != nil {
-			opts = nil // a namespace selector can reach any namespace
+		sel, err := metav1.LabelSelectorAsSelector(&f.AgentSelector)
+		if err != nil {
+			continue // an invalid selector admits nobody
 		}
-	}
-	var reachable a2av1.AgentList
-	if err := r.List(ctx, &reachable, opts...); err != nil {
-		log.Error(err, "list agents reachable by caller selectors")
-	}
-	for i := range reachable.Items {
-		add(&reachable.Items[i])
+		opts := []client.ListOption{client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy}
+		if f.NamespaceSelector == nil {
+			opts = append(opts, client.InNamespace(a.Namespace))
+		}
+		var reachable a2av1.AgentList
+		if err := r.List(ctx, &reachable, opts...); err != nil {
+			log.Error(err, "list agents reachable by caller selectors")
+		}
+		for i := range reachable.Items {
+			add(&reachable.Items[i])
+		}
 	}
 }
 

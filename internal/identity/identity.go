@@ -93,6 +93,11 @@ const (
 	// IndexAgentHasCallerSelectors marks Agents with callers.from selectors ("true"), the only
 	// ones whose rules can admit another Agent individually.
 	IndexAgentHasCallerSelectors = "a2a.fleet.dev/has-caller-selectors"
+	// IndexAgentCallerRule indexes Agents with callers.from selectors by one label pair each
+	// selector requires ("{namespace}|{key}={value}", or "*|..." for a rule with a namespace
+	// selector, "...|*" for a selector without matchLabels), so that the rules that may admit an
+	// Agent are found from its labels instead of by scanning every rule (registration.RuleIndex).
+	IndexAgentCallerRule = "a2a.fleet.dev/caller-rule"
 )
 
 // NewPassword returns a broker password: 32 random bytes, URL-safe base64 encoded (256 bits of

@@ -3,6 +3,8 @@ package registration_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
@@ -146,6 +149,9 @@ type fleetRow struct {
 	collateral, backendKicks   int
 	load                       string
 	brokerClients, aclsPerAgnt float64
+	apiReads                   map[string]int // the operator's GETs and LISTs by resource (no watches)
+	cpu                        cpuSample      // CPU seconds of the run, by process
+	controllers                map[string]controllerStats
 }
 
 // collateralCounter counts, from a backend's kick reports, the usernames a command disconnected
@@ -164,8 +170,12 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backe
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.QPS, cfg.Burst = -1, 0 // the operator's default rate limit would be what is measured
 	cfg.Wrap(writes.wrap)
+	var copts controllers.Options
+	if v, err := strconv.Atoi(os.Getenv("FLEET_MAX_CONCURRENT")); err == nil {
+		copts.MaxConcurrentReconciles = v // default: the operator's own default
+	}
 	op := cp.StartOperatorWith(b, ctx, testenv.Operator{Prefix: "bench-", Config: cfg, Orgs: []string{"org0", "org1"},
-		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}})
+		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: copts})
 	ns := op.Namespaces
 	tracker := trackReady(b, ctx, ns)
 
@@ -193,13 +203,18 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backe
 
 	before := backend.Stats()
 	othersBefore := others.n.Load()
-	writesBefore := writes.snapshot()
+	writesBefore, readsBefore := writes.snapshot(), writes.snapshotReads()
+	meter := newCPUMeter(cp.Config)
+	cpuBefore, ctrlBefore := meter.sample(), controllerMetrics()
+	profiled := profileAPIServer(b, ctx, fmt.Sprintf("apiserver-%s-%d.prof", brokerName, n))
 	start := time.Now()
 	createFleet(b, ctx, ns, w, n)
 	tracker.wait(b, ctx, n)
 	elapsed := time.Since(start)
+	cpuUsed, ctrlUsed := meter.sample().minus(cpuBefore), controllerDelta(ctrlBefore, controllerMetrics())
+	<-profiled
 	stats := backend.Stats()
-	writesAfter := writes.snapshot()
+	writesAfter, readsAfter := writes.snapshot(), writes.snapshotReads()
 	kicked := watch.Kicked()
 
 	var ms runtime.MemStats
@@ -226,6 +241,12 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backe
 		writesBy: map[string]int{}, collateral: len(kicked),
 		backendKicks: int(others.n.Load() - othersBefore),
 		load:         loadAvg(), brokerClients: float64(len(st.Clients)), aclsPerAgnt: float64(entries) / float64(n),
+		apiReads: map[string]int{}, cpu: cpuUsed, controllers: ctrlUsed,
+	}
+	for k, v := range readsAfter {
+		if d := v - readsBefore[k]; d > 0 {
+			row.apiReads[k] = d
+		}
 	}
 	total := 0
 	for k, v := range writesAfter {
@@ -243,7 +264,14 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backe
 	b.ReportMetric(row.trips, "broker-roundtrips/agent")
 	b.ReportMetric(row.writes, "apiserver-writes/agent")
 	b.ReportMetric(float64(row.collateral), "collateral-kicks")
+	b.ReportMetric(row.cpu.self*1000/applied, "cpu-ms/agent-test-process")
+	b.ReportMetric(row.cpu.apiserver*1000/applied, "cpu-ms/agent-apiserver")
+	b.ReportMetric(row.cpu.etcd*1000/applied, "cpu-ms/agent-etcd")
 	b.Logf("%s", row)
+	b.Logf("CPU over %.1f s: test process (operator, broker, benchmark) %.1f s, kube-apiserver %.1f s, etcd %.1f s (%.2f cores of 2)",
+		elapsed.Seconds(), row.cpu.self, row.cpu.apiserver, row.cpu.etcd, (row.cpu.self+row.cpu.apiserver+row.cpu.etcd)/elapsed.Seconds())
+	b.Logf("controllers: %s", describeControllers(row.controllers, applied))
+	b.Logf("operator reads per agent (cache misses and API reader): %s", perAgent(row.apiReads, applied))
 	if len(kicked) > 0 {
 		b.Errorf("collateral kicks: applying the fleet disconnected witness agents %v", kicked)
 	}
@@ -355,22 +383,46 @@ func (t *readyTracker) wait(b *testing.B, ctx context.Context, n int) {
 	}
 }
 
-// writeCounter counts the operator's writes to the apiserver by resource.
+// writeCounter counts the operator's requests to the apiserver by resource: writes, and reads
+// other than watches.
 type writeCounter struct {
-	mu sync.Mutex
-	by map[string]int
+	mu    sync.Mutex
+	by    map[string]int
+	reads map[string]int
 }
 
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		if req.Method != http.MethodGet {
+		switch {
+		case req.Method != http.MethodGet:
 			key := req.Method + " " + resourceOf(req.URL.Path)
 			w.mu.Lock()
 			w.by[key]++
 			w.mu.Unlock()
+		case req.URL.Query().Get("watch") != "true":
+			w.mu.Lock()
+			if w.reads == nil {
+				w.reads = map[string]int{}
+			}
+			w.reads["GET "+resourceOf(req.URL.Path)]++
+			w.mu.Unlock()
 		}
 		return rt.RoundTrip(req)
 	})
+}
+
+func (w *writeCounter) snapshotReads() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.reads)
+}
+
+func perAgent(m map[string]int, agents float64) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf("%s=%.2f", k, float64(m[k])/agents))
+	}
+	return strings.Join(out, " ")
 }
 
 func (w *writeCounter) snapshot() map[string]int {
@@ -420,6 +472,46 @@ func peakRSSMiB() float64 {
 // resetPeakRSS restarts VmHWM from the current RSS (Linux: "5" to clear_refs), so each fleet
 // size reports its own peak.
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// profileAPIServer fetches a CPU profile of kube-apiserver (its /debug/pprof) for the first
+// FLEET_APISERVER_PROFILE_SECONDS of the fleet into FLEET_HEAPPROFILE_DIR; the channel closes
+// when it is written (at once when not asked for).
+func profileAPIServer(b *testing.B, ctx context.Context, name string) <-chan struct{} {
+	done := make(chan struct{})
+	secs, dir := os.Getenv("FLEET_APISERVER_PROFILE_SECONDS"), os.Getenv("FLEET_HEAPPROFILE_DIR")
+	if secs == "" || dir == "" {
+		close(done)
+		return done
+	}
+	hc, err := rest.HTTPClientFor(cp.Config)
+	if err != nil {
+		b.Fatalf("apiserver profile: %v", err)
+	}
+	go func() {
+		defer close(done)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cp.Config.Host, "/")+"/debug/pprof/profile?seconds="+secs, nil)
+		if err != nil {
+			b.Errorf("apiserver profile: %v", err)
+			return
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Errorf("apiserver profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			b.Errorf("apiserver profile: %v", err)
+			return
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			b.Errorf("apiserver profile: %v", err)
+		}
+	}()
+	return done
+}
 
 func writeHeapProfile(b *testing.B, path string) {
 	runtime.GC()

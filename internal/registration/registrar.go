@@ -200,7 +200,8 @@ func SelectedCallers(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) (
 		if err != nil {
 			return nil, nil, fmt.Errorf("callers.from[%d].agentSelector: %w", i, err)
 		}
-		opts := []client.ListOption{client.MatchingLabelsSelector{Selector: sel}}
+		// Read-only use of the cache's objects: no deep copies.
+		opts := []client.ListOption{client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy}
 		var nsSel labels.Selector
 		if from.NamespaceSelector == nil {
 			opts = append(opts, client.InNamespace(agent.Namespace))
@@ -250,19 +251,16 @@ func SelectedCallers(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) (
 }
 
 // calleesAdmitting finds the live Agents whose callers.from selectors select this Agent (with its
-// namespace's consent where they are of another namespace). Only Agents with selectors are
-// examined (field index), so the cost follows the number of rules.
+// namespace's consent where they are of another namespace). Only the rules the caller-rule index
+// files under the Agent's labels are examined, so the cost follows the number of rules that may
+// select it, not the size of the fleet.
 func calleesAdmitting(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) ([]Member, error) {
-	var callees a2av1.AgentList
-	if err := v.Reader().List(ctx, &callees, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
-		return nil, fmt.Errorf("list agents with caller selectors: %w", err)
+	candidates, err := RulesMaySelect(ctx, v.Reader(), agent)
+	if err != nil {
+		return nil, err
 	}
 	var out []Member
-	for i := range callees.Items {
-		callee := &callees.Items[i]
-		if callee.UID == agent.UID {
-			continue
-		}
+	for _, callee := range candidates {
 		selects, err := Selects(ctx, v, callee, agent)
 		if err != nil {
 			return nil, err

@@ -11,6 +11,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // Authorizer answers the tenancy questions from a client.Reader (the manager's cache, which must
@@ -19,26 +20,77 @@ type Authorizer struct {
 	Reader client.Reader
 }
 
-// View is one consistent look at the objects tenancy depends on, memoizing what it reads, for the
-// length of one reconcile. It is not safe for concurrent use.
+// View is one consistent look at the objects tenancy depends on, memoizing what it reads and
+// decides, for the length of one reconcile. It is not safe for concurrent use. Objects it returns
+// (holders) are the cache's own: read them, never change them.
 type View struct {
-	reader    client.Reader
-	bindings  *Bindings
-	ns        map[string]*corev1.Namespace
-	grants    map[string][]a2av1.AgentGrant
-	decisions map[types.UID]Decision
+	reader   client.Reader
+	bindings *Bindings
+	ns       map[string]*corev1.Namespace
+	grants   map[string][]a2av1.AgentGrant
+	// byClaim memoizes decisions per namespace and claim: Agents claiming the same org, unit and
+	// pool from one namespace get the same answer (a unit of a thousand Agents, one decision).
+	byClaim map[nsClaim]Decision
+	// claimants are the Agents claiming each client ID (listed once, or preloaded), holders the
+	// decided holder of each client ID (nil: nobody may hold it), poolOwners the owning namespace
+	// of each pool.
+	claimants  map[a2amqtt.AgentRef][]*a2av1.Agent
+	holders    map[a2amqtt.AgentRef]*a2av1.Agent
+	poolOwners map[string]string
+}
+
+type nsClaim struct {
+	namespace string
+	claim     Claim
 }
 
 // View lists the Tenants and starts a View.
 func (a *Authorizer) View(ctx context.Context) (*View, error) {
 	var tenants a2av1.TenantList
-	if err := a.Reader.List(ctx, &tenants); err != nil {
+	// Read-only: Bindings keeps pointers to the cache's Tenants and never changes them.
+	if err := a.Reader.List(ctx, &tenants, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list tenants: %w", err)
 	}
 	return &View{
 		reader: a.Reader, bindings: NewBindings(tenants.Items),
-		ns: map[string]*corev1.Namespace{}, grants: map[string][]a2av1.AgentGrant{}, decisions: map[types.UID]Decision{},
+		ns: map[string]*corev1.Namespace{}, grants: map[string][]a2av1.AgentGrant{},
+		byClaim: map[nsClaim]Decision{}, claimants: map[a2amqtt.AgentRef][]*a2av1.Agent{}, holders: map[a2amqtt.AgentRef]*a2av1.Agent{}, poolOwners: map[string]string{},
 	}, nil
+}
+
+// PreloadClaimants tells the view that agents include every Agent claiming any of their client
+// IDs (all the Agents of a unit or of an org do), so that Holder and Live need no read per
+// client ID: deciding the members of a unit or an org is then linear in its size. The view keeps
+// pointers to agents and never changes them.
+func (v *View) PreloadClaimants(agents []a2av1.Agent) {
+	byID := make(map[a2amqtt.AgentRef][]*a2av1.Agent, len(agents))
+	for i := range agents {
+		id := identity.Of(&agents[i])
+		byID[id] = append(byID[id], &agents[i])
+	}
+	for id, list := range byID {
+		if _, known := v.claimants[id]; !known {
+			v.claimants[id] = list
+		}
+	}
+}
+
+// claimantsOf lists the Agents claiming the client ID of id, once per view.
+func (v *View) claimantsOf(ctx context.Context, id a2amqtt.AgentRef) ([]*a2av1.Agent, error) {
+	if list, ok := v.claimants[id]; ok {
+		return list, nil
+	}
+	var same a2av1.AgentList
+	// Read-only use of the cache's objects: no deep copies.
+	if err := v.reader.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: id.ClientID()}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list agents with client ID %s: %w", id.ClientID(), err)
+	}
+	list := make([]*a2av1.Agent, 0, len(same.Items))
+	for i := range same.Items {
+		list = append(list, &same.Items[i])
+	}
+	v.claimants[id] = list
+	return list, nil
 }
 
 // Reader is the reader the view reads through.
@@ -80,16 +132,15 @@ func (v *View) Grants(ctx context.Context, ns string) ([]a2av1.AgentGrant, error
 
 // Authorize decides whether agent's namespace may make the agent's claim.
 func (v *View) Authorize(ctx context.Context, agent *a2av1.Agent) (Decision, error) {
-	if d, ok := v.decisions[agent.UID]; ok && agent.UID != "" {
-		return d, nil
-	}
-	ns, err := v.Namespace(ctx, agent.Namespace)
-	if err != nil {
-		return Decision{}, err
-	}
-	d := v.bindings.Authorize(ns, ClaimOf(agent))
-	if agent.UID != "" {
-		v.decisions[agent.UID] = d
+	key := nsClaim{namespace: agent.Namespace, claim: ClaimOf(agent)}
+	d, ok := v.byClaim[key]
+	if !ok {
+		ns, err := v.Namespace(ctx, agent.Namespace)
+		if err != nil {
+			return Decision{}, err
+		}
+		d = v.bindings.Authorize(ns, key.claim)
+		v.byClaim[key] = d
 	}
 	return d, nil
 }
@@ -98,30 +149,49 @@ func (v *View) Authorize(ctx context.Context, agent *a2av1.Agent) (Decision, err
 // permitted to, the oldest (then lexically first namespace, then name). Agents being deleted
 // still count, because they hold the identity until their finalizer has removed the broker
 // state. nil means nobody may hold it.
+//
+// The decision is memoized per client ID for the view, as long as agent is one of the claimants
+// the view knows (a fresh create the cache has not seen yet is decided on its own).
 func (v *View) Holder(ctx context.Context, agent *a2av1.Agent) (*a2av1.Agent, error) {
-	var same a2av1.AgentList
-	if err := v.reader.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: identity.Of(agent).ClientID()}); err != nil {
-		return nil, fmt.Errorf("list agents with client ID %s: %w", identity.Of(agent).ClientID(), err)
+	id := identity.Of(agent)
+	claimants, err := v.claimantsOf(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	candidates := same.Items
-	if !containsUID(candidates, agent.UID) {
-		// The cache may not have seen the Agent yet (a fresh create).
-		candidates = append(candidates, *agent)
+	known := containsUIDPtr(claimants, agent.UID)
+	if h, ok := v.holders[id]; ok && known {
+		if h != nil && h.UID == agent.UID {
+			return agent, nil
+		}
+		return h, nil
 	}
 	var holder *a2av1.Agent
-	for i := range candidates {
-		c := &candidates[i]
-		if c.UID == agent.UID {
-			c = agent
-		}
+	consider := func(c *a2av1.Agent) error {
 		d, err := v.Authorize(ctx, c)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if d.Permitted && (holder == nil || AgentPrecedes(c, holder)) {
 			holder = c
 		}
+		return nil
 	}
+	for _, c := range claimants {
+		if c.UID == agent.UID {
+			c = agent
+		}
+		if err := consider(c); err != nil {
+			return nil, err
+		}
+	}
+	if !known {
+		// The cache may not have seen the Agent yet (a fresh create).
+		if err := consider(agent); err != nil {
+			return nil, err
+		}
+		return holder, nil
+	}
+	v.holders[id] = holder
 	return holder, nil
 }
 
@@ -145,11 +215,17 @@ func (v *View) PoolOwner(ctx context.Context, agent *a2av1.Agent) (string, error
 		return "", nil
 	}
 	key := PoolKey(agent)
+	if owner, ok := v.poolOwners[key]; ok {
+		return owner, nil
+	}
 	var members a2av1.AgentList
-	if err := v.reader.List(ctx, &members, client.MatchingFields{identity.IndexAgentPool: key}); err != nil {
+	// Read-only use of the cache's objects: no deep copies.
+	if err := v.reader.List(ctx, &members, client.MatchingFields{identity.IndexAgentPool: key}, client.UnsafeDisableDeepCopy); err != nil {
 		return "", fmt.Errorf("list members of pool %s: %w", key, err)
 	}
-	if !containsUID(members.Items, agent.UID) {
+	known := containsUID(members.Items, agent.UID)
+	if !known {
+		// The cache may not have seen the Agent yet (a fresh create): decided on its own.
 		members.Items = append(members.Items, *agent)
 	}
 	var oldest *a2av1.Agent
@@ -163,10 +239,14 @@ func (v *View) PoolOwner(ctx context.Context, agent *a2av1.Agent) (string, error
 			oldest = m
 		}
 	}
-	if oldest == nil {
-		return "", nil
+	owner := ""
+	if oldest != nil {
+		owner = oldest.Namespace
 	}
-	return oldest.Namespace, nil
+	if known {
+		v.poolOwners[key] = owner
+	}
+	return owner, nil
 }
 
 // PoolJoined reports whether agent may be a member of its pool: it is in one, and the pool is
@@ -221,6 +301,15 @@ func AgentPrecedes(a, b *a2av1.Agent) bool {
 func containsUID(agents []a2av1.Agent, uid types.UID) bool {
 	for i := range agents {
 		if agents[i].UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+func containsUIDPtr(agents []*a2av1.Agent, uid types.UID) bool {
+	for _, a := range agents {
+		if a.UID == uid {
 			return true
 		}
 	}

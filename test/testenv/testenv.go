@@ -68,6 +68,8 @@ func Start(repoRoot string) (*ControlPlane, error) {
 			return nil, errors.New("KUBEBUILDER_ASSETS is not set: run `make test` (it builds kube-apiserver and etcd with hack/build-control-plane.sh), or set " + ExistingClusterEnv + "=1 with KUBECONFIG")
 		}
 		env.BinaryAssetsDirectory = assets
+		// /debug/pprof for the benchmarks (admin credentials only): where the apiserver's CPU goes.
+		env.ControlPlane.GetAPIServer().Configure().Set("profiling", "true")
 	}
 	cfg, err := env.Start()
 	if err != nil {
