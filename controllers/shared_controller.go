@@ -95,8 +95,11 @@ func (t *SharedTracker) Includes(k registration.SharedKey, uid types.UID, want [
 	entries, applied := t.applied[k]
 	d := entriesDigest(want)
 	switch {
-	case !applied && d == "":
-		return inclusionYes // nothing to wait for
+	case !applied && d == "" && k.Kind != registration.SharedOrg:
+		// Nothing to wait for. An org's role is the exception: it also carries the org-wide
+		// discovery grant every member reads cards with, so a member waits for its first apply
+		// even when it puts nothing of its own into it.
+		return inclusionYes
 	case !applied:
 		return inclusionUnknown
 	case entries[uid].digest == d:
@@ -124,10 +127,12 @@ func (t *SharedTracker) Poke(ctx context.Context, keys ...registration.SharedKey
 func (t *SharedTracker) record(k registration.SharedKey, now map[types.UID]trackedEntry) []trackedEntry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	before := t.applied[k]
+	before, appliedBefore := t.applied[k]
 	var changed []trackedEntry
 	for uid, e := range now {
-		if before[uid].digest != e.digest {
+		// A first apply wakes every member: those with nothing of their own in it may be
+		// waiting for the object's base content (see Includes).
+		if !appliedBefore || before[uid].digest != e.digest {
 			changed = append(changed, e)
 		}
 	}
@@ -261,7 +266,8 @@ func (r *SharedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			continue
 		}
 		members = append(members, m)
-		if d := entriesDigest(registration.Contribution(key, m)); d != "" {
+		// An org's members are all tracked: its role's base content concerns each (see Includes).
+		if d := entriesDigest(registration.Contribution(key, m)); d != "" || key.Kind == registration.SharedOrg {
 			entries[a.UID] = trackedEntry{digest: d, namespace: a.Namespace, name: a.Name}
 		}
 	}
