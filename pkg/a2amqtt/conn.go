@@ -17,7 +17,10 @@ import (
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session"
+	"github.com/eclipse/paho.golang/paho/session/state"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -106,6 +109,13 @@ type Conn struct {
 	mu     sync.Mutex
 	subs   map[string]*subEntry // by full filter (incl. $share prefix)
 	nextID uint64
+	// withheld are the ids of subscriptions whose messages are left unacknowledged for the
+	// persistent session's next connection (a draining responder, see withhold).
+	withheld map[uint64]bool
+	// acks is the paho session of every connection; it can leave a PUBACK unsent.
+	acks *ackGate
+	// leftInSession counts the messages withheld for the session's next connection.
+	leftInSession atomic.Int64
 	// held are messages of a persistent session that arrived before any handler matched them
 	// (oldest first); Subscribe hands them to the first matching handler.
 	held []heldMessage
@@ -145,6 +155,9 @@ type subEntry struct {
 	filter   string // full filter as subscribed
 	match    string // filter without $share/{group}/
 	handlers map[uint64]func(*paho.Publish)
+	// local: unsubscribed at the broker (leaveBroker) but still handled here, so a message
+	// already on its way is answered; not renewed after a reconnect.
+	local bool
 }
 
 // heldMessage is a message of a persistent session that no handler wanted yet.
@@ -205,6 +218,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		log:    logger.With("mqtt_client_id", cfg.Agent.ClientID()),
 		tracer: tp.Tracer(tracerName),
 		subs:   map[string]*subEntry{},
+		acks:   &ackGate{SessionManager: state.NewInMemory()},
 	}
 	if cfg.Card != nil {
 		if c.card, err = json.Marshal(cfg.Card); err != nil {
@@ -260,6 +274,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		},
 		ClientConfig: paho.ClientConfig{
 			ClientID: cfg.Agent.ClientID(),
+			Session:  c.acks,
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 				func(pr paho.PublishReceived) (bool, error) {
 					if pr.Client != nil {
@@ -525,8 +540,10 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 	if !sessionPresent {
 		c.mu.Lock()
 		filters := make([]string, 0, len(c.subs))
-		for f := range c.subs {
-			filters = append(filters, f)
+		for f, e := range c.subs {
+			if !e.local {
+				filters = append(filters, f)
+			}
 		}
 		c.mu.Unlock()
 		var refused []string
@@ -722,6 +739,7 @@ func (c *Conn) Subscribe(ctx context.Context, filter string, handler func(*paho.
 		c.subs[filter] = e
 	}
 	e.handlers[id] = handler
+	e.local = false // subscribed at the broker again below
 	var mine []*paho.Publish
 	if len(c.held) > 0 {
 		kept := c.held[:0]
@@ -785,6 +803,65 @@ func (c *Conn) brokerSubscribe(ctx context.Context, filter string) error {
 // reasonPacketIDInUse is the SUBACK reason code 0x91.
 const reasonPacketIDInUse = 0x91
 
+// withhold stops handing this subscription the messages only it matches: on a persistent
+// session they stay unacknowledged, so the broker keeps them and delivers them again on the
+// session's next connection. A draining responder uses it so that requests arriving while it
+// finishes its in-flight work wait for the next process instead of being refused. On a clean
+// session (or for QoS 0) nothing can keep a message, and the handler still receives it.
+func (s *Subscription) withhold() {
+	c := s.c
+	c.dispatchMu.Lock() // not in the middle of a dispatch: every later message sees it
+	defer c.dispatchMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.withheld == nil {
+		c.withheld = map[uint64]bool{}
+	}
+	c.withheld[s.id] = true
+}
+
+// leaveBroker unsubscribes the filter at the broker but keeps the handler: a message the broker
+// routed before it processed the UNSUBSCRIBE may still be on its way (paho hands PUBLISH
+// packets to the handlers after it has read the UNSUBACK), and it reaches the handler instead
+// of being dropped. Other handlers of the same filter keep the broker subscription.
+func (s *Subscription) leaveBroker(ctx context.Context) error {
+	c := s.c
+	c.mu.Lock()
+	e := c.subs[s.filter]
+	if e == nil || len(e.handlers) != 1 || c.closed.Load() {
+		c.mu.Unlock()
+		return nil
+	}
+	e.local = true
+	c.mu.Unlock()
+	_, err := c.cm.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{s.filter}})
+	if err != nil && !errors.Is(err, autopaho.ConnectionDownError) {
+		return fmt.Errorf("unsubscribe %s: %w", s.filter, err)
+	}
+	return nil
+}
+
+// ackGate is the paho session state of a Conn (autopaho keeps one for all its connections)
+// that can leave the PUBACK of one delivered message unsent: paho acknowledges a QoS 1
+// message on the receive goroutine right after the handlers returned, so dispatch marks the
+// packet id it withholds and the Ack that follows is skipped. paho's manual acknowledgement
+// mode would do the same but flushes acks on a 50 ms ticker, which would slow every delivery
+// down.
+type ackGate struct {
+	session.SessionManager
+	skip atomic.Uint32 // packet id + 1 of the withheld message; 0: none
+}
+
+func (g *ackGate) withhold(id uint16) { g.skip.Store(uint32(id) + 1) }
+
+// Ack implements session.SessionManager.
+func (g *ackGate) Ack(pb *packets.Publish) error {
+	if v := g.skip.Load(); v != 0 && uint16(v-1) == pb.PacketID && g.skip.CompareAndSwap(v, 0) {
+		return nil
+	}
+	return g.SessionManager.Ack(pb)
+}
+
 // remove drops the handler and reports whether the filter has no handlers
 // left (so the broker subscription can go).
 func (s *Subscription) remove() bool {
@@ -796,6 +873,7 @@ func (s *Subscription) remove() bool {
 		return false
 	}
 	delete(e.handlers, s.id)
+	delete(c.withheld, s.id)
 	if len(e.handlers) == 0 {
 		delete(c.subs, s.filter)
 		return true
@@ -825,10 +903,35 @@ func (c *Conn) dispatch(p *paho.Publish) {
 	defer c.dispatchMu.Unlock()
 	c.mu.Lock()
 	var hs []func(*paho.Publish)
+	withheld := 0
 	for _, e := range c.subs {
 		if topicMatches(e.match, p.Topic) {
-			for _, h := range e.handlers {
+			for id, h := range e.handlers {
+				if c.withheld[id] {
+					withheld++
+					continue
+				}
 				hs = append(hs, h)
+			}
+		}
+	}
+	if len(hs) == 0 && withheld > 0 && p.QoS > 0 && c.cfg.SessionExpiry > 0 {
+		// Only withheld subscriptions want it: no handler sees it and no PUBACK is sent, so the
+		// broker keeps it in the session and delivers it again on the session's next connection
+		// (the next process of a draining agent).
+		c.acks.withhold(p.PacketID)
+		c.leftInSession.Add(1)
+		c.mu.Unlock()
+		c.log.Debug("left a message unacknowledged for the session's next connection", "topic", p.Topic)
+		return
+	}
+	if len(hs) == 0 && withheld > 0 {
+		// Nothing can keep it (a clean session, QoS 0): the withheld handlers answer it.
+		for _, e := range c.subs {
+			if topicMatches(e.match, p.Topic) {
+				for _, h := range e.handlers {
+					hs = append(hs, h)
+				}
 			}
 		}
 	}
@@ -905,6 +1008,9 @@ func (c *Conn) Close(ctx context.Context) error {
 		cancel()
 	}
 	c.closed.Store(true)
+	if n := c.leftInSession.Load(); n > 0 {
+		c.log.Info("left unacknowledged messages in the persistent session for the next process", "count", n)
+	}
 	if err := c.cm.Disconnect(ctx); err != nil && !errors.Is(err, autopaho.ConnectionDownError) {
 		errs = append(errs, fmt.Errorf("disconnect: %w", err))
 	}
