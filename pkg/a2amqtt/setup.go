@@ -156,9 +156,11 @@ func (s ClientSetup) Config() (autopaho.ClientConfig, *ConnState) {
 		KeepAlive:        uint16(min(s.KeepAlive/time.Second, math.MaxUint16)),
 		ConnectTimeout:   s.ConnectTimeout,
 		ReconnectBackoff: ReconnectBackoff,
-		ConnectUsername:  s.Username,
-		WillMessage:      s.Will,
-		WillProperties:   s.WillProperties,
+		// Plain TCP: reads through a buffer (dial.go); TLS and WebSocket: autopaho's dialers.
+		AttemptConnection: bufferedDial(s.URL, s.ConnectTimeout),
+		ConnectUsername:   s.Username,
+		WillMessage:       s.Will,
+		WillProperties:    s.WillProperties,
 		// A clean session on every connect, not only the first: a broker that still holds the
 		// previous connection's session (mochi does, briefly, after a kick) would otherwise
 		// resume it, with subscriptions granted under the old rights.
