@@ -68,7 +68,17 @@ type Options struct {
 	HistoryFrom *a2amqtt.AgentRef
 	// History is the responder's history policy (a2amqtt.ResponderOptions.History).
 	History a2amqtt.HistoryPolicy
+	// DrainTimeout bounds the graceful stop of Run (SIGTERM): how long requests in flight may
+	// take to finish and be answered before the agent disconnects (default DefaultDrainTimeout).
+	DrainTimeout time.Duration
 }
+
+// DefaultDrainTimeout is Run's drain bound: below Kubernetes' default
+// terminationGracePeriodSeconds (30 s), leaving time for the offline card and DISCONNECT.
+const DefaultDrainTimeout = 25 * time.Second
+
+// closeTimeout bounds the offline card and DISCONNECT after the drain.
+const closeTimeout = 5 * time.Second
 
 // Executor returns the executor for kind.
 func Executor(kind Kind, delay time.Duration) (a2asrv.AgentExecutor, error) {
@@ -164,24 +174,44 @@ func Start(ctx context.Context, kind Kind, opts Options) (*Agent, error) {
 	return a, nil
 }
 
-// Close stops serving, publishes the offline card and disconnects.
-func (a *Agent) Close(ctx context.Context) error {
+// Close stops serving, publishes the offline card and disconnects. It is Shutdown.
+func (a *Agent) Close(ctx context.Context) error { return a.Shutdown(ctx) }
+
+// Shutdown is the graceful stop: the responder stops taking requests and finishes the ones in
+// flight, publishing their replies (a2amqtt.Responder.Shutdown, bounded by ctx); then the
+// connection publishes the offline card and disconnects, within closeTimeout of its own so a
+// drain that used the whole bound still says goodbye. With a persistent session, requests that
+// arrive meanwhile stay in the session for the next process.
+func (a *Agent) Shutdown(ctx context.Context) error {
 	if a.stopHealth != nil {
 		a.stopHealth()
 	}
-	return errors.Join(a.Responder.Close(ctx), a.Conn.Close(ctx))
+	drainErr := a.Responder.Shutdown(ctx)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	return errors.Join(drainErr, a.Conn.Close(cctx))
 }
 
-// Run starts the agent and blocks until ctx ends.
+// Run starts the agent and blocks until ctx ends (SIGTERM in Main), then stops gracefully:
+// requests in flight are finished and answered within opts.DrainTimeout before it disconnects.
 func Run(ctx context.Context, kind Kind, opts Options) error {
 	a, err := Start(ctx, kind, opts)
 	if err != nil {
 		return err
 	}
 	<-ctx.Done()
-	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	drain := opts.DrainTimeout
+	if drain <= 0 {
+		drain = DefaultDrainTimeout
+	}
+	log := a.Conn.Logger()
+	log.Info("stopping: draining requests in flight", "bound", drain.String())
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
-	return a.Close(cctx)
+	err = a.Shutdown(dctx)
+	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
+	return err
 }
 
 func envOr(key, def string) string {
@@ -214,6 +244,15 @@ func Main(kind Kind) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", kind, err)
 		os.Exit(2)
 	}
+	drainDefault, err := durationEnv("A2A_DRAIN_TIMEOUT")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", kind, err)
+		os.Exit(2)
+	}
+	if drainDefault == 0 {
+		drainDefault = DefaultDrainTimeout
+	}
+	drainTimeout := fs.Duration("drain-timeout", drainDefault, "on SIGTERM, how long requests in flight may take to finish and be answered before the agent disconnects (env A2A_DRAIN_TIMEOUT; keep it below the pod's terminationGracePeriodSeconds)")
 	sessionExpiry := fs.Duration("session-expiry", sessionDefault, "keep a persistent MQTT session for this long, so requests sent during a restart are delivered (env A2A_SESSION_EXPIRY; 0 = clean session)")
 	healthAddr := fs.String("health-addr", envOr("A2A_HEALTH_ADDR", ""), "serve /healthz and /readyz here, e.g. :8081 (env A2A_HEALTH_ADDR)")
 	healthGrace := fs.Duration("health-grace", a2amqtt.DefaultHealthGrace, "how long the broker connection may be down before /readyz fails")
@@ -255,6 +294,11 @@ func Main(kind Kind) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// After the first signal the agent drains; a second one kills it at once.
+		<-ctx.Done()
+		stop()
+	}()
 	shutdownTracing, err := telemetry.Setup(ctx, string(kind)+"-agent")
 	if err != nil {
 		logger.Error("tracing setup failed", "err", err)
@@ -271,7 +315,7 @@ func Main(kind Kind) {
 		Delay: *delay, ReferenceHandler: *reference, RequestTopic: *requestTopic,
 		TLS:           a2amqtt.TLSFiles{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey},
 		SessionExpiry: *sessionExpiry, HealthAddr: *healthAddr, HealthGrace: *healthGrace,
-		HistoryFrom: history,
+		HistoryFrom: history, DrainTimeout: *drainTimeout,
 	}
 	if err := Run(ctx, kind, opts); err != nil {
 		logger.Error("agent stopped", "err", err)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/url"
 	"runtime/debug"
 	"strings"
@@ -17,7 +16,10 @@ import (
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/eclipse/paho.golang/paho/session"
+	"github.com/eclipse/paho.golang/paho/session/state"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -106,6 +108,13 @@ type Conn struct {
 	mu     sync.Mutex
 	subs   map[string]*subEntry // by full filter (incl. $share prefix)
 	nextID uint64
+	// withheld are the ids of subscriptions whose messages are left unacknowledged for the
+	// persistent session's next connection (a draining responder, see withhold).
+	withheld map[uint64]bool
+	// acks is the paho session of every connection; it can leave a PUBACK unsent.
+	acks *ackGate
+	// leftInSession counts the messages withheld for the session's next connection.
+	leftInSession atomic.Int64
 	// held are messages of a persistent session that arrived before any handler matched them
 	// (oldest first); Subscribe hands them to the first matching handler.
 	held []heldMessage
@@ -125,26 +134,17 @@ type Conn struct {
 
 	aborting atomic.Bool
 	closed   atomic.Bool
-	// connErr is the last connect error. An atomic.Pointer, not an atomic.Value: a Value panics
-	// when a later Store has another concrete type (a dial error, then a CONNACK refusal), and
-	// that panic inside autopaho's connection goroutine froze the client for ever.
-	connErr atomic.Pointer[error]
-	// up is true while a connection is established; downSince is when it was last lost (unix
-	// nanoseconds, 0 before the first connection). Health checks read them.
-	up        atomic.Bool
-	downSince atomic.Int64
-	// everUp is set by the first CONNACK; connects counts successful connections.
-	everUp   atomic.Bool
-	connects atomic.Int64
-	// lastWarned is the text of the last connect error logged at WARN, so a broker that keeps
-	// refusing is reported once per distinct cause, not at every backoff step.
-	lastWarned atomic.Pointer[string]
+	// connState is the connection's up/down state and last connect error (ClientSetup).
+	connState *ConnState
 }
 
 type subEntry struct {
 	filter   string // full filter as subscribed
 	match    string // filter without $share/{group}/
 	handlers map[uint64]func(*paho.Publish)
+	// local: unsubscribed at the broker (leaveBroker) but still handled here, so a message
+	// already on its way is answered; not renewed after a reconnect.
+	local bool
 }
 
 // heldMessage is a message of a persistent session that no handler wanted yet.
@@ -179,11 +179,8 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.KeepAlive <= 0 {
-		cfg.KeepAlive = 30 * time.Second
-	}
 	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = 10 * time.Second
+		cfg.ConnectTimeout = DefaultConnectTimeout // also bounds Connect's wait and the resubscribes
 	}
 	if cfg.SessionExpiry < 0 {
 		return nil, fmt.Errorf("a2amqtt: SessionExpiry %s is negative", cfg.SessionExpiry)
@@ -205,6 +202,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		log:    logger.With("mqtt_client_id", cfg.Agent.ClientID()),
 		tracer: tp.Tracer(tracerName),
 		subs:   map[string]*subEntry{},
+		acks:   &ackGate{SessionManager: state.NewInMemory()},
 	}
 	if cfg.Card != nil {
 		if c.card, err = json.Marshal(cfg.Card); err != nil {
@@ -220,95 +218,50 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	cmReady := make(chan struct{})
 	firstFail := make(chan struct{})
 	var failOnce sync.Once
-	pcfg := autopaho.ClientConfig{
-		ServerUrls:       []*url.URL{u},
-		TlsCfg:           tlsCfg,
-		KeepAlive:        uint16(cfg.KeepAlive / time.Second),
-		ConnectTimeout:   cfg.ConnectTimeout,
-		ReconnectBackoff: reconnectBackoff,
-		ConnectUsername:  cfg.Username,
-		ConnectPassword:  []byte(cfg.Password),
-		OnConnectionUp: func(cm *autopaho.ConnectionManager, ack *paho.Connack) {
+	password := []byte(cfg.Password)
+	setup := ClientSetup{
+		URL:            u,
+		TLS:            tlsCfg,
+		ClientID:       cfg.Agent.ClientID(),
+		Username:       cfg.Username,
+		Password:       func() []byte { return password },
+		KeepAlive:      cfg.KeepAlive,
+		ConnectTimeout: cfg.ConnectTimeout,
+		SessionExpiry:  cfg.SessionExpiry,
+		Session:        c.acks,
+		Logger:         c.log,
+		OnUp: func(cm *autopaho.ConnectionManager, ack *paho.Connack) {
 			// Must not block: resubscribe and republish presence in a goroutine.
 			// Only a persistent session is trusted to have kept the subscriptions.
 			sessionPresent := ack != nil && ack.SessionPresent && cfg.SessionExpiry > 0
-			c.markUp()
 			go func() {
 				<-cmReady
 				c.onUp(cm, sessionPresent)
 				firstOnce.Do(func() { close(firstUp) })
 			}()
 		},
-		OnConnectionDown: func() bool {
-			c.up.Store(false)
-			c.cli.Store(nil)
-			c.downSince.Store(time.Now().UnixNano())
-			reconnect := !c.aborting.Load() && !c.closed.Load()
-			if reconnect {
-				// Expected in the life of any long-running client (broker restart, network
-				// blip): autopaho reconnects. Readiness turns false only after a grace period.
-				c.log.Info("mqtt connection lost; reconnecting")
-			}
-			return reconnect
-		},
-		OnConnectError: func(err error) {
-			c.connErr.Store(&err)
+		OnDown: func() { c.cli.Store(nil) },
+		OnConnectError: func(error) {
 			if cfg.FailFast {
 				failOnce.Do(func() { close(firstFail) })
 			}
-			c.logConnectError(err)
 		},
-		ClientConfig: paho.ClientConfig{
-			ClientID: cfg.Agent.ClientID(),
-			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-				func(pr paho.PublishReceived) (bool, error) {
-					if pr.Client != nil {
-						c.cli.Store(pr.Client)
-					}
-					c.dispatch(pr.Packet)
-					return true, nil
-				},
-			},
-			OnClientError: func(err error) { c.log.Debug("mqtt client error", "err", err) },
-			OnServerDisconnect: func(d *paho.Disconnect) {
-				c.logServerDisconnect(d)
-			},
+		OnPublish: func(pr paho.PublishReceived) {
+			if pr.Client != nil {
+				c.cli.Store(pr.Client)
+			}
+			c.dispatch(pr.Packet)
 		},
-	}
-	if cfg.SessionExpiry > 0 {
-		// Clean Start 0 from the first CONNECT on: a restarted process resumes the session its
-		// predecessor left, with the subscriptions and the messages queued meanwhile.
-		pcfg.CleanStartOnInitialConnection = false
-		pcfg.SessionExpiryInterval = uint32(min(cfg.SessionExpiry/time.Second, math.MaxUint32))
-		if pcfg.SessionExpiryInterval == 0 {
-			pcfg.SessionExpiryInterval = 1
-		}
-	} else {
-		pcfg.CleanStartOnInitialConnection = true
-	}
-	cleanEveryConnect := cfg.SessionExpiry <= 0
-	pcfg.ConnectPacketBuilder = func(cp *paho.Connect, _ *url.URL) (*paho.Connect, error) {
-		if cleanEveryConnect {
-			// A clean session on every connect, not only the first (autopaho's default): a
-			// broker that still holds the previous connection's session (mochi does, briefly,
-			// after a kick) would otherwise resume it, with subscriptions granted under the old
-			// rights.
-			cp.CleanStart = true
-		}
-		if cp.Properties != nil {
-			// paho encodes an unset bool as Request Problem Information 0 once any CONNECT
-			// property is set (the session expiry), and mochi then strips the user properties
-			// (a2a-context-id, traceparent) from every PUBLISH it delivers: ask for them.
-			cp.Properties.RequestProblemInfo = true
-		}
-		return cp, nil
+		Stopping: func() bool { return c.aborting.Load() || c.closed.Load() },
 	}
 	if c.card != nil {
-		pcfg.WillMessage = &paho.WillMessage{Topic: cfg.Agent.DiscoveryTopic(), Payload: c.card, QoS: 1, Retain: true}
-		pcfg.WillProperties = &paho.WillProperties{
+		setup.Will = &paho.WillMessage{Topic: cfg.Agent.DiscoveryTopic(), Payload: c.card, QoS: 1, Retain: true}
+		setup.WillProperties = &paho.WillProperties{
 			User: paho.UserProperties{{Key: PropStatus, Value: StatusOffline}, {Key: PropStatusSource, Value: SourceLWT}},
 		}
 	}
+	pcfg, st := setup.Config()
+	c.connState = st
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	cm, err := autopaho.NewConnection(runCtx, pcfg)
@@ -327,92 +280,16 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	case <-firstFail:
 		cancel()
 		<-cm.Done()
-		return nil, fmt.Errorf("a2amqtt: broker %s unreachable as %s: %w", u.Redacted(), cfg.Agent.ClientID(), c.lastConnErr())
+		return nil, fmt.Errorf("a2amqtt: broker %s unreachable as %s: %w", u.Redacted(), cfg.Agent.ClientID(), c.connState.LastConnectError())
 	case <-waitCtx.Done():
 		cancel()
 		<-cm.Done()
 		cause := waitCtx.Err()
-		if last := c.lastConnErr(); last != nil {
+		if last := c.connState.LastConnectError(); last != nil {
 			cause = last
 		}
 		return nil, fmt.Errorf("a2amqtt: broker %s unreachable as %s: %w", u.Redacted(), cfg.Agent.ClientID(), cause)
 	}
-}
-
-// markUp records a new connection (runs on autopaho's goroutine; must not block).
-func (c *Conn) markUp() {
-	n := c.connects.Add(1)
-	c.up.Store(true)
-	c.lastWarned.Store(nil)
-	if n > 1 {
-		down := time.Duration(0)
-		if since := c.downSince.Load(); since != 0 {
-			down = time.Since(time.Unix(0, since)).Round(time.Millisecond)
-		}
-		c.log.Info("mqtt connection restored", "down_for", down.String())
-	}
-	c.everUp.Store(true)
-}
-
-// logConnectError reports a failed connection attempt. A dial error while the broker restarts
-// is expected and stays at DEBUG until the connection has been down longer than a short grace;
-// a broker that refuses the CONNECT (wrong or rotated credentials, not authorised) is a
-// problem someone must fix, reported at WARN once per distinct cause.
-func (c *Conn) logConnectError(err error) {
-	var refused *autopaho.ConnackError
-	msg := err.Error()
-	if prev := c.lastWarned.Load(); prev != nil && *prev == msg {
-		c.log.Debug("mqtt connect attempt failed", "err", err)
-		return
-	}
-	downFor := time.Duration(0)
-	if since := c.downSince.Load(); since != 0 {
-		downFor = time.Since(time.Unix(0, since))
-	}
-	switch {
-	case errors.As(err, &refused):
-		c.lastWarned.Store(&msg)
-		c.log.Warn("broker refused the connection; retrying", "reason_code", fmt.Sprintf("0x%02x", refused.ReasonCode), "reason", refused.Reason, "err", err)
-	case c.everUp.Load() && downFor > connectWarnAfter:
-		c.lastWarned.Store(&msg)
-		c.log.Warn("broker still unreachable; retrying", "down_for", downFor.Round(time.Second).String(), "err", err)
-	default:
-		c.log.Debug("mqtt connect attempt failed", "err", err)
-	}
-}
-
-// connectWarnAfter is how long a dial error stays a DEBUG-level, expected reconnect.
-const connectWarnAfter = 30 * time.Second
-
-// logServerDisconnect reports a DISCONNECT sent by the broker. A broker shutting down (0x8B) is
-// an expected reconnect; a session taken over (0x8E: another client uses this Client ID) or an
-// administrative kick (e.g. dynsec changed this client's rights) is worth a WARN.
-func (c *Conn) logServerDisconnect(d *paho.Disconnect) {
-	if d == nil {
-		return
-	}
-	reason := ""
-	if d.Properties != nil {
-		reason = d.Properties.ReasonString
-	}
-	code := fmt.Sprintf("0x%02x", d.ReasonCode)
-	switch d.ReasonCode {
-	case 0x8B: // Server shutting down
-		c.log.Info("broker is shutting down; reconnecting", "reason_code", code, "reason", reason)
-	case 0x98: // Administrative action: dynsec disconnects a client whose rights changed
-		c.log.Info("broker disconnected this client after an administrative change (e.g. its rights); reconnecting", "reason_code", code, "reason", reason)
-	case 0x8E: // Session taken over
-		c.log.Warn("broker disconnected this client: another client connected with the same Client ID", "reason_code", code, "reason", reason)
-	default:
-		c.log.Warn("broker sent DISCONNECT; reconnecting", "reason_code", code, "reason", reason)
-	}
-}
-
-func (c *Conn) lastConnErr() error {
-	if p := c.connErr.Load(); p != nil {
-		return *p
-	}
-	return nil
 }
 
 // Healthy returns nil while the connection is up, or has been down for less than grace (an
@@ -425,21 +302,10 @@ func (c *Conn) Healthy(grace time.Duration) error {
 	if err := c.stopped(); err != nil {
 		return err
 	}
-	if c.up.Load() {
-		return nil
+	if err := c.connState.Healthy(grace); err != nil {
+		return fmt.Errorf("mqtt %w", err)
 	}
-	since := c.downSince.Load()
-	if since == 0 {
-		return errors.New("mqtt connection not established yet")
-	}
-	down := time.Since(time.Unix(0, since))
-	if down < grace {
-		return nil
-	}
-	if err := c.lastConnErr(); err != nil {
-		return fmt.Errorf("mqtt connection down for %s: %w", down.Round(time.Second), err)
-	}
-	return fmt.Errorf("mqtt connection down for %s", down.Round(time.Second))
+	return nil
 }
 
 // stopped reports a connection manager that ended although nobody closed the Conn: it will
@@ -474,16 +340,6 @@ func (c *Conn) Alive(stuck time.Duration) error {
 		}
 	}
 	return nil
-}
-
-// reconnectBackoff: autopaho waits backoff(0) before every connection
-// sequence, including the very first, so attempt 0 must be immediate.
-func reconnectBackoff(attempt int) time.Duration {
-	if attempt == 0 {
-		return 0
-	}
-	d := time.Duration(250*(1<<min(attempt-1, 5))) * time.Millisecond
-	return min(d, 5*time.Second)
 }
 
 // ParseBrokerURL parses a broker address: mqtt:// (default when no scheme is given), tcp://,
@@ -525,8 +381,10 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 	if !sessionPresent {
 		c.mu.Lock()
 		filters := make([]string, 0, len(c.subs))
-		for f := range c.subs {
-			filters = append(filters, f)
+		for f, e := range c.subs {
+			if !e.local {
+				filters = append(filters, f)
+			}
 		}
 		c.mu.Unlock()
 		var refused []string
@@ -548,7 +406,7 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 	}
 	if c.card != nil {
 		if err := c.publishCard(ctx, StatusOnline); err != nil {
-			if c.up.Load() && !c.closed.Load() {
+			if c.connState.Up() && !c.closed.Load() {
 				c.log.Warn("publish online agent card failed", "err", err)
 			} else {
 				c.log.Debug("publish online agent card interrupted by a disconnect; retried on reconnect", "err", err)
@@ -565,7 +423,7 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 func (c *Conn) retryRefused(filters []string) {
 	for _, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
 		time.Sleep(delay)
-		if c.closed.Load() || !c.up.Load() {
+		if c.closed.Load() || !c.connState.Up() {
 			return // the next reconnect resubscribes
 		}
 		var still []string
@@ -722,6 +580,7 @@ func (c *Conn) Subscribe(ctx context.Context, filter string, handler func(*paho.
 		c.subs[filter] = e
 	}
 	e.handlers[id] = handler
+	e.local = false // subscribed at the broker again below
 	var mine []*paho.Publish
 	if len(c.held) > 0 {
 		kept := c.held[:0]
@@ -785,6 +644,65 @@ func (c *Conn) brokerSubscribe(ctx context.Context, filter string) error {
 // reasonPacketIDInUse is the SUBACK reason code 0x91.
 const reasonPacketIDInUse = 0x91
 
+// withhold stops handing this subscription the messages only it matches: on a persistent
+// session they stay unacknowledged, so the broker keeps them and delivers them again on the
+// session's next connection. A draining responder uses it so that requests arriving while it
+// finishes its in-flight work wait for the next process instead of being refused. On a clean
+// session (or for QoS 0) nothing can keep a message, and the handler still receives it.
+func (s *Subscription) withhold() {
+	c := s.c
+	c.dispatchMu.Lock() // not in the middle of a dispatch: every later message sees it
+	defer c.dispatchMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.withheld == nil {
+		c.withheld = map[uint64]bool{}
+	}
+	c.withheld[s.id] = true
+}
+
+// leaveBroker unsubscribes the filter at the broker but keeps the handler: a message the broker
+// routed before it processed the UNSUBSCRIBE may still be on its way (paho hands PUBLISH
+// packets to the handlers after it has read the UNSUBACK), and it reaches the handler instead
+// of being dropped. Other handlers of the same filter keep the broker subscription.
+func (s *Subscription) leaveBroker(ctx context.Context) error {
+	c := s.c
+	c.mu.Lock()
+	e := c.subs[s.filter]
+	if e == nil || len(e.handlers) != 1 || c.closed.Load() {
+		c.mu.Unlock()
+		return nil
+	}
+	e.local = true
+	c.mu.Unlock()
+	_, err := c.cm.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{s.filter}})
+	if err != nil && !errors.Is(err, autopaho.ConnectionDownError) {
+		return fmt.Errorf("unsubscribe %s: %w", s.filter, err)
+	}
+	return nil
+}
+
+// ackGate is the paho session state of a Conn (autopaho keeps one for all its connections)
+// that can leave the PUBACK of one delivered message unsent: paho acknowledges a QoS 1
+// message on the receive goroutine right after the handlers returned, so dispatch marks the
+// packet id it withholds and the Ack that follows is skipped. paho's manual acknowledgement
+// mode would do the same but flushes acks on a 50 ms ticker, which would slow every delivery
+// down.
+type ackGate struct {
+	session.SessionManager
+	skip atomic.Uint32 // packet id + 1 of the withheld message; 0: none
+}
+
+func (g *ackGate) withhold(id uint16) { g.skip.Store(uint32(id) + 1) }
+
+// Ack implements session.SessionManager.
+func (g *ackGate) Ack(pb *packets.Publish) error {
+	if v := g.skip.Load(); v != 0 && uint16(v-1) == pb.PacketID && g.skip.CompareAndSwap(v, 0) {
+		return nil
+	}
+	return g.SessionManager.Ack(pb)
+}
+
 // remove drops the handler and reports whether the filter has no handlers
 // left (so the broker subscription can go).
 func (s *Subscription) remove() bool {
@@ -796,6 +714,7 @@ func (s *Subscription) remove() bool {
 		return false
 	}
 	delete(e.handlers, s.id)
+	delete(c.withheld, s.id)
 	if len(e.handlers) == 0 {
 		delete(c.subs, s.filter)
 		return true
@@ -825,10 +744,35 @@ func (c *Conn) dispatch(p *paho.Publish) {
 	defer c.dispatchMu.Unlock()
 	c.mu.Lock()
 	var hs []func(*paho.Publish)
+	withheld := 0
 	for _, e := range c.subs {
 		if topicMatches(e.match, p.Topic) {
-			for _, h := range e.handlers {
+			for id, h := range e.handlers {
+				if c.withheld[id] {
+					withheld++
+					continue
+				}
 				hs = append(hs, h)
+			}
+		}
+	}
+	if len(hs) == 0 && withheld > 0 && p.QoS > 0 && c.cfg.SessionExpiry > 0 {
+		// Only withheld subscriptions want it: no handler sees it and no PUBACK is sent, so the
+		// broker keeps it in the session and delivers it again on the session's next connection
+		// (the next process of a draining agent).
+		c.acks.withhold(p.PacketID)
+		c.leftInSession.Add(1)
+		c.mu.Unlock()
+		c.log.Debug("left a message unacknowledged for the session's next connection", "topic", p.Topic)
+		return
+	}
+	if len(hs) == 0 && withheld > 0 {
+		// Nothing can keep it (a clean session, QoS 0): the withheld handlers answer it.
+		for _, e := range c.subs {
+			if topicMatches(e.match, p.Topic) {
+				for _, h := range e.handlers {
+					hs = append(hs, h)
+				}
 			}
 		}
 	}
@@ -897,7 +841,7 @@ func (c *Conn) Close(ctx context.Context) error {
 	// The offline card only while connected: when the connection is down the broker has
 	// already published the LWT (or never had a session), and waiting for a reconnect here
 	// would hang a shutdown for as long as the broker is away.
-	if c.card != nil && !c.aborting.Load() && c.up.Load() {
+	if c.card != nil && !c.aborting.Load() && c.connState.Up() {
 		pctx, cancel := context.WithTimeout(ctx, closePublishTimeout)
 		if err := c.publishCard(pctx, StatusOffline); err != nil {
 			errs = append(errs, fmt.Errorf("publish offline card: %w", err))
@@ -905,6 +849,9 @@ func (c *Conn) Close(ctx context.Context) error {
 		cancel()
 	}
 	c.closed.Store(true)
+	if n := c.leftInSession.Load(); n > 0 {
+		c.log.Info("left unacknowledged messages in the persistent session for the next process", "count", n)
+	}
 	if err := c.cm.Disconnect(ctx); err != nil && !errors.Is(err, autopaho.ConnectionDownError) {
 		errs = append(errs, fmt.Errorf("disconnect: %w", err))
 	}

@@ -175,6 +175,13 @@ func encodeResult(id any, result any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sr, ok := result.(a2a.StreamResponse); ok {
+		// Its wire shape directly (events.go): a2a-go's MarshalJSON output would be validated
+		// and copied once more.
+		if result, err = wrapEvent(sr.Event); err != nil {
+			return nil, err
+		}
+	}
 	res, err := json.Marshal(result)
 	if err != nil {
 		return nil, err

@@ -152,8 +152,15 @@ func DecodeRequest(payload []byte, lim DecodeLimits) (*InboundRequest, error) {
 }
 
 // decodeRequest is DecodeRequest; with full, A2A v1.0 send params are also decoded into
-// a2a-go's SendMessageRequest in the same pass (the responder's fast path).
+// a2a-go's SendMessageRequest (the responder's fast path), envelope and params in one pass
+// when decodeSendOnePass can.
 func decodeRequest(payload []byte, lim DecodeLimits, full bool) (*InboundRequest, error) {
+	return decodeRequestVia(payload, lim, full, full)
+}
+
+// decodeRequestVia is decodeRequest with the one-pass decode of send requests on or off
+// (FuzzDecodeRequest runs both and requires the same verdicts and results).
+func decodeRequestVia(payload []byte, lim DecodeLimits, full, onePass bool) (*InboundRequest, error) {
 	if lim.MaxPayloadBytes > 0 && len(payload) > lim.MaxPayloadBytes {
 		return nil, &DecodeError{Err: invalidRequest(fmt.Sprintf("payload of %d bytes exceeds the %d byte limit", len(payload), lim.MaxPayloadBytes),
 			map[string]any{"limitBytes": lim.MaxPayloadBytes, "sizeBytes": len(payload)})}
@@ -168,6 +175,14 @@ func decodeRequest(payload []byte, lim DecodeLimits, full bool) (*InboundRequest
 	if trimmed[0] == '[' {
 		// JSON-RPC batches have no meaning on a correlated MQTT reply path.
 		return nil, &DecodeError{Err: invalidRequest("JSON-RPC batch requests are not supported over MQTT", nil)}
+	}
+	if full && onePass {
+		if req, ok := decodeSendOnePass(trimmed); ok {
+			if err := checkSendIDs(req, lim); err != nil {
+				return nil, err
+			}
+			return req, nil
+		}
 	}
 	var env struct {
 		JSONRPC *string         `json:"jsonrpc"`
@@ -244,15 +259,8 @@ func decodeRequest(payload []byte, lim DecodeLimits, full bool) (*InboundRequest
 				req.MessageID = *p.Message.MessageID
 			}
 		}
-		req.HasMessage = true
-		if req.TaskID == "" {
-			if lim.RequireTaskID && info.dialect == DialectV1 {
-				return nil, &DecodeError{ID: id, Err: NewBindingError(A2AErrorTransportProtocolError,
-					"missing Task.id (params.message.taskId): the MQTT binding requires a requester-generated UUIDv4")}
-			}
-		} else if !validTaskID(req.TaskID) {
-			return nil, &DecodeError{ID: id, Err: NewBindingError(A2AErrorTransportProtocolError,
-				fmt.Sprintf("malformed Task.id %q: the MQTT binding requires a UUID", truncate(req.TaskID, 64)))}
+		if err := checkSendIDs(req, lim); err != nil {
+			return nil, err
 		}
 	case info.task:
 		var p struct {
@@ -268,6 +276,58 @@ func decodeRequest(payload []byte, lim DecodeLimits, full bool) (*InboundRequest
 		}
 	}
 	return req, nil
+}
+
+// decodeSendOnePass is the responder's hot path: an A2A v1.0 SendMessage/SendStreamingMessage
+// request decoded envelope and params together into a2a-go's SendMessageRequest, one pass over
+// the payload instead of the envelope first and its params again. Anything else (another
+// method, params that do not decode, an invalid envelope) returns false and goes through the
+// general path, which produces the errors. So does a payload whose top-level "params" key is
+// repeated (or cannot be judged cheaply): encoding/json would merge the repeated objects into
+// one SendMessageRequest where the general path keeps only the last.
+func decodeSendOnePass(payload []byte) (*InboundRequest, bool) {
+	if n, ok := topLevelKeyCount(payload, "params"); !ok || n != 1 {
+		return nil, false
+	}
+	var env struct {
+		JSONRPC *string                 `json:"jsonrpc"`
+		ID      json.RawMessage         `json:"id"`
+		Method  *string                 `json:"method"`
+		Params  *a2a.SendMessageRequest `json:"params"`
+	}
+	if err := json.Unmarshal(payload, &env); err != nil {
+		return nil, false
+	}
+	if env.JSONRPC == nil || *env.JSONRPC != jsonrpcVersion || env.Method == nil || env.Params == nil || env.Params.Message == nil {
+		return nil, false
+	}
+	info := methods[*env.Method]
+	if !info.send || info.dialect != DialectV1 {
+		return nil, false
+	}
+	id, ok := parseID(env.ID)
+	if !ok {
+		return nil, false
+	}
+	m := env.Params.Message
+	return &InboundRequest{ID: id, Method: *env.Method, Dialect: DialectV1, send: env.Params,
+		TaskID: string(m.TaskID), ContextID: m.ContextID, MessageID: m.ID}, true
+}
+
+// checkSendIDs marks a send request and applies the binding's Task.id rules: required on A2A
+// v1.0 (when lim says so), a UUID when present.
+func checkSendIDs(req *InboundRequest, lim DecodeLimits) error {
+	req.HasMessage = true
+	if req.TaskID == "" {
+		if lim.RequireTaskID && req.Dialect == DialectV1 {
+			return &DecodeError{ID: req.ID, Err: NewBindingError(A2AErrorTransportProtocolError,
+				"missing Task.id (params.message.taskId): the MQTT binding requires a requester-generated UUIDv4")}
+		}
+	} else if !validTaskID(req.TaskID) {
+		return &DecodeError{ID: req.ID, Err: NewBindingError(A2AErrorTransportProtocolError,
+			fmt.Sprintf("malformed Task.id %q: the MQTT binding requires a UUID", truncate(req.TaskID, 64)))}
+	}
+	return nil
 }
 
 // validTaskID accepts canonical UUID strings (36 characters). The profile

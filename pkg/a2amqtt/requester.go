@@ -440,20 +440,17 @@ func (r *Requester) decodeReply(c call, p *paho.Publish) (*reply, error) {
 	if c.events {
 		// One pass straight into the a2a-go event: stream items are the hot
 		// path and a RawMessage detour would scan each payload twice.
-		var env struct {
-			Result *a2a.StreamResponse `json:"result"`
-			Error  *RPCError           `json:"error"`
-		}
-		if err := json.Unmarshal(p.Payload, &env); err != nil {
+		ev, rpcErr, err := decodeStreamReply(p.Payload)
+		if err != nil {
 			return nil, fmt.Errorf("a2amqtt: reply to %s is not an A2A stream response: %w", c.method, err)
 		}
-		if env.Error != nil {
-			return nil, env.Error
+		if rpcErr != nil {
+			return nil, rpcErr
 		}
-		if env.Result == nil || env.Result.Event == nil {
+		if ev == nil {
 			return nil, fmt.Errorf("a2amqtt: reply to %s has neither result nor error", c.method)
 		}
-		rep.event = env.Result.Event
+		rep.event = ev
 		return rep, nil
 	}
 	if err := json.Unmarshal(p.Payload, &rep.resp); err != nil {

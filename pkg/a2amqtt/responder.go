@@ -100,9 +100,10 @@ type Responder struct {
 	scope       *inputsConfig
 	history     *Requester
 
-	wg      sync.WaitGroup
-	closing atomic.Bool
-	closeMu sync.Mutex
+	wg       sync.WaitGroup
+	inflight atomic.Int64
+	closing  atomic.Bool
+	closeMu  sync.Mutex
 }
 
 // NewTaskStore returns the task store the responder uses by default: a
@@ -215,27 +216,48 @@ func (r *Responder) Store() taskstore.Store { return r.store }
 // bridge around a2a-go's default handler).
 func (r *Responder) Handler() a2asrv.RequestHandler { return r.bridge }
 
-// Close stops consuming requests and waits (bounded by ctx) for in-flight
-// requests to finish. Requests arriving meanwhile get -32004 (retry-eligible).
-// It does not close the Conn (which publishes the offline card).
+// Shutdown drains the responder, for a graceful stop (SIGTERM): it stops taking new requests,
+// lets the requests it already accepted run to their end and publish their replies, and
+// returns once they have, or when ctx ends (the bound: the error then says how many were still
+// running). Call it before Conn.Close, which disconnects. It does not close the Conn.
 //
-// With a persistent session (Config.SessionExpiry) the request subscriptions
-// are kept, at the broker and here (answering -32004 until the Conn closes):
-// requests sent while the process restarts then queue in the session and the
-// next process serves them. The subscriptions end with the session, when it
-// expires or a clean session takes the identity over.
-func (r *Responder) Close(ctx context.Context) error {
+// What happens to requests that arrive once Shutdown has begun depends on the session:
+//
+//   - With a persistent session (Config.SessionExpiry > 0) the request subscriptions stay, at
+//     the broker and here, but their messages are neither handled nor acknowledged: the broker
+//     keeps them in the session and delivers them to the next process with this identity, which
+//     answers them. A request in flight when the drain began is answered once, by this process;
+//     one that arrives during the drain is answered once, by the next. The subscriptions end
+//     with the session (when it expires, or a clean session takes the identity over).
+//   - With a clean session the broker subscriptions are removed first, so new requests go to
+//     the other members of a pool or find no subscriber (PUBACK 0x10: ErrNoSubscribers at the
+//     requester); a request already on its way is answered -32004 responder_unavailable,
+//     which requesters retry.
+//
+// Requests still running at the bound are cut off when the Conn closes: their requesters see
+// no reply and retry, so those may run twice (set the bound, e.g. the pod's
+// terminationGracePeriodSeconds minus a margin, above the longest execution).
+func (r *Responder) Shutdown(ctx context.Context) error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
-	r.closing.Store(true)
 	var errs []error
-	if r.conn.cfg.SessionExpiry == 0 {
+	if r.conn.cfg.SessionExpiry > 0 {
+		// Withhold first, then stop accepting: a request dispatched before this point was
+		// accepted (and is served), every later one stays in the session.
 		for _, s := range r.subs {
-			if err := s.Close(ctx); err != nil {
+			s.withhold()
+		}
+		r.closing.Store(true)
+	} else {
+		r.closing.Store(true)
+		for _, s := range r.subs {
+			if err := s.leaveBroker(ctx); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		r.subs = nil
+	}
+	if n := r.inflight.Load(); n > 0 {
+		r.log.Info("responder draining: finishing the requests in flight", "in_flight", n)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -246,7 +268,7 @@ func (r *Responder) Close(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("a2amqtt: responder close: %w", ctx.Err()))
+		errs = append(errs, fmt.Errorf("a2amqtt: responder shutdown: %d requests still in flight: %w", r.inflight.Load(), ctx.Err()))
 	}
 	// Executors fetch history until they finish: the history requester goes last.
 	if r.history != nil {
@@ -257,6 +279,10 @@ func (r *Responder) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Close is Shutdown: it stops taking requests and waits (bounded by ctx) for the requests in
+// flight to be answered. It does not close the Conn.
+func (r *Responder) Close(ctx context.Context) error { return r.Shutdown(ctx) }
+
 // inbound is what the receive goroutine hands to a worker.
 type inbound struct {
 	topic    string
@@ -266,6 +292,8 @@ type inbound struct {
 	user     paho.UserProperties
 	expiry   *uint32
 	received time.Time
+	// accepted: the request arrived before Shutdown began, so it is served even while draining.
+	accepted bool
 }
 
 func (r *Responder) onRequest(p *paho.Publish) {
@@ -278,7 +306,11 @@ func (r *Responder) onRequest(p *paho.Publish) {
 		expiry:   p.Properties.MessageExpiry,
 		received: time.Now(),
 	}
+	// onRequest runs on the receive goroutine, serialised with Shutdown's withhold: a request
+	// seen before the drain began is accepted and served to its end.
+	in.accepted = !r.closing.Load()
 	r.wg.Add(1)
+	r.inflight.Add(1)
 	select {
 	case r.idle <- in:
 		// An idle worker took it.
@@ -298,6 +330,7 @@ func (r *Responder) worker(in *inbound) {
 	defer timer.Stop()
 	for {
 		r.serve(in)
+		r.inflight.Add(-1)
 		r.wg.Done()
 		timer.Reset(workerIdle)
 		select {
@@ -337,7 +370,7 @@ func (r *Responder) serve(in *inbound) {
 		out.sendError(ctx, nil, NewBindingError(A2AErrorTransportProtocolError, "request lacks MQTT Correlation Data"))
 		return
 	}
-	if r.closing.Load() {
+	if !in.accepted {
 		out.sendError(ctx, nil, NewBindingError(A2AErrorResponderUnavailable, "responder is shutting down"))
 		return
 	}

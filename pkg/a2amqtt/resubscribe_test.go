@@ -14,6 +14,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt/a2amqtttest"
 )
 
 // TestRefusedResubscribe: when the broker's ACLs are rewritten in steps (each step kicks the
@@ -43,8 +44,8 @@ func TestRefusedResubscribe(t *testing.T) {
 	if err := ensureClient(ctx, b, acl.Client{Username: user, Roles: []acl.RoleRef{{Name: full.Name}}}, "pw"); err != nil {
 		t.Fatal(err)
 	}
-	logs := &recordingHandler{}
-	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: srv.URL(), Agent: me, Username: user, Password: "pw", Logger: slog.New(logs)})
+	logs := &a2amqtttest.Logs{}
+	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: srv.URL(), Agent: me, Username: user, Password: "pw", Logger: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func TestRefusedResubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !logs.has("mqtt connection restored") && time.Now().Before(deadline) {
+	for !logs.Has("mqtt connection restored") && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := ensureRole(ctx, b, full); err != nil {
@@ -78,12 +79,12 @@ func TestRefusedResubscribe(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if len(got.snapshot()) == 0 {
-		t.Fatalf("no message after the rights came back: the refused resubscribe was not retried; logs: %v", logs.atLeast(slog.LevelDebug))
+		t.Fatalf("no message after the rights came back: the refused resubscribe was not retried; logs: %v", logs.AtLeast(slog.LevelDebug))
 	}
-	if !logs.has("resubscribe refused after reconnecting; retrying") {
-		t.Fatalf("the resubscribe was never refused, the test proves nothing: %v", logs.atLeast(slog.LevelDebug))
+	if !logs.Has("resubscribe refused after reconnecting; retrying") {
+		t.Fatalf("the resubscribe was never refused, the test proves nothing: %v", logs.AtLeast(slog.LevelDebug))
 	}
-	if loud := logs.atLeast(slog.LevelWarn); len(loud) > 0 {
+	if loud := logs.AtLeast(slog.LevelWarn); len(loud) > 0 {
 		t.Fatalf("a transient refusal logged %v", loud)
 	}
 
@@ -92,12 +93,12 @@ func TestRefusedResubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline = time.Now().Add(20 * time.Second)
-	for len(logs.atLeast(slog.LevelWarn)) == 0 && time.Now().Before(deadline) {
+	for len(logs.AtLeast(slog.LevelWarn)) == 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	loud := logs.atLeast(slog.LevelWarn)
-	if len(loud) != 1 || !logs.has("broker refuses a subscription") {
-		t.Fatalf("persistent refusal logged %v; all: %v", loud, logs.atLeast(slog.LevelDebug))
+	loud := logs.AtLeast(slog.LevelWarn)
+	if len(loud) != 1 || !logs.Has("broker refuses a subscription") {
+		t.Fatalf("persistent refusal logged %v; all: %v", loud, logs.AtLeast(slog.LevelDebug))
 	}
 }
 

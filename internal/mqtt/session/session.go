@@ -15,9 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/eclipse/paho.golang/autopaho"
@@ -38,7 +36,7 @@ type Config struct {
 	Password func() []byte
 	// ClientID of the connection (sessions are clean: nothing is kept).
 	ClientID string
-	// KeepAlive (default 30s) and ConnectTimeout (default 10s).
+	// KeepAlive (default 30s) and ConnectTimeout (default 10s), as in a2amqtt.ClientSetup.
 	KeepAlive      time.Duration
 	ConnectTimeout time.Duration
 	// PacketTimeout bounds paho's wait for an acknowledgement (default 10s).
@@ -78,11 +76,9 @@ type Session struct {
 	mu   sync.Mutex
 	link *Link
 
-	up        atomic.Bool
-	everUp    atomic.Bool
-	downSince atomic.Int64 // unix nanos: since the last drop, or since Start
-	lastErr   atomic.Pointer[error]
-	done      chan struct{}
+	// state is the connection's up/down state and last connect error (a2amqtt.ClientSetup).
+	state *a2amqtt.ConnState
+	done  chan struct{}
 }
 
 // Link is one connection's lifetime: Ready closes once its subscriptions are
@@ -115,77 +111,48 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.KeepAlive <= 0 {
-		cfg.KeepAlive = 30 * time.Second
-	}
 	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = 10 * time.Second
-	}
-	if cfg.PacketTimeout <= 0 {
-		cfg.PacketTimeout = 10 * time.Second
+		cfg.ConnectTimeout = a2amqtt.DefaultConnectTimeout // also bounds the subscriptions of prepare
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Password == nil {
-		cfg.Password = func() []byte { return nil }
-	}
 	s := &Session{cfg: cfg, ctx: ctx, log: cfg.Logger.With("connection", cfg.Name, "broker", u.Redacted(), "clientID", cfg.ClientID), done: make(chan struct{})}
 	s.link = newLink(ctx)
-	s.downSince.Store(time.Now().UnixNano())
-	pcfg := autopaho.ClientConfig{
-		ServerUrls:                    []*url.URL{u},
-		TlsCfg:                        cfg.TLS,
-		KeepAlive:                     uint16(cfg.KeepAlive / time.Second),
-		CleanStartOnInitialConnection: true,
-		ConnectTimeout:                cfg.ConnectTimeout,
-		ReconnectBackoff:              ReconnectBackoff,
-		ConnectUsername:               cfg.Username,
-		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
-			c.CleanStart = true // nothing is kept: subscriptions are renewed on every connection
-			if pw := cfg.Password(); len(pw) > 0 {
-				c.PasswordFlag, c.Password = true, pw
-			}
-			return c, nil
-		},
-		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
-			s.lastErr.Store(nil)
-			s.up.Store(true)
-			s.everUp.Store(true)
+	// The SDK's autopaho setup: a clean session on every connect (nothing is kept:
+	// subscriptions are renewed on every connection), the password asked for at every attempt,
+	// the shared reconnect backoff and quiet connection logs.
+	pcfg, st := a2amqtt.ClientSetup{
+		URL:            u,
+		TLS:            cfg.TLS,
+		ClientID:       cfg.ClientID,
+		Username:       cfg.Username,
+		Password:       cfg.Password,
+		KeepAlive:      cfg.KeepAlive,
+		ConnectTimeout: cfg.ConnectTimeout,
+		PacketTimeout:  cfg.PacketTimeout,
+		Logger:         s.log,
+		OnUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
 			s.mu.Lock()
 			l := s.link
 			s.mu.Unlock()
 			go s.prepare(cm, l) // must not block autopaho
 		},
-		OnConnectionDown: func() bool {
-			s.connectionDown()
-			return true
-		},
+		OnDown:   s.connectionDown,
+		Stopping: func() bool { return ctx.Err() != nil },
 		OnConnectError: func(err error) {
-			s.lastErr.Store(&err)
 			var ce *autopaho.ConnackError
-			if errors.As(err, &ce) {
-				s.log.Warn("broker refused the connection", "err", err)
-				if cfg.OnRefused != nil {
-					cfg.OnRefused(err)
-				}
-				return
+			if errors.As(err, &ce) && cfg.OnRefused != nil {
+				cfg.OnRefused(err)
 			}
-			s.log.Debug("connect attempt failed", "err", err)
 		},
-		ClientConfig: paho.ClientConfig{
-			ClientID:      cfg.ClientID,
-			PacketTimeout: cfg.PacketTimeout,
-			OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-				func(pr paho.PublishReceived) (bool, error) {
-					if cfg.OnMessage != nil {
-						cfg.OnMessage(pr.Packet)
-					}
-					return true, nil
-				},
-			},
+		OnPublish: func(pr paho.PublishReceived) {
+			if cfg.OnMessage != nil {
+				cfg.OnMessage(pr.Packet)
+			}
 		},
-	}
+	}.Config()
+	s.state = st
 	cm, err := autopaho.NewConnection(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: start connection to %s: %w", cfg.Name, u.Redacted(), err)
@@ -193,7 +160,6 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 	s.cm = cm
 	go func() {
 		<-cm.Done()
-		s.up.Store(false)
 		s.mu.Lock()
 		l := s.link
 		if !l.down {
@@ -211,15 +177,6 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 		close(s.done)
 	}()
 	return s, nil
-}
-
-// ReconnectBackoff: the first attempt is immediate, then 250ms doubling up
-// to 5s, so a restarted broker is picked up quickly.
-func ReconnectBackoff(attempt int) time.Duration {
-	if attempt == 0 {
-		return 0
-	}
-	return min(time.Duration(250*(1<<min(attempt-1, 5)))*time.Millisecond, 5*time.Second)
 }
 
 // prepare renews the subscriptions of a new connection, then marks its link
@@ -264,8 +221,6 @@ func (s *Session) prepare(cm *autopaho.ConnectionManager, l *Link) {
 
 // connectionDown ends the current link and starts a new, not yet ready one.
 func (s *Session) connectionDown() {
-	s.up.Store(false)
-	s.downSince.Store(time.Now().UnixNano())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.link
@@ -279,7 +234,6 @@ func (s *Session) connectionDown() {
 	close(old.gone)
 	old.stop()
 	s.link = newLink(s.ctx)
-	s.log.Info("connection down; reconnecting")
 	if s.cfg.OnDown != nil {
 		s.cfg.OnDown()
 	}
@@ -295,8 +249,8 @@ func (s *Session) Await(ctx context.Context) (*Link, error) {
 		select {
 		case <-l.ready:
 		case <-ctx.Done():
-			if last := s.lastErr.Load(); last != nil {
-				return nil, fmt.Errorf("%s: waiting for the connection (last attempt: %v): %w", s.cfg.Name, *last, ctx.Err())
+			if last := s.state.LastConnectError(); last != nil {
+				return nil, fmt.Errorf("%s: waiting for the connection (last attempt: %v): %w", s.cfg.Name, last, ctx.Err())
 			}
 			return nil, fmt.Errorf("%s: waiting for the connection: %w", s.cfg.Name, ctx.Err())
 		case <-s.done:
@@ -379,7 +333,7 @@ func (s *Session) Healthy(grace time.Duration) error {
 		return fmt.Errorf("%s: %w", s.cfg.Name, ErrClosed)
 	default:
 	}
-	if s.up.Load() {
+	if s.state.Up() {
 		s.mu.Lock()
 		l := s.link
 		s.mu.Unlock()
@@ -392,18 +346,10 @@ func (s *Session) Healthy(grace time.Duration) error {
 		}
 		return nil
 	}
-	down := time.Since(time.Unix(0, s.downSince.Load()))
-	if down < grace {
-		return nil
+	if err := s.state.Healthy(grace); err != nil {
+		return fmt.Errorf("%s: %w", s.cfg.Name, err)
 	}
-	what := fmt.Sprintf("%s: connection down for %s", s.cfg.Name, down.Round(time.Second))
-	if !s.everUp.Load() {
-		what = fmt.Sprintf("%s: not connected after %s", s.cfg.Name, down.Round(time.Second))
-	}
-	if p := s.lastErr.Load(); p != nil {
-		return fmt.Errorf("%s: %w", what, *p)
-	}
-	return errors.New(what)
+	return nil
 }
 
 // Done closes when the session has ended (its context was cancelled).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/session"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt/a2amqtttest"
 )
 
 // A session outlives broker restarts: it reconnects by itself, renews its subscriptions before
@@ -99,5 +100,50 @@ func TestSessionNeverConnected(t *testing.T) {
 	defer done()
 	if _, err := s.Await(wait); err == nil || !strings.Contains(err.Error(), "last attempt") {
 		t.Errorf("Await names the last connect error: %v", err)
+	}
+}
+
+// The operator's connections use the SDK's autopaho setup (a2amqtt.ClientSetup), so they log
+// like the SDK: a broker restart is INFO ("mqtt connection lost; reconnecting", "mqtt
+// connection restored"), never WARN or ERROR; and the password is asked for at every attempt.
+func TestSessionQuietReconnectWithSharedSetup(t *testing.T) {
+	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &a2amqtttest.Logs{}
+	var asked atomic.Int32
+	s, err := session.Start(ctx, session.Config{
+		Name: "quiet", URL: m.URL(), ClientID: "session-quiet",
+		Password: func() []byte { asked.Add(1); return nil },
+		Logger:   logs.Logger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, done := context.WithTimeout(ctx, 20*time.Second)
+	defer done()
+	if _, err := s.Await(wait); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if pr, err := s.Publish(wait, &paho.Publish{Topic: "t/after", QoS: 1}); err != nil || pr.ReasonCode >= 0x80 {
+		t.Fatalf("publish after the restart: %v %v", pr, err)
+	}
+	for !logs.Has("mqtt connection restored") {
+		if wait.Err() != nil {
+			t.Fatalf("no restore logged: %v", logs.AtLeast(slog.LevelDebug))
+		}
+		time.Sleep(10 * time.Millisecond) // the log line follows the reconnect the publish waited for
+	}
+	if logs.Count(slog.LevelInfo, "mqtt connection lost; reconnecting") != 1 {
+		t.Errorf("the drop is not logged once at INFO: %v", logs.AtLeast(slog.LevelDebug))
+	}
+	if loud := logs.AtLeast(slog.LevelWarn); len(loud) > 0 {
+		t.Errorf("an expected reconnect logged WARN/ERROR: %v", loud)
+	}
+	if asked.Load() < 2 {
+		t.Errorf("the password was asked for %d times over two connections", asked.Load())
 	}
 }
