@@ -302,7 +302,7 @@ func SharedDesired(k SharedKey, members []Member) acl.Desired {
 	return acl.Desired{State: acl.NewState([]acl.Role{role}, []acl.Group{group}, nil)}
 }
 
-// ServiceNames are the broker objects ServiceIdentity needs observed.
+// ServiceNames are the broker objects EnsureServiceIdentity observes before it applies.
 func ServiceNames() acl.Names {
 	return acl.Names{Groups: []string{identity.ServiceGroupName}, Roles: []string{identity.GatesRoleName}}
 }
@@ -310,22 +310,26 @@ func ServiceNames() acl.Names {
 // ServiceIdentity is the conversation service's base broker identity: its client (any client
 // ID: replicas connect side by side), its own request and reply topics, the right to relay
 // replies to any requester, and its group, which holds exactly the gates role (the agents it
-// stands in front of; that role's content belongs to the shared reconcile of GatesKey and is only
-// created, empty, when missing). observed must include ServiceNames().
-func ServiceIdentity(observed acl.State) acl.State {
+// stands in front of). The gates role itself is not part of it: its content belongs to the
+// shared reconcile of GatesKey, and a desired state that named it would empty it whenever that
+// reconcile filled it between an observation and an apply (EnsureServiceIdentity only creates
+// it, empty, when it is missing: ServiceGatesRole).
+func ServiceIdentity() acl.State {
 	role := acl.Role{Name: identity.ServiceUsername, ACLs: []acl.ACL{
 		{Type: acl.SubscribeLiteral, Topic: identity.RequestSubscription(identity.Service), Allow: true},
 		{Type: acl.SubscribeLiteral, Topic: identity.Service.RequestTopic(), Allow: true},
 		{Type: acl.SubscribePattern, Topic: identity.ServiceReplyFilter(), Allow: true},
 		{Type: acl.PublishClientSend, Topic: a2amqtt.MethodFilter(a2amqtt.MethodReply), Allow: true},
 	}}
-	roles := []acl.Role{role}
-	if _, ok := observed.Roles[identity.GatesRoleName]; !ok {
-		roles = append(roles, acl.Role{Name: identity.GatesRoleName})
-	}
 	group := acl.Group{Name: identity.ServiceGroupName, Roles: []acl.RoleRef{{Name: identity.GatesRoleName}}}
 	client := acl.Client{Username: identity.ServiceUsername, Roles: []acl.RoleRef{{Name: role.Name}}, Groups: []string{identity.ServiceGroupName}}
-	return acl.NewState(roles, []acl.Group{group}, []acl.Client{client})
+	return acl.NewState([]acl.Role{role}, []acl.Group{group}, []acl.Client{client})
+}
+
+// ServiceGatesRole creates the gates role, empty, if it does not exist; a role that exists is
+// left as it is (the broker answers "Role already exists", which the backends take as done).
+func ServiceGatesRole() acl.Command {
+	return acl.Command{Op: acl.OpCreateRole, Role: identity.GatesRoleName}
 }
 
 // withoutRevocationKicks drops the commands that Diff puts before a modifyRole only to disconnect

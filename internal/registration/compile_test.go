@@ -232,16 +232,15 @@ func TestSharedKeys(t *testing.T) {
 }
 
 func TestServiceIdentityKeepsTheGatesRole(t *testing.T) {
-	fresh := ServiceIdentity(acl.State{})
-	if r, ok := fresh.Roles[identity.GatesRoleName]; !ok || len(r.ACLs) != 0 {
-		t.Errorf("a fresh service identity must create the gates role empty: %+v", fresh.Roles)
+	st := ServiceIdentity()
+	if _, ok := st.Roles[identity.GatesRoleName]; ok {
+		t.Error("the service identity must never name the gates role: an apply would rewrite its content")
 	}
-	existing := acl.NewState([]acl.Role{{Name: identity.GatesRoleName, ACLs: []acl.ACL{{Type: acl.PublishClientSend, Topic: "x", Allow: true}}}}, nil, nil)
-	if _, ok := ServiceIdentity(existing).Roles[identity.GatesRoleName]; ok {
-		t.Error("the service identity must never rewrite the gates role's content")
-	}
-	if g := fresh.Groups[identity.ServiceGroupName]; !slices.Equal(g.Roles, []acl.RoleRef{{Name: identity.GatesRoleName}}) {
+	if g := st.Groups[identity.ServiceGroupName]; !slices.Equal(g.Roles, []acl.RoleRef{{Name: identity.GatesRoleName}}) {
 		t.Errorf("service group = %+v", g)
+	}
+	if c := ServiceGatesRole(); c.Op != acl.OpCreateRole || c.Role != identity.GatesRoleName || len(c.ACLs) != 0 {
+		t.Errorf("gates role command = %+v", c)
 	}
 }
 

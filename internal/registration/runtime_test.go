@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -385,6 +386,62 @@ func TestServiceIdentityRepaired(t *testing.T) {
 	}
 	eventually(t, "Event about the new credentials", func() error {
 		return findEvent(ctx, secretKey, registration.EventServiceCredentialsNew)
+	})
+}
+
+// staleGatesObserver answers the service identity's observation as if the gates role were still
+// missing, while the broker already holds it filled: the window in which, after a broker state
+// loss, the shared reconcile of the gates fills the role between the service identity's
+// observation and its apply.
+type staleGatesObserver struct {
+	acl.Backend
+	stale bool // the first observation only
+}
+
+func (s *staleGatesObserver) Observe(ctx context.Context, only *acl.Names) (acl.State, error) {
+	st, err := s.Backend.Observe(ctx, only)
+	if err == nil && !s.stale {
+		s.stale = true
+		delete(st.Roles, identity.GatesRoleName)
+	}
+	return st, err
+}
+
+// TestServiceIdentityLeavesTheGatesAlone: the service identity's repair never empties the gates
+// role, even when it observed it missing and the shared reconcile filled it meanwhile (seen in the
+// chaos suite: the service's request subscriptions were refused for a whole resync period).
+func TestServiceIdentityLeavesTheGatesAlone(t *testing.T) {
+	forRuntimeBrokers(t, func(t *testing.T, b *runtimeBroker) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		svcNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "svc-"}}
+		if err := k8s.Create(ctx, svcNS); err != nil {
+			t.Fatal(err)
+		}
+		gated := a2amqtt.AgentRef{Org: "acme", Unit: "rt", Agent: "gated"}
+		filled := acl.Role{Name: identity.GatesRoleName, ACLs: []acl.ACL{{Type: acl.SubscribeLiteral, Topic: gated.RequestTopic(), Allow: true}}}
+		if _, err := acl.Apply(ctx, b.backend, acl.Desired{State: acl.NewState([]acl.Role{filled}, nil, nil)}); err != nil {
+			t.Fatal(err)
+		}
+		key := client.ObjectKey{Namespace: svcNS.Name, Name: "service-credentials"}
+		rep, _, err := registration.EnsureServiceIdentity(ctx, k8s, &staleGatesObserver{Backend: b.backend}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Commands) == 0 || rep.Commands[0].Op != acl.OpCreateRole || rep.Commands[0].Role != identity.GatesRoleName {
+			t.Fatalf("the stale observation did not make the repair create the gates role, the test proves nothing: %v", rep.Commands)
+		}
+		only := registration.ServiceNames()
+		st, err := b.backend.Observe(ctx, &only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Roles[identity.GatesRoleName].ACLs; !slices.Equal(acl.Canonical(got), acl.Canonical(filled.ACLs)) {
+			t.Fatalf("%s: the service identity's repair rewrote the gates role: %v, want %v (commands %v)", b.name, got, filled.ACLs, rep.Commands)
+		}
+		if g := st.Groups[identity.ServiceGroupName]; !slices.Equal(g.Roles, []acl.RoleRef{{Name: identity.GatesRoleName}}) {
+			t.Fatalf("%s: service group = %+v", b.name, g)
+		}
 	})
 }
 

@@ -82,11 +82,20 @@ func EnsureServiceIdentity(ctx context.Context, c client.Client, backend acl.Bac
 	if err != nil {
 		return rep, secret, fmt.Errorf("observe service group: %w", err)
 	}
+	if _, ok := observed.Roles[identity.GatesRoleName]; !ok {
+		// The service group references it. Create-if-missing only: the shared reconcile of
+		// GatesKey may be filling it at this very moment (after a broker state loss both run).
+		gates := ServiceGatesRole()
+		if err := backend.Execute(ctx, []acl.Command{gates}); err != nil {
+			return rep, secret, fmt.Errorf("create the gates role: %w", err)
+		}
+		rep.Commands = append(rep.Commands, gates)
+	}
 	res, err := acl.Apply(ctx, backend, acl.Desired{
-		State:     ServiceIdentity(observed),
+		State:     ServiceIdentity(),
 		Passwords: map[string]string{identity.ServiceUsername: password},
 	})
-	rep.Commands = res.Commands
+	rep.Commands = append(rep.Commands, res.Commands...)
 	if err != nil {
 		return rep, secret, fmt.Errorf("apply service identity: %w", err)
 	}

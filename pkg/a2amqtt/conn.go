@@ -415,16 +415,22 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 	}
 }
 
-// retryRefused retries resubscribes the broker refused after a reconnect. A refusal right
-// after a reconnect is usually the broker's ACLs being rewritten in several steps (the operator
-// applying an Agent's rights, each step disconnecting the client); it clears within seconds.
-// Only a refusal that persists is reported, at WARN: the client then receives nothing on that
-// filter until its rights change.
+// retryRefused retries resubscribes the broker refused after a reconnect, for as long as this
+// connection lasts. A refusal right after a reconnect is usually the broker's ACLs being
+// rewritten in several steps (the operator applying an Agent's rights, or re-creating a whole
+// broker state that was lost); it clears within seconds. Granting a right does not disconnect
+// the client (the operator's ACL model never kicks anyone for a grant), so without these retries
+// a client whose rights come back later would wait for ever. A refusal that persists past the
+// first attempts is reported once, at WARN, and its end at INFO; the retries then continue at
+// most every refusedRetryCap.
 func (c *Conn) retryRefused(filters []string) {
-	for _, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+	conn := c.connState.connection()
+	delay, waited, warned := time.Second, time.Duration(0), false
+	for len(filters) > 0 {
 		time.Sleep(delay)
-		if c.closed.Load() || !c.connState.Up() {
-			return // the next reconnect resubscribes
+		waited += delay
+		if c.closed.Load() || !c.connState.Up() || c.connState.connection() != conn {
+			return // the next reconnect resubscribes (and retries on its own)
 		}
 		var still []string
 		for _, f := range filters {
@@ -434,21 +440,33 @@ func (c *Conn) retryRefused(filters []string) {
 			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
 			err := c.brokerSubscribe(ctx, f)
 			cancel()
-			if errors.Is(err, errSubscribeRefused) {
+			switch {
+			case errors.Is(err, errSubscribeRefused):
 				still = append(still, f)
 				c.log.Debug("resubscribe still refused; retrying", "filter", f, "err", err)
-			} else if err != nil {
+			case err != nil:
 				c.logResubscribeError(f, err)
+			case warned:
+				c.log.Info("broker grants a subscription it refused after reconnecting", "filter", f, "refused_for", waited.Round(time.Second))
 			}
 		}
-		if filters = still; len(filters) == 0 {
-			return
+		filters = still
+		if len(filters) > 0 && !warned && waited >= refusedWarnAfter {
+			warned = true
+			for _, f := range filters {
+				c.logResubscribeError(f, fmt.Errorf("subscribe %s: %w", f, errSubscribeRefused))
+			}
 		}
-	}
-	for _, f := range filters {
-		c.logResubscribeError(f, fmt.Errorf("subscribe %s: %w", f, errSubscribeRefused))
+		delay = min(2*delay, refusedRetryCap)
 	}
 }
+
+// refusedWarnAfter is how long a refused resubscribe may last before it is reported;
+// refusedRetryCap is the longest pause between two retries.
+const (
+	refusedWarnAfter = 7 * time.Second
+	refusedRetryCap  = 30 * time.Second
+)
 
 func (c *Conn) subscribed(filter string) bool {
 	c.mu.Lock()
@@ -462,7 +480,7 @@ func (c *Conn) subscribed(filter string) bool {
 // (the next reconnect resubscribes).
 func (c *Conn) logResubscribeError(filter string, err error) {
 	if errors.Is(err, errSubscribeRefused) {
-		c.log.Warn("broker refuses a subscription after reconnecting: nothing arrives on it until this client's rights change", "filter", filter, "err", err)
+		c.log.Warn("broker refuses a subscription after reconnecting: nothing arrives on it until the broker grants it (retried while connected)", "filter", filter, "err", err)
 		return
 	}
 	c.log.Debug("resubscribe interrupted; retried on the next reconnect", "filter", filter, "err", err)

@@ -100,6 +100,26 @@ func TestRefusedResubscribe(t *testing.T) {
 	if len(loud) != 1 || !logs.Has("broker refuses a subscription") {
 		t.Fatalf("persistent refusal logged %v; all: %v", loud, logs.AtLeast(slog.LevelDebug))
 	}
+
+	// Late: the grant comes back long after the reconnect, without a kick (a grant never
+	// disconnects anyone): the retries, still running while connected, pick it up.
+	before := len(got.snapshot())
+	if err := ensureRole(ctx, b, full); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; len(got.snapshot()) == before && i < 450; i++ {
+		send()
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(got.snapshot()) == before {
+		t.Fatalf("no message 45 s after a late grant: the refused resubscribe was given up; logs: %v", logs.AtLeast(slog.LevelDebug))
+	}
+	if restored := logs.Count(slog.LevelInfo, "mqtt connection restored"); restored > 2 {
+		t.Fatalf("the late grant disconnected the client, so the test proves nothing: %v", logs.AtLeast(slog.LevelDebug))
+	}
+	if !logs.Has("broker grants a subscription it refused after reconnecting") {
+		t.Fatalf("the end of the refusal was not reported: %v", logs.AtLeast(slog.LevelDebug))
+	}
 }
 
 // ensureRole makes the broker hold role exactly as given (one-object acl.Apply).

@@ -87,6 +87,9 @@ type ConnState struct {
 // Up reports whether a connection is established.
 func (s *ConnState) Up() bool { return s.up.Load() }
 
+// connection counts the connections established so far: a number that names the current one.
+func (s *ConnState) connection() int64 { return s.connects.Load() }
+
 // EverUp reports whether a connection was ever established.
 func (s *ConnState) EverUp() bool { return s.everUp.Load() }
 

@@ -96,11 +96,18 @@ func TestSessionNeverConnected(t *testing.T) {
 	if err := s.Healthy(0); err == nil || !strings.Contains(err.Error(), "not connected after") {
 		t.Errorf("beyond the grace: %v", err)
 	}
-	wait, done := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer done()
-	if _, err := s.Await(wait); err == nil || !strings.Contains(err.Error(), "last attempt") {
-		t.Errorf("Await names the last connect error: %v", err)
+	// Once an attempt has failed (the first one may still be under way on a loaded machine),
+	// Await's error names it.
+	var err2 error
+	for range 20 {
+		wait, done := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err2 = s.Await(wait)
+		done()
+		if err2 != nil && strings.Contains(err2.Error(), "last attempt") {
+			return
+		}
 	}
+	t.Errorf("Await names the last connect error: %v", err2)
 }
 
 // The operator's connections use the SDK's autopaho setup (a2amqtt.ClientSetup), so they log
