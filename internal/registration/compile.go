@@ -142,19 +142,21 @@ func Compile(in Input) acl.Desired {
 	}
 	state := acl.NewState([]acl.Role{own}, nil, []acl.Client{client})
 	// The client joins its unit and org groups when it is created, so they must exist. Their
-	// content belongs to the shared reconcile: they are only created when missing (an empty
-	// shared role first; createRole of an existing role is a no-op), never changed here.
+	// content belongs to the shared reconcile: they are only created when missing (the shared
+	// role empty and create-only, so that a role the shared reconcile fills meanwhile is never
+	// overwritten), never changed here.
+	var createRoles []string
 	for _, shared := range []struct{ group, role string }{
 		{unit, identity.UnitRoleName(id.Org, id.Unit)},
 		{org, identity.OrgRoleName(id.Org)},
 	} {
 		if _, ok := in.Observed.Groups[shared.group]; !ok {
-			state.Roles[shared.role] = acl.Role{Name: shared.role}
+			createRoles = append(createRoles, shared.role)
 			state.Groups[shared.group] = acl.Group{Name: shared.group, Roles: []acl.RoleRef{{Name: shared.role}}}
 		}
 	}
 	state.DefaultACL = &acl.DenyByDefault
-	return acl.Desired{State: state, Delete: acl.Names{
+	return acl.Desired{State: state, CreateRoles: createRoles, Delete: acl.Names{
 		// The per-agent objects of the earlier model, if an upgrade left them.
 		Roles:  []string{identity.CallersRoleName(id), identity.GateRoleName(id)},
 		Groups: []string{identity.CallersGroupName(id)},
@@ -302,7 +304,7 @@ func SharedDesired(k SharedKey, members []Member) acl.Desired {
 	return acl.Desired{State: acl.NewState([]acl.Role{role}, []acl.Group{group}, nil)}
 }
 
-// ServiceNames are the broker objects EnsureServiceIdentity observes before it applies.
+// ServiceNames are the broker objects of the service identity's group and its gates role.
 func ServiceNames() acl.Names {
 	return acl.Names{Groups: []string{identity.ServiceGroupName}, Roles: []string{identity.GatesRoleName}}
 }
@@ -313,7 +315,7 @@ func ServiceNames() acl.Names {
 // stands in front of). The gates role itself is not part of it: its content belongs to the
 // shared reconcile of GatesKey, and a desired state that named it would empty it whenever that
 // reconcile filled it between an observation and an apply (EnsureServiceIdentity only creates
-// it, empty, when it is missing: ServiceGatesRole).
+// it, empty, when it is missing: acl.Desired.CreateRoles).
 func ServiceIdentity() acl.State {
 	role := acl.Role{Name: identity.ServiceUsername, ACLs: []acl.ACL{
 		{Type: acl.SubscribeLiteral, Topic: identity.RequestSubscription(identity.Service), Allow: true},

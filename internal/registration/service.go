@@ -77,25 +77,15 @@ func EnsureServiceIdentity(ctx context.Context, c client.Client, backend acl.Bac
 		return rep, secret, fmt.Errorf("service credentials secret %s has no %q key; delete it to have a new one written", secretKey, identity.SecretKeyPassword)
 	}
 
-	only := ServiceNames()
-	observed, err := backend.Observe(ctx, &only)
-	if err != nil {
-		return rep, secret, fmt.Errorf("observe service group: %w", err)
-	}
-	if _, ok := observed.Roles[identity.GatesRoleName]; !ok {
-		// The service group references it. Create-if-missing only: the shared reconcile of
-		// GatesKey may be filling it at this very moment (after a broker state loss both run).
-		gates := ServiceGatesRole()
-		if err := backend.Execute(ctx, []acl.Command{gates}); err != nil {
-			return rep, secret, fmt.Errorf("create the gates role: %w", err)
-		}
-		rep.Commands = append(rep.Commands, gates)
-	}
+	// The service group references the gates role: create-only, for the shared reconcile of
+	// GatesKey owns its content and may be filling it at this very moment (after a broker state
+	// loss both run).
 	res, err := acl.Apply(ctx, backend, acl.Desired{
-		State:     ServiceIdentity(),
-		Passwords: map[string]string{identity.ServiceUsername: password},
+		State:       ServiceIdentity(),
+		CreateRoles: []string{identity.GatesRoleName},
+		Passwords:   map[string]string{identity.ServiceUsername: password},
 	})
-	rep.Commands = append(rep.Commands, res.Commands...)
+	rep.Commands = res.Commands
 	if err != nil {
 		return rep, secret, fmt.Errorf("apply service identity: %w", err)
 	}

@@ -95,6 +95,15 @@ func Benign(op Op, message string) bool {
 }
 
 // Result tells what an Apply did.
+// LostContent reports a create that found its object already there while it carried content
+// (a createRole with ACLs): the broker kept the existing object as it is, so what the command
+// meant to write was not written. It happens when another writer created the object between
+// the caller's observation and its command; the backends report it as an error, so the caller
+// observes again and modifies instead of believing its content applied.
+func LostContent(c Command, message string) bool {
+	return c.Op == OpCreateRole && message == "Role already exists" && len(c.ACLs) > 0
+}
+
 type Result struct {
 	// Commands are the commands executed (empty when already in sync).
 	Commands []Command
@@ -169,6 +178,9 @@ func involved(d Desired) Names {
 		}
 	}
 	for _, s := range d.Delete.Roles {
+		addRole(s)
+	}
+	for _, s := range d.CreateRoles {
 		addRole(s)
 	}
 	for _, s := range d.Delete.Groups {

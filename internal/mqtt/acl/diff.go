@@ -154,6 +154,14 @@ func Diff(observed State, d Desired) []Command {
 		cmds = append(cmds, Command{Op: OpModifyRole, Role: name, ACLs: newACLs})
 	}
 
+	for _, name := range d.CreateRoles {
+		_, have := observed.Roles[name]
+		_, desired := d.Roles[name]
+		if !have && !desired {
+			cmds = append(cmds, Command{Op: OpCreateRole, Role: name})
+		}
+	}
+
 	for _, name := range sortedKeys(d.Groups) {
 		want := d.Groups[name]
 		have, ok := observed.Groups[name]

@@ -205,6 +205,13 @@ type Desired struct {
 	// Delete lists objects to remove; absent ones are fine. A name that is
 	// also desired is kept.
 	Delete Names
+	// CreateRoles are roles created, empty, when they are missing and never
+	// changed when they exist: roles whose content another writer owns (the
+	// shared unit/org/gates roles), which this Apply only needs to exist
+	// because a group or client it writes references them. Naming such a
+	// role in State instead would overwrite what the owner wrote between
+	// this Apply's observations.
+	CreateRoles []string
 	// Prune also removes every observed object (with the prefix) that is not
 	// in State: the full-fleet sync mode.
 	Prune bool
@@ -392,6 +399,9 @@ func (d Desired) Validate(prefix string, observed State) error {
 	for _, n := range d.Delete.Roles {
 		owned("role", n)
 	}
+	for _, n := range d.CreateRoles {
+		owned("role", n)
+	}
 	for _, n := range d.Delete.Groups {
 		owned("group", n)
 	}
@@ -445,6 +455,11 @@ func planned(observed State, d Desired) State {
 	}
 	for _, n := range d.Delete.Clients {
 		delete(out.Clients, n)
+	}
+	for _, n := range d.CreateRoles {
+		if _, ok := out.Roles[n]; !ok {
+			out.Roles[n] = Role{Name: n}
+		}
 	}
 	for k, v := range d.Roles {
 		out.Roles[k] = v

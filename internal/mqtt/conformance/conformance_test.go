@@ -515,3 +515,37 @@ func TestRestart(t *testing.T) {
 		mustDial(t, b, userCaller, pwCaller, "acme/u/caller")
 	})
 }
+
+// TestCreateRoleRaces: two writers create the same role between their observations and their
+// commands. A create-only role (Desired.CreateRoles) never touches a role that exists, whatever
+// its content; a createRole that carries ACLs and finds the role there is an error on both
+// backends (acl.LostContent), so its writer observes again instead of believing its ACLs applied.
+func TestCreateRoleRaces(t *testing.T) {
+	forEachBroker(t, func(t *testing.T, b *broker) {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		filled := acl.Role{Name: "a2a:race:filled", ACLs: []acl.ACL{allow(acl.SubscribeLiteral, "race/x", 0)}}
+		apply(t, b, acl.Desired{State: acl.NewState([]acl.Role{filled}, nil, nil)})
+		// A writer that observed the role missing: create-only leaves the content alone.
+		if err := b.backend.Execute(ctx, []acl.Command{{Op: acl.OpCreateRole, Role: filled.Name}}); err != nil {
+			t.Fatalf("%s: create-only of an existing role: %v", b.name, err)
+		}
+		apply(t, b, acl.Desired{CreateRoles: []string{filled.Name}})
+		// A writer that observed it missing and wanted other content: refused, content kept.
+		other := []acl.ACL{allow(acl.SubscribeLiteral, "race/y", 0)}
+		err := b.backend.Execute(ctx, []acl.Command{{Op: acl.OpCreateRole, Role: filled.Name, ACLs: other}})
+		var cmdErr *acl.CommandError
+		if !errors.As(err, &cmdErr) {
+			t.Fatalf("%s: a createRole with ACLs on an existing role reported %v, want a CommandError", b.name, err)
+		}
+		st, err := b.backend.Observe(ctx, &acl.Names{Roles: []string{filled.Name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Roles[filled.Name].ACLs; len(got) != 1 || got[0].Topic != "race/x" {
+			t.Fatalf("%s: the role's content changed: %v", b.name, got)
+		}
+		// Observing again and applying makes it what the second writer wanted.
+		apply(t, b, acl.Desired{State: acl.NewState([]acl.Role{{Name: filled.Name, ACLs: other}}, nil, nil)})
+	})
+}

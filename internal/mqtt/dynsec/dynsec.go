@@ -531,7 +531,7 @@ func (b *Backend) Execute(ctx context.Context, cmds []acl.Command) error {
 		}
 		for i, r := range resps {
 			c := cmds[start+i]
-			if r.Error != "" && !acl.Benign(c.Op, r.Error) {
+			if r.Error != "" && (!acl.Benign(c.Op, r.Error) || acl.LostContent(c, r.Error)) {
 				errs = append(errs, &acl.CommandError{Command: c, Message: r.Error})
 			}
 			b.reportKick(ctx, c, r.Error, before)

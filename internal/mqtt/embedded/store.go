@@ -369,7 +369,7 @@ func (s *Store) Execute(ctx context.Context, cmds []acl.Command) error {
 	for i, c := range cmds {
 		msg, kicked := s.apply(c, creds[i], touched)
 		kicks[i] = kicked
-		if msg != "" && !acl.Benign(c.Op, msg) {
+		if msg != "" && (!acl.Benign(c.Op, msg) || acl.LostContent(c, msg)) {
 			errs = append(errs, &acl.CommandError{Command: c, Message: msg})
 		}
 	}
