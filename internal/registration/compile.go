@@ -304,11 +304,6 @@ func SharedDesired(k SharedKey, members []Member) acl.Desired {
 	return acl.Desired{State: acl.NewState([]acl.Role{role}, []acl.Group{group}, nil)}
 }
 
-// ServiceNames are the broker objects of the service identity's group and its gates role.
-func ServiceNames() acl.Names {
-	return acl.Names{Groups: []string{identity.ServiceGroupName}, Roles: []string{identity.GatesRoleName}}
-}
-
 // ServiceIdentity is the conversation service's base broker identity: its client (any client
 // ID: replicas connect side by side), its own request and reply topics, the right to relay
 // replies to any requester, and its group, which holds exactly the gates role (the agents it

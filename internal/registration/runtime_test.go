@@ -431,7 +431,7 @@ func TestServiceIdentityLeavesTheGatesAlone(t *testing.T) {
 		if !slices.ContainsFunc(rep.Commands, func(c acl.Command) bool { return c.Op == acl.OpCreateRole && c.Role == identity.GatesRoleName }) {
 			t.Fatalf("the stale observation did not make the repair create the gates role, the test proves nothing: %v", rep.Commands)
 		}
-		only := registration.ServiceNames()
+		only := acl.Names{Groups: []string{identity.ServiceGroupName}, Roles: []string{identity.GatesRoleName}}
 		st, err := b.backend.Observe(ctx, &only)
 		if err != nil {
 			t.Fatal(err)
