@@ -208,9 +208,11 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backe
 	cpuBefore, ctrlBefore := meter.sample(), controllerMetrics()
 	profiled := profileAPIServer(b, ctx, fmt.Sprintf("apiserver-%s-%d.prof", brokerName, n))
 	start := time.Now()
+	stopProgress := logProgress(b, ctx, meter, tracker)
 	createFleet(b, ctx, ns, w, n)
 	tracker.wait(b, ctx, n)
 	elapsed := time.Since(start)
+	stopProgress()
 	cpuUsed, ctrlUsed := meter.sample().minus(cpuBefore), controllerDelta(ctrlBefore, controllerMetrics())
 	<-profiled
 	stats := backend.Stats()
@@ -383,6 +385,44 @@ func readyOnly(obj any) (any, error) {
 	return slim, nil
 }
 
+// ready is the number of Agents Ready now.
+func (t *readyTracker) readyCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.count
+}
+
+// logProgress, with FLEET_PROGRESS set, logs every 10 s how many Agents became Ready and the CPU
+// each process spent per Agent in that interval: where a rollout slows down, and who pays for it.
+func logProgress(b *testing.B, ctx context.Context, meter cpuMeter, t *readyTracker) (stop func()) {
+	if os.Getenv("FLEET_PROGRESS") == "" {
+		return func() {}
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		start, lastCPU, lastReady := time.Now(), meter.sample(), t.readyCount()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-tick.C:
+			}
+			cpu, ready := meter.sample(), t.readyCount()
+			d, k := cpu.minus(lastCPU), float64(max(ready-lastReady, 1))
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			b.Logf("progress %3.0f s: %d Ready (+%d); CPU ms per new Ready: test process %.1f, kube-apiserver %.1f, etcd %.1f; heap in use %.0f MiB",
+				time.Since(start).Seconds(), ready, ready-lastReady, d.self*1000/k, d.apiserver*1000/k, d.etcd*1000/k, float64(ms.HeapInuse)/(1<<20))
+			lastCPU, lastReady = cpu, ready
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 func (t *readyTracker) wait(b *testing.B, ctx context.Context, n int) {
 	for {
 		t.mu.Lock()
@@ -489,8 +529,9 @@ func peakRSSMiB() float64 {
 // size reports its own peak.
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 
-// profileAPIServer fetches a CPU profile of kube-apiserver (its /debug/pprof) for the first
-// FLEET_APISERVER_PROFILE_SECONDS of the fleet into FLEET_HEAPPROFILE_DIR; the channel closes
+// profileAPIServer fetches a CPU profile of kube-apiserver (its /debug/pprof) for
+// FLEET_APISERVER_PROFILE_SECONDS of the fleet, starting FLEET_APISERVER_PROFILE_DELAY (a Go
+// duration, default 0) after it, into FLEET_HEAPPROFILE_DIR; the channel closes
 // when it is written (at once when not asked for).
 func profileAPIServer(b *testing.B, ctx context.Context, name string) <-chan struct{} {
 	done := make(chan struct{})
@@ -503,8 +544,14 @@ func profileAPIServer(b *testing.B, ctx context.Context, name string) <-chan str
 	if err != nil {
 		b.Fatalf("apiserver profile: %v", err)
 	}
+	delay, _ := time.ParseDuration(os.Getenv("FLEET_APISERVER_PROFILE_DELAY"))
 	go func() {
 		defer close(done)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return
+		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cp.Config.Host, "/")+"/debug/pprof/profile?seconds="+secs, nil)
 		if err != nil {
 			b.Errorf("apiserver profile: %v", err)
