@@ -51,7 +51,6 @@ const (
 	EventUnregistered        = "Unregistered"
 	EventReady               = "Ready"
 	EventNotReady            = "NotReady"
-	EventCredentialsCreated  = "CredentialsCreated"
 	EventCredentialsRotated  = "CredentialsRotated"
 	EventCredentialsRecreate = "CredentialsRecreated"
 	EventCredentialsRevoked  = "CredentialsRevoked"

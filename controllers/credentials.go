@@ -75,7 +75,8 @@ type pendingCredentials struct {
 	secret *corev1.Secret
 	// write is "" (nothing to write), "create" or "update".
 	write string
-	// event is the Event reason recorded once the write succeeded.
+	// event is the Event reason recorded once the write succeeded (none for a new Agent's first
+	// credentials).
 	event, eventNote string
 	// markSynced: the Secret's password is not known to be on the broker (written by hand, by an
 	// older version, or staged for a workload whose old pods are gone now); mark it once Register
@@ -197,7 +198,11 @@ func (r *AgentReconciler) prepareCredentials(ctx context.Context, agent *a2av1.A
 	case !exists && agent.Status.CredentialsSecret != "":
 		p.write, p.event, p.eventNote = "create", EventCredentialsRecreate, "Secret %s was deleted: generated a new broker password"
 	case !exists:
-		p.write, p.event, p.eventNote = "create", EventCredentialsCreated, "generated broker credentials in Secret %s"
+		// A new Agent's first credentials are what applying it means, and status.credentialsSecret
+		// says so: an Event per Agent of a fleet rollout would cost the API server a write (~5 % of
+		// its CPU per Agent, docs/benchmarks.md) and the operator its event cache, and tell nobody
+		// anything. Changes to credentials that exist (below) are news.
+		p.write = "create"
 	case needPassword && staged:
 		p.event, p.eventNote = EventCredentialsRotated, "generated a new broker password in Secret %s"+stagedNote
 	case needPassword:
@@ -331,7 +336,9 @@ func (p *pendingCredentials) persist(ctx context.Context, r *AgentReconciler, ag
 		return fmt.Errorf("write credentials secret: %w", err)
 	}
 	p.write, p.creds.PasswordChanged = "", false
-	r.Recorder.Eventf(agent, nil, corev1.EventTypeNormal, p.event, "Credentials", p.eventNote, p.secret.Name)
+	if p.event != "" {
+		r.Recorder.Eventf(agent, nil, corev1.EventTypeNormal, p.event, "Credentials", p.eventNote, p.secret.Name)
+	}
 	return nil
 }
 

@@ -415,7 +415,8 @@ func logProgress(b *testing.B, ctx context.Context, meter cpuMeter, t *readyTrac
 			d, k := cpu.minus(lastCPU), float64(max(ready-lastReady, 1))
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
-			b.Logf("progress %3.0f s: %d Ready (+%d); CPU ms per new Ready: test process %.1f, kube-apiserver %.1f, etcd %.1f; heap in use %.0f MiB",
+			// Not b.Logf: the testing package keeps only a benchmark's first 10 log lines.
+			fmt.Fprintf(os.Stderr, "fleet progress %3.0f s: %d Ready (+%d); CPU ms per new Ready: test process %.1f, kube-apiserver %.1f, etcd %.1f; heap in use %.0f MiB\n",
 				time.Since(start).Seconds(), ready, ready-lastReady, d.self*1000/k, d.apiserver*1000/k, d.etcd*1000/k, float64(ms.HeapInuse)/(1<<20))
 			lastCPU, lastReady = cpu, ready
 		}
