@@ -42,8 +42,12 @@ import (
 // and measures, per fleet size, in one table:
 //
 //   - the time from applying the fleet until every Agent is Ready, and per Agent;
-//   - the process's peak RSS during that size (the operator with its caches and broker runtime,
-//     the embedded broker when used, and the benchmark's own informer);
+//   - the operator process's peak RSS during that size (its caches and broker runtime, and the
+//     embedded broker, which lives in the operator's process; on the embedded broker the
+//     operator runs in a process of its own, fleetoperator_test.go, so the benchmark's creators,
+//     Ready tracker and witness clients are not in the figure; on Mosquitto it runs in the test
+//     process and the figure includes them);
+//   - CPU per Agent of each process: the operator, the benchmark, kube-apiserver and etcd;
 //   - broker commands, round trips and reads per Agent (acl.Stats);
 //   - apiserver writes per Agent by the operator (a counting transport on its client), by
 //     resource;
@@ -54,28 +58,51 @@ import (
 //	FLEET_SIZES=1000 go test ./internal/registration -run '^$' -bench FleetRegistrationEmbedded -benchtime 1x
 //
 // FLEET_SIZES (embedded) and MOSQUITTO_FLEET_SIZES override the sizes (FLEET_AGENTS, a single
-// size, is still honoured for both); FLEET_HEAPPROFILE_DIR writes a heap profile per size once
-// the whole fleet is Ready.
+// size, is still honoured for both); FLEET_HEAPPROFILE_DIR writes a heap profile of the operator
+// per size once the whole fleet is Ready; FLEET_PROGRESS logs progress every 10 s;
+// FLEET_OPERATOR_IN_PROCESS runs the embedded benchmark's operator in the test process.
 
 // BenchmarkFleetRegistrationEmbedded runs the fleet on the embedded broker (the operator's own
-// throughput).
+// throughput), the operator in a process of its own (fleetoperator_test.go).
 func BenchmarkFleetRegistrationEmbedded(b *testing.B) {
 	for _, n := range fleetSizes("FLEET_SIZES", "1000,3000,10000") {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			for range b.N {
-				var others collateralCounter
-				srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", Store: embedded.StoreConfig{OnKick: others.observe}})
-				if err != nil {
-					b.Fatalf("start embedded broker: %v", err)
-				}
-				runFleetBenchmark(b, n, "embedded", srv.Backend(), srv.URL(), srv.Addr(), &others)
-				_ = srv.Close()
+				runFleetBenchmark(b, n, "embedded", startEmbeddedOperator)
 			}
 		})
 	}
 }
 
-// BenchmarkFleetRegistration runs the fleet on Mosquitto 2.0.11 with dynsec.
+// startEmbeddedOperator starts the operator with the embedded broker, in a child process or in
+// this one with FLEET_OPERATOR_IN_PROCESS; it returns the operator and the broker's address.
+func startEmbeddedOperator(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
+	if os.Getenv("FLEET_OPERATOR_IN_PROCESS") == "" {
+		c := startChildOperator(b, ctx, cp.Config, ns, copts.MaxConcurrentReconciles)
+		return c, c.brokerAddr
+	}
+	var others collateralCounter
+	srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", Store: embedded.StoreConfig{OnKick: others.observe}})
+	if err != nil {
+		b.Fatalf("start embedded broker: %v", err)
+	}
+	b.Cleanup(func() { _ = srv.Close() })
+	return startInProcessOperator(b, ctx, ns, copts, srv.Backend(), srv.URL(), &others), srv.Addr()
+}
+
+// startInProcessOperator runs the operator in the test process, as cmd/manager does.
+func startInProcessOperator(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options, backend acl.Backend, brokerURL string, others *collateralCounter) fleetOperator {
+	writes := &writeCounter{by: map[string]int{}}
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS, cfg.Burst = -1, 0 // the operator's default rate limit would be what is measured
+	cfg.Wrap(writes.wrap)
+	cp.StartOperatorWith(b, ctx, testenv.Operator{Config: cfg, Namespaces: ns,
+		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: copts})
+	return inProcessOperator{operatorCounters{backend: backend, others: others, writes: writes}}
+}
+
+// BenchmarkFleetRegistration runs the fleet on Mosquitto 2.0.11 with dynsec (the operator in the
+// test process).
 func BenchmarkFleetRegistration(b *testing.B) {
 	for _, n := range fleetSizes("MOSQUITTO_FLEET_SIZES", "1000,3000") {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
@@ -91,7 +118,9 @@ func BenchmarkFleetRegistration(b *testing.B) {
 				if err != nil {
 					b.Fatalf("connect dynsec: %v", err)
 				}
-				runFleetBenchmark(b, n, "mosquitto", backend, broker.URL(), broker.Addr(), &others)
+				runFleetBenchmark(b, n, "mosquitto", func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
+					return startInProcessOperator(b, ctx, ns, copts, backend, broker.URL(), &others), broker.Addr()
+				})
 				_ = backend.Close(context.Background())
 				broker.Kill()
 			}
@@ -152,31 +181,39 @@ type fleetRow struct {
 	apiReads                   map[string]int // the operator's GETs and LISTs by resource (no watches)
 	cpu                        cpuSample      // CPU seconds of the run, by process
 	controllers                map[string]controllerStats
+	separate                   bool // the operator ran in a process of its own
 }
 
-// collateralCounter counts, from a backend's kick reports, the usernames a command disconnected
-// other than the client it was for (a client-level command's own client is not collateral).
-type collateralCounter struct{ n atomic.Int64 }
+// describeCPU is the run's CPU by process.
+func (r fleetRow) describeCPU(elapsed time.Duration) string {
+	procs := fmt.Sprintf("operator process (operator and embedded broker) %.1f s, benchmark process %.1f s", r.cpu.operator, r.cpu.self)
+	if !r.separate {
+		procs = fmt.Sprintf("test process (operator, broker runtime, benchmark) %.1f s", r.cpu.self)
+	}
+	total := r.cpu.apiserver + r.cpu.etcd + r.cpu.self
+	if r.separate {
+		total += r.cpu.operator
+	}
+	return fmt.Sprintf("CPU over %.1f s: %s, kube-apiserver %.1f s, etcd %.1f s (%.2f cores of 2)",
+		elapsed.Seconds(), procs, r.cpu.apiserver, r.cpu.etcd, total/elapsed.Seconds())
+}
 
-func (c *collateralCounter) observe(k acl.Kick) { c.n.Add(int64(len(k.Others(k.Command.Username)))) }
-
-func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backend, brokerURL, brokerAddr string, others *collateralCounter) {
+func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator func(*testing.B, context.Context, map[string]string, controllers.Options) (fleetOperator, string)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	debug.FreeOSMemory()
 	resetPeakRSS()
 
-	writes := &writeCounter{by: map[string]int{}}
-	cfg := rest.CopyConfig(cp.Config)
-	cfg.QPS, cfg.Burst = -1, 0 // the operator's default rate limit would be what is measured
-	cfg.Wrap(writes.wrap)
 	var copts controllers.Options
 	if v, err := strconv.Atoi(os.Getenv("FLEET_MAX_CONCURRENT")); err == nil {
 		copts.MaxConcurrentReconciles = v // default: the operator's own default
 	}
-	op := cp.StartOperatorWith(b, ctx, testenv.Operator{Prefix: "bench-", Config: cfg, Orgs: []string{"org0", "org1"},
-		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: copts})
-	ns := op.Namespaces
+	ns := map[string]string{}
+	for _, org := range []string{"org0", "org1"} {
+		ns[org] = cp.NewNamespace(b, ctx, "bench-")
+		cp.BindNamespace(b, ctx, ns[org], org)
+	}
+	op, brokerAddr := startOperator(b, ctx, ns, copts)
 	tracker := trackReady(b, ctx, ns)
 
 	// Witnesses: agents of every org, unit and scope, connected before the rest is applied.
@@ -201,58 +238,56 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backe
 	}
 	watch := brokertest.NewWatch(witnesses...)
 
-	before := backend.Stats()
-	othersBefore := others.n.Load()
-	writesBefore, readsBefore := writes.snapshot(), writes.snapshotReads()
-	meter := newCPUMeter(cp.Config)
-	cpuBefore, ctrlBefore := meter.sample(), controllerMetrics()
+	snap := func(observe bool) operatorSnapshot {
+		s, err := op.snapshot(observe)
+		if err != nil {
+			b.Fatalf("operator counters: %v", err)
+		}
+		return s
+	}
+	before := snap(false)
+	meter := newCPUMeter(cp.Config, op.pid())
+	cpuBefore := meter.sample()
 	profiled := profileAPIServer(b, ctx, fmt.Sprintf("apiserver-%s-%d.prof", brokerName, n))
 	start := time.Now()
-	stopProgress := logProgress(b, ctx, meter, tracker)
+	stopProgress := logProgress(ctx, meter, tracker)
 	createFleet(b, ctx, ns, w, n)
 	tracker.wait(b, ctx, n)
 	elapsed := time.Since(start)
 	stopProgress()
-	cpuUsed, ctrlUsed := meter.sample().minus(cpuBefore), controllerDelta(ctrlBefore, controllerMetrics())
+	cpuUsed := meter.sample().minus(cpuBefore)
+	after := snap(false)
 	<-profiled
-	stats := backend.Stats()
-	writesAfter, readsAfter := writes.snapshot(), writes.snapshotReads()
 	kicked := watch.Kicked()
-
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
+	peakRSS := op.peakRSSMiB()
 	if dir := os.Getenv("FLEET_HEAPPROFILE_DIR"); dir != "" {
 		// What is live with the whole fleet Ready (the test's -memprofile only sees the end).
-		writeHeapProfile(b, filepath.Join(dir, fmt.Sprintf("heap-%s-%d.prof", brokerName, n)))
+		if err := op.writeHeapProfile(filepath.Join(dir, fmt.Sprintf("heap-%s-%d.prof", brokerName, n))); err != nil {
+			b.Fatal(err)
+		}
 	}
-	st, err := backend.Observe(ctx, nil)
-	if err != nil {
-		b.Fatalf("observe: %v", err)
-	}
-	entries := 0
-	for _, r := range st.Roles {
-		entries += len(r.ACLs)
-	}
+	observed := snap(true)
+	stats := after.Stats
 	applied := float64(n - w)
 	row := fleetRow{
 		broker: brokerName, agents: n, witnesses: w, elapsed: elapsed,
-		peakRSS: peakRSSMiB(), heap: float64(ms.HeapInuse) / (1 << 20),
-		cmds:     float64(stats.Mutations-before.Mutations) / applied,
-		trips:    float64(stats.RoundTrips-before.RoundTrips) / applied,
-		reads:    float64(stats.Reads-before.Reads) / applied,
+		peakRSS: peakRSS, heap: float64(after.HeapInuse) / (1 << 20), separate: op.pid() != os.Getpid(),
+		cmds:     float64(stats.Mutations-before.Stats.Mutations) / applied,
+		trips:    float64(stats.RoundTrips-before.Stats.RoundTrips) / applied,
+		reads:    float64(stats.Reads-before.Stats.Reads) / applied,
 		writesBy: map[string]int{}, collateral: len(kicked),
-		backendKicks: int(others.n.Load() - othersBefore),
-		load:         loadAvg(), brokerClients: float64(len(st.Clients)), aclsPerAgnt: float64(entries) / float64(n),
-		apiReads: map[string]int{}, cpu: cpuUsed, controllers: ctrlUsed,
+		backendKicks: int(after.Kicks - before.Kicks),
+		load:         loadAvg(), brokerClients: float64(observed.Clients), aclsPerAgnt: float64(observed.ACLEntries) / float64(n),
+		apiReads: map[string]int{}, cpu: cpuUsed, controllers: controllerDelta(before.Controllers, after.Controllers),
 	}
-	for k, v := range readsAfter {
-		if d := v - readsBefore[k]; d > 0 {
+	for k, v := range after.Reads {
+		if d := v - before.Reads[k]; d > 0 {
 			row.apiReads[k] = d
 		}
 	}
 	total := 0
-	for k, v := range writesAfter {
-		if d := v - writesBefore[k]; d > 0 {
+	for k, v := range after.Writes {
+		if d := v - before.Writes[k]; d > 0 {
 			row.writesBy[k] = d
 			total += d
 		}
@@ -266,12 +301,14 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, backend acl.Backe
 	b.ReportMetric(row.trips, "broker-roundtrips/agent")
 	b.ReportMetric(row.writes, "apiserver-writes/agent")
 	b.ReportMetric(float64(row.collateral), "collateral-kicks")
-	b.ReportMetric(row.cpu.self*1000/applied, "cpu-ms/agent-test-process")
+	b.ReportMetric(row.cpu.operator*1000/applied, "cpu-ms/agent-operator")
+	if row.separate {
+		b.ReportMetric(row.cpu.self*1000/applied, "cpu-ms/agent-benchmark")
+	}
 	b.ReportMetric(row.cpu.apiserver*1000/applied, "cpu-ms/agent-apiserver")
 	b.ReportMetric(row.cpu.etcd*1000/applied, "cpu-ms/agent-etcd")
 	b.Logf("%s", row)
-	b.Logf("CPU over %.1f s: test process (operator, broker, benchmark) %.1f s, kube-apiserver %.1f s, etcd %.1f s (%.2f cores of 2)",
-		elapsed.Seconds(), row.cpu.self, row.cpu.apiserver, row.cpu.etcd, (row.cpu.self+row.cpu.apiserver+row.cpu.etcd)/elapsed.Seconds())
+	b.Logf("%s", row.describeCPU(elapsed))
 	b.Logf("controllers: %s", describeControllers(row.controllers, applied))
 	b.Logf("operator reads per agent (cache misses and API reader): %s", perAgent(row.apiReads, applied))
 	if len(kicked) > 0 {
@@ -394,7 +431,7 @@ func (t *readyTracker) readyCount() int {
 
 // logProgress, with FLEET_PROGRESS set, logs every 10 s how many Agents became Ready and the CPU
 // each process spent per Agent in that interval: where a rollout slows down, and who pays for it.
-func logProgress(b *testing.B, ctx context.Context, meter cpuMeter, t *readyTracker) (stop func()) {
+func logProgress(ctx context.Context, meter cpuMeter, t *readyTracker) (stop func()) {
 	if os.Getenv("FLEET_PROGRESS") == "" {
 		return func() {}
 	}
@@ -413,11 +450,9 @@ func logProgress(b *testing.B, ctx context.Context, meter cpuMeter, t *readyTrac
 			}
 			cpu, ready := meter.sample(), t.readyCount()
 			d, k := cpu.minus(lastCPU), float64(max(ready-lastReady, 1))
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
 			// Not b.Logf: the testing package keeps only a benchmark's first 10 log lines.
-			fmt.Fprintf(os.Stderr, "fleet progress %3.0f s: %d Ready (+%d); CPU ms per new Ready: test process %.1f, kube-apiserver %.1f, etcd %.1f; heap in use %.0f MiB\n",
-				time.Since(start).Seconds(), ready, ready-lastReady, d.self*1000/k, d.apiserver*1000/k, d.etcd*1000/k, float64(ms.HeapInuse)/(1<<20))
+			fmt.Fprintf(os.Stderr, "fleet progress %3.0f s: %d Ready (+%d); CPU ms per new Ready: operator %.1f, benchmark %.1f, kube-apiserver %.1f, etcd %.1f; operator RSS %.0f MiB\n",
+				time.Since(start).Seconds(), ready, ready-lastReady, d.operator*1000/k, d.self*1000/k, d.apiserver*1000/k, d.etcd*1000/k, rssMiB(meter.operator))
 			lastCPU, lastReady = cpu, ready
 		}
 	}()
@@ -511,14 +546,20 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// peakRSSMiB is this process's high-water resident set (VmHWM) since resetPeakRSS.
-func peakRSSMiB() float64 {
-	raw, err := os.ReadFile("/proc/self/status")
+// peakRSSMiB is process pid's high-water resident set (VmHWM) since resetPeakRSS.
+func peakRSSMiB(pid int) float64 { return procStatusMiB(pid, "VmHWM:") }
+
+// rssMiB is process pid's resident set now.
+func rssMiB(pid int) float64 { return procStatusMiB(pid, "VmRSS:") }
+
+// procStatusMiB reads a size field of /proc/<pid>/status.
+func procStatusMiB(pid int, field string) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			return kb / 1024
 		}
@@ -577,16 +618,18 @@ func profileAPIServer(b *testing.B, ctx context.Context, name string) <-chan str
 	return done
 }
 
-func writeHeapProfile(b *testing.B, path string) {
+// writeHeapProfileTo writes this process's live heap (after a GC) to path.
+func writeHeapProfileTo(path string) error {
 	runtime.GC()
 	f, err := os.Create(path)
 	if err != nil {
-		b.Fatalf("heap profile: %v", err)
+		return fmt.Errorf("heap profile: %w", err)
 	}
 	defer f.Close()
 	if err := pprof.WriteHeapProfile(f); err != nil {
-		b.Fatalf("heap profile: %v", err)
+		return fmt.Errorf("heap profile: %w", err)
 	}
+	return nil
 }
 
 func loadAvg() string {

@@ -87,29 +87,30 @@ func controlPlanePIDs(cfg *rest.Config) (apiserver, etcd int) {
 	return apiserver, etcd
 }
 
-// cpuMeter reads the CPU time of the processes of a run.
-type cpuMeter struct{ self, apiserver, etcd int }
+// cpuMeter reads the CPU time of the processes of a run: this one, the operator's (this one
+// when it runs in-process), kube-apiserver and etcd.
+type cpuMeter struct{ self, operator, apiserver, etcd int }
 
-type cpuSample struct{ self, apiserver, etcd float64 }
+type cpuSample struct{ self, operator, apiserver, etcd float64 }
 
-func newCPUMeter(cfg *rest.Config) cpuMeter {
+func newCPUMeter(cfg *rest.Config, operator int) cpuMeter {
 	a, e := controlPlanePIDs(cfg)
-	return cpuMeter{self: os.Getpid(), apiserver: a, etcd: e}
+	return cpuMeter{self: os.Getpid(), operator: operator, apiserver: a, etcd: e}
 }
 
 func (m cpuMeter) sample() cpuSample {
-	return cpuSample{self: cpuSeconds(m.self), apiserver: cpuSeconds(m.apiserver), etcd: cpuSeconds(m.etcd)}
+	return cpuSample{self: cpuSeconds(m.self), operator: cpuSeconds(m.operator), apiserver: cpuSeconds(m.apiserver), etcd: cpuSeconds(m.etcd)}
 }
 
 func (s cpuSample) minus(o cpuSample) cpuSample {
-	return cpuSample{self: s.self - o.self, apiserver: s.apiserver - o.apiserver, etcd: s.etcd - o.etcd}
+	return cpuSample{self: s.self - o.self, operator: s.operator - o.operator, apiserver: s.apiserver - o.apiserver, etcd: s.etcd - o.etcd}
 }
 
 // controllerStats are controller-runtime's own metrics (its global registry) for one controller.
 type controllerStats struct {
-	reconciles, errors  float64
-	reconcileSeconds    float64 // sum of reconcile durations
-	queueWaits, waitSum float64 // workqueue: items taken and the sum of their waits
+	Reconciles, Errors  float64
+	ReconcileSeconds    float64 // sum of reconcile durations
+	QueueWaits, WaitSum float64 // workqueue: items taken and the sum of their waits
 }
 
 // controllerMetrics gathers controller-runtime's registry by controller name.
@@ -133,21 +134,21 @@ func controllerMetrics() map[string]controllerStats {
 			case "controller_runtime_reconcile_total":
 				c := label(m, "controller")
 				s := out[c]
-				s.reconciles += m.GetCounter().GetValue()
+				s.Reconciles += m.GetCounter().GetValue()
 				if label(m, "result") == "error" {
-					s.errors += m.GetCounter().GetValue()
+					s.Errors += m.GetCounter().GetValue()
 				}
 				out[c] = s
 			case "controller_runtime_reconcile_time_seconds":
 				c := label(m, "controller")
 				s := out[c]
-				s.reconcileSeconds += m.GetHistogram().GetSampleSum()
+				s.ReconcileSeconds += m.GetHistogram().GetSampleSum()
 				out[c] = s
 			case "workqueue_queue_duration_seconds":
 				c := label(m, "name")
 				s := out[c]
-				s.queueWaits += float64(m.GetHistogram().GetSampleCount())
-				s.waitSum += m.GetHistogram().GetSampleSum()
+				s.QueueWaits += float64(m.GetHistogram().GetSampleCount())
+				s.WaitSum += m.GetHistogram().GetSampleSum()
 				out[c] = s
 			}
 		}
@@ -161,11 +162,11 @@ func controllerDelta(before, after map[string]controllerStats) map[string]contro
 	for c, a := range after {
 		b := before[c]
 		d := controllerStats{
-			reconciles: a.reconciles - b.reconciles, errors: a.errors - b.errors,
-			reconcileSeconds: a.reconcileSeconds - b.reconcileSeconds,
-			queueWaits:       a.queueWaits - b.queueWaits, waitSum: a.waitSum - b.waitSum,
+			Reconciles: a.Reconciles - b.Reconciles, Errors: a.Errors - b.Errors,
+			ReconcileSeconds: a.ReconcileSeconds - b.ReconcileSeconds,
+			QueueWaits:       a.QueueWaits - b.QueueWaits, WaitSum: a.WaitSum - b.WaitSum,
 		}
-		if d.reconciles > 0 || d.queueWaits > 0 {
+		if d.Reconciles > 0 || d.QueueWaits > 0 {
 			out[c] = d
 		}
 	}
@@ -179,14 +180,14 @@ func describeControllers(d map[string]controllerStats, agents float64) string {
 	for _, c := range slices.Sorted(maps.Keys(d)) {
 		s := d[c]
 		meanRec, meanWait := 0.0, 0.0
-		if s.reconciles > 0 {
-			meanRec = s.reconcileSeconds / s.reconciles * 1000
+		if s.Reconciles > 0 {
+			meanRec = s.ReconcileSeconds / s.Reconciles * 1000
 		}
-		if s.queueWaits > 0 {
-			meanWait = s.waitSum / s.queueWaits * 1000
+		if s.QueueWaits > 0 {
+			meanWait = s.WaitSum / s.QueueWaits * 1000
 		}
 		parts = append(parts, fmt.Sprintf("%s: %.2f reconciles/agent (%.0f errors), %.1f ms each, %.1f ms queued, %.0f s busy",
-			c, s.reconciles/agents, s.errors, meanRec, meanWait, s.reconcileSeconds))
+			c, s.Reconciles/agents, s.Errors, meanRec, meanWait, s.ReconcileSeconds))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,6 +42,14 @@ var (
 func TestMain(m *testing.M) {
 	// Errors only: reconcile errors during outage tests are expected and asserted on.
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel + 1)))
+	if conf := os.Getenv(fleetOperatorEnv); conf != "" {
+		// The fleet benchmark's operator process (fleetoperator_test.go), not a test run.
+		if err := runFleetOperator(conf); err != nil {
+			fmt.Fprintln(os.Stderr, "fleet operator process:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	testenv.Main(m, filepath.Join("..", ".."), func(c *testenv.ControlPlane) error {
 		cp, k8s = c, c.Client
 		return nil

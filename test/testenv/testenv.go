@@ -206,22 +206,40 @@ type RunningOperator struct {
 }
 
 // StartOperatorWith runs the broker runtime and the controllers as cmd/manager does, scoped to
-// fresh namespaces bound to their orgs; it stops when the test ends.
+// fresh namespaces bound to their orgs (or o.Namespaces); it stops when the test ends.
 func (c *ControlPlane) StartOperatorWith(t testing.TB, ctx context.Context, o Operator) RunningOperator {
 	t.Helper()
-	run := RunningOperator{Namespaces: o.Namespaces}
-	if run.Namespaces == nil {
+	if o.Namespaces == nil {
 		if len(o.Orgs) == 0 {
 			o.Orgs = []string{"acme"}
 		}
-		run.Namespaces = map[string]string{}
+		o.Namespaces = map[string]string{}
 		for _, org := range o.Orgs {
 			ns := c.NewNamespace(t, ctx, o.Prefix)
 			c.BindNamespace(t, ctx, ns, org)
-			run.Namespaces[org] = ns
+			o.Namespaces[org] = ns
 		}
+	}
+	run, stop, err := c.RunOperator(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Orgs) > 0 {
 		run.Namespace = run.Namespaces[o.Orgs[0]]
 	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return run
+}
+
+// RunOperator runs the broker runtime and the controllers as cmd/manager does, scoped to the
+// existing namespaces o.Namespaces, until stop is called (stop waits for the manager to end and
+// returns its error). It needs no test: the fleet benchmark runs it in a child process.
+func (c *ControlPlane) RunOperator(ctx context.Context, o Operator) (run RunningOperator, stop func() error, err error) {
+	run = RunningOperator{Namespaces: o.Namespaces}
 	cacheOpts := controllers.CacheOptions()
 	cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 	for _, ns := range run.Namespaces {
@@ -241,7 +259,7 @@ func (c *ControlPlane) StartOperatorWith(t testing.TB, ctx context.Context, o Op
 		Controller: config.Controller{SkipNameValidation: &skip},
 	})
 	if err != nil {
-		t.Fatalf("manager: %v", err)
+		return run, nil, fmt.Errorf("manager: %w", err)
 	}
 	// The operator's broker side runs as in cmd/manager: a manager runnable.
 	bc := o.Broker
@@ -256,27 +274,21 @@ func (c *ControlPlane) StartOperatorWith(t testing.TB, ctx context.Context, o Op
 		broker, err = registration.NewBroker(bc)
 	}
 	if err != nil {
-		t.Fatalf("broker runtime: %v", err)
+		return run, nil, fmt.Errorf("broker runtime: %w", err)
 	}
 	if err := mgr.Add(broker); err != nil {
-		t.Fatalf("add broker runtime: %v", err)
+		return run, nil, fmt.Errorf("add broker runtime: %w", err)
 	}
 	if !o.NoControllers {
 		opts := o.Controllers
 		opts.Registrar = broker.Registrar()
 		if err := controllers.Setup(ctx, mgr, opts); err != nil {
-			t.Fatalf("setup: %v", err)
+			return run, nil, fmt.Errorf("setup: %w", err)
 		}
 	}
-	mctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(mctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	t.Cleanup(func() { stop(); <-done })
+	mctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
 	run.Broker, run.Manager = broker, mgr
-	return run
+	return run, func() error { cancel(); return <-done }, nil
 }
