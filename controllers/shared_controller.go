@@ -194,6 +194,9 @@ const (
 	sharedSpacingFactor = 8
 	sharedMinSpacing    = 250 * time.Millisecond
 	sharedMaxSpacing    = 5 * time.Second
+	// sharedRaceRetry is how soon a shared key is observed again after another writer created
+	// its role under our createRole (acl.OnlyLostContent).
+	sharedRaceRetry = 50 * time.Millisecond
 )
 
 // tooSoon says how long key must still wait before its next apply (0: apply now).
@@ -271,7 +274,12 @@ func (r *SharedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			entries[a.UID] = trackedEntry{digest: d, namespace: a.Namespace, name: a.Name}
 		}
 	}
-	if err := r.Registrar.ApplyShared(ctx, key, members); err != nil {
+	if err := r.Registrar.ApplyShared(ctx, key, members); acl.OnlyLostContent(err) {
+		// Another writer created the role between our observation and our createRole: the next
+		// observation sees it and modifies it. Expected, so no error (and no ERROR log).
+		logf.FromContext(ctx).V(1).Info("shared role created by another writer meanwhile; observing again", "key", key.String())
+		return ctrl.Result{RequeueAfter: sharedRaceRetry}, nil
+	} else if err != nil {
 		return ctrl.Result{}, err
 	}
 	r.applied(key, start, time.Now())

@@ -94,7 +94,6 @@ func Benign(op Op, message string) bool {
 	return false
 }
 
-// Result tells what an Apply did.
 // LostContent reports a create that found its object already there while it carried content
 // (a createRole with ACLs): the broker kept the existing object as it is, so what the command
 // meant to write was not written. It happens when another writer created the object between
@@ -104,6 +103,30 @@ func LostContent(c Command, message string) bool {
 	return c.Op == OpCreateRole && message == "Role already exists" && len(c.ACLs) > 0
 }
 
+// OnlyLostContent reports whether err is made only of LostContent refusals (however joined or
+// wrapped): a race with another writer that the next observation resolves, not a failure.
+func OnlyLostContent(err error) bool {
+	if err == nil {
+		return false
+	}
+	switch e := err.(type) {
+	case *CommandError:
+		return LostContent(e.Command, e.Message)
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			if !OnlyLostContent(inner) {
+				return false
+			}
+		}
+		return len(e.Unwrap()) > 0
+	case interface{ Unwrap() error }:
+		return OnlyLostContent(e.Unwrap())
+	default:
+		return false
+	}
+}
+
+// Result tells what an Apply did.
 type Result struct {
 	// Commands are the commands executed (empty when already in sync).
 	Commands []Command

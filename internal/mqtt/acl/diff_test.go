@@ -1,6 +1,8 @@
 package acl
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -214,5 +216,31 @@ func TestDesiredValidate(t *testing.T) {
 	d := Desired{State: NewState(nil, nil, []Client{{Username: "a2a:x", Roles: []RoleRef{{Name: "a2a:r1"}}}})}
 	if err := d.Validate(DefaultPrefix, full); err != nil {
 		t.Errorf("reference to observed role refused: %v", err)
+	}
+}
+
+// TestOnlyLostContent: the shared reconcile treats a createRole race as expected only when every
+// refusal in the error is one; anything else stays an error.
+func TestOnlyLostContent(t *testing.T) {
+	lost := &CommandError{Command: Command{Op: OpCreateRole, Role: "r", ACLs: []ACL{{Type: SubscribeLiteral, Topic: "t", Allow: true}}}, Message: "Role already exists"}
+	emptyCreate := &CommandError{Command: Command{Op: OpCreateRole, Role: "r"}, Message: "Role already exists"}
+	other := &CommandError{Command: Command{Op: OpAddGroupRole, Group: "g", Role: "r"}, Message: "Group not found"}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"lost content", lost, true},
+		{"wrapped", fmt.Errorf("apply: %w", lost), true},
+		{"joined, all lost", errors.Join(lost, fmt.Errorf("x: %w", lost)), true},
+		{"joined with another refusal", errors.Join(lost, other), false},
+		{"a create-only race (benign, not lost content)", emptyCreate, false},
+		{"another refusal", other, false},
+		{"a plain error", errors.New("timeout"), false},
+	} {
+		if got := OnlyLostContent(c.err); got != c.want {
+			t.Errorf("%s: OnlyLostContent(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
 	}
 }
