@@ -49,9 +49,29 @@ type Options struct {
 // BindFlags registers the flags of the options that belong to the controllers themselves (the
 // broker and leader-election flags are the binary's).
 func (o *Options) BindFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.WorkloadSecurityFloor, "workload-security-floor", string(DefaultWorkloadSecurityFloor),
-		"Lowest Pod Security level (privileged, baseline, restricted) Agent workloads are checked at; a namespace's pod-security.kubernetes.io/enforce label can only raise it.")
+	o.WorkloadSecurityFloor = string(DefaultWorkloadSecurityFloor)
+	fs.Var(securityFloorFlag{&o.WorkloadSecurityFloor}, "workload-security-floor",
+		"Lowest Pod Security `level` (privileged, baseline, restricted) Agent workloads are checked at; a namespace's pod-security.kubernetes.io/enforce label can only raise it.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", DefaultMaxConcurrentReconciles, "Agents reconciled in parallel.")
+}
+
+// securityFloorFlag refuses a level that is not a Pod Security level when the flag is parsed
+// (with the usage), not later when the controllers are set up.
+type securityFloorFlag struct{ level *string }
+
+func (f securityFloorFlag) String() string {
+	if f.level == nil {
+		return ""
+	}
+	return *f.level
+}
+
+func (f securityFloorFlag) Set(v string) error {
+	if level := psaapi.Level(v); !level.Valid() {
+		return fmt.Errorf("%q is not a Pod Security level (privileged, baseline, restricted)", v)
+	}
+	*f.level = v
+	return nil
 }
 
 // DefaultMaxConcurrentReconciles is the Agent reconcile parallelism when unset.

@@ -2,7 +2,10 @@ package controllers_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -86,4 +89,25 @@ func TestWorkloadDeployment(t *testing.T) {
 		}
 		return conditionIs(a.Status.Conditions, a.Generation, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled)
 	})
+}
+
+// TestWorkloadSecurityFloorFlag: a level that is not a Pod Security level is refused when the
+// flags are parsed (with the usage), not later at setup; no flag means baseline.
+func TestWorkloadSecurityFloorFlag(t *testing.T) {
+	parse := func(args ...string) (controllers.Options, error) {
+		var o controllers.Options
+		fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		o.BindFlags(fs)
+		return o, fs.Parse(args)
+	}
+	if o, err := parse(); err != nil || o.WorkloadSecurityFloor != "baseline" {
+		t.Errorf("no flag: floor %q, error %v; want baseline", o.WorkloadSecurityFloor, err)
+	}
+	if o, err := parse("--workload-security-floor=restricted"); err != nil || o.WorkloadSecurityFloor != "restricted" {
+		t.Errorf("restricted: floor %q, error %v", o.WorkloadSecurityFloor, err)
+	}
+	if _, err := parse("--workload-security-floor=strict"); err == nil || !strings.Contains(err.Error(), "not a Pod Security level") {
+		t.Errorf("strict: error %v, want a refusal naming the levels", err)
+	}
 }
