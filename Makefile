@@ -38,7 +38,9 @@ help: ## Show this help.
 .PHONY: dev
 dev: control-plane ## Local stack: control plane, CRDs, MQTT broker (BROKER=embedded|mosquitto), operator, conversation service, samples + example agents (Ctrl-C stops; state in bin/dev).
 ifeq ($(BROKER),embedded)
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" go run ./cmd/devstack --state-dir bin/dev
+	@# A built binary rather than `go run`, which exits 1 when Ctrl-C reaches it too.
+	go build -o $(LOCALBIN)/devstack ./cmd/devstack
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" $(LOCALBIN)/devstack --state-dir bin/dev
 else ifeq ($(BROKER),mosquitto)
 	@hack/install-mosquitto.sh >/dev/null
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" hack/dev-mosquitto.sh bin/dev

@@ -59,5 +59,7 @@ for _ in $(seq 100); do
 done
 echo "dev-mosquitto: Mosquitto $("$mosquitto" -h 2>&1 | head -n1 | awk '{print $3}') with dynsec on mqtt://127.0.0.1:$port (log: $dir/mosquitto.log)"
 
-MOSQUITTO_ADMIN_PASSWORD="$(cat "$dir/admin-password")" go run ./cmd/devstack --state-dir "$state" \
+# A built binary rather than `go run`, which exits 1 when Ctrl-C reaches it too.
+go build -o bin/devstack ./cmd/devstack
+MOSQUITTO_ADMIN_PASSWORD="$(cat "$dir/admin-password")" bin/devstack --state-dir "$state" \
 	--mosquitto-url "mqtt://127.0.0.1:$port" --mosquitto-admin admin "$@"
