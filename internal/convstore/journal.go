@@ -3,6 +3,7 @@ package convstore
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 )
@@ -104,15 +105,43 @@ func changeOf(agent string, old, n *conversation.Context) Change {
 type Ticket struct {
 	done chan struct{}
 	err  error
+	// g, when set, lets the waiter commit its group itself (groupCommitter.lead).
+	g *groupCommitter
+	// ready is closed when the commit before this ticket's group ended and
+	// the group may be led by one of its waiters.
+	ready chan struct{}
 }
 
 func newTicket() *Ticket { return &Ticket{done: make(chan struct{})} }
 
 // Wait blocks until the changes are durable (nil) or the commit failed. A
-// nil Ticket (nothing was appended) is durable at once.
+// nil Ticket (nothing was appended) is durable at once. When no commit is
+// running, the waiter commits its group itself, on its own goroutine: the
+// durable path hands nothing to another thread (on a VM, waking an idle
+// core costs tens of microseconds, docs/benchmarks.md). A leader returns
+// when its commit ends, even if ctx ends first (others wait on it too): the
+// store's own timeout bounds it (Redis: 10 s; the service's handlers allow
+// 30 s).
 func (t *Ticket) Wait(ctx context.Context) error {
 	if t == nil {
 		return nil
+	}
+	ready := t.ready
+	for t.g != nil {
+		if t.g.lead(t) {
+			break
+		}
+		select {
+		case <-t.done:
+			return t.err
+		case <-ready:
+			// The commit before ours ended: try to lead ours. Whoever leads
+			// next commits our group, so if another waiter (or the timer)
+			// wins, ours is done when its commit is.
+			ready = nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	select {
 	case <-t.done:
@@ -122,26 +151,45 @@ func (t *Ticket) Wait(ctx context.Context) error {
 	}
 }
 
-// groupCommitter runs commits one at a time on its own goroutine. Changes
-// appended while a commit (and its fsync) runs form the next group, which
-// is committed as soon as the current one finishes: no timer, so a lone
-// change is committed at once and concurrent ones share one transaction and
-// one sync (bbolt's DB.Batch waits MaxBatchDelay first; measured worse).
+// groupCommitter commits groups of changes one at a time. Changes appended
+// while a commit (and its fsync) runs form the next group, committed as soon
+// as the current one ends: no timer delays a change someone waits for.
+// A waiter leads: it commits the pending group itself when no commit runs
+// (Ticket.Wait), so a lone request's durable write costs no hand-off to
+// another goroutine, and concurrent ones share one transaction and one sync.
+// Changes nobody waits for (a stream's intermediate events, recovery
+// bookkeeping) are committed by the next waiter's group or, at the latest,
+// flushDelay after they were appended, by a timer. (bbolt's DB.Batch waits
+// MaxBatchDelay first; measured worse.)
 type groupCommitter struct {
 	commit func([]Change) error
 
-	mu      sync.Mutex
-	pending []Change
-	cur     *Ticket
-	closed  bool
-	kick    chan struct{}
-	done    chan struct{}
+	mu         sync.Mutex
+	pending    []Change
+	cur        *Ticket // the ticket of the pending group
+	committing bool    // a leader is committing a group now
+	timer      *time.Timer
+	timerSet   bool
+	closed     bool
+	idle       chan struct{} // closed and replaced when a commit ends (close waits on it)
 }
 
+// flushDelay bounds how long an appended change nobody waits for stays
+// uncommitted.
+const flushDelay = 2 * time.Millisecond
+
 func newGroupCommitter(commit func([]Change) error) *groupCommitter {
-	g := &groupCommitter{commit: commit, cur: newTicket(), kick: make(chan struct{}, 1), done: make(chan struct{})}
-	go g.run()
+	g := &groupCommitter{commit: commit, idle: make(chan struct{})}
+	g.cur = g.newTicket()
+	g.timer = time.AfterFunc(time.Hour, g.flush)
+	g.timer.Stop()
 	return g
+}
+
+func (g *groupCommitter) newTicket() *Ticket {
+	t := newTicket()
+	t.g, t.ready = g, make(chan struct{})
+	return t
 }
 
 func (g *groupCommitter) Append(changes ...Change) *Ticket {
@@ -149,61 +197,107 @@ func (g *groupCommitter) Append(changes ...Change) *Ticket {
 		return nil
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.closed {
-		g.mu.Unlock()
 		t := newTicket()
 		t.err = ErrClosed
 		close(t.done)
 		return t
 	}
 	g.pending = append(g.pending, changes...)
-	t := g.cur
-	// Under mu: close closes kick under mu too, so this never sends on a
-	// closed channel.
-	select {
-	case g.kick <- struct{}{}:
-	default:
-	}
-	g.mu.Unlock()
-	return t
+	g.armLocked()
+	return g.cur
 }
 
-func (g *groupCommitter) run() {
-	defer close(g.done)
-	for range g.kick {
-		for {
-			g.mu.Lock()
-			batch, t := g.pending, g.cur
-			if len(batch) == 0 {
-				closed := g.closed
-				g.mu.Unlock()
-				if closed {
-					return
-				}
-				break
-			}
-			g.pending, g.cur = nil, newTicket()
+// armLocked makes sure the flush timer runs for pending changes.
+func (g *groupCommitter) armLocked() {
+	if !g.timerSet && len(g.pending) > 0 && !g.closed {
+		g.timerSet = true
+		g.timer.Reset(flushDelay)
+	}
+}
+
+// flush commits what nobody waited for.
+func (g *groupCommitter) flush() {
+	g.mu.Lock()
+	g.timerSet = false
+	g.mu.Unlock()
+	g.lead(nil)
+}
+
+// lead commits groups while there are pending changes and no other commit
+// runs, until t's group (any group, for nil t) is committed. It returns
+// false, committing nothing, when another leader is committing: that one
+// closes the next group's ready channel when it ends.
+func (g *groupCommitter) lead(t *Ticket) bool {
+	for {
+		g.mu.Lock()
+		if t != nil && isClosed(t.done) {
 			g.mu.Unlock()
-			t.err = g.commit(batch)
-			close(t.done)
+			return true
+		}
+		if g.committing {
+			g.mu.Unlock()
+			return false
+		}
+		batch, bt := g.pending, g.cur
+		if len(batch) == 0 {
+			g.mu.Unlock()
+			return true
+		}
+		g.pending, g.cur, g.committing = nil, g.newTicket(), true
+		g.mu.Unlock()
+
+		bt.err = g.commit(batch)
+		close(bt.done)
+
+		g.mu.Lock()
+		g.committing = false
+		close(g.idle)
+		g.idle = make(chan struct{})
+		if len(g.pending) > 0 {
+			// The next group's waiters may lead it; the timer covers it when
+			// nobody waits.
+			close(g.cur.ready)
+			g.armLocked()
+		}
+		g.mu.Unlock()
+		if t == nil || bt == t {
+			return true
 		}
 	}
 }
 
-// close commits what is pending and stops the committer.
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// close commits what is pending and stops the committer: nothing is
+// appended after it, and it returns once no commit runs and nothing is
+// pending (a waiter may still be leading the last group).
 func (g *groupCommitter) close() {
 	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		<-g.done
-		return
-	}
 	g.closed = true
-	select {
-	case g.kick <- struct{}{}:
-	default:
-	}
-	close(g.kick)
+	g.timer.Stop()
 	g.mu.Unlock()
-	<-g.done
+	for {
+		g.mu.Lock()
+		if g.committing {
+			idle := g.idle
+			g.mu.Unlock()
+			<-idle
+			continue
+		}
+		empty := len(g.pending) == 0
+		g.mu.Unlock()
+		if empty {
+			return
+		}
+		g.lead(nil)
+	}
 }
