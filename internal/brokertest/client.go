@@ -27,6 +27,11 @@ type Client struct {
 	mu         sync.Mutex
 	serverDisc *paho.Disconnect // the broker's DISCONNECT, if one came
 	closedByUs bool
+	// ended is closed when paho reported how the connection ended (the
+	// broker's DISCONNECT or a connection error): paho closes the client
+	// first and calls back after, so Done alone does not tell the reason yet.
+	ended     chan struct{}
+	endedOnce sync.Once
 }
 
 // Options configure Dial. The zero value is an anonymous clean session with
@@ -74,7 +79,7 @@ func Dial(t testing.TB, addr string, o Options) (*Client, error) {
 	if o.Username != "" {
 		name = o.Username
 	}
-	c := &Client{t: t, name: name, conn: conn, msgs: make(chan *paho.Publish, 256)}
+	c := &Client{t: t, name: name, conn: conn, msgs: make(chan *paho.Publish, 256), ended: make(chan struct{})}
 	c.pc = paho.NewClient(paho.ClientConfig{
 		ClientID: o.ClientID,
 		Conn:     conn,
@@ -92,8 +97,9 @@ func Dial(t testing.TB, addr string, o Options) (*Client, error) {
 			c.mu.Lock()
 			c.serverDisc = d
 			c.mu.Unlock()
+			c.endedOnce.Do(func() { close(c.ended) })
 		},
-		OnClientError: func(error) {},
+		OnClientError: func(error) { c.endedOnce.Do(func() { close(c.ended) }) },
 	})
 	cp := &paho.Connect{ClientID: o.ClientID, KeepAlive: 30, CleanStart: !o.Persistent}
 	if o.Persistent {
@@ -275,14 +281,28 @@ func (c *Client) Kicked() (kicked bool, reason byte, sent bool) {
 		return false, 0, false
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closedByUs {
+	byUs := c.closedByUs
+	c.mu.Unlock()
+	if byUs {
 		return false, 0, false
 	}
-	if c.serverDisc != nil {
-		return true, c.serverDisc.ReasonCode, true
+	// paho calls back after it closed the client: wait for the callback, and
+	// a little more for the DISCONNECT's when a write error came first.
+	select {
+	case <-c.ended:
+	case <-time.After(2 * time.Second):
 	}
-	return true, 0, false
+	for deadline := time.Now().Add(50 * time.Millisecond); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		d := c.serverDisc
+		c.mu.Unlock()
+		if d != nil {
+			return true, d.ReasonCode, true
+		}
+		if time.Now().After(deadline) {
+			return true, 0, false
+		}
+	}
 }
 
 // Watch counts the clients the broker disconnected among a set of
