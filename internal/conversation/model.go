@@ -383,6 +383,16 @@ func TaskDiff(before, after *Context) (added, removed []string) {
 	return diffIDs(len(b), func(i int) string { return b[i] }, len(a), func(i int) string { return a[i] })
 }
 
+// mentions reports whether any of ids is among the n ids of list.
+func mentions(ids []string, n int, list func(int) string) bool {
+	for i := 0; i < n; i++ {
+		if slices.Contains(ids, list(i)) {
+			return true
+		}
+	}
+	return false
+}
+
 func diffIDs(nb int, b func(int) string, na int, a func(int) string) (added, removed []string) {
 	// The engine only appends tasks and deletes some, so after is before
 	// minus removals plus a suffix: one merge pass finds both in O(n).
@@ -400,8 +410,14 @@ func diffIDs(nb int, b func(int) string, na int, a func(int) string) (added, rem
 	if len(added) == 0 || len(removed) == 0 {
 		return added, removed
 	}
-	// Both non-empty: reordered lists (not produced by the engine) could
-	// show an id as removed and added; recompute exactly with sets.
+	// Both non-empty (a context at its task cap gains one and drops the
+	// oldest: every turn of a long conversation): the pass is exact unless
+	// the lists were reordered, which shows an id in both. Check that
+	// directly while it is cheap; only reordered or long lists pay for sets.
+	if len(added)*nb+len(removed)*na <= 1024 && !mentions(removed, na, a) && !mentions(added, nb, b) {
+		return added, removed
+	}
+	// Reordered lists (not produced by the engine): recompute exactly with sets.
 	inB := make(map[string]bool, nb)
 	for i := 0; i < nb; i++ {
 		inB[b(i)] = true

@@ -1,6 +1,8 @@
 package conversation
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -42,4 +44,49 @@ func ids(c *Context) []string {
 		out = append(out, t.ID)
 	}
 	return out
+}
+
+// TestTaskDiffMatchesSets: on random task lists (the engine's shape, drop
+// some and append, and arbitrary reorderings), TaskDiff equals the set
+// difference, in list order.
+func TestTaskDiffMatchesSets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ref := func(before, after []string) (added, removed []string) {
+		for _, id := range after {
+			if !slices.Contains(before, id) {
+				added = append(added, id)
+			}
+		}
+		for _, id := range before {
+			if !slices.Contains(after, id) {
+				removed = append(removed, id)
+			}
+		}
+		return added, removed
+	}
+	next := 0
+	newID := func() string { next++; return fmt.Sprintf("t%d", next) }
+	for range 20000 {
+		var before []string
+		for range rng.IntN(30) {
+			before = append(before, newID())
+		}
+		var after []string
+		for _, id := range before {
+			if rng.IntN(4) != 0 {
+				after = append(after, id)
+			}
+		}
+		for range rng.IntN(3) {
+			after = append(after, newID())
+		}
+		if rng.IntN(5) == 0 { // not the engine's shape: reordered
+			rng.Shuffle(len(after), func(i, j int) { after[i], after[j] = after[j], after[i] })
+		}
+		added, removed := TaskDiff(tasks(before...), tasks(after...))
+		wantA, wantR := ref(before, after)
+		if !slices.Equal(added, wantA) || !slices.Equal(removed, wantR) {
+			t.Fatalf("TaskDiff(%v, %v) = %v, %v; want %v, %v", before, after, added, removed, wantA, wantR)
+		}
+	}
 }

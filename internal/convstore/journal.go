@@ -79,14 +79,57 @@ func changeOf(agent string, old, n *conversation.Context) Change {
 	}
 	ch.ContextID = n.ID
 	ch.Header = encodeHeader(n)
-	var before map[string]*conversation.Task
-	if old != nil && len(old.Tasks) > 0 {
-		before = make(map[string]*conversation.Task, len(old.Tasks))
-		for _, t := range old.Tasks {
-			before[t.ID] = t
+	var prevTasks []*conversation.Task
+	if old != nil {
+		prevTasks = old.Tasks
+	}
+	if len(prevTasks) > smallTaskList {
+		return changeOfLong(ch, prevTasks, n.Tasks)
+	}
+	// A context's tasks keep their order (new ones are appended, dropped
+	// ones removed): walk both lists in step, looking elsewhere only when
+	// out of step; no map for the usual handful of tasks.
+	var seenBuf [smallTaskList]bool
+	seen := seenBuf[:len(prevTasks)]
+	j := 0
+	for _, t := range n.Tasks {
+		k := -1
+		if j < len(prevTasks) && prevTasks[j].ID == t.ID {
+			k = j
+		} else {
+			for x, p := range prevTasks {
+				if !seen[x] && p.ID == t.ID {
+					k = x
+					break
+				}
+			}
+		}
+		if k >= 0 {
+			seen[k], j = true, k+1
+			if prevTasks[k] == t {
+				continue
+			}
+		}
+		ch.Put = append(ch.Put, TaskRecord{ID: t.ID, Data: encodeTask(t)})
+	}
+	for x, p := range prevTasks {
+		if !seen[x] {
+			ch.Del = append(ch.Del, p.ID)
 		}
 	}
-	for _, t := range n.Tasks {
+	return ch
+}
+
+// smallTaskList is the longest task list changeOf matches without a map.
+const smallTaskList = 64
+
+// changeOfLong is changeOf's task records for long task lists, with a map.
+func changeOfLong(ch Change, prevTasks, tasks []*conversation.Task) Change {
+	before := make(map[string]*conversation.Task, len(prevTasks))
+	for _, t := range prevTasks {
+		before[t.ID] = t
+	}
+	for _, t := range tasks {
 		if prev, ok := before[t.ID]; ok {
 			delete(before, t.ID)
 			if prev == t {
@@ -95,8 +138,10 @@ func changeOf(agent string, old, n *conversation.Context) Change {
 		}
 		ch.Put = append(ch.Put, TaskRecord{ID: t.ID, Data: encodeTask(t)})
 	}
-	for id := range before {
-		ch.Del = append(ch.Del, id)
+	for _, t := range prevTasks {
+		if _, ok := before[t.ID]; ok {
+			ch.Del = append(ch.Del, t.ID)
+		}
 	}
 	return ch
 }
