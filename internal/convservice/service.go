@@ -589,9 +589,16 @@ func (s *Service) dispatch(key []byte, job func()) {
 	}
 }
 
-// publish sends p, waiting for the PUBACK.
+// publishTimeout bounds how long publish waits for a PUBACK.
+const publishTimeout = 30 * time.Second
+
+// publish sends p, waiting for the PUBACK at most publishTimeout. A handler's
+// context already ends sooner (handleTimeout): no second timer per message.
 func (s *Service) publish(ctx context.Context, p *paho.Publish) (*paho.PublishResponse, error) {
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= publishTimeout {
+		return s.conn.Publish(ctx, p)
+	}
+	pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	return s.conn.Publish(pctx, p)
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -30,11 +29,24 @@ const poolSegment = "pool"
 // maxGroupIDLen is the profile's recommended broker-safe group id length.
 const maxGroupIDLen = 64
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
-
 // ValidID reports whether s is a valid profile identifier (org, unit, agent,
-// pool or group id): ^[A-Za-z0-9_.-]+$.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+// pool or group id): ^[A-Za-z0-9_.-]+$. A byte loop, not a regexp: it runs
+// on every message the conversation service relays (a regexp match cost
+// ~5 µs of its ~160 µs per request); TestValidIDMatchesPattern holds it to
+// the pattern.
+func ValidID(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateID returns a descriptive error when s is not a valid identifier;
 // kind names the field in the message ("org", "agent", ...).
