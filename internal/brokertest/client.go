@@ -28,10 +28,11 @@ type Client struct {
 	serverDisc *paho.Disconnect // the broker's DISCONNECT, if one came
 	closedByUs bool
 	// ended is closed when paho reported how the connection ended (the
-	// broker's DISCONNECT or a connection error): paho closes the client
-	// first and calls back after, so Done alone does not tell the reason yet.
-	ended     chan struct{}
-	endedOnce sync.Once
+	// broker's DISCONNECT or a connection error), disconnected when it was
+	// the broker's DISCONNECT: paho closes the client first and calls back
+	// after, so Done alone does not tell the reason yet.
+	ended, disconnected chan struct{}
+	endedOnce           sync.Once
 }
 
 // Options configure Dial. The zero value is an anonymous clean session with
@@ -79,7 +80,8 @@ func Dial(t testing.TB, addr string, o Options) (*Client, error) {
 	if o.Username != "" {
 		name = o.Username
 	}
-	c := &Client{t: t, name: name, conn: conn, msgs: make(chan *paho.Publish, 256), ended: make(chan struct{})}
+	c := &Client{t: t, name: name, conn: conn, msgs: make(chan *paho.Publish, 256),
+		ended: make(chan struct{}), disconnected: make(chan struct{})}
 	c.pc = paho.NewClient(paho.ClientConfig{
 		ClientID: o.ClientID,
 		Conn:     conn,
@@ -95,8 +97,12 @@ func Dial(t testing.TB, addr string, o Options) (*Client, error) {
 		},
 		OnServerDisconnect: func(d *paho.Disconnect) {
 			c.mu.Lock()
+			first := c.serverDisc == nil
 			c.serverDisc = d
 			c.mu.Unlock()
+			if first {
+				close(c.disconnected)
+			}
 			c.endedOnce.Do(func() { close(c.ended) })
 		},
 		OnClientError: func(error) { c.endedOnce.Do(func() { close(c.ended) }) },
@@ -292,17 +298,14 @@ func (c *Client) Kicked() (kicked bool, reason byte, sent bool) {
 	case <-c.ended:
 	case <-time.After(2 * time.Second):
 	}
-	for deadline := time.Now().Add(50 * time.Millisecond); ; time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		d := c.serverDisc
-		c.mu.Unlock()
-		if d != nil {
-			return true, d.ReasonCode, true
-		}
-		if time.Now().After(deadline) {
-			return true, 0, false
-		}
+	select {
+	case <-c.disconnected:
+	case <-time.After(50 * time.Millisecond):
+		return true, 0, false
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return true, c.serverDisc.ReasonCode, true
 }
 
 // Watch counts the clients the broker disconnected among a set of

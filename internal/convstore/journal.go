@@ -216,7 +216,7 @@ type groupCommitter struct {
 	timer      *time.Timer
 	timerSet   bool
 	closed     bool
-	idle       chan struct{} // closed and replaced when a commit ends (close waits on it)
+	idle       *sync.Cond // on mu: signalled when a commit ends (close waits for it)
 }
 
 // flushDelay bounds how long an appended change nobody waits for stays
@@ -224,7 +224,8 @@ type groupCommitter struct {
 const flushDelay = 2 * time.Millisecond
 
 func newGroupCommitter(commit func([]Change) error) *groupCommitter {
-	g := &groupCommitter{commit: commit, idle: make(chan struct{})}
+	g := &groupCommitter{commit: commit}
+	g.idle = sync.NewCond(&g.mu)
 	g.cur = g.newTicket()
 	g.timer = time.AfterFunc(time.Hour, g.flush)
 	g.timer.Stop()
@@ -298,8 +299,7 @@ func (g *groupCommitter) lead(t *Ticket) bool {
 
 		g.mu.Lock()
 		g.committing = false
-		close(g.idle)
-		g.idle = make(chan struct{})
+		g.idle.Broadcast()
 		if len(g.pending) > 0 {
 			// The next group's waiters may lead it; the timer covers it when
 			// nobody waits.
@@ -329,20 +329,16 @@ func (g *groupCommitter) close() {
 	g.mu.Lock()
 	g.closed = true
 	g.timer.Stop()
-	g.mu.Unlock()
 	for {
-		g.mu.Lock()
-		if g.committing {
-			idle := g.idle
-			g.mu.Unlock()
-			<-idle
-			continue
+		for g.committing {
+			g.idle.Wait()
 		}
-		empty := len(g.pending) == 0
-		g.mu.Unlock()
-		if empty {
+		if len(g.pending) == 0 {
+			g.mu.Unlock()
 			return
 		}
+		g.mu.Unlock()
 		g.lead(nil)
+		g.mu.Lock()
 	}
 }

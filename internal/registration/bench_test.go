@@ -92,10 +92,8 @@ func startEmbeddedOperator(b *testing.B, ctx context.Context, ns map[string]stri
 
 // startInProcessOperator runs the operator in the test process, as cmd/manager does.
 func startInProcessOperator(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options, backend acl.Backend, brokerURL string, others *collateralCounter) fleetOperator {
-	writes := &writeCounter{by: map[string]int{}}
 	cfg := rest.CopyConfig(cp.Config)
-	cfg.QPS, cfg.Burst = -1, 0 // the operator's default rate limit would be what is measured
-	cfg.Wrap(writes.wrap)
+	writes := operatorClientConfig(cfg)
 	cp.StartOperatorWith(b, ctx, testenv.Operator{Config: cfg, Namespaces: ns,
 		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: copts})
 	return inProcessOperator{operatorCounters{backend: backend, others: others, writes: writes}}
@@ -473,6 +471,15 @@ func (t *readyTracker) wait(b *testing.B, ctx context.Context, n int) {
 			b.Fatalf("only %d/%d agents Ready: %v", c, n, ctx.Err())
 		}
 	}
+}
+
+// operatorClientConfig makes cfg the operator's client config in a fleet run: no client-side
+// rate limit (the operator's default would be what is measured), its requests counted.
+func operatorClientConfig(cfg *rest.Config) *writeCounter {
+	cfg.QPS, cfg.Burst = -1, 0
+	writes := &writeCounter{by: map[string]int{}}
+	cfg.Wrap(writes.wrap)
+	return writes
 }
 
 // writeCounter counts the operator's requests to the apiserver by resource: writes, and reads

@@ -212,9 +212,7 @@ func runFleetOperator(conf string) error {
 	}
 	cfg := &rest.Config{Host: c.Host, TLSClientConfig: rest.TLSClientConfig{CAData: c.CAData, CertData: c.CertData,
 		KeyData: c.KeyData, ServerName: c.ServerName}}
-	cfg.QPS, cfg.Burst = -1, 0 // the operator's default rate limit would be what is measured
-	writes := &writeCounter{by: map[string]int{}}
-	cfg.Wrap(writes.wrap)
+	writes := operatorClientConfig(cfg)
 	scheme := testenv.NewScheme()
 	k, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
