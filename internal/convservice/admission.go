@@ -54,13 +54,36 @@ func senderIdentity(in *inbound) (ref a2amqtt.AgentRef, present, ok bool) {
 type callerSet struct {
 	self      a2amqtt.AgentRef
 	scope     a2av1.CallerScope
+	namespace string
 	anyAgent  bool
-	admitted  map[string]bool // client ids selected by callers.from
-	allAgents map[string]bool // every registered Agent's client id (anyAgent)
+	selectors []labels.Selector // callers.from agent selectors (same namespace)
+	agents    agentDirectory
 }
 
-func newCallerSet(a *a2av1.Agent, self a2amqtt.AgentRef, all []a2av1.Agent) *callerSet {
-	cs := &callerSet{self: self, scope: a.Spec.Callers.Scope, admitted: map[string]bool{}}
+// agentDirectory is what the Agent cache says of every registered Agent
+// (one with a client id), by client id. One is built per resync and shared
+// by every gated agent's callerSet, so a resync stays linear in the fleet
+// (a set of admitted callers per gated agent would be quadratic in time and
+// memory) and admitting a caller costs one lookup.
+type agentDirectory map[string]agentFacts
+
+type agentFacts struct {
+	namespace string
+	labels    labels.Set
+}
+
+func newAgentDirectory(all []a2av1.Agent) agentDirectory {
+	d := make(agentDirectory, len(all))
+	for i := range all {
+		if id := all[i].Status.ClientID; id != "" {
+			d[id] = agentFacts{namespace: all[i].Namespace, labels: all[i].Labels}
+		}
+	}
+	return d
+}
+
+func newCallerSet(a *a2av1.Agent, self a2amqtt.AgentRef, agents agentDirectory) *callerSet {
+	cs := &callerSet{self: self, scope: a.Spec.Callers.Scope, namespace: a.Namespace, agents: agents}
 	for _, from := range a.Spec.Callers.From {
 		if from.NamespaceSelector != nil {
 			cs.anyAgent = true
@@ -70,20 +93,7 @@ func newCallerSet(a *a2av1.Agent, self a2amqtt.AgentRef, all []a2av1.Agent) *cal
 		if err != nil {
 			continue // the operator reports the invalid selector
 		}
-		for i := range all {
-			o := &all[i]
-			if o.Namespace == a.Namespace && o.Status.ClientID != "" && sel.Matches(labels.Set(o.Labels)) {
-				cs.admitted[o.Status.ClientID] = true
-			}
-		}
-	}
-	if cs.anyAgent {
-		cs.allAgents = map[string]bool{}
-		for i := range all {
-			if id := all[i].Status.ClientID; id != "" {
-				cs.allAgents[id] = true
-			}
-		}
+		cs.selectors = append(cs.selectors, sel)
 	}
 	return cs
 }
@@ -103,6 +113,21 @@ func (cs *callerSet) admits(ref a2amqtt.AgentRef) bool {
 			return true
 		}
 	}
-	id := ref.ClientID()
-	return cs.admitted[id] || cs.allAgents[id]
+	if cs.anyAgent || len(cs.selectors) > 0 {
+		facts, registered := cs.agents[ref.ClientID()]
+		switch {
+		case !registered:
+			return false
+		case cs.anyAgent:
+			return true
+		case facts.namespace != cs.namespace:
+			return false
+		}
+		for _, sel := range cs.selectors {
+			if sel.Matches(facts.labels) {
+				return true
+			}
+		}
+	}
+	return false
 }

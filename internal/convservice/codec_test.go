@@ -97,7 +97,7 @@ func TestReplyPathAdmission(t *testing.T) {
 	self := a2amqtt.AgentRef{Org: "acme", Unit: "sales", Agent: "memory"}
 	target := agent("t1", "memory", "acme", "sales", nil, a2av1.CallersSpec{Scope: a2av1.CallerScopeSameUnit,
 		From: []a2av1.CallerSelector{{AgentSelector: metav1.LabelSelector{MatchLabels: map[string]string{"role": "friend"}}}}})
-	cs := newCallerSet(&target, self, all)
+	cs := newCallerSet(&target, self, newAgentDirectory(all))
 	for ref, want := range map[a2amqtt.AgentRef]bool{
 		{Org: "acme", Unit: "sales", Agent: "client"}:  true,  // scope
 		{Org: "acme", Unit: "ops", Agent: "client"}:    false, // other unit

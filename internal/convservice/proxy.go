@@ -3,7 +3,6 @@ package convservice
 import (
 	"context"
 	"crypto/rand"
-
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,8 +10,8 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
-
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
@@ -95,15 +94,16 @@ func requesterOf(respTo string) string {
 // admit applies the profile's reply-path checks shared by the proxy and the
 // history endpoint. It returns false when the request was answered or dropped.
 func (s *Service) admit(ctx context.Context, in *inbound) bool {
-	log := s.log.WithValues("topic", in.topic)
+	// Built only when a line is written: WithValues encodes its fields.
+	log := func() logr.Logger { return s.log.WithValues("topic", in.topic) }
 	if in.respTo == "" {
 		// No reply path: the profile allows dropping.
-		log.Info("dropping request without Response Topic")
+		log().Info("dropping request without Response Topic")
 		s.m.rejections.WithLabelValues("no_response_topic").Inc()
 		return false
 	}
 	if strings.ContainsAny(in.respTo, "+#") {
-		log.Info("dropping request with a wildcard Response Topic", "response_topic", in.respTo)
+		log().Info("dropping request with a wildcard Response Topic", "response_topic", in.respTo)
 		s.m.rejections.WithLabelValues("no_response_topic").Inc()
 		return false
 	}
@@ -117,7 +117,7 @@ func (s *Service) admit(ctx context.Context, in *inbound) bool {
 			if !present {
 				reason = reasonSenderMissing
 			}
-			log.Info("dropping request whose Response Topic is not the publisher's own reply topic",
+			log().Info("dropping request whose Response Topic is not the publisher's own reply topic",
 				"response_topic", in.respTo, "sender", in.user.Get(identity.SenderProperty))
 			s.m.rejections.WithLabelValues(reason).Inc()
 			return false
@@ -225,7 +225,10 @@ func (s *Service) handleRequest(in *inbound) {
 		return
 	}
 	sp.SetAttributes(attrAgent.String(g.key), a2amqtt.AttrMethod.String(req.Method), a2amqtt.AttrTaskID.String(req.TaskID), a2amqtt.AttrContextID.String(req.ContextID))
-	log := s.log.WithValues("agent", g.key, "method", req.Method, "task", req.TaskID, "context", req.ContextID)
+	// Built only when a line is written: WithValues encodes its fields.
+	log := func() logr.Logger {
+		return s.log.WithValues("agent", g.key, "method", req.Method, "task", req.TaskID, "context", req.ContextID)
+	}
 	if prop := in.user.Get(a2amqtt.PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
 		// The same refusal as the SDK responder's: the header and the body
 		// of the request must name one context.
@@ -267,7 +270,7 @@ func (s *Service) handleRequest(in *inbound) {
 				s.unavailable(ctx, in, req.ID, g.key)
 				return
 			case dup:
-				log.V(1).Info("request the previous owner answered dropped")
+				log().V(1).Info("request the previous owner answered dropped")
 				return
 			}
 		}
@@ -285,7 +288,7 @@ func (s *Service) handleRequest(in *inbound) {
 		var items []convstore.Item
 		if req.HasMessage && g.policy.KeepsMessages() {
 			if items, err = requestItems(in.payload, req.Dialect, req.MessageID); err != nil {
-				log.Info("request message not kept in the history", "err", err.Error())
+				log().Info("request message not kept in the history", "err", err.Error())
 			}
 		}
 		d, ticket, err = s.mem.Decide(g.key, g.policy, now, conversation.Request{
@@ -318,7 +321,7 @@ func (s *Service) handleRequest(in *inbound) {
 				// decided (it was paused past its lease).
 				msg = "this conversation service replica no longer serves the agent; retry"
 			} else {
-				log.Error(err, "conversation state unavailable")
+				log().Error(err, "conversation state unavailable")
 			}
 			fail(sp, "state unavailable")
 			s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
@@ -331,11 +334,11 @@ func (s *Service) handleRequest(in *inbound) {
 		}
 		if d.Kind == conversation.KindReject {
 			fail(sp, reasonOf(d.Err))
-			log.V(1).Info("request rejected", "code", d.Err.Code, "reason", reasonOf(d.Err))
+			log().V(1).Info("request rejected", "code", d.Err.Code, "reason", reasonOf(d.Err))
 			s.m.rejections.WithLabelValues(reasonOf(d.Err)).Inc()
 			data, err := d.Err.Data(now)
 			if err != nil {
-				log.Error(err, "encode rejection data")
+				log().Error(err, "encode rejection data")
 			}
 			s.replyError(ctx, in, req.ID, &a2amqtt.RPCError{Code: d.Err.Code, Message: d.Err.Message, Data: data})
 			return
@@ -343,7 +346,7 @@ func (s *Service) handleRequest(in *inbound) {
 		if !d.Forward {
 			// QoS 1 redelivery of a request already forwarded: its replies
 			// flow on the tracked correlation.
-			log.V(1).Info("duplicate delivery dropped")
+			log().V(1).Info("duplicate delivery dropped")
 			return
 		}
 		if d.Context != nil {
@@ -358,7 +361,7 @@ func (s *Service) handleRequest(in *inbound) {
 	defer fsp.End()
 	if err := s.forwardTo(fctx, g, in, payload, user, rt); err != nil {
 		fail(fsp, "agent unavailable")
-		log.Info("cannot forward to the agent", "delivery", g.delivery, "err", err.Error())
+		log().Info("cannot forward to the agent", "delivery", g.delivery, "err", err.Error())
 		if tracked {
 			s.undoRun(g, req.TaskID, in.corr)
 			s.runs.end(g.key, req.TaskID)
@@ -468,7 +471,8 @@ func (s *Service) handleReply(in *inbound) {
 		return
 	}
 	sp.SetAttributes(attrAgent.String(rt.Agent), a2amqtt.AttrMethod.String(string(rt.Method)), a2amqtt.AttrTaskID.String(rt.TaskID), a2amqtt.AttrContextID.String(rt.ContextID))
-	log := s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method)
+	// Built only when a line is written: WithValues encodes its fields.
+	log := func() logr.Logger { return s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method) }
 	// last: this reply ends its stream (a unary result, a terminal or
 	// interrupted state, an error): relayed with its PUBACK awaited.
 	last := !streaming(rt.Method)
@@ -499,7 +503,7 @@ func (s *Service) handleReply(in *inbound) {
 		// relayed_unconfirmed, not relayed.
 		if err := s.conn.PublishAsync(ctx, out); err != nil {
 			s.m.replies.WithLabelValues("relay_failed").Inc()
-			log.Error(err, "relay reply", "response_topic", rt.ResponseTopic)
+			log().Error(err, "relay reply", "response_topic", rt.ResponseTopic)
 			return
 		}
 		s.m.replies.WithLabelValues("relayed_unconfirmed").Inc()
@@ -513,10 +517,10 @@ func (s *Service) handleReply(in *inbound) {
 	switch {
 	case resp != nil && resp.ReasonCode >= 0x80:
 		s.m.replies.WithLabelValues("relay_refused").Inc()
-		log.Info("broker refused the relayed reply", "response_topic", rt.ResponseTopic, "reason", resp.ReasonCode)
+		log().Info("broker refused the relayed reply", "response_topic", rt.ResponseTopic, "reason", resp.ReasonCode)
 	case err != nil:
 		s.m.replies.WithLabelValues("relay_failed").Inc()
-		log.Error(err, "relay reply", "response_topic", rt.ResponseTopic)
+		log().Error(err, "relay reply", "response_topic", rt.ResponseTopic)
 	case resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers:
 		// Accepted, but nobody reads the requester's reply topic (it left).
 		s.m.replies.WithLabelValues("relayed_unread").Inc()
@@ -534,10 +538,11 @@ func (s *Service) handleReply(in *inbound) {
 // to relay, whether to relay it (a first answer that made the service
 // present the task again is not) and whether it ends its stream.
 func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, last bool) ([]byte, bool, bool) {
-	log := s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method)
+	// Built only when a line is written: WithValues encodes its fields.
+	log := func() logr.Logger { return s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method) }
 	pr, err := parseReply(payload)
 	if err != nil {
-		log.Info("reply not understood; relaying without observing it", "err", err.Error())
+		log().Info("reply not understood; relaying without observing it", "err", err.Error())
 		return payload, true, last
 	}
 	if pr.ev.Kind == "" {
@@ -570,21 +575,21 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 	if pause && !rt.Internal {
 		h, err := hintOf(pr.statusMessage)
 		if err != nil {
-			log.Info("ignoring a malformed continuation hint", "err", err.Error())
+			log().Info("ignoring a malformed continuation hint", "err", err.Error())
 		}
 		digest, known, err := s.runs.digest(rt.Agent, rt.TaskID)
 		switch {
 		case err != nil:
-			log.Info("cannot compute the accepted history digest", "err", err.Error())
+			log().Info("cannot compute the accepted history digest", "err", err.Error())
 		case !known:
-			log.V(1).Info("run unknown (forwarded before a restart): pause relayed without a digest")
+			log().V(1).Info("run unknown (forwarded before a restart): pause relayed without a digest")
 		}
 		ev.Continuation = withDigest(h, digest)
 		if digest != "" {
 			if stamped, err := stampHint(payload, *ev.Continuation); err == nil {
 				payload = stamped
 			} else if !errors.Is(err, errNoStatusMessage) {
-				log.Info("cannot stamp the digest into the relayed status", "err", err.Error())
+				log().Info("cannot stamp the digest into the relayed status", "err", err.Error())
 			}
 		}
 	}
@@ -592,7 +597,7 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 	var items []convstore.Item
 	if pol.KeepsMessages() {
 		if items, err = replyItems(payload, pr); err != nil {
-			log.Info("reply content not kept in the history", "err", err.Error())
+			log().Info("reply content not kept in the history", "err", err.Error())
 		}
 	}
 	last = last || ev.Final || ev.Kind == conversation.EventError || ev.Kind == conversation.EventMessage ||
@@ -604,7 +609,7 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 		// request: its owner applies the event (not its history content).
 		s.owners.handOver(ctx, rt.Agent, ev)
 	case err != nil:
-		log.Error(err, "record reply event")
+		log().Error(err, "record reply event")
 	case convstore.Final(o):
 		// The final event of a stream is durable before the requester sees
 		// it: a follow-up it sends at once, and any replica after a crash,
@@ -612,7 +617,7 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 		if err := ticket.Wait(ctx); err != nil {
 			// Relaying matters more than bookkeeping: the memory state is
 			// right; the store is not ready (readiness).
-			log.Error(err, "make reply event durable")
+			log().Error(err, "make reply event durable")
 		}
 	}
 	if err == nil && o.Known && (o.Task == nil || !runningState(o.Task.State)) {

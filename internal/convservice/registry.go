@@ -133,21 +133,37 @@ func (r *registry) close() {
 // desired lists the gated agents from the cache.
 func (r *registry) desired(ctx context.Context) (map[string]*gatedAgent, error) {
 	var agents a2av1.AgentList
-	if err := r.cache.List(ctx, &agents); err != nil {
+	// Read-only: no deep copy of the fleet on every resync.
+	if err := r.cache.List(ctx, &agents, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list agents: %w", err)
 	}
 	var policies a2av1.ConversationPolicyList
-	if err := r.cache.List(ctx, &policies); err != nil {
+	if err := r.cache.List(ctx, &policies, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list conversation policies: %w", err)
 	}
-	byName := map[string]*a2av1.ConversationPolicy{}
-	for i := range policies.Items {
-		p := &policies.Items[i]
-		byName[p.Namespace+"/"+p.Name] = p
+	return r.gatedFrom(agents.Items, policies.Items), nil
+}
+
+// gatedFrom is the gated agents, by request topic, that the Agents and
+// ConversationPolicies in the cache describe. Its cost is linear in the
+// fleet: it runs on every resync.
+func (r *registry) gatedFrom(agents []a2av1.Agent, policies []a2av1.ConversationPolicy) map[string]*gatedAgent {
+	// Each policy is compiled once, however many agents it governs.
+	compiled := make(map[string]conversation.Policy, len(policies))
+	for i := range policies {
+		p := &policies[i]
+		name := p.Namespace + "/" + p.Name
+		pol, err := conversation.NewPolicy(&p.Spec)
+		if err != nil {
+			r.s.log.Error(err, "invalid conversation policy, using defaults", "policy", name)
+			pol = conversation.DefaultPolicy()
+		}
+		compiled[name] = pol
 	}
 	out := map[string]*gatedAgent{}
-	for i := range agents.Items {
-		a := &agents.Items[i]
+	directory := newAgentDirectory(agents)
+	for i := range agents {
+		a := &agents[i]
 		if a.Status.Topics == nil || a.Status.Topics.Delivery == "" || a.DeletionTimestamp != nil {
 			continue
 		}
@@ -157,21 +173,16 @@ func (r *registry) desired(ctx context.Context) (map[string]*gatedAgent, error) 
 			continue
 		}
 		g := &gatedAgent{ref: ref, key: ref.String(), request: ref.RequestTopic(), delivery: a.Status.Topics.Delivery,
-			policy: conversation.DefaultPolicy(), callers: newCallerSet(a, ref, agents.Items)}
+			policy: conversation.DefaultPolicy(), callers: newCallerSet(a, ref, directory)}
 		if name := a.Status.ConversationPolicy; name != "" {
 			g.policyName = a.Namespace + "/" + name
-			if p := byName[g.policyName]; p != nil {
-				pol, err := conversation.NewPolicy(&p.Spec)
-				if err != nil {
-					r.s.log.Error(err, "invalid conversation policy, using defaults", "policy", g.policyName)
-				} else {
-					g.policy = pol
-				}
+			if pol, ok := compiled[g.policyName]; ok {
+				g.policy = pol
 			}
 		}
 		out[g.request] = g
 	}
-	return out, nil
+	return out
 }
 
 // resync applies the desired set: new agents are subscribed, gone ones

@@ -106,7 +106,7 @@ type Conn struct {
 	card   []byte
 
 	mu     sync.Mutex
-	subs   map[string]*subEntry // by full filter (incl. $share prefix)
+	subs   subIndex
 	nextID uint64
 	// withheld are the ids of subscriptions whose messages are left unacknowledged for the
 	// persistent session's next connection (a draining responder, see withhold).
@@ -201,7 +201,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		cfg:    cfg,
 		log:    logger.With("mqtt_client_id", cfg.Agent.ClientID()),
 		tracer: tp.Tracer(tracerName),
-		subs:   map[string]*subEntry{},
+		subs:   newSubIndex(),
 		acks:   &ackGate{SessionManager: state.NewInMemory()},
 	}
 	if cfg.Card != nil {
@@ -380,12 +380,12 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 	defer cancel()
 	if !sessionPresent {
 		c.mu.Lock()
-		filters := make([]string, 0, len(c.subs))
-		for f, e := range c.subs {
+		filters := make([]string, 0, c.subs.len())
+		c.subs.all(func(e *subEntry) {
 			if !e.local {
-				filters = append(filters, f)
+				filters = append(filters, e.filter)
 			}
-		}
+		})
 		c.mu.Unlock()
 		var refused []string
 		for _, f := range filters {
@@ -471,8 +471,7 @@ const (
 func (c *Conn) subscribed(filter string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.subs[filter]
-	return ok
+	return c.subs.get(filter) != nil
 }
 
 // logResubscribeError: a SUBACK refusal (e.g. 0x87 not authorised: the ACLs changed while we
@@ -592,10 +591,10 @@ func (c *Conn) Subscribe(ctx context.Context, filter string, handler func(*paho.
 	c.mu.Lock()
 	c.nextID++
 	id := c.nextID
-	e, exists := c.subs[filter]
-	if !exists {
+	e := c.subs.get(filter)
+	if e == nil {
 		e = &subEntry{filter: filter, match: stripShare(filter), handlers: map[uint64]func(*paho.Publish){}}
-		c.subs[filter] = e
+		c.subs.add(e)
 	}
 	e.handlers[id] = handler
 	e.local = false // subscribed at the broker again below
@@ -686,7 +685,7 @@ func (s *Subscription) withhold() {
 func (s *Subscription) leaveBroker(ctx context.Context) error {
 	c := s.c
 	c.mu.Lock()
-	e := c.subs[s.filter]
+	e := c.subs.get(s.filter)
 	if e == nil || len(e.handlers) != 1 || c.closed.Load() {
 		c.mu.Unlock()
 		return nil
@@ -727,14 +726,14 @@ func (s *Subscription) remove() bool {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.subs[s.filter]
+	e := c.subs.get(s.filter)
 	if e == nil {
 		return false
 	}
 	delete(e.handlers, s.id)
 	delete(c.withheld, s.id)
 	if len(e.handlers) == 0 {
-		delete(c.subs, s.filter)
+		c.subs.remove(s.filter)
 		return true
 	}
 	return false
@@ -763,17 +762,15 @@ func (c *Conn) dispatch(p *paho.Publish) {
 	c.mu.Lock()
 	var hs []func(*paho.Publish)
 	withheld := 0
-	for _, e := range c.subs {
-		if topicMatches(e.match, p.Topic) {
-			for id, h := range e.handlers {
-				if c.withheld[id] {
-					withheld++
-					continue
-				}
-				hs = append(hs, h)
+	c.subs.each(p.Topic, func(e *subEntry) {
+		for id, h := range e.handlers {
+			if c.withheld[id] {
+				withheld++
+				continue
 			}
+			hs = append(hs, h)
 		}
-	}
+	})
 	if len(hs) == 0 && withheld > 0 && p.QoS > 0 && c.cfg.SessionExpiry > 0 {
 		// Only withheld subscriptions want it: no handler sees it and no PUBACK is sent, so the
 		// broker keeps it in the session and delivers it again on the session's next connection
@@ -786,13 +783,11 @@ func (c *Conn) dispatch(p *paho.Publish) {
 	}
 	if len(hs) == 0 && withheld > 0 {
 		// Nothing can keep it (a clean session, QoS 0): the withheld handlers answer it.
-		for _, e := range c.subs {
-			if topicMatches(e.match, p.Topic) {
-				for _, h := range e.handlers {
-					hs = append(hs, h)
-				}
+		c.subs.each(p.Topic, func(e *subEntry) {
+			for _, h := range e.handlers {
+				hs = append(hs, h)
 			}
-		}
+		})
 	}
 	unmatched := len(hs) == 0 && c.cfg.Unmatched != nil
 	if len(hs) == 0 && !unmatched && c.cfg.SessionExpiry > 0 {
@@ -899,29 +894,4 @@ func stripShare(filter string) string {
 		return rest[i+1:]
 	}
 	return rest
-}
-
-// topicMatches implements MQTT topic filter matching (+ and #). Topics that
-// start with '$' are not matched by a leading wildcard (MQTT-4.7.2-1).
-func topicMatches(filter, topic string) bool {
-	if filter == topic {
-		return true
-	}
-	if strings.HasPrefix(topic, "$") && (strings.HasPrefix(filter, "+") || strings.HasPrefix(filter, "#")) {
-		return false
-	}
-	fs := strings.Split(filter, "/")
-	ts := strings.Split(topic, "/")
-	for i, f := range fs {
-		if f == "#" {
-			return true
-		}
-		if i >= len(ts) {
-			return false
-		}
-		if f != "+" && f != ts[i] {
-			return false
-		}
-	}
-	return len(fs) == len(ts)
 }

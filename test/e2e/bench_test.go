@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
@@ -173,6 +175,11 @@ func benchRun(b *testing.B, ctx context.Context, tr *a2amqtt.Transport, name str
 		cpu: (cpuTime() - cpu0) / time.Duration(parallel)}
 }
 
+// benchLogger is the service's logger as cmd/conversation-service builds
+// it (controller-runtime's zap, info level), writing nowhere: the benchmark
+// pays what a deployed service pays for logging.
+func benchLogger() logrLogger { return zap.New(zap.WriteTo(io.Discard)) }
+
 // BenchmarkProxyVsDirect measures request → final reply three ways on the
 // same Mosquitto broker in the same run, with the same plain-paho echo agent:
 // direct (no proxy), the bare-relay floor, and the conversation service on
@@ -223,6 +230,7 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 			labeled("service", func() {
 				svc = st.startServiceCfg(b, ctx, &clock{}, "bench-"+store, func(c *convservice.Config) {
 					c.BoltNoSync = os.Getenv("E2E_BENCH_NOSYNC") == "1"
+					c.Logger = benchLogger()
 					if store == "redis" {
 						c.Store = "redis://" + redisAddr + "/0"
 					} else {
@@ -377,6 +385,7 @@ func BenchmarkHistoryModes(b *testing.B) {
 			pol.patch(b, ctx, fmt.Sprintf(`{"spec":{"history":{"mode":%q}}}`, mode))
 			svc := st.startServiceCfg(b, ctx, &clock{}, fmt.Sprintf("hist-%d", i), func(c *convservice.Config) {
 				c.BoltNoSync = os.Getenv("E2E_BENCH_NOSYNC") == "1"
+				c.Logger = benchLogger()
 				c.Store = "bolt:" + filepath.Join(b.TempDir(), "hist.db")
 			})
 			res := benchRun(b, ctx, r.Transport(ref("raw")), fmt.Sprintf("%s-%d", strings.ToLower(mode), i/2+1))
