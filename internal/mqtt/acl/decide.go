@@ -98,9 +98,72 @@ type rolePolicy struct {
 	// per type, in priority order (equal priorities keep given order); the
 	// literal subscribe/unsubscribe ACLs are looked up by topic first in each
 	// role, before that role's patterns, whatever their priorities (dynsec
-	// keys them by topic; the first in priority order wins). Roles hold a
-	// handful of ACLs, so slices beat maps here, in time and memory.
-	byType [len(aclTypeNames)][]ACL
+	// keys them by topic; the first in priority order wins).
+	byType [len(aclTypeNames)]aclList
+}
+
+// aclList is one type's ACLs of a role, in priority order. Most roles hold
+// a handful and are scanned; a long list (the conversation service's gates
+// role holds two ACLs per gated agent) also gets an index, so a check costs
+// the same whatever the size of the fleet.
+type aclList struct {
+	acls []ACL
+	// exact maps a topic to the first ACL whose filter is that very topic
+	// (no wildcard; for the literal subscribe types, every ACL), and wild
+	// holds the positions of the others, in order. Both are nil for a
+	// short list.
+	exact map[string]int
+	wild  []int
+}
+
+// indexFrom is the list length from which an aclList is indexed.
+const indexFrom = 16
+
+func newACLList(acls []ACL, literal bool) aclList {
+	l := aclList{acls: acls}
+	if len(acls) < indexFrom {
+		return l
+	}
+	l.exact = make(map[string]int, len(acls))
+	for i, a := range acls {
+		if !literal && strings.ContainsAny(a.Topic, "+#") {
+			l.wild = append(l.wild, i)
+			continue
+		}
+		if _, seen := l.exact[a.Topic]; !seen {
+			l.exact[a.Topic] = i
+		}
+	}
+	return l
+}
+
+// first is the first ACL of the list that decides topic: literal lists
+// compare topics, the others match filters with matches.
+func (l *aclList) first(topic string, literal bool, matches func(filter, topic string) bool) (ACL, bool) {
+	if l.exact == nil {
+		for _, a := range l.acls {
+			if literal && a.Topic == topic || !literal && matches(a.Topic, topic) {
+				return a, true
+			}
+		}
+		return ACL{}, false
+	}
+	at, found := l.exact[topic]
+	if found && !literal && !matches(l.acls[at].Topic, topic) {
+		found = false // an invalid filter (or topic) never matches
+	}
+	for _, w := range l.wild {
+		if found && w > at {
+			break
+		}
+		if matches(l.acls[w].Topic, topic) {
+			return l.acls[w], true
+		}
+	}
+	if found {
+		return l.acls[at], true
+	}
+	return ACL{}, false
 }
 
 // aclTypeNames indexes rolePolicy.byType (aclTypeOrder gives the index).
@@ -115,7 +178,17 @@ func compileRole(r Role) *rolePolicy {
 			j++
 		}
 		if t, ok := aclTypeOrder[acls[i].Type]; ok {
-			rp.byType[t] = acls[i:j:j]
+			list := acls[i:j:j]
+			if typ := acls[i].Type; typ == PublishClientSend || typ == PublishClientReceive {
+				// A filter that is not valid never matches a topic: checked
+				// here once, not at every message.
+				invalid := func(a ACL) bool { return !filterValid(a.Topic) }
+				if slices.ContainsFunc(list, invalid) {
+					list = slices.DeleteFunc(slices.Clone(list), invalid)
+				}
+			}
+			literal := acls[i].Type == SubscribeLiteral || acls[i].Type == UnsubscribeLiteral
+			rp.byType[t] = newACLList(list, literal)
 		}
 		i = j
 	}
@@ -439,26 +512,19 @@ func (rp *rolePolicy) check(access Access, topic string) (ACL, bool) {
 		if access == Receive {
 			t = PublishClientReceive
 		}
-		for _, a := range rp.byType[aclTypeOrder[t]] {
-			if TopicMatches(a.Topic, topic) {
-				return a, true
-			}
+		if !topicValid(topic) {
+			return ACL{}, false
 		}
+		return rp.byType[aclTypeOrder[t]].first(topic, false, validMatches)
 	case Subscribe, Unsubscribe:
 		lit, pat := SubscribeLiteral, SubscribePattern
 		if access == Unsubscribe {
 			lit, pat = UnsubscribeLiteral, UnsubscribePattern
 		}
-		for _, a := range rp.byType[aclTypeOrder[lit]] {
-			if a.Topic == topic {
-				return a, true
-			}
+		if a, ok := rp.byType[aclTypeOrder[lit]].first(topic, true, nil); ok {
+			return a, true
 		}
-		for _, a := range rp.byType[aclTypeOrder[pat]] {
-			if SubscriptionCovered(a.Topic, topic) {
-				return a, true
-			}
-		}
+		return rp.byType[aclTypeOrder[pat]].first(topic, false, SubscriptionCovered)
 	}
 	return ACL{}, false
 }

@@ -1,6 +1,9 @@
 package acl
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // TopicMatches reports whether a topic name matches a filter the way
 // Mosquitto's mosquitto_topic_matches_sub does; dynsec uses it for the
@@ -14,26 +17,62 @@ import "strings"
 // Invalid inputs (empty, wildcards in the topic, malformed filter) never
 // match, which is the safe reading of Mosquitto's MOSQ_ERR_INVAL.
 func TopicMatches(filter, topic string) bool {
-	if filter == "" || topic == "" || strings.ContainsAny(topic, "+#") || ValidateFilter(filter) != nil {
+	if !filterValid(filter) || !topicValid(topic) {
 		return false
 	}
+	return validMatches(filter, topic)
+}
+
+// topicValid: a topic name is not empty and holds no wildcard.
+func topicValid(topic string) bool { return topic != "" && !strings.ContainsAny(topic, "+#") }
+
+// validMatches is TopicMatches for a valid filter and a valid topic (a
+// compiled role checks its filters once, and a message's topic once).
+func validMatches(filter, topic string) bool {
 	if (filter[0] == '$') != (topic[0] == '$') {
 		return false
 	}
-	f := strings.Split(filter, "/")
-	t := strings.Split(topic, "/")
-	for i, fl := range f {
-		if fl == "#" {
-			return true // also matches the parent level: len(t) == i
+	// Level by level, without splitting: the embedded broker runs this for
+	// every message.
+	topicEnded := false
+	for {
+		f, filterRest, moreFilter := strings.Cut(filter, "/")
+		if f == "#" {
+			return true // also matches the parent level ("a/#" matches "a")
 		}
-		if i >= len(t) {
+		if topicEnded {
 			return false
 		}
-		if fl != "+" && fl != t[i] {
+		t, topicRest, moreTopic := strings.Cut(topic, "/")
+		if f != "+" && f != t {
 			return false
 		}
+		if !moreFilter {
+			return !moreTopic
+		}
+		filter, topic, topicEnded = filterRest, topicRest, !moreTopic
 	}
-	return len(f) == len(t)
+}
+
+// filterValid is ValidateFilter(filter) == nil without building an error
+// or splitting the filter.
+func filterValid(filter string) bool {
+	if filter == "" || len(filter) > 65535 || !utf8.ValidString(filter) || strings.IndexByte(filter, 0) >= 0 {
+		return false
+	}
+	for {
+		level, rest, more := strings.Cut(filter, "/")
+		if strings.ContainsAny(level, "+#") && len(level) != 1 {
+			return false
+		}
+		if level == "#" && more {
+			return false
+		}
+		if !more {
+			return true
+		}
+		filter = rest
+	}
 }
 
 // SubscriptionCovered reports whether a subscribePattern/unsubscribePattern
