@@ -602,7 +602,7 @@ func (c *Conn) Subscribe(ctx context.Context, filter string, handler func(*paho.
 	if len(c.held) > 0 {
 		kept := c.held[:0]
 		for _, h := range c.held {
-			if topicMatches(e.match, h.p.Topic) {
+			if TopicMatches(e.match, h.p.Topic) {
 				mine = append(mine, h.p)
 			} else {
 				kept = append(kept, h)

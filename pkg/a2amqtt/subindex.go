@@ -54,7 +54,7 @@ func (x *subIndex) each(topic string, fn func(*subEntry)) {
 		fn(e)
 	}
 	for _, e := range x.wild {
-		if topicMatches(e.match, topic) {
+		if TopicMatches(e.match, topic) {
 			fn(e)
 		}
 	}
@@ -80,10 +80,11 @@ func deleteEntry(s []*subEntry, e *subEntry) []*subEntry {
 
 func isWildcard(filter string) bool { return strings.ContainsAny(filter, "+#") }
 
-// topicMatches implements MQTT topic filter matching (+ and #), level by level without
-// splitting either string. Topics that start with '$' are not matched by a leading wildcard
-// (MQTT-4.7.2-1).
-func topicMatches(filter, topic string) bool {
+// TopicMatches reports whether an MQTT topic name matches a subscription filter (+ and #),
+// level by level without splitting either string. Topics that start with '$' are not matched
+// by a leading wildcard (MQTT-4.7.2-1). The filter is taken as valid: a malformed one (a
+// wildcard that does not fill its level, # before the last level) is matched as written.
+func TopicMatches(filter, topic string) bool {
 	if filter == topic {
 		return true
 	}

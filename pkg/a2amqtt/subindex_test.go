@@ -64,8 +64,8 @@ var topicMatchSeeds = []struct {
 
 func TestTopicMatches(t *testing.T) {
 	for _, c := range topicMatchSeeds {
-		if got := topicMatches(c.filter, c.topic); got != c.want {
-			t.Errorf("topicMatches(%q, %q) = %v, want %v", c.filter, c.topic, got, c.want)
+		if got := TopicMatches(c.filter, c.topic); got != c.want {
+			t.Errorf("TopicMatches(%q, %q) = %v, want %v", c.filter, c.topic, got, c.want)
 		}
 		if ref := referenceTopicMatches(c.filter, c.topic); ref != c.want {
 			t.Errorf("reference(%q, %q) = %v, want %v", c.filter, c.topic, ref, c.want)
@@ -78,8 +78,8 @@ func FuzzTopicMatches(f *testing.F) {
 		f.Add(c.filter, c.topic)
 	}
 	f.Fuzz(func(t *testing.T, filter, topic string) {
-		if got, want := topicMatches(filter, topic), referenceTopicMatches(filter, topic); got != want {
-			t.Errorf("topicMatches(%q, %q) = %v, the reference says %v", filter, topic, got, want)
+		if got, want := TopicMatches(filter, topic), referenceTopicMatches(filter, topic); got != want {
+			t.Errorf("TopicMatches(%q, %q) = %v, the reference says %v", filter, topic, got, want)
 		}
 	})
 }

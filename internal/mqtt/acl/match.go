@@ -3,6 +3,8 @@ package acl
 import (
 	"strings"
 	"unicode/utf8"
+
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // TopicMatches reports whether a topic name matches a filter the way
@@ -32,26 +34,7 @@ func validMatches(filter, topic string) bool {
 	if (filter[0] == '$') != (topic[0] == '$') {
 		return false
 	}
-	// Level by level, without splitting: the embedded broker runs this for
-	// every message.
-	topicEnded := false
-	for {
-		f, filterRest, moreFilter := strings.Cut(filter, "/")
-		if f == "#" {
-			return true // also matches the parent level ("a/#" matches "a")
-		}
-		if topicEnded {
-			return false
-		}
-		t, topicRest, moreTopic := strings.Cut(topic, "/")
-		if f != "+" && f != t {
-			return false
-		}
-		if !moreFilter {
-			return !moreTopic
-		}
-		filter, topic, topicEnded = filterRest, topicRest, !moreTopic
-	}
+	return a2amqtt.TopicMatches(filter, topic)
 }
 
 // filterValid is ValidateFilter(filter) == nil without building an error
