@@ -152,3 +152,22 @@ func BenchmarkGatesRoleCheck(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCompileGatesRole: what the index costs when the gates role
+// changes (the operator paces shared applies at least 250 ms apart).
+func BenchmarkCompileGatesRole(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("gated=%d", n), func(b *testing.B) {
+			gates := Role{Name: "a2a:gates"}
+			for i := range n {
+				gates.ACLs = append(gates.ACLs,
+					allow(PublishClientSend, fmt.Sprintf("$a2a/v1/delivery/acme/unit%d/agent-%d", i%10, i), 0),
+					allow(SubscribeLiteral, fmt.Sprintf("$a2a/v1/request/acme/unit%d/agent-%d", i%10, i), 0))
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				compileRole(gates)
+			}
+		})
+	}
+}
