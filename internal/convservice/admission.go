@@ -113,20 +113,21 @@ func (cs *callerSet) admits(ref a2amqtt.AgentRef) bool {
 			return true
 		}
 	}
-	if cs.anyAgent || len(cs.selectors) > 0 {
-		facts, registered := cs.agents[ref.ClientID()]
-		switch {
-		case !registered:
-			return false
-		case cs.anyAgent:
+	if !cs.anyAgent && len(cs.selectors) == 0 {
+		return false
+	}
+	facts, registered := cs.agents[ref.ClientID()]
+	switch {
+	case !registered:
+		return false
+	case cs.anyAgent:
+		return true
+	case facts.namespace != cs.namespace:
+		return false
+	}
+	for _, sel := range cs.selectors {
+		if sel.Matches(facts.labels) {
 			return true
-		case facts.namespace != cs.namespace:
-			return false
-		}
-		for _, sel := range cs.selectors {
-			if sel.Matches(facts.labels) {
-				return true
-			}
 		}
 	}
 	return false

@@ -136,17 +136,25 @@ func TestIndexedRoleMatchesScan(t *testing.T) {
 	t.Logf("%d indexed lists", indexed)
 }
 
+// gatesRole is the conversation service's gates role with n gated agents:
+// a publish grant to each one's delivery topic, a subscribe grant to its
+// request topic.
+func gatesRole(n int) Role {
+	gates := Role{Name: "a2a:gates"}
+	for i := range n {
+		gates.ACLs = append(gates.ACLs,
+			allow(PublishClientSend, fmt.Sprintf("$a2a/v1/delivery/acme/unit%d/agent-%d", i%10, i), 0),
+			allow(SubscribeLiteral, fmt.Sprintf("$a2a/v1/request/acme/unit%d/agent-%d", i%10, i), 0))
+	}
+	return gates
+}
+
 // BenchmarkGatesRoleCheck: the embedded broker's check of one PUBLISH by the
 // conversation service, whose gates role holds two ACLs per gated agent.
 func BenchmarkGatesRoleCheck(b *testing.B) {
 	for _, n := range []int{10, 1000, 10000} {
 		b.Run(fmt.Sprintf("gated=%d", n), func(b *testing.B) {
-			gates := Role{Name: "a2a:gates"}
-			for i := range n {
-				gates.ACLs = append(gates.ACLs,
-					allow(PublishClientSend, fmt.Sprintf("$a2a/v1/delivery/acme/unit%d/agent-%d", i%10, i), 0),
-					allow(SubscribeLiteral, fmt.Sprintf("$a2a/v1/request/acme/unit%d/agent-%d", i%10, i), 0))
-			}
+			gates := gatesRole(n)
 			own := Role{Name: "a2a:service", ACLs: []ACL{allow(PublishClientSend, "$a2a/v1/reply/#", 0)}}
 			p := Compile(NewState([]Role{gates, own}, []Group{{Name: "a2a:service-group", Roles: []RoleRef{{Name: "a2a:gates"}}}},
 				[]Client{{Username: "svc", Roles: []RoleRef{{Name: "a2a:service"}}, Groups: []string{"a2a:service-group"}}}))
@@ -166,12 +174,7 @@ func BenchmarkGatesRoleCheck(b *testing.B) {
 func BenchmarkCompileGatesRole(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("gated=%d", n), func(b *testing.B) {
-			gates := Role{Name: "a2a:gates"}
-			for i := range n {
-				gates.ACLs = append(gates.ACLs,
-					allow(PublishClientSend, fmt.Sprintf("$a2a/v1/delivery/acme/unit%d/agent-%d", i%10, i), 0),
-					allow(SubscribeLiteral, fmt.Sprintf("$a2a/v1/request/acme/unit%d/agent-%d", i%10, i), 0))
-			}
+			gates := gatesRole(n)
 			b.ReportAllocs()
 			for b.Loop() {
 				compileRole(gates)
