@@ -49,7 +49,7 @@ import (
 func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Broker, string, func(), error) {
 	cfg := registration.BrokerConfig{Client: mgr.GetClient(), Cache: mgr.GetCache(),
 		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker"),
-		ServiceSecret: &serviceSecret}
+		ServiceSecret: &serviceSecret, OrphanInterval: registration.DefaultOrphanInterval}
 	var broker *registration.Broker
 	stop := func() {}
 	if o.mosquittoURL != "" {

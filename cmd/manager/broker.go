@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,7 +27,7 @@ const generatedAdminUsername = "admin"
 // dynsecBroker reads the admin credentials (once, through the API server: the cache is not
 // running yet), creating them first when asked to, and returns the broker runtime, which connects
 // when the manager starts it.
-func dynsecBroker(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate bool, serviceSecret string) (*registration.Broker, error) {
+func dynsecBroker(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate bool, serviceSecret string, orphanInterval time.Duration) (*registration.Broker, error) {
 	ns, name, ok := strings.Cut(o.adminSecret, "/")
 	if !ok || ns == "" || name == "" {
 		return nil, errors.New("--broker-admin-secret must be NAMESPACE/NAME when --broker-url is set")
@@ -50,7 +51,7 @@ func dynsecBroker(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate b
 		return nil, err
 	}
 	cfg := registration.BrokerConfig{URL: o.url, TLS: tlsCfg, Client: mgr.GetClient(), Cache: mgr.GetCache(),
-		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker")}
+		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker"), OrphanInterval: orphanInterval}
 	if gate {
 		ns, name, ok := strings.Cut(serviceSecret, "/")
 		if !ok {

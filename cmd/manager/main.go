@@ -25,6 +25,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/telemetry"
 )
 
@@ -35,6 +36,7 @@ type options struct {
 
 	broker             brokerOptions
 	brokerResyncPeriod time.Duration
+	orphanInterval     time.Duration
 	workloadBrokerURL  string
 	gate               bool
 	serviceSecret      string
@@ -71,6 +73,7 @@ func main() {
 	flag.StringVar(&o.broker.clientKeyFile, "broker-client-key-file", "", "PEM private key of --broker-client-cert-file.")
 	flag.BoolVar(&o.broker.insecureSkipVerify, "broker-insecure-skip-verify", false, "Do not verify the broker's TLS certificate (testing only).")
 	flag.DurationVar(&o.broker.readinessGrace, "broker-readiness-grace", 30*time.Second, "/readyz fails once the broker has been unreachable for longer than this (0 disables the broker check).")
+	flag.DurationVar(&o.orphanInterval, "broker-orphan-interval", registration.DefaultOrphanInterval, "How often the broker is searched for the clients and roles of identities no Agent claims (an Agent deleted without its finalizer); they are deleted when found in two searches in a row (0 disables it: only for a broker shared with objects under the a2a: prefix that this operator does not own).")
 	flag.DurationVar(&o.brokerResyncPeriod, "broker-resync-period", controllers.DefaultResyncPeriod, "How often each registered Agent is checked against the broker (drift repair), ±20% jitter.")
 	flag.StringVar(&o.workloadBrokerURL, "workload-broker-url", "", "Broker URL injected into agent workloads as A2A_BROKER (default: --broker-url).")
 	flag.BoolVar(&o.gate, "gate-governed-agents", false, "Put the conversation service in front of every Agent a ConversationPolicy governs (deploy config/conversation-service with it).")
@@ -140,7 +143,7 @@ func run(o options) error {
 	copts.WorkloadBrokerURL = cmp.Or(o.workloadBrokerURL, o.broker.url)
 	readyz := healthz.Checker(healthz.Ping)
 	if o.broker.url != "" {
-		broker, err := dynsecBroker(ctx, mgr, o.broker, o.gate, o.serviceSecret)
+		broker, err := dynsecBroker(ctx, mgr, o.broker, o.gate, o.serviceSecret, o.orphanInterval)
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,11 @@ type BrokerConfig struct {
 	// missing from the broker, so that running agents, which reconnect within their backoff (at
 	// most 5 s with the SDK), publish their own online card first (default 10 s).
 	CardGrace time.Duration
+	// OrphanInterval is how often the broker is searched for the per-agent objects of identities
+	// no Agent claims any more (an Agent deleted without its finalizer), which are deleted once
+	// they were found orphaned in two passes in a row. Zero disables the search: it needs a cache
+	// that sees Agents in every namespace, and a broker no other operator writes to.
+	OrphanInterval time.Duration
 	// Log receives connection state changes, state losses and repairs.
 	Log logr.Logger
 }
@@ -84,6 +89,8 @@ type Broker struct {
 	losses    int
 	lastLoss  time.Time
 	checkNow  chan struct{}
+
+	orphansDeleted atomic.Int64
 }
 
 // NewBroker returns the broker runtime for a ready backend.
@@ -190,9 +197,15 @@ func (b *Broker) Start(ctx context.Context) error {
 		go b.service.run(ctx)
 	}
 	close(b.ready)
+	if b.cfg.OrphanInterval > 0 {
+		go (&orphanCollector{b: b, interval: b.cfg.OrphanInterval}).run(ctx)
+	}
 	b.watchState(ctx)
 	return nil
 }
+
+// OrphansDeleted counts the orphaned broker objects deleted since the runtime started.
+func (b *Broker) OrphansDeleted() int64 { return b.orphansDeleted.Load() }
 
 // PublishCard implements CardPublisher on the operator's card connection, waiting for it (up
 // to 10 s) when it is not up yet.

@@ -1,0 +1,126 @@
+package registration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/test/testenv"
+)
+
+// An identity the broker knows but no Agent claims (left by an Agent deleted without its
+// finalizer, or by a cluster restored from an older etcd backup) stops working: its client and
+// role are deleted after two passes of the orphan search, its open connection ends, it can no
+// longer log in and its retained card is cleared. The Agents that exist keep their connections
+// and their objects, and nothing of the operator's own or the shared objects is touched.
+func TestOrphanedIdentityRemoved(t *testing.T) {
+	forRuntimeBrokers(t, func(t *testing.T, b *runtimeBroker) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		op := cp.StartOperatorWith(t, ctx, testenv.Operator{Prefix: "orphan-",
+			Broker: registration.BrokerConfig{URL: b.url, Backend: b.backend, OrphanInterval: 300 * time.Millisecond}})
+		agents := createAgents(t, ctx, op.Namespace, "live", 3)
+		waitReady(t, ctx, agents)
+
+		// The ghost: what a registered Agent of the same unit leaves on the broker.
+		ghost := a2amqtt.AgentRef{Org: "acme", Unit: "rt", Agent: "ghost"}
+		desired := registration.Compile(registration.Input{Agent: ghost})
+		desired.Passwords = map[string]string{identity.Username(ghost): "ghost-pw"}
+		desired.CreateRoles = nil
+		if _, err := acl.Apply(ctx, b.backend, desired); err != nil {
+			t.Fatalf("%s: create the ghost's objects: %v", b.name, err)
+		}
+		ghostConn := brokertest.MustDial(t, b.addr, brokertest.Options{Username: identity.Username(ghost), Password: "ghost-pw", ClientID: ghost.ClientID()})
+		if pr, err := ghostConn.PublishWith(&paho.Publish{Topic: ghost.DiscoveryTopic(), QoS: 1, Retain: true, Payload: []byte(`{"name":"ghost"}`)}); err != nil || pr.ReasonCode >= 0x80 {
+			t.Fatalf("%s: ghost card: %v %v", b.name, pr, err)
+		}
+
+		// Witnesses: every live Agent connected with its own credentials.
+		watch := brokertest.NewWatch()
+		for _, a := range agents {
+			secret := &corev1.Secret{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: op.Namespace, Name: identity.CredentialsSecretName(a)}, secret); err != nil {
+				t.Fatal(err)
+			}
+			id := identity.Of(a)
+			watch.Add(brokertest.MustDial(t, b.addr, brokertest.Options{Username: identity.Username(id), Password: string(secret.Data["password"]), ClientID: id.ClientID()}))
+		}
+		before, err := b.backend.Observe(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		start := time.Now()
+		eventually(t, "the ghost's client and role deleted", func() error {
+			st, err := b.backend.Observe(ctx, &acl.Names{Clients: []string{identity.Username(ghost)}, Roles: []string{identity.AgentRoleName(ghost)}})
+			if err != nil {
+				return err
+			}
+			if len(st.Clients)+len(st.Roles) > 0 {
+				return fmt.Errorf("still there: %d client, %d role", len(st.Clients), len(st.Roles))
+			}
+			return nil
+		})
+		t.Logf("%s: orphaned identity deleted %s after its objects appeared (search every 300 ms, two passes)", b.name, time.Since(start).Round(10*time.Millisecond))
+		if !ghostConn.Disconnected(5 * time.Second) {
+			t.Errorf("%s: the ghost's open connection survived the deletion of its client", b.name)
+		}
+		var refused *brokertest.RefusedError
+		if c, err := brokertest.Dial(t, b.addr, brokertest.Options{Username: identity.Username(ghost), Password: "ghost-pw", ClientID: ghost.ClientID()}); !errors.As(err, &refused) {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("%s: the ghost can still log in (%v)", b.name, err)
+		}
+		eventually(t, "the ghost's card cleared", func() error {
+			if p, _ := retained(t, b, ghost.DiscoveryTopic()); p != "" {
+				return fmt.Errorf("card still retained: %q", p)
+			}
+			return nil
+		})
+		if n := op.Broker.OrphansDeleted(); n != 2 {
+			t.Errorf("%s: OrphansDeleted = %d, want 2 (client and role)", b.name, n)
+		}
+
+		// Nothing else went: the live Agents' connections and every other object.
+		if kicked := watch.Kicked(); len(kicked) > 0 {
+			t.Errorf("%s: live agents disconnected: %v", b.name, kicked)
+		}
+		after, err := b.backend.Observe(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name := range before.Clients {
+			if _, ok := after.Clients[name]; !ok && name != identity.Username(ghost) {
+				t.Errorf("%s: client %s deleted", b.name, name)
+			}
+		}
+		for name := range before.Roles {
+			if _, ok := after.Roles[name]; !ok && name != identity.AgentRoleName(ghost) {
+				t.Errorf("%s: role %s deleted", b.name, name)
+			}
+		}
+		for name := range before.Groups {
+			if _, ok := after.Groups[name]; !ok {
+				t.Errorf("%s: group %s deleted", b.name, name)
+			}
+		}
+		if _, ok := after.Clients[identity.OperatorUsername]; !ok {
+			t.Errorf("%s: the operator's client is missing", b.name)
+		}
+		if _, ok := after.Groups[identity.UnitGroupName("acme", "rt")]; !ok {
+			t.Errorf("%s: the unit group is missing", b.name)
+		}
+	})
+}
