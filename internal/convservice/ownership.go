@@ -263,32 +263,41 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 		}
 		o.mu.Unlock()
 	}
+	// Sets, not slices.Contains: a round is linear in the agents (with 10 000
+	// gated agents the nested scans cost more than the round's Redis work).
+	toOwn := make(map[string]bool, len(agents)+len(storedList))
+	for _, a := range agents {
+		toOwn[a] = true
+	}
 	stored := make(map[string]bool, len(storedList))
 	for _, a := range storedList {
 		stored[a] = true
-		if !slices.Contains(agents, a) {
+		if !toOwn[a] {
+			toOwn[a] = true
 			agents = append(agents, a)
 		}
 	}
 	o.mu.Lock()
 	o.stored = stored
-	var stale, empty []string
+	var stale []string
 	for agent := range o.held {
-		if !slices.Contains(agents, agent) {
+		if !toOwn[agent] {
 			stale = append(stale, agent)
 		}
 	}
 	o.mu.Unlock()
+	empty := map[string]bool{}
 	for _, agent := range agents {
 		if o.owns(agent) && o.s.gated.agent(agent) == nil && o.s.mem.Empty(agent) {
-			empty = append(empty, agent)
+			empty[agent] = true
 		}
 	}
-	for _, agent := range empty {
+	for agent := range empty {
 		// Not gated and every context swept: its state is gone; forget it
 		// (it comes back if it is gated again).
 		if err := o.j.ForgetAgent(ctx, agent); err != nil {
 			o.s.log.Info("cannot forget an agent without state", "agent", agent, "err", err.Error())
+			delete(empty, agent)
 			continue
 		}
 		stale = append(stale, agent)
@@ -299,23 +308,16 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 		o.handOff(ctx, agent)
 		changed = true
 	}
+	var renew []string
 	for _, agent := range agents {
-		if slices.Contains(empty, agent) {
+		if empty[agent] {
 			continue
 		}
 		mine := assigned(agent, o.s.cfg.ReplicaID, live)
 		held := o.owns(agent)
 		switch {
 		case mine && held:
-			ok, err := o.j.Acquire(ctx, agent, o.token, ttl)
-			if err == nil && !ok {
-				o.s.log.Info("lease on agent lost to another replica", "agent", agent)
-				o.drop(agent)
-				changed = true
-			}
-			if err == nil && ok {
-				o.applyInbox(ctx, agent)
-			}
+			renew = append(renew, agent)
 		case mine && !held:
 			// A lease of this replica's previous run (kill -9, restarted
 			// under the same id) is taken back at once.
@@ -346,6 +348,9 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 			o.s.log.Info("agent handed over", "agent", agent)
 			changed = true
 		}
+	}
+	if o.renew(ctx, renew) {
+		changed = true
 	}
 	if changed {
 		// Subscribe or unsubscribe the request topics to match.
@@ -397,12 +402,56 @@ func (o *ownership) handOver(ctx context.Context, agent string, ev conversation.
 	}
 }
 
+// renew renews the leases of the agents this replica holds and keeps, and
+// applies the events other replicas handed over for them: two pipelined
+// calls for the whole round, not two round trips per agent. It reports
+// whether an agent was lost (its lease taken by another replica).
+func (o *ownership) renew(ctx context.Context, agents []string) (lost bool) {
+	if len(agents) == 0 {
+		return false
+	}
+	held, err := o.j.RenewLeases(ctx, agents, o.token, o.s.cfg.LeaseTTL)
+	if err != nil {
+		// Keep the agents: a lease that lapses meanwhile fences this
+		// replica's commits off, and the next round finds it lost.
+		if ctx.Err() == nil {
+			o.s.log.Info("cannot renew the leases this round; retrying at the next", "agents", len(agents), "err", err.Error())
+		}
+		return false
+	}
+	kept := agents[:0:0]
+	for i, agent := range agents {
+		if held[i] {
+			kept = append(kept, agent)
+			continue
+		}
+		o.s.log.Info("lease on agent lost to another replica", "agent", agent)
+		o.drop(agent)
+		lost = true
+	}
+	inboxes, err := o.j.PopInboxes(ctx, kept, inboxBatch)
+	if err != nil && ctx.Err() == nil {
+		o.s.log.Error(err, "read handed-over events")
+	}
+	for agent, evs := range inboxes {
+		o.applyEvents(agent, evs)
+	}
+	return lost
+}
+
+// inboxBatch is how many handed-over events of one agent a round applies.
+const inboxBatch = 256
+
 func (o *ownership) applyInbox(ctx context.Context, agent string) {
-	evs, err := o.j.PopEvents(ctx, agent, 256)
+	evs, err := o.j.PopEvents(ctx, agent, inboxBatch)
 	if err != nil {
 		o.s.log.Error(err, "read handed-over events", "agent", agent)
 		return
 	}
+	o.applyEvents(agent, evs)
+}
+
+func (o *ownership) applyEvents(agent string, evs []conversation.Event) {
 	for _, ev := range evs {
 		if _, _, err := o.s.mem.Observe(agent, o.s.gated.policyOf(agent), o.s.cfg.Now(), ev); err != nil {
 			o.s.log.Error(err, "apply handed-over event", "agent", agent, "task", ev.TaskID)
@@ -422,8 +471,8 @@ func (o *ownership) release() {
 	}
 	o.held = map[string]bool{}
 	o.mu.Unlock()
-	for _, a := range agents {
-		_ = o.j.Release(ctx, a, o.token)
+	if err := o.j.ReleaseLeases(ctx, agents, o.token); err != nil {
+		o.s.log.Info("could not give every lease up; the others take those agents over when the leases lapse", "err", err.Error())
 	}
 	_ = o.j.Leave(ctx, o.s.cfg.ReplicaID)
 }

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,6 +26,11 @@ import (
 // gates E2E_BENCH_GATED (default 1 000) more Agents, each admitting callers
 // by a label selector. Both phases run in one process, one after the other;
 // the fleet phase's ratios to the base phase are the cost of the fleet.
+// Before each phase's requests the process idles for idleWindow with the
+// service consuming its agents: the CPU it spends then (and redis-server's) is
+// what gating the fleet costs when nothing is asked. E2E_BENCH_GATED_STORE=redis
+// runs the service on Redis (one replica, leases renewed every 5 s) instead of
+// bbolt.
 //
 //	go test ./test/e2e/ -run '^$' -bench BenchmarkServiceGatedFleet -benchtime 1x
 func BenchmarkServiceGatedFleet(b *testing.B) {
@@ -38,14 +46,21 @@ func BenchmarkServiceGatedFleet(b *testing.B) {
 	})
 	requester := st.requester(b, ctx)
 	tr := requester.Transport(ref("raw"))
+	useRedis := os.Getenv("E2E_BENCH_GATED_STORE") == "redis"
+	var redisAddr string
 	start := func(replica string, gated int) (*convservice.Service, time.Duration) {
 		var svc *convservice.Service
+		store := "bolt:" + filepath.Join(b.TempDir(), "state.db")
+		if useRedis {
+			redisAddr = startRedis(b) // a fresh one per phase
+			store = "redis://" + redisAddr + "/0"
+		}
 		began := time.Now()
 		labeled("service", func() {
 			var err error
 			svc, err = convservice.Start(ctx, convservice.Config{
 				BrokerURL: st.brokerURL, Username: st.svcUser, Password: st.svcPass, ReplicaID: replica,
-				Store:      "bolt:" + filepath.Join(b.TempDir(), "state.db"),
+				Store:      store,
 				RestConfig: restCfg, Namespace: st.ns, Logger: benchLogger(),
 			})
 			if err != nil {
@@ -66,6 +81,7 @@ func BenchmarkServiceGatedFleet(b *testing.B) {
 	for range b.N {
 		b.Logf("load average before: %s", loadavg())
 		svc, _ := start("gated-base", len(gatedNames))
+		baseIdle, baseRedisIdle := idleCPU(b, ctx, redisAddr, "gated-base")
 		base := benchRun(b, ctx, tr, "gated-base")
 		_ = svc.Close()
 
@@ -103,6 +119,7 @@ spec:
 		b.Logf("%d more gated Agents Ready in %s", extra, time.Since(created).Round(time.Millisecond))
 		svc, consumed := start("gated-fleet", len(gatedNames)+extra)
 		b.Logf("service consuming %d gated agents %s after its start", len(gatedNames)+extra, consumed.Round(time.Millisecond))
+		fleetIdle, fleetRedisIdle := idleCPU(b, ctx, redisAddr, "gated-fleet")
 		fleet := benchRun(b, ctx, tr, "gated-fleet")
 		_ = svc.Close()
 
@@ -116,6 +133,60 @@ spec:
 		b.ReportMetric(fleet.rps/base.rps, "fleet-rps/base")
 		b.ReportMetric(float64(fleet.cpu)/float64(base.cpu), "fleet-cpu/base")
 		b.ReportMetric(consumed.Seconds(), "fleet-consume-s")
+		b.ReportMetric(baseIdle, "base-idle-cpu-ms/s")
+		b.ReportMetric(fleetIdle, "fleet-idle-cpu-ms/s")
+		if useRedis {
+			b.ReportMetric(baseRedisIdle, "base-idle-redis-cpu-ms/s")
+			b.ReportMetric(fleetRedisIdle, "fleet-idle-redis-cpu-ms/s")
+		}
 		b.Logf("load average after: %s", loadavg())
 	}
+}
+
+// idleWindow is how long a phase idles before its requests: three rounds of
+// the Redis ownership loop (every third of the 15 s lease TTL).
+const idleWindow = 15 * time.Second
+
+// idleCPU waits idleWindow with no request and returns the CPU this process
+// and (when redisAddr is set) redis-server spent, in ms per second.
+func idleCPU(b *testing.B, ctx context.Context, redisAddr, name string) (self, redisSrv float64) {
+	b.Helper()
+	if dir := os.Getenv("E2E_BENCH_PROFILE_DIR"); dir != "" {
+		f, err := os.Create(filepath.Join(dir, name+"-idle.pprof"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	redisCPU := func() time.Duration {
+		if redisAddr == "" {
+			return 0
+		}
+		c := redis.NewClient(&redis.Options{Addr: redisAddr})
+		defer c.Close()
+		info, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			b.Fatalf("redis INFO cpu: %v", err)
+		}
+		var total float64
+		for _, line := range strings.Split(info, "\n") {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if k == "used_cpu_sys" || k == "used_cpu_user" {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+		return time.Duration(total * float64(time.Second))
+	}
+	cpu0, redis0, began := cpuTime(), redisCPU(), time.Now()
+	select {
+	case <-time.After(idleWindow):
+	case <-ctx.Done():
+		b.Fatal(ctx.Err())
+	}
+	secs := time.Since(began).Seconds()
+	return float64((cpuTime() - cpu0).Milliseconds()) / secs, float64((redisCPU() - redis0).Milliseconds()) / secs
 }
