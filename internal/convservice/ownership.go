@@ -442,6 +442,24 @@ func (o *ownership) renew(ctx context.Context, agents []string) (lost bool) {
 // inboxBatch is how many handed-over events of one agent a round applies.
 const inboxBatch = 256
 
+// applyPending applies the events waiting in agent's inbox now, instead of
+// at the next round, and reports whether there were any. A replica relays a
+// reply only after it handed the reply's event over (handOver), so a
+// requester's follow-up never overtakes it: the decision that refuses the
+// follow-up calls this and decides again.
+func (o *ownership) applyPending(ctx context.Context, agent string) bool {
+	if !o.owns(agent) {
+		return false
+	}
+	evs, err := o.j.PopEvents(ctx, agent, inboxBatch)
+	if err != nil {
+		o.s.log.Error(err, "read handed-over events", "agent", agent)
+		return false
+	}
+	o.applyEvents(agent, evs)
+	return len(evs) > 0
+}
+
 func (o *ownership) applyInbox(ctx context.Context, agent string) {
 	evs, err := o.j.PopEvents(ctx, agent, inboxBatch)
 	if err != nil {

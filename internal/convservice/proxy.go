@@ -291,11 +291,22 @@ func (s *Service) handleRequest(in *inbound) {
 				log().Info("request message not kept in the history", "err", err.Error())
 			}
 		}
-		d, ticket, err = s.mem.Decide(g.key, g.policy, now, conversation.Request{
+		request := conversation.Request{
 			Method: method, TaskID: req.TaskID, ContextID: req.ContextID, MessageID: req.MessageID,
 			Correlation: in.corr, ResponseTopic: in.respTo, Requester: requesterOf(in.respTo),
 			Approval: req.HasMessage && isApproval(in.payload, req.Dialect),
-		}, items...)
+		}
+		d, ticket, err = s.mem.Decide(g.key, g.policy, now, request, items...)
+		if err == nil && d.Kind == conversation.KindReject && s.owners != nil && s.owners.applyPending(dctx, g.key) {
+			// Another replica relayed an event of this agent's tasks after
+			// the agent moved here, and handed it over (the inbox) before the
+			// requester saw it: a completion this follow-up may be waiting
+			// for. Applied, the rules may say otherwise: decide again. Only
+			// refusals pay this round trip.
+			earlier := d.Expirations
+			d, ticket, err = s.mem.Decide(g.key, g.policy, now, request, items...)
+			d.Expirations = append(earlier, d.Expirations...)
+		}
 		if errors.Is(err, convstore.ErrNotOwner) {
 			// The agent went (or has not come yet) between the check above
 			// and the decision; nothing was decided.

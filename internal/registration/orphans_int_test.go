@@ -9,8 +9,10 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
@@ -121,6 +123,92 @@ func TestOrphanedIdentityRemoved(t *testing.T) {
 		}
 		if _, ok := after.Groups[identity.UnitGroupName("acme", "rt")]; !ok {
 			t.Errorf("%s: the unit group is missing", b.name)
+		}
+	})
+}
+
+// The case the search exists for, end to end: an Agent deleted, its finalizer removed by hand,
+// while the operator was down. The operator that starts next finds its client and role
+// orphaned and deletes them (ending the connection the agent kept open meanwhile); the Agent
+// that still exists keeps its connection and its objects.
+func TestAgentDeletedWhileOperatorDownIsCollected(t *testing.T) {
+	forRuntimeBrokers(t, func(t *testing.T, b *runtimeBroker) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		ns := cp.NewNamespace(t, ctx, "down-")
+		cp.BindNamespace(t, ctx, ns, "acme")
+		o := testenv.Operator{Namespaces: map[string]string{"acme": ns}, Broker: registration.BrokerConfig{URL: b.url, Backend: b.backend}}
+		_, stop, err := cp.RunOperator(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents := createAgents(t, ctx, ns, "down", 2)
+		waitReady(t, ctx, agents)
+		dial := func(a *a2av1.Agent) *brokertest.Client {
+			secret := &corev1.Secret{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: identity.CredentialsSecretName(a)}, secret); err != nil {
+				t.Fatal(err)
+			}
+			id := identity.Of(a)
+			return brokertest.MustDial(t, b.addr, brokertest.Options{Username: identity.Username(id), Password: string(secret.Data["password"]), ClientID: id.ClientID()})
+		}
+		gone, kept := dial(agents[0]), dial(agents[1])
+		if err := stop(); err != nil {
+			t.Fatalf("stop the operator: %v", err)
+		}
+
+		// Operator down: the Agent is deleted without its finalizer running.
+		doomed := agents[0].DeepCopy()
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(doomed), doomed); err != nil {
+			t.Fatal(err)
+		}
+		doomed.Finalizers = nil
+		if err := k8s.Update(ctx, doomed); err != nil {
+			t.Fatalf("remove the finalizer: %v", err)
+		}
+		if err := k8s.Delete(ctx, doomed); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the Agent gone from the API", func() error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(doomed), &a2av1.Agent{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there: %v", err)
+			}
+			return nil
+		})
+		gid := identity.Of(agents[0])
+		if st, err := b.backend.Observe(ctx, &acl.Names{Clients: []string{identity.Username(gid)}}); err != nil || len(st.Clients) != 1 {
+			t.Fatalf("%s: the deleted Agent's client should still be on the broker before the search: %v %v", b.name, st.Clients, err)
+		}
+
+		o.Broker.OrphanInterval = 300 * time.Millisecond
+		run, stop2, err := cp.RunOperator(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = stop2() }()
+		eventually(t, "the deleted Agent's client and role gone", func() error {
+			st, err := b.backend.Observe(ctx, &acl.Names{Clients: []string{identity.Username(gid)}, Roles: []string{identity.AgentRoleName(gid)}})
+			if err != nil {
+				return err
+			}
+			if len(st.Clients)+len(st.Roles) > 0 {
+				return fmt.Errorf("still there: %d client, %d role", len(st.Clients), len(st.Roles))
+			}
+			return nil
+		})
+		if !gone.Disconnected(5 * time.Second) {
+			t.Errorf("%s: the deleted Agent's connection survived", b.name)
+		}
+		if kicked := brokertest.NewWatch(kept).Kicked(); len(kicked) > 0 {
+			t.Errorf("%s: the remaining Agent was disconnected: %v", b.name, kicked)
+		}
+		kid := identity.Of(agents[1])
+		st, err := b.backend.Observe(ctx, &acl.Names{Clients: []string{identity.Username(kid)}, Roles: []string{identity.AgentRoleName(kid)}})
+		if err != nil || len(st.Clients) != 1 || len(st.Roles) != 1 {
+			t.Errorf("%s: the remaining Agent's objects: %v %v (%v)", b.name, st.Clients, st.Roles, err)
+		}
+		if n := run.Broker.OrphansDeleted(); n != 2 {
+			t.Errorf("%s: OrphansDeleted = %d, want 2", b.name, n)
 		}
 	})
 }

@@ -34,6 +34,9 @@ type rawAgent struct {
 	// tracer, when set, makes the agent continue the request's trace (as an
 	// instrumented agent would) and propagate it in its replies.
 	tracer trace.Tracer
+	// held receives one value per request whose text starts with "hold":
+	// the agent replies to it only once the test sends on it (at most 30 s).
+	held chan struct{}
 }
 
 type rawTask struct {
@@ -46,7 +49,7 @@ func startRawAgent(t testing.TB, ctx context.Context, addr, username, password s
 	if err != nil {
 		t.Fatalf("raw agent dial: %v", err)
 	}
-	a := &rawAgent{tasks: map[string]rawTask{}, topic: topic, closed: make(chan struct{})}
+	a := &rawAgent{tasks: map[string]rawTask{}, topic: topic, closed: make(chan struct{}), held: make(chan struct{})}
 	a.c = paho.NewClient(paho.ClientConfig{
 		Conn: conn,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
@@ -142,6 +145,12 @@ func (a *rawAgent) serve(p *paho.Publish) {
 		a.mu.Unlock()
 		if strings.HasPrefix(text, "slow") {
 			time.Sleep(300 * time.Millisecond)
+		}
+		if strings.HasPrefix(text, "hold") {
+			select {
+			case <-a.held:
+			case <-time.After(30 * time.Second):
+			}
 		}
 		if req.Method == "SendMessage" {
 			a.reply(p, map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": map[string]any{"task": task(m.TaskID, m.ContextID, state, answer)}})
