@@ -75,6 +75,11 @@ func (s *Service) handleHistory(in *inbound) {
 		rerr = bindingError(a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
 			fmt.Sprintf("the history of %s is being taken over by another conversation service replica; retry", agent)))
 	default:
+		if s.owners != nil {
+			// An event another replica relayed after the agent moved here
+			// is in the inbox before its requester saw it: answer with it.
+			s.owners.applyPending(ctx, agent)
+		}
 		allowed := func(c *conversation.Context) bool { return caller == agent || (c != nil && c.Requester == caller) }
 		switch method {
 		case conversation.MethodGetTask:

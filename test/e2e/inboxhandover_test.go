@@ -52,40 +52,63 @@ func TestFollowUpAfterHandOverFindsSlotFree(t *testing.T) {
 		return err
 	})
 
-	// A turn forwarded by first; the agent holds its reply.
-	type result struct {
-		state a2a.TaskState
-		err   error
-	}
-	done := make(chan result, 1)
-	seen := len(agent.received())
-	go func() {
-		res, err := send(ctx, guarded, uuid.NewString(), c, "hold on")
-		done <- result{state(res), err}
-	}()
-	eventually(t, 10*time.Second, "the agent received the held turn", func() error {
-		if len(agent.received()) == seen {
-			return errors.New("not yet")
+	// heldTurnAcrossMove sends a turn in context ctxID that the agent answers
+	// only after the agent moved to the replica spawn starts (its assigned
+	// one once it runs), so the completion reaches the replica that
+	// forwarded the request and no longer owns the agent. It returns the
+	// turn's task id once the requester has the completion.
+	heldTurnAcrossMove := func(ctxID, to string, spawn func()) string {
+		t.Helper()
+		task := uuid.NewString()
+		done := make(chan error, 1)
+		seen := len(agent.received())
+		go func() {
+			res, err := send(ctx, guarded, task, ctxID, "hold on")
+			if err == nil && state(res) != a2a.TaskStateCompleted {
+				err = fmt.Errorf("state %s", state(res))
+			}
+			done <- err
+		}()
+		eventually(t, 10*time.Second, "the agent received the held turn", func() error {
+			if len(agent.received()) == seen {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+		spawn()
+		eventually(t, 30*time.Second, "lease moved to "+to, func() error {
+			if h := holder(); h != to {
+				return fmt.Errorf("held by %q", h)
+			}
+			return nil
+		})
+		agent.held <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatalf("held turn: %v", err)
 		}
-		return nil
-	})
-	// The agent moves: its assigned replica joins and takes it over.
-	st.spawnService(t, owner, store)
-	eventually(t, 30*time.Second, "lease moved to "+owner, func() error {
-		if h := holder(); h != owner {
-			return fmt.Errorf("held by %q", h)
-		}
-		return nil
-	})
-	// The completion reaches first, which no longer owns the agent; the
-	// requester sends the next turn as soon as it has it.
-	agent.held <- struct{}{}
-	res := <-done
-	if res.err != nil || res.state != a2a.TaskStateCompleted {
-		t.Fatalf("held turn: %v %v", res.err, res.state)
+		return task
 	}
+
+	// 1. The follow-up's decision: the agent moves from first to its
+	// assigned replica; the next turn goes out as soon as the completion is in.
+	heldTurnAcrossMove(c, owner, func() { st.spawnService(t, owner, store) })
 	next, err := send(ctx, guarded, uuid.NewString(), c, "right after")
 	if err != nil || state(next) != a2a.TaskStateCompleted {
 		t.Fatalf("the follow-up right after the handed-over completion: %v %v", err, state(next))
+	}
+
+	// 2. A history query right after such a completion shows it: the agent
+	// moves again, to a third replica it is assigned to once that one runs.
+	third := ""
+	for i := 0; third == ""; i++ {
+		if n := fmt.Sprintf("inbox-c%d", i); convservice.AssignedReplica(ref("guarded").String(), append(names, n)) == n {
+			third = n
+		}
+	}
+	c2 := uuid.NewString()
+	task := heldTurnAcrossMove(c2, third, func() { st.spawnService(t, third, store) })
+	got, err := r.Transport(identity.Service).GetTask(ctx, nil, &a2a.GetTaskRequest{Tenant: ref("guarded").String(), ID: a2a.TaskID(task)})
+	if err != nil || got.Status.State != a2a.TaskStateCompleted {
+		t.Fatalf("history right after the handed-over completion: %v %+v", err, got)
 	}
 }
