@@ -52,7 +52,6 @@ type BoltJournal struct {
 	mu      sync.Mutex // guards the fields below
 	queue   []Change   // in the log, not yet in bbolt, in order
 	queued  uint64     // the seq of queue's last change
-	applied uint64     // the last seq bbolt holds
 	// applyErr is the last failed apply's error, until one succeeds.
 	applyErr error
 
@@ -104,7 +103,7 @@ func OpenBoltJournal(path string, o *BoltOptions) (*BoltJournal, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("init bolt journal %s: %w", path, err)
 	}
-	j := &BoltJournal{db: db, seq: applied, applied: applied, rewindAt: logRewindAt,
+	j := &BoltJournal{db: db, seq: applied, rewindAt: logRewindAt,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	var replay []Change
 	last := applied
@@ -132,7 +131,7 @@ func OpenBoltJournal(path string, o *BoltOptions) (*BoltJournal, error) {
 			_ = db.Close()
 			return nil, fmt.Errorf("recover bolt journal %s from its log: %w", path, err)
 		}
-		j.seq, j.applied = last, last
+		j.seq = last
 	}
 	// bbolt holds every record: the log starts again.
 	j.log.rewind()
@@ -253,7 +252,6 @@ func (j *BoltJournal) applyQueued() error {
 	}
 	// A fresh slice: the applied changes' memory goes with them.
 	j.queue = append([]Change(nil), j.queue[len(batch):]...)
-	j.applied = upto
 	return nil
 }
 

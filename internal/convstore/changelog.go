@@ -3,7 +3,6 @@ package convstore
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -207,8 +206,6 @@ func encodeChanges(dst []byte, changes []Change) []byte {
 	return e.b
 }
 
-var errLogRecord = errors.New("malformed change log record")
-
 // decodeChanges reverses encodeChanges. The byte slices it returns alias b.
 func decodeChanges(b []byte) ([]Change, error) {
 	r := dec{b: b}
@@ -234,12 +231,12 @@ func decodeChanges(b []byte) ([]Change, error) {
 			ch.DelContent = append(ch.DelContent, r.u())
 		}
 		if r.err != nil {
-			return nil, errLogRecord
+			return nil, errRecord
 		}
 		changes = append(changes, ch)
 	}
 	if r.err != nil || len(r.b) != 0 {
-		return nil, errLogRecord
+		return nil, errRecord
 	}
 	return changes, nil
 }
