@@ -241,6 +241,22 @@ func (m *Mosquitto) start() error {
 // same port back.
 func (m *Mosquitto) Stop() { m.signal(syscall.SIGTERM) }
 
+// Pause freezes the broker process (SIGSTOP): connections stay open, nothing
+// is read or answered, as with a broker stalled by its host. Resume undoes it.
+func (m *Mosquitto) Pause() { m.deliver(syscall.SIGSTOP) }
+
+// Resume continues a paused broker (SIGCONT).
+func (m *Mosquitto) Resume() { m.deliver(syscall.SIGCONT) }
+
+// deliver sends sig to the running broker without waiting for it to exit.
+func (m *Mosquitto) deliver(sig syscall.Signal) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd != nil && !m.stopped {
+		_ = m.cmd.Process.Signal(sig)
+	}
+}
+
 // Kill terminates the broker with SIGKILL (a crash: nothing is flushed).
 func (m *Mosquitto) Kill() { m.signal(syscall.SIGKILL) }
 

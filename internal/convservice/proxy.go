@@ -370,16 +370,21 @@ func (s *Service) handleRequest(in *inbound) {
 	}
 	fctx, fsp := s.span(ctx, "conversation.forward", trace.SpanKindProducer)
 	defer fsp.End()
-	if err := s.forwardTo(fctx, g, in, payload, user, rt); err != nil {
-		fail(fsp, "agent unavailable")
+	failed := func(err error) {
 		log().Info("cannot forward to the agent", "delivery", g.delivery, "err", err.Error())
 		if tracked {
 			s.undoRun(g, req.TaskID, in.corr)
 			s.runs.end(g.key, req.TaskID)
 		}
 		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
+		ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
+		defer cancel()
 		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
 			fmt.Sprintf("agent %s is not reading its delivery topic", g.key)))
+	}
+	if err := s.forwardTo(fctx, g, in, payload, user, rt, failed); err != nil {
+		fail(fsp, "agent unavailable")
+		failed(err)
 		return
 	}
 	s.m.latency.WithLabelValues("request").Observe(time.Since(in.received).Seconds())
@@ -426,8 +431,13 @@ var errNoSubscribers = errors.New("no subscriber on the delivery topic")
 
 // forwardTo publishes a request to the agent's delivery topic, with the
 // route sealed into its correlation data and the service's reply topic as
-// Response Topic, waiting for the PUBACK.
-func (s *Service) forwardTo(ctx context.Context, g *gatedAgent, in *inbound, payload []byte, user paho.UserProperties, rt route) error {
+// Response Topic. It returns an error when the request was not sent; when
+// the broker's PUBACK says nobody reads the delivery topic (or the broker
+// refused it, or the session dropped it), failed runs on a goroutine of its
+// own: the worker does not wait for the PUBACK (the agent receives the
+// request while it travels), so it is free for the next message. With a nil
+// failed, forwardTo waits for the PUBACK and returns what it says.
+func (s *Service) forwardTo(ctx context.Context, g *gatedAgent, in *inbound, payload []byte, user paho.UserProperties, rt route, failed func(error)) error {
 	out := &paho.Publish{
 		Topic: g.delivery, QoS: 1, Payload: payload,
 		Properties: &paho.PublishProperties{
@@ -443,11 +453,21 @@ func (s *Service) forwardTo(ctx context.Context, g *gatedAgent, in *inbound, pay
 		v := uint32(left)
 		out.Properties.MessageExpiry = &v
 	}
-	resp, err := s.publish(ctx, out)
-	if err == nil && resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers {
-		err = errNoSubscribers
+	outcome := func(resp *paho.PublishResponse, err error) error {
+		if err == nil && resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers {
+			err = errNoSubscribers
+		}
+		return err
 	}
-	return err
+	if failed == nil {
+		return outcome(s.publish(ctx, out))
+	}
+	return s.conn.PublishNotify(ctx, out, func(resp *paho.PublishResponse, err error) {
+		if err = outcome(resp, err); err != nil {
+			// Off the connection's read goroutine: answering publishes.
+			go failed(err)
+		}
+	})
 }
 
 // undoRun undoes the run a decision started, as the agent refusing it would:
@@ -521,22 +541,28 @@ func (s *Service) handleReply(in *inbound) {
 		s.m.latency.WithLabelValues("reply").Observe(time.Since(in.received).Seconds())
 		return
 	}
-	// The last reply of a stream waits for its PUBACK (in order behind the
-	// pipelined items), so the counters say what the broker did with it.
-	resp, err := s.publish(ctx, out)
+	// The last reply of a stream is counted by its PUBACK (in order behind
+	// the pipelined items), so the counters say what the broker did with it;
+	// the worker does not wait for it.
+	err = s.conn.PublishNotify(ctx, out, func(resp *paho.PublishResponse, err error) {
+		switch {
+		case resp != nil && resp.ReasonCode >= 0x80:
+			s.m.replies.WithLabelValues("relay_refused").Inc()
+			log().Info("broker refused the relayed reply", "response_topic", rt.ResponseTopic, "reason", resp.ReasonCode)
+		case err != nil:
+			s.m.replies.WithLabelValues("relay_failed").Inc()
+			log().Error(err, "relay reply", "response_topic", rt.ResponseTopic)
+		case resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers:
+			// Accepted, but nobody reads the requester's reply topic (it left).
+			s.m.replies.WithLabelValues("relayed_unread").Inc()
+		default:
+			s.m.replies.WithLabelValues("relayed").Inc()
+		}
+	})
 	s.m.latency.WithLabelValues("reply").Observe(time.Since(in.received).Seconds())
-	switch {
-	case resp != nil && resp.ReasonCode >= 0x80:
-		s.m.replies.WithLabelValues("relay_refused").Inc()
-		log().Info("broker refused the relayed reply", "response_topic", rt.ResponseTopic, "reason", resp.ReasonCode)
-	case err != nil:
+	if err != nil {
 		s.m.replies.WithLabelValues("relay_failed").Inc()
 		log().Error(err, "relay reply", "response_topic", rt.ResponseTopic)
-	case resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers:
-		// Accepted, but nobody reads the requester's reply topic (it left).
-		s.m.replies.WithLabelValues("relayed_unread").Inc()
-	default:
-		s.m.replies.WithLabelValues("relayed").Inc()
 	}
 }
 

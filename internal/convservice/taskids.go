@@ -189,7 +189,7 @@ func (s *Service) reshape(ctx context.Context, rt route, pr parsedReply) bool {
 	ru.reshaped, ru.agentIDs = true, createsIDs
 	s.log.Info("agent takes task ids the other way; presenting the task again", "agent", rt.Agent, "task", rt.TaskID,
 		"agent_creates_task_ids", createsIDs, "first_answer_code", pr.errCode)
-	if err := s.forwardTo(ctx, g, ru.in, payload, ru.in.user, rt); err != nil {
+	if err := s.forwardTo(ctx, g, ru.in, payload, ru.in.user, rt, nil); err != nil {
 		s.log.Info("cannot present the task again", "agent", rt.Agent, "task", rt.TaskID, "err", err.Error())
 		return false
 	}

@@ -708,6 +708,7 @@ func (s *Subscription) leaveBroker(ctx context.Context) error {
 type ackGate struct {
 	session.SessionManager
 	skip atomic.Uint32 // packet id + 1 of the withheld message; 0: none
+	n    notices       // PublishNotify messages waiting for their PUBACK (pubnotify.go)
 }
 
 func (g *ackGate) withhold(id uint16) { g.skip.Store(uint32(id) + 1) }
@@ -869,6 +870,9 @@ func (c *Conn) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("disconnect: %w", err))
 	}
 	c.cancel()
+	// autopaho does not close a session it was given: what still waits for a PUBACK
+	// hears now that none will come.
+	c.acks.dropAll()
 	return errors.Join(errs...)
 }
 
@@ -880,6 +884,7 @@ func (c *Conn) Abort() {
 	c.cm.TerminateConnectionForTest()
 	c.closed.Store(true)
 	c.cancel()
+	c.acks.dropAll()
 }
 
 // Done is closed when the connection manager has stopped.
