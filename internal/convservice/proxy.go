@@ -316,27 +316,47 @@ func (s *Service) handleRequest(in *inbound) {
 			}
 			return
 		}
+		if err == nil && d.Forward && len(d.Expirations) == 0 {
+			// The common case: forward once the decision is durable, from
+			// the goroutine that commits it (Ticket.Then), not after
+			// parking this worker for the commit.
+			dsp.SetAttributes(attrDecision.String(string(d.Kind)))
+			dsp.End()
+			s.m.requests.WithLabelValues(string(d.Kind)).Inc()
+			if d.Context != nil {
+				rt.ContextID = d.Context.ID
+			}
+			tracked = d.Changed && d.Task != nil
+			if d.Task != nil {
+				payload, user = s.presentToAgent(g, in, req, method, d)
+			}
+			detached := context.WithoutCancel(ctx)
+			ticket.Then(func(err error) {
+				if err != nil {
+					go func() {
+						if tracked {
+							s.runs.end(g.key, req.TaskID)
+						}
+						s.notDurable(detached, g, in, req, d, err, log)
+					}()
+					return
+				}
+				ctx, cancel := context.WithTimeout(detached, handleTimeout)
+				defer cancel()
+				s.forward(ctx, g, in, req, payload, user, rt, tracked, log)
+			})
+			return
+		}
 		if err == nil && d.Forward {
 			// Forward only what is durable: after a crash, no accepted
 			// request is forgotten and no slot is granted twice.
-			if err = ticket.Wait(dctx); err != nil && d.Changed && d.Task != nil {
-				s.undoRun(g, req.TaskID, in.corr)
-			}
+			err = ticket.Wait(dctx)
 		}
 		dsp.SetAttributes(attrDecision.String(string(d.Kind)))
 		dsp.End()
 		if err != nil {
-			msg := "conversation service cannot make its decision durable; retry"
-			if errors.Is(err, convstore.ErrNotOwner) {
-				// Fenced off: another replica took the agent while this one
-				// decided (it was paused past its lease).
-				msg = "this conversation service replica no longer serves the agent; retry"
-			} else {
-				log().Error(err, "conversation state unavailable")
-			}
 			fail(sp, "state unavailable")
-			s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
-			s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable, msg))
+			s.notDurable(ctx, g, in, req, d, err, log)
 			return
 		}
 		s.m.requests.WithLabelValues(string(d.Kind)).Inc()
@@ -368,6 +388,31 @@ func (s *Service) handleRequest(in *inbound) {
 			payload, user = s.presentToAgent(g, in, req, method, d)
 		}
 	}
+	s.forward(ctx, g, in, req, payload, user, rt, tracked, log)
+}
+
+// notDurable answers a request whose decision could not be made durable
+// (the store is unavailable, or another replica fenced this one off) and
+// undoes the run the decision started.
+func (s *Service) notDurable(ctx context.Context, g *gatedAgent, in *inbound, req *a2amqtt.InboundRequest, d conversation.Decision, err error, log func() logr.Logger) {
+	if d.Changed && d.Task != nil {
+		s.undoRun(g, req.TaskID, in.corr)
+	}
+	msg := "conversation service cannot make its decision durable; retry"
+	if errors.Is(err, convstore.ErrNotOwner) {
+		// Fenced off: another replica took the agent while this one
+		// decided (it was paused past its lease).
+		msg = "this conversation service replica no longer serves the agent; retry"
+	} else {
+		log().Error(err, "conversation state unavailable")
+	}
+	s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
+	s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable, msg))
+}
+
+// forward sends an admitted request on to the agent; when the agent does
+// not take it, it undoes the run and answers the requester.
+func (s *Service) forward(ctx context.Context, g *gatedAgent, in *inbound, req *a2amqtt.InboundRequest, payload []byte, user paho.UserProperties, rt route, tracked bool, log func() logr.Logger) {
 	fctx, fsp := s.span(ctx, "conversation.forward", trace.SpanKindProducer)
 	defer fsp.End()
 	failed := func(err error) {
@@ -508,11 +553,12 @@ func (s *Service) handleReply(in *inbound) {
 	// interrupted state, an error): relayed with its PUBACK awaited.
 	last := !streaming(rt.Method)
 	payload := in.payload
+	var durable *convstore.Ticket
 	switch {
 	case rt.TaskID != "":
 		s.awaitReplyAgent(ctx, rt.Agent)
 		var relay bool
-		payload, relay, last = s.observeReply(ctx, rt, payload, last)
+		payload, relay, last, durable = s.observeReply(ctx, rt, payload, last)
 		if !relay {
 			return
 		}
@@ -526,6 +572,14 @@ func (s *Service) handleReply(in *inbound) {
 	out := &paho.Publish{
 		Topic: rt.ResponseTopic, QoS: 1, Payload: payload,
 		Properties: &paho.PublishProperties{CorrelationData: rt.Correlation, ContentType: in.contentType, User: withTrace(ctx, in.user)},
+	}
+	if durable != nil && !last {
+		// Not the stream's last item, but it must be durable before it is
+		// relayed: wait here, so the items after it stay in order.
+		if err := durable.Wait(ctx); err != nil {
+			log().Error(err, "make reply event durable")
+		}
+		durable = nil
 	}
 	if !last {
 		// Stream items are pipelined: the worker owning this correlation
@@ -541,10 +595,31 @@ func (s *Service) handleReply(in *inbound) {
 		s.m.latency.WithLabelValues("reply").Observe(time.Since(in.received).Seconds())
 		return
 	}
-	// The last reply of a stream is counted by its PUBACK (in order behind
-	// the pipelined items), so the counters say what the broker did with it;
-	// the worker does not wait for it.
-	err = s.conn.PublishNotify(ctx, out, func(resp *paho.PublishResponse, err error) {
+	if durable != nil {
+		// The final event is relayed once durable, by the goroutine that
+		// commits it (Ticket.Then): this worker does not park for the
+		// commit.
+		detached := context.WithoutCancel(ctx)
+		durable.Then(func(err error) {
+			if err != nil {
+				// Relaying matters more than bookkeeping: the memory state
+				// is right; the store is not ready (readiness).
+				log().Error(err, "make reply event durable")
+			}
+			ctx, cancel := context.WithTimeout(detached, handleTimeout)
+			defer cancel()
+			s.relayLast(ctx, in, rt, out, log)
+		})
+		return
+	}
+	s.relayLast(ctx, in, rt, out, log)
+}
+
+// relayLast relays the last reply of a stream (or a unary result), counted
+// by its PUBACK (in order behind the pipelined items), so the counters say
+// what the broker did with it; nothing waits for the PUBACK.
+func (s *Service) relayLast(ctx context.Context, in *inbound, rt route, out *paho.Publish, log func() logr.Logger) {
+	err := s.conn.PublishNotify(ctx, out, func(resp *paho.PublishResponse, err error) {
 		switch {
 		case resp != nil && resp.ReasonCode >= 0x80:
 			s.m.replies.WithLabelValues("relay_refused").Inc()
@@ -574,20 +649,20 @@ func (s *Service) handleReply(in *inbound) {
 // event of a stream is durable before it is relayed. It returns the payload
 // to relay, whether to relay it (a first answer that made the service
 // present the task again is not) and whether it ends its stream.
-func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, last bool) ([]byte, bool, bool) {
+func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, last bool) ([]byte, bool, bool, *convstore.Ticket) {
 	// Built only when a line is written: WithValues encodes its fields.
 	log := func() logr.Logger { return s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method) }
 	pr, err := parseReply(payload)
 	if err != nil {
 		log().Info("reply not understood; relaying without observing it", "err", err.Error())
-		return payload, true, last
+		return payload, true, last, nil
 	}
 	if pr.ev.Kind == "" {
-		return payload, true, last
+		return payload, true, last, nil
 	}
 	if pr.ev.Kind == conversation.EventError && !rt.Internal && s.reshape(ctx, rt, pr) {
 		s.m.replies.WithLabelValues("task_presented_again").Inc()
-		return nil, false, last
+		return nil, false, last, nil
 	}
 	ev := pr.ev
 	if s.agentCreatesIDs(rt.Agent) {
@@ -640,6 +715,7 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 	last = last || ev.Final || ev.Kind == conversation.EventError || ev.Kind == conversation.EventMessage ||
 		ev.State.Terminal() || pause
 	o, ticket, err := s.mem.Observe(rt.Agent, pol, s.cfg.Now(), ev, items...)
+	var durable *convstore.Ticket
 	switch {
 	case errors.Is(err, convstore.ErrNotOwner) && s.owners != nil:
 		// The agent moved to another replica after this one forwarded the
@@ -647,10 +723,12 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 		s.owners.handOver(ctx, rt.Agent, ev)
 	case err != nil:
 		log().Error(err, "record reply event")
-	case convstore.Final(o):
+	case convstore.Final(o) && len(o.Expirations) == 0:
 		// The final event of a stream is durable before the requester sees
 		// it: a follow-up it sends at once, and any replica after a crash,
-		// find the slot free.
+		// find the slot free. The caller relays it once it is.
+		durable = ticket
+	case convstore.Final(o):
 		if err := ticket.Wait(ctx); err != nil {
 			// Relaying matters more than bookkeeping: the memory state is
 			// right; the store is not ready (readiness).
@@ -663,7 +741,7 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 	for _, x := range o.Expirations {
 		s.expired(ctx, rt.Agent, x)
 	}
-	return payload, true, last
+	return payload, true, last, durable
 }
 
 // runningState reports whether a task in state st is in a run (forwarded,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -174,5 +175,94 @@ func TestCloseCommitsPendingAndRefusesMore(t *testing.T) {
 	}
 	if err := g.Append(Change{ContextID: "z"}).Wait(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("append after close: %v, want ErrClosed", err)
+	}
+}
+
+// TestThenLoneCallerCommitsItself: with no commit running, Then commits the
+// group on the caller's goroutine and has run fn, after the commit, when it
+// returns.
+func TestThenLoneCallerCommitsItself(t *testing.T) {
+	rc := &recordingCommit{}
+	g := newGroupCommitter(rc.commit)
+	defer g.close()
+	for i := range 3 {
+		ran := false
+		g.Append(Change{ContextID: fmt.Sprint(i)}).Then(func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			if c := rc.committed(); len(c) != i+1 {
+				t.Errorf("continuation %d ran before its commit (committed %v)", i, c)
+			}
+			ran = true
+		})
+		if !ran {
+			t.Fatalf("continuation %d had not run when Then returned", i)
+		}
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for i, s := range rc.stacks {
+		if !strings.Contains(s, "(*Ticket).Then") || !strings.Contains(s, "TestThenLoneCallerCommitsItself") {
+			t.Errorf("commit %d did not run on the caller's goroutine:\n%s", i, s)
+		}
+	}
+}
+
+// TestThenConcurrent: continuations registered while commits run are each
+// run exactly once, after their own change is committed, and with the
+// commit's error; groups share commits.
+func TestThenConcurrent(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
+			rc := &recordingCommit{delay: 200 * time.Microsecond}
+			commitErr := errors.New("disk gone")
+			commit := rc.commit
+			if fail {
+				commit = func(b []Change) error { _ = rc.commit(b); return commitErr }
+			}
+			g := newGroupCommitter(commit)
+			const writers, each = 16, 100
+			var mu sync.Mutex
+			ran := map[string]int{}
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					for i := range each {
+						id := fmt.Sprintf("%d-%d", w, i)
+						g.Append(Change{ContextID: id}).Then(func(err error) {
+							if fail != (err != nil) || (fail && !errors.Is(err, commitErr)) {
+								t.Errorf("%s: err %v", id, err)
+							}
+							if !slices.Contains(rc.committed(), id) {
+								t.Errorf("%s: continuation before its commit", id)
+							}
+							mu.Lock()
+							ran[id]++
+							mu.Unlock()
+						})
+					}
+				})
+			}
+			wg.Wait()
+			g.close()
+			mu.Lock()
+			defer mu.Unlock()
+			if len(ran) != writers*each {
+				t.Fatalf("%d continuations ran, want %d", len(ran), writers*each)
+			}
+			for id, n := range ran {
+				if n != 1 {
+					t.Fatalf("%s ran %d times", id, n)
+				}
+			}
+			rc.mu.Lock()
+			groups := len(rc.groups)
+			rc.mu.Unlock()
+			if groups >= writers*each {
+				t.Fatalf("%d commits for %d changes: no group commit", groups, writers*each)
+			}
+			t.Logf("%d changes in %d commits", writers*each, groups)
+		})
 	}
 }

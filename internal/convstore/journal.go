@@ -155,6 +155,9 @@ type Ticket struct {
 	// ready is closed when the commit before this ticket's group ended and
 	// the group may be led by one of its waiters.
 	ready chan struct{}
+	// then are the continuations of the group (Then), in order; guarded by
+	// g.mu until done is closed, then taken by the goroutine that committed.
+	then []func(error)
 }
 
 func newTicket() *Ticket { return &Ticket{done: make(chan struct{})} }
@@ -196,6 +199,43 @@ func (t *Ticket) Wait(ctx context.Context) error {
 	}
 }
 
+// Then runs fn once the changes are durable (nil) or their commit failed,
+// without waiting for it: the goroutine that commits the group runs the
+// group's continuations in the order Then was called, right after the
+// commit. That is this goroutine when no commit is running (it commits the
+// group itself, as a lone waiter does: no hand-off on the durable path);
+// otherwise the commit's leader hands the group to the journal's committer
+// goroutine when it ends, so concurrent callers neither park nor wake up one
+// by one. The next group's commit runs while a group's continuations do, so
+// continuations of different groups may run concurrently (as waiters of
+// different groups wake in any order). fn must not block for long: the
+// continuations after it in the group wait for it. A nil Ticket runs fn at
+// once.
+func (t *Ticket) Then(fn func(error)) {
+	if t == nil {
+		fn(nil)
+		return
+	}
+	g := t.g
+	if g == nil {
+		// A ticket born done (a closed journal).
+		<-t.done
+		fn(t.err)
+		return
+	}
+	g.mu.Lock()
+	if isClosed(t.done) {
+		g.mu.Unlock()
+		fn(t.err)
+		return
+	}
+	t.then = append(t.then, fn)
+	g.mu.Unlock()
+	// Lead the group now if no commit runs; otherwise the running leader
+	// hands it on when it ends (lead).
+	g.lead(nil)
+}
+
 // groupCommitter commits groups of changes one at a time. Changes appended
 // while a commit (and its fsync) runs form the next group, committed as soon
 // as the current one ends: no timer delays a change someone waits for.
@@ -208,11 +248,18 @@ func (t *Ticket) Wait(ctx context.Context) error {
 // MaxBatchDelay first; measured worse.)
 type groupCommitter struct {
 	commit func([]Change) error
+	// kick wakes the committer goroutine (committer) for a group that has
+	// continuations (Then) and no waiter to lead it.
+	kick     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 
 	mu         sync.Mutex
 	pending    []Change
 	cur        *Ticket // the ticket of the pending group
 	committing bool    // a leader is committing a group now
+	running    int     // groups whose continuations run now (close waits for them)
 	timer      *time.Timer
 	timerSet   bool
 	closed     bool
@@ -224,12 +271,27 @@ type groupCommitter struct {
 const flushDelay = 2 * time.Millisecond
 
 func newGroupCommitter(commit func([]Change) error) *groupCommitter {
-	g := &groupCommitter{commit: commit}
+	g := &groupCommitter{commit: commit, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	g.idle = sync.NewCond(&g.mu)
 	g.cur = g.newTicket()
 	g.timer = time.AfterFunc(time.Hour, g.flush)
 	g.timer.Stop()
+	go g.committer()
 	return g
+}
+
+// committer leads the groups whose continuations nobody else runs: a group
+// that formed while another commit ran, with no waiter to lead it.
+func (g *groupCommitter) committer() {
+	defer close(g.done)
+	for {
+		select {
+		case <-g.kick:
+			g.lead(nil)
+		case <-g.stop:
+			return
+		}
+	}
 }
 
 func (g *groupCommitter) newTicket() *Ticket {
@@ -294,19 +356,42 @@ func (g *groupCommitter) lead(t *Ticket) bool {
 		g.pending, g.cur, g.committing = nil, g.newTicket(), true
 		g.mu.Unlock()
 
-		bt.err = g.commit(batch)
-		close(bt.done)
+		err := g.commit(batch)
 
 		g.mu.Lock()
+		bt.err = err
+		close(bt.done)
+		then := bt.then
+		bt.then = nil
 		g.committing = false
+		if len(then) > 0 {
+			g.running++
+		}
 		g.idle.Broadcast()
 		if len(g.pending) > 0 {
-			// The next group's waiters may lead it; the timer covers it when
-			// nobody waits.
+			// The next group's waiters may lead it; its continuations, if
+			// any, go to the committer; the timer covers it when nobody
+			// waits.
 			close(g.cur.ready)
+			if len(g.cur.then) > 0 {
+				select {
+				case g.kick <- struct{}{}:
+				default: // already kicked
+				}
+			}
 			g.armLocked()
 		}
 		g.mu.Unlock()
+		// After handing the next group on: its commit runs while these run.
+		if len(then) > 0 {
+			for _, fn := range then {
+				fn(err)
+			}
+			g.mu.Lock()
+			g.running--
+			g.idle.Broadcast()
+			g.mu.Unlock()
+		}
 		if t == nil || bt == t {
 			return true
 		}
@@ -330,15 +415,17 @@ func (g *groupCommitter) close() {
 	g.closed = true
 	g.timer.Stop()
 	for {
-		for g.committing {
+		for g.committing || g.running > 0 {
 			g.idle.Wait()
 		}
 		if len(g.pending) == 0 {
 			g.mu.Unlock()
-			return
+			break
 		}
 		g.mu.Unlock()
 		g.lead(nil)
 		g.mu.Lock()
 	}
+	g.stopOnce.Do(func() { close(g.stop) })
+	<-g.done
 }
