@@ -15,6 +15,10 @@ type metrics struct {
 	rejections     *prometheus.CounterVec
 	replies        *prometheus.CounterVec
 	latency        *prometheus.HistogramVec
+	durable        *prometheus.HistogramVec
+	// durableRequest and durableReply are durable's two series, resolved
+	// once: observed on every request and final reply.
+	durableRequest, durableReply prometheus.Observer
 	gatedAgents    prometheus.Gauge
 	historyItems   prometheus.Gauge
 	historyBytes   prometheus.Gauge
@@ -47,6 +51,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time the proxy adds: request received to forwarded (path=request), reply received to relayed (path=reply).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"path"}),
+		durable: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "a2a_conversation", Name: "durable_wait_seconds",
+			Help:    "The storage part of proxy_latency_seconds: decision to durable before a request is forwarded (path=request), final event to durable before it is relayed (path=reply).",
+			Buckets: []float64{.00005, .0001, .00015, .0002, .0003, .0005, .001, .002, .005, .01, .05, .25, 1},
+		}, []string{"path"}),
 		gatedAgents: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "a2a_conversation", Name: "gated_agents",
 			Help: "Agents whose public request topic this replica consumes.",
@@ -60,7 +69,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Bytes of message and artifact content held as history (A2A v1.0 JSON; each context bounded by its policy's maxBytesPerContext).",
 		}),
 	}
-	reg.MustRegister(m.activeContexts, m.tasks, m.requests, m.rejections, m.replies, m.latency, m.gatedAgents, m.historyItems, m.historyBytes,
+	m.durableRequest, m.durableReply = m.durable.WithLabelValues("request"), m.durable.WithLabelValues("reply")
+	reg.MustRegister(m.activeContexts, m.tasks, m.requests, m.rejections, m.replies, m.latency, m.durable, m.gatedAgents, m.historyItems, m.historyBytes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -331,7 +331,9 @@ func (s *Service) handleRequest(in *inbound) {
 				payload, user = s.presentToAgent(g, in, req, method, d)
 			}
 			detached := context.WithoutCancel(ctx)
+			decided := time.Now()
 			ticket.Then(func(err error) {
+				s.m.durableRequest.Observe(time.Since(decided).Seconds())
 				if err != nil {
 					go func() {
 						if tracked {
@@ -350,7 +352,9 @@ func (s *Service) handleRequest(in *inbound) {
 		if err == nil && d.Forward {
 			// Forward only what is durable: after a crash, no accepted
 			// request is forgotten and no slot is granted twice.
+			decided := time.Now()
 			err = ticket.Wait(dctx)
+			s.m.durableRequest.Observe(time.Since(decided).Seconds())
 		}
 		dsp.SetAttributes(attrDecision.String(string(d.Kind)))
 		dsp.End()
@@ -576,9 +580,11 @@ func (s *Service) handleReply(in *inbound) {
 	if durable != nil && !last {
 		// Not the stream's last item, but it must be durable before it is
 		// relayed: wait here, so the items after it stay in order.
+		observed := time.Now()
 		if err := durable.Wait(ctx); err != nil {
 			log().Error(err, "make reply event durable")
 		}
+		s.m.durableReply.Observe(time.Since(observed).Seconds())
 		durable = nil
 	}
 	if !last {
@@ -600,7 +606,9 @@ func (s *Service) handleReply(in *inbound) {
 		// commits it (Ticket.Then): this worker does not park for the
 		// commit.
 		detached := context.WithoutCancel(ctx)
+		observed := time.Now()
 		durable.Then(func(err error) {
+			s.m.durableReply.Observe(time.Since(observed).Seconds())
 			if err != nil {
 				// Relaying matters more than bookkeeping: the memory state
 				// is right; the store is not ready (readiness).
@@ -729,11 +737,13 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 		// find the slot free. The caller relays it once it is.
 		durable = ticket
 	case convstore.Final(o):
+		observed := time.Now()
 		if err := ticket.Wait(ctx); err != nil {
 			// Relaying matters more than bookkeeping: the memory state is
 			// right; the store is not ready (readiness).
 			log().Error(err, "make reply event durable")
 		}
+		s.m.durableReply.Observe(time.Since(observed).Seconds())
 	}
 	if err == nil && o.Known && (o.Task == nil || !runningState(o.Task.State)) {
 		s.runs.end(rt.Agent, rt.TaskID)

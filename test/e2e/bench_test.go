@@ -21,6 +21,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
@@ -122,7 +123,7 @@ type benchResult struct {
 // E2E_BENCH_PROFILE_DIR set, the throughput phase's CPU profile goes to
 // DIR/<name>.pprof (per phase, so the service's share can be read apart from
 // the floor's).
-func benchRun(b *testing.B, ctx context.Context, tr *a2amqtt.Transport, name string) benchResult {
+func benchRun(b *testing.B, ctx context.Context, tr *a2amqtt.Transport, name string, afterSequential ...func()) benchResult {
 	const sequential, workers = 2000, 16
 	parallel := 4000
 	if n, err := strconv.Atoi(os.Getenv("E2E_BENCH_PARALLEL")); err == nil && n >= workers {
@@ -141,6 +142,9 @@ func benchRun(b *testing.B, ctx context.Context, tr *a2amqtt.Transport, name str
 		lat = append(lat, time.Since(start))
 	}
 	slices.Sort(lat)
+	for _, fn := range afterSequential {
+		fn()
+	}
 	var wg sync.WaitGroup
 	if dir := os.Getenv("E2E_BENCH_PROFILE_DIR"); dir != "" {
 		f, err := os.Create(filepath.Join(dir, name+".pprof"))
@@ -238,9 +242,22 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 					}
 				})
 			})
-			res := benchRun(b, ctx, r.Transport(ref("raw")), store)
+			before := histogramMeans(b, svc.Registry())
+			var stages map[string]time.Duration
+			res := benchRun(b, ctx, r.Transport(ref("raw")), store, func() {
+				stages = histogramMeans(b, svc.Registry()).since(before)
+			})
 			_ = svc.Close()
 			report(store, res, floor, direct)
+			// Where the sequential phase's time above the floor goes: the
+			// service's own latency per message (request in → forwarded,
+			// reply in → relayed) and, inside it, the durable writes.
+			for _, st := range []struct{ key, metric string }{
+				{"proxy_latency_seconds/request", "service-request"}, {"proxy_latency_seconds/reply", "service-reply"},
+				{"durable_wait_seconds/request", "durable-request"}, {"durable_wait_seconds/reply", "durable-reply"},
+			} {
+				b.ReportMetric(float64(stages[st.key].Microseconds()), store+"-"+st.metric+"-mean-µs")
+			}
 			if store == "bolt" {
 				// The names hack/plot-benchmarks.sh reads (service on bbolt).
 				b.ReportMetric(float64(res.p50.Microseconds()), "proxy-p50-µs")
@@ -418,4 +435,44 @@ func BenchmarkHistoryModes(b *testing.B) {
 		b.ReportMetric(float64(m.cpu)/float64(s.cpu), "cpu-messages/summaries")
 		b.Logf("load average after: %s", loadavg())
 	}
+}
+
+// histogramSums are the sums and counts of the service's latency
+// histograms, by metric/path.
+type histogramSums map[string][2]float64
+
+// histogramMeans reads the service's proxy_latency_seconds and
+// durable_wait_seconds histograms.
+func histogramMeans(b *testing.B, reg *prometheus.Registry) histogramSums {
+	b.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := histogramSums{}
+	for _, mf := range mfs {
+		name := strings.TrimPrefix(mf.GetName(), "a2a_conversation_")
+		if name != "proxy_latency_seconds" && name != "durable_wait_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "path" {
+					out[name+"/"+l.GetValue()] = [2]float64{m.GetHistogram().GetSampleSum(), float64(m.GetHistogram().GetSampleCount())}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// since is the mean of each histogram over the observations after before.
+func (h histogramSums) since(before histogramSums) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for k, v := range h {
+		if n := v[1] - before[k][1]; n > 0 {
+			out[k] = time.Duration((v[0] - before[k][0]) / n * float64(time.Second))
+		}
+	}
+	return out
 }
