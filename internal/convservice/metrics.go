@@ -19,9 +19,9 @@ type metrics struct {
 	// durableRequest and durableReply are durable's two series, resolved
 	// once: observed on every request and final reply.
 	durableRequest, durableReply prometheus.Observer
-	gatedAgents    prometheus.Gauge
-	historyItems   prometheus.Gauge
-	historyBytes   prometheus.Gauge
+	gatedAgents                  prometheus.Gauge
+	historyItems                 prometheus.Gauge
+	historyBytes                 prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
