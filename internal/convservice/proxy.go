@@ -554,7 +554,7 @@ func (s *Service) handleReply(in *inbound) {
 	// Built only when a line is written: WithValues encodes its fields.
 	log := func() logr.Logger { return s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method) }
 	// last: this reply ends its stream (a unary result, a terminal or
-	// interrupted state, an error): relayed with its PUBACK awaited.
+	// interrupted state, an error): relayed with its PUBACK counted.
 	last := !streaming(rt.Method)
 	payload := in.payload
 	var durable *convstore.Ticket
@@ -656,7 +656,9 @@ func (s *Service) relayLast(ctx context.Context, in *inbound, rt route, out *pah
 // status message), history content is kept (mode Messages), and the final
 // event of a stream is durable before it is relayed. It returns the payload
 // to relay, whether to relay it (a first answer that made the service
-// present the task again is not) and whether it ends its stream.
+// present the task again is not), whether it ends its stream and, for a
+// final event, the ticket that must be durable before it is relayed (nil
+// when nothing is left to wait for).
 func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, last bool) ([]byte, bool, bool, *convstore.Ticket) {
 	// Built only when a line is written: WithValues encodes its fields.
 	log := func() logr.Logger { return s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method) }
