@@ -256,6 +256,10 @@ func (s *Service) handleRequest(in *inbound) {
 	rt := route{Agent: g.key, TaskID: req.TaskID, ContextID: req.ContextID, Method: method, Correlation: in.corr, ResponseTopic: in.respTo}
 	var d conversation.Decision
 	tracked := false
+	// durable, when set, is the ticket the forward waits for without
+	// blocking this worker (decided: when the decision was made).
+	var durable *convstore.Ticket
+	var decided time.Time
 	payload, user := in.payload, in.user
 	switch {
 	case !ruled, method == conversation.MethodGetTask, method == conversation.MethodListTasks:
@@ -316,43 +320,16 @@ func (s *Service) handleRequest(in *inbound) {
 			}
 			return
 		}
-		if err == nil && d.Forward && len(d.Expirations) == 0 {
-			// The common case: forward once the decision is durable, from
-			// the goroutine that commits it (Ticket.Then), not after
-			// parking this worker for the commit.
-			dsp.SetAttributes(attrDecision.String(string(d.Kind)))
-			dsp.End()
-			s.m.requests.WithLabelValues(string(d.Kind)).Inc()
-			if d.Context != nil {
-				rt.ContextID = d.Context.ID
-			}
-			tracked = d.Changed && d.Task != nil
-			if d.Task != nil {
-				payload, user = s.presentToAgent(g, in, req, method, d)
-			}
-			detached := context.WithoutCancel(ctx)
-			decided := time.Now()
-			ticket.Then(func(err error) {
-				s.m.durableRequest.Observe(time.Since(decided).Seconds())
-				if err != nil {
-					go func() {
-						if tracked {
-							s.runs.end(g.key, req.TaskID)
-						}
-						s.notDurable(detached, g, in, req, d, err, log)
-					}()
-					return
-				}
-				ctx, cancel := context.WithTimeout(detached, handleTimeout)
-				defer cancel()
-				s.forward(ctx, g, in, req, payload, user, rt, tracked, log)
-			})
-			return
-		}
-		if err == nil && d.Forward {
-			// Forward only what is durable: after a crash, no accepted
-			// request is forgotten and no slot is granted twice.
-			decided := time.Now()
+		// Forward only what is durable: after a crash, no accepted request
+		// is forgotten and no slot is granted twice. In the common case (no
+		// expired tasks to announce first) the goroutine that commits the
+		// decision forwards it (Ticket.Then, below): this worker does not
+		// park for the commit.
+		decided = time.Now()
+		switch {
+		case err == nil && d.Forward && len(d.Expirations) == 0:
+			durable = ticket
+		case err == nil && d.Forward:
 			err = ticket.Wait(dctx)
 			s.m.durableRequest.Observe(time.Since(decided).Seconds())
 		}
@@ -392,7 +369,27 @@ func (s *Service) handleRequest(in *inbound) {
 			payload, user = s.presentToAgent(g, in, req, method, d)
 		}
 	}
-	s.forward(ctx, g, in, req, payload, user, rt, tracked, log)
+	if durable == nil {
+		s.forward(ctx, g, in, req, payload, user, rt, tracked, log)
+		return
+	}
+	detached := context.WithoutCancel(ctx)
+	durable.Then(func(err error) {
+		s.m.durableRequest.Observe(time.Since(decided).Seconds())
+		if err != nil {
+			// Off the committing goroutine: answering publishes.
+			go func() {
+				if tracked {
+					s.runs.end(g.key, req.TaskID)
+				}
+				s.notDurable(detached, g, in, req, d, err, log)
+			}()
+			return
+		}
+		ctx, cancel := context.WithTimeout(detached, handleTimeout)
+		defer cancel()
+		s.forward(ctx, g, in, req, payload, user, rt, tracked, log)
+	})
 }
 
 // notDurable answers a request whose decision could not be made durable

@@ -20,8 +20,9 @@ var ErrDroppedFromSession = errors.New("message dropped from the MQTT session be
 // connection's other publishes, and calls done exactly once with what the broker answered:
 // the PUBACK (done's error is set for a reason code ≥ 0x80, as Publish reports it), or
 // ErrDroppedFromSession. done runs on the goroutine that reads the connection (paho's), so
-// it must not block: every packet of the connection waits behind it; when no live client is known (a reconnect), PublishNotify publishes synchronously
-// and calls done on the caller's goroutine before it returns.
+// it must not block: every packet of the connection waits behind it. When no live client is
+// known (a reconnect), PublishNotify publishes synchronously and calls done on the caller's
+// goroutine before it returns.
 //
 // A caller that needs the broker's answer but not in its own path (the conversation
 // service's forwards and final relays) saves a goroutine park and wake-up per message
@@ -32,11 +33,14 @@ func (c *Conn) PublishNotify(ctx context.Context, p *paho.Publish, done func(*pa
 	if p.QoS != 1 {
 		return fmt.Errorf("publish to %s: PublishNotify sends QoS 1 only, not %d", p.Topic, p.QoS)
 	}
-	cli := c.cli.Load()
-	if cli == nil {
+	synchronously := func() error {
 		resp, err := c.publishWithin(ctx, p, 0)
 		done(resp, err)
 		return nil
+	}
+	cli := c.cli.Load()
+	if cli == nil {
+		return synchronously()
 	}
 	n := &pubNotice{done: done}
 	_, err := cli.PublishWithOptions(context.WithValue(ctx, pubNoticeKey{}, n), p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
@@ -53,9 +57,7 @@ func (c *Conn) PublishNotify(ctx context.Context, p *paho.Publish, done func(*pa
 		return fmt.Errorf("publish to %s: %w", p.Topic, err)
 	default:
 		// Refused before it was stored (the connection went down): send it as Publish would.
-		resp, err := c.publishWithin(ctx, p, 0)
-		done(resp, err)
-		return nil
+		return synchronously()
 	}
 }
 
@@ -133,13 +135,6 @@ func (g *ackGate) ConAckReceived(w io.Writer, cp *packets.Connect, ca *packets.C
 	return err
 }
 
-// Close implements session.SessionManager.
-func (g *ackGate) Close() error {
-	err := g.SessionManager.Close()
-	g.dropAll()
-	return err
-}
-
 // forget drops n without calling it.
 func (g *ackGate) forget(n *pubNotice) {
 	g.n.mu.Lock()
@@ -149,6 +144,8 @@ func (g *ackGate) forget(n *pubNotice) {
 	g.n.mu.Unlock()
 }
 
+// dropAll fails every notice still waiting (Conn.Close and Abort: autopaho never closes a
+// session it was given, so the connection's end is the session's).
 func (g *ackGate) dropAll() {
 	g.n.mu.Lock()
 	pending := g.n.pending

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -227,6 +226,16 @@ func TestTwoReplicasOnRedis(t *testing.T) {
 // loopback port.
 func startRedis(t testing.TB) string {
 	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	startRedisAt(t, addr)
+	return addr
+}
+
+// startRedisAt runs a redis-server that keeps nothing on disk at addr (a
+// loopback host:port) and returns once it answers; the test's cleanup kills
+// it, and so may the test (an outage).
+func startRedisAt(t testing.TB, addr string) *exec.Cmd {
+	t.Helper()
 	bin := os.Getenv("REDIS_SERVER_BIN")
 	if bin == "" {
 		bin = "/usr/bin/redis-server"
@@ -234,15 +243,17 @@ func startRedis(t testing.TB) string {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("redis-server not found at %s: run hack/install-redis.sh (or set REDIS_SERVER_BIN): %v", bin, err)
 	}
-	port := freePort(t)
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out bytes.Buffer
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start redis: %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	eventually(t, 10*time.Second, "redis up", func() error {
@@ -250,5 +261,5 @@ func startRedis(t testing.TB) string {
 		defer cancel()
 		return c.Ping(ctx).Err()
 	})
-	return addr
+	return cmd
 }

@@ -1,17 +1,13 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
@@ -27,29 +23,8 @@ import (
 func TestServiceSurvivesRedisOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	port := freePort(t)
-	redisUp := func() *exec.Cmd {
-		var out bytes.Buffer
-		cmd := exec.Command("/usr/bin/redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start redis: %v", err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	waitRedis := func() {
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		defer c.Close()
-		eventually(t, 10*time.Second, "redis up", func() error {
-			ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			defer cancel()
-			return c.Ping(ctx).Err()
-		})
-	}
-	rd := redisUp()
-	waitRedis()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	rd := startRedisAt(t, addr)
 	st := newStack(t, ctx, "mosquitto")
 	startRawAgent(t, ctx, st.addr, st.usernames["raw"], st.passwords["raw"], ref("raw"), identity.DeliveryTopic(ref("raw")))
 	svc := st.startServiceCfg(t, ctx, &clock{}, "redis-outage", func(c *convservice.Config) {
@@ -86,8 +61,7 @@ func TestServiceSurvivesRedisOutage(t *testing.T) {
 		return nil
 	})
 
-	redisUp()
-	waitRedis()
+	startRedisAt(t, addr)
 	back := time.Now()
 	eventually(t, 45*time.Second, "served again once Redis is back", ok)
 	eventually(t, 20*time.Second, "ready again", func() error { return svc.Ready(ctx) })
