@@ -160,6 +160,13 @@ func TestWorkloadWritesAndCredentialRolls(t *testing.T) {
 		}
 		return n
 	}
+	// The baseline is taken once the status says what the apply left (registered, ACLs
+	// synced, only the workload progressing): counted earlier, that status write would land
+	// inside the window below (seen: 2 writes counted for one change).
+	eventually(t, "status written after the apply", func() error {
+		a := getAgent(t, ns, "roller")
+		return conditionIs(a.Status.Conditions, a.Generation, a2av1.ConditionReady, metav1.ConditionFalse, controllers.ReasonWorkloadProgressing)
+	})
 	applies := deploymentWrites()
 	statusWrites := writes.count("Agent/status " + ns + "/roller")
 

@@ -13,6 +13,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/sessionhandover"
 )
 
 // Mochi is an embedded mochi-mqtt v5 broker.
@@ -88,6 +90,11 @@ func startMochi() (*Mochi, error) {
 		})
 		if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
 			return nil, fmt.Errorf("mochi: add allow hook: %w", err)
+		}
+		// As the embedded broker does: without it mochi loses a message fanned out while a
+		// persistent session is taken over (package sessionhandover).
+		if err := server.AddHook(new(sessionhandover.Hook), nil); err != nil {
+			return nil, fmt.Errorf("mochi: add session hand-over hook: %w", err)
 		}
 		if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})); err != nil {
 			lastErr = fmt.Errorf("mochi: listen on %s: %w", addr, err)

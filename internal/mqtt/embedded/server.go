@@ -12,6 +12,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/sessionhandover"
 )
 
 // Config configures Start.
@@ -87,6 +88,11 @@ func (s *Store) Attach(m *mqtt.Server) error {
 	h.server = m
 	if err := m.AddHook(h, nil); err != nil {
 		return fmt.Errorf("embedded: add ACL hook: %w", err)
+	}
+	// mochi acknowledges a PUBLISH before fanning it out: without this hook a message fanned
+	// out while a persistent session is taken over (an agent's reconnect) is lost.
+	if err := m.AddHook(new(sessionhandover.Hook), nil); err != nil {
+		return fmt.Errorf("embedded: add session hand-over hook: %w", err)
 	}
 	s.setConnections(h)
 	return nil
