@@ -190,6 +190,24 @@ func TestMaxPacketSize(t *testing.T) {
 	}
 }
 
+// TestNoMessageLostToATakeover: the embedded broker carries the session hand-over hook, so a
+// message published while an agent's persistent session is taken over (its reconnect) reaches
+// the new connection (without the hook mochi loses some: internal/mqtt/sessionhandover).
+func TestNoMessageLostToATakeover(t *testing.T) {
+	srv, err := Start(Config{Addr: "127.0.0.1:0", Store: StoreConfig{AdminUsername: "admin", AdminPassword: "admin-pw", Iterations: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	admin := func(id string, persistent bool) brokertest.Options {
+		return brokertest.Options{ClientID: id, Username: "admin", Password: "admin-pw", Persistent: persistent, SessionExpiry: 60}
+	}
+	const n = 1000
+	if lost, _ := brokertest.TakeoverLosses(t, srv.Addr(), "handover/x", admin("sub", true), admin("pub", false), n); len(lost) > 0 {
+		t.Fatalf("%d of %d messages published during a take-over never arrived: %v", len(lost), n, lost)
+	}
+}
+
 // PBKDF2 runs once per credential change and only for the snapshot, never while Execute or a
 // CONNECT waits: in memory a keyed digest answers. A credential loaded from a snapshot is
 // verified with PBKDF2 once, then its digest is cached; a new password replaces the cache.

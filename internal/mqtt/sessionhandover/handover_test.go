@@ -1,12 +1,10 @@
 package sessionhandover_test
 
 import (
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
@@ -16,60 +14,12 @@ import (
 
 // TestNoMessageLostToATakeover publishes each message while the subscriber's persistent session
 // is being taken over by a new connection, and counts what no connection received. Without the
-// hook mochi lost 5 of 1 000 here (docs/broker.md); Mosquitto loses none.
+// hook mochi lost 4–8 of 1 000 in each of 5 runs (docs/broker.md); Mosquitto loses none.
 func TestNoMessageLostToATakeover(t *testing.T) {
 	brokertest.ForEach(t, func(t *testing.T, b brokertest.Broker) {
-		const topic, n = "handover/x", 1000
-		var mu sync.Mutex
-		got := map[string]int{}
-		collect := func(c *brokertest.Client) {
-			go func() {
-				for p := range c.Messages() {
-					mu.Lock()
-					got[string(p.Payload)]++
-					mu.Unlock()
-				}
-			}()
-		}
-		subscriber := brokertest.Options{ClientID: "sub", Persistent: true, SessionExpiry: 60}
-		sub := brokertest.MustDial(t, b.Addr(), subscriber)
-		if code := sub.Subscribe(topic); code != 1 {
-			t.Fatalf("SUBACK %#x", code)
-		}
-		collect(sub)
-		pub := brokertest.MustDial(t, b.Addr(), brokertest.Options{ClientID: "pub"})
-		for i := range n {
-			var wg sync.WaitGroup
-			var next *brokertest.Client
-			wg.Go(func() {
-				if _, err := pub.PublishWith(&paho.Publish{Topic: topic, QoS: 1, Payload: []byte(fmt.Sprint(i))}); err != nil {
-					t.Error(err)
-				}
-			})
-			wg.Go(func() { next = brokertest.MustDial(t, b.Addr(), subscriber) })
-			wg.Wait()
-			collect(next)
-		}
-		missing := func() (lost []int, twice int) {
-			mu.Lock()
-			defer mu.Unlock()
-			for i := range n {
-				switch got[fmt.Sprint(i)] {
-				case 0:
-					lost = append(lost, i)
-				case 1:
-				default:
-					twice++
-				}
-			}
-			return lost, twice
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		lost, twice := missing()
-		for len(lost) > 0 && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-			lost, twice = missing()
-		}
+		const n = 1000
+		lost, twice := brokertest.TakeoverLosses(t, b.Addr(), "handover/x",
+			brokertest.Options{ClientID: "sub", Persistent: true, SessionExpiry: 60}, brokertest.Options{ClientID: "pub"}, n)
 		if len(lost) > 0 {
 			t.Fatalf("%d of %d messages published during a take-over never arrived: %v", len(lost), n, lost)
 		}
