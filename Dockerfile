@@ -1,37 +1,66 @@
-# The one image recipe of a2a-fleet: both binaries are built in one stage, and each image is a
-# target of this file (no second recipe anywhere else):
+# The one image recipe of a2a-fleet: every image the manifests run is a target of this file (no
+# second recipe anywhere else):
 #
 #   docker build --target manager              -t a2a-fleet/operator:TAG .
 #   docker build --target conversation-service -t a2a-fleet/conversation-service:TAG .
+#   docker build --target example-agents       -t a2a-fleet/example-agents:TAG .
+#   docker build --target mosquitto            -t a2a-fleet/mosquitto:TAG .
 #
-# (`make docker-build` builds both.) Static binaries (CGO off) on distroless/static, non-root
-# (65532). The base images are referenced by tag: set GO_IMAGE / RUNTIME_IMAGE to a digest
-# (name@sha256:...) that your registry reports to pin them. No Docker engine runs on the project's
-# CI machines; test/deploy builds the same packages with the same flags and runs them as the
-# rendered manifests say (docs/development.md).
+# (`make docker-build` builds all four.) The Go binaries are static (CGO off) on distroless/static,
+# non-root (65532); Mosquitto is Debian's package on Debian, non-root (1883).
+#
+# The base images are build arguments whose defaults are the public images a machine with a
+# registry pulls; set them to a digest (name@sha256:...) your registry reports to pin them. A
+# machine without a registry substitutes images it made itself from Debian's packages
+# (hack/kind/rootfs.sh: GO_IMAGE with the machine's own Go, RUNTIME_IMAGE with distroless/static's
+# files, DEBIAN_IMAGE from debootstrap); nothing else changes.
 ARG GO_IMAGE=golang:1.26
 ARG RUNTIME_IMAGE=gcr.io/distroless/static:nonroot
+ARG DEBIAN_IMAGE=debian:bookworm-slim
 
 FROM ${GO_IMAGE} AS build
 WORKDIR /src
 ENV CGO_ENABLED=0 GOTOOLCHAIN=local
 # Dependencies first so that source edits reuse the module layer.
 COPY go.mod go.sum ./
-RUN go mod download
+RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
 COPY api/ api/
 COPY cmd/ cmd/
 COPY controllers/ controllers/
+COPY examples/ examples/
 COPY internal/ internal/
 COPY pkg/ pkg/
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
-# Keep these flags in step with test/deploy's build (deployBuildFlags), which checks that they match.
-RUN GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/manager ./cmd/conversation-service
+RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w" -o /out/ \
+    ./cmd/manager ./cmd/conversation-service ./examples/confirm ./examples/echo ./examples/memory
 
 FROM ${RUNTIME_IMAGE} AS conversation-service
 COPY --from=build /out/conversation-service /conversation-service
 USER 65532:65532
 ENTRYPOINT ["/conversation-service"]
+
+# The example agents of config/samples (examples/): one image, the Agent's workload names the
+# binary (/confirm, /echo, /memory); each reads its identity and credentials from what the
+# operator injects (A2A_* variables, docs/registration.md).
+FROM ${RUNTIME_IMAGE} AS example-agents
+COPY --from=build /out/confirm /out/echo /out/memory /
+USER 65532:65532
+ENTRYPOINT ["/echo"]
+
+# Mosquitto 2 with the dynamic-security plugin (Debian's package), at the path
+# config/mosquitto/mosquitto.conf names (the eclipse-mosquitto image's).
+FROM ${DEBIAN_IMAGE} AS mosquitto
+RUN apt-get update && apt-get install -y --no-install-recommends mosquitto mosquitto-clients \
+    && rm -rf /var/lib/apt/lists/* \
+    && ln -s /usr/lib/*-linux-gnu/mosquitto_dynamic_security.so /usr/lib/mosquitto_dynamic_security.so \
+    && test -e /usr/lib/mosquitto_dynamic_security.so \
+    && groupadd --system --gid 1883 mosquitto-a2a && useradd --system --uid 1883 --gid 1883 --no-create-home mosquitto-a2a \
+    && mkdir -p /mosquitto/config /mosquitto/data && chown 1883:1883 /mosquitto/data
+USER 1883:1883
+ENTRYPOINT ["/usr/sbin/mosquitto"]
+CMD ["-c", "/mosquitto/config/mosquitto.conf"]
 
 # Last, so that a plain `docker build .` still builds the operator (kubebuilder's convention).
 FROM ${RUNTIME_IMAGE} AS manager

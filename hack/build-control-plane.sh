@@ -6,14 +6,19 @@
 # release of Kubernetes and etcd is a Go module on the proxy, though, so we
 # compile the three binaries ourselves with the local Go toolchain.
 #
-# Result: bin/k8s/<k8s-version>-<os>-<arch>/{kube-apiserver,etcd,kubectl},
-# i.e. the folder layout setup-envtest uses and KUBEBUILDER_ASSETS expects.
+# Result: bin/k8s/<k8s-version>-<os>-<arch>/{kube-apiserver,etcd,kubectl,
+# kube-controller-manager,kube-scheduler}, i.e. the folder layout setup-envtest
+# uses and KUBEBUILDER_ASSETS expects (envtest runs the first three; make dev
+# also runs kube-controller-manager for garbage collection, RBAC aggregation
+# and namespace deletion). With --with-node, also kubelet, kubeadm and
+# kube-proxy: what a kind node image needs (hack/kind-node-image.sh).
 #
 # Usage:
 #   hack/build-control-plane.sh                 # build if needed, log to stderr,
 #                                               # print KUBEBUILDER_ASSETS=<dir>
 #   hack/build-control-plane.sh --print-assets  # build if needed, print only <dir>
 #                                               #   KUBEBUILDER_ASSETS=$(hack/build-control-plane.sh --print-assets)
+#   hack/build-control-plane.sh --with-node     # also kubelet, kubeadm, kube-proxy
 #   hack/build-control-plane.sh --force         # rebuild even if up to date
 #
 # Environment:
@@ -35,10 +40,12 @@ set -euo pipefail
 # ---------------------------------------------------------------------------
 print_assets_only=false
 force=false
+with_node=false
 for arg in "$@"; do
   case "$arg" in
     --print-assets) print_assets_only=true ;;
     --force) force=true ;;
+    --with-node) with_node=true ;;
     -h | --help)
       sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
       exit 0
@@ -122,7 +129,25 @@ etcd_ok() {
   has_line "$out" "etcd Version: ${ETCD_VERSION#v}"
 }
 
-need_k8s() { $force || ! apiserver_ok || ! kubectl_ok; }
+# kube-controller-manager, kube-scheduler, kubelet, kubeadm and kube-proxy
+# print "Kubernetes vX.Y.Z" like kube-apiserver; kubeadm prints its own format.
+component_ok() {
+  local out
+  out="$("$assets_dir/$1" --version 2>/dev/null)" || return 1
+  has_line "$out" "Kubernetes $K8S_VERSION"
+}
+kubeadm_ok() {
+  local out
+  out="$("$assets_dir/kubeadm" version -o short 2>/dev/null)" || return 1
+  has_line "$out" "$K8S_VERSION"
+}
+control_plane_ok() {
+  apiserver_ok && kubectl_ok && component_ok kube-controller-manager && component_ok kube-scheduler
+}
+node_ok() { component_ok kubelet && kubeadm_ok && component_ok kube-proxy; }
+
+need_k8s() { $force || ! control_plane_ok; }
+need_node() { $with_node && { $force || ! node_ok; }; }
 need_etcd() { $force || ! etcd_ok; }
 
 finish() {
@@ -135,7 +160,7 @@ finish() {
 }
 
 # Fast path: nothing to do, no lock, no go invocation beyond `go env`.
-if ! need_k8s && ! need_etcd; then
+if ! need_k8s && ! need_etcd && ! need_node; then
   finish
   exit 0
 fi
@@ -278,9 +303,11 @@ install_from() {
 # kube-apiserver + kubectl
 # ---------------------------------------------------------------------------
 build_k8s() {
-  local work="$build_root/k8s-$K8S_VERSION" build_date stage start
+  # Arguments: the k8s.io/kubernetes/cmd/* commands to build, in one `go build`
+  # so the shared packages are compiled once and both cores stay busy.
+  local work="$build_root/k8s-$K8S_VERSION" build_date stage start cmd pkgs=()
   start=$SECONDS
-  log "building kube-apiserver and kubectl $K8S_VERSION from source (cold: 6-10 min on 2 cores)"
+  log "building $* $K8S_VERSION from source (cold: 6-10 min on 2 cores for the control plane, ~7 more for the node)"
   # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
   # with ./staging/src/k8s.io/*; we point them at the published v0.X.Y tags.
   write_wrapper "$work" k8s.io/kubernetes "$K8S_VERSION" "$k8s_src_dir/go.mod" "$K8S_STAGING_VERSION"
@@ -299,18 +326,16 @@ build_k8s() {
     ldflags+=" -X $pkg.gitCommit="
     ldflags+=" -X $pkg.buildDate=$build_date"
   done
+  for cmd in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$cmd"); done
 
   stage="$work/out"
   rm -rf "$stage" && mkdir -p "$stage"
-  # One `go build` for both commands so the shared packages are compiled once
-  # and both cores stay busy.
-  (cd "$work" && go build -trimpath -ldflags "$ldflags" -o "$stage/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl) ||
-    die "building kube-apiserver/kubectl $K8S_VERSION failed"
-  install_from "$stage" kube-apiserver kubectl
-  apiserver_ok || die "built kube-apiserver does not report $K8S_VERSION"
-  kubectl_ok || die "built kubectl does not report $K8S_VERSION"
-  log "kube-apiserver and kubectl $K8S_VERSION built in $((SECONDS - start))s"
+  # -mod=mod (GOFLAGS above) lets go add the go.sum lines the node's extra
+  # dependencies (cadvisor, CRI client, CSI, ...) need to the wrapper module.
+  (cd "$work" && go build -trimpath -ldflags "$ldflags" -o "$stage/" "${pkgs[@]}") ||
+    die "building $* $K8S_VERSION failed"
+  install_from "$stage" "$@"
+  log "$* $K8S_VERSION built in $((SECONDS - start))s"
 }
 
 # ---------------------------------------------------------------------------
@@ -337,18 +362,26 @@ build_etcd() {
 }
 
 # Re-check under the lock: another invocation may have built them meanwhile.
-want_k8s=false want_etcd=false
-if need_k8s; then want_k8s=true; else log "kube-apiserver and kubectl $K8S_VERSION are up to date"; fi
+want_k8s=false want_etcd=false want_node=false
+if need_k8s; then want_k8s=true; else log "the control plane $K8S_VERSION is up to date"; fi
+if need_node; then want_node=true; elif $with_node; then log "the node binaries $K8S_VERSION are up to date"; fi
 if need_etcd; then want_etcd=true; else log "etcd $ETCD_VERSION is up to date"; fi
 
 # Fetch all sources before compiling anything, so a mistyped version or an
 # unreachable proxy fails within seconds rather than after a long compile.
 # shellcheck disable=SC2034 # all four are assigned by go_mod_download (printf -v)
 k8s_src_dir="" k8s_src_info="" etcd_src_dir="" etcd_src_info=""
-if $want_k8s; then go_mod_download "k8s.io/kubernetes@$K8S_VERSION" k8s_src; fi
+if $want_k8s || $want_node; then go_mod_download "k8s.io/kubernetes@$K8S_VERSION" k8s_src; fi
 if $want_etcd; then go_mod_download "go.etcd.io/etcd/server/v3@$ETCD_VERSION" etcd_src; fi
 
 if $want_etcd; then build_etcd; fi
-if $want_k8s; then build_k8s; fi
+if $want_k8s; then
+  build_k8s kube-apiserver kubectl kube-controller-manager kube-scheduler
+  control_plane_ok || die "the built control plane does not report $K8S_VERSION"
+fi
+if $want_node; then
+  build_k8s kubelet kubeadm kube-proxy
+  node_ok || die "the built kubelet, kubeadm or kube-proxy does not report $K8S_VERSION"
+fi
 
 finish
