@@ -17,7 +17,7 @@ import (
 // block is a fenced block of a Markdown file and the docs-test annotation before it.
 type block struct {
 	file, lang, text, mark string
-	line                 int
+	line                   int
 }
 
 var markRE = regexp.MustCompile(`^<!-- docs-test: (.*) -->$`)
@@ -104,7 +104,13 @@ func startMakeDev(t *testing.T, broker string) *stack {
 		}
 	}
 	flags := "--metrics-bind-address 0 --health-probe-bind-address 0 --service-metrics-bind-address 0 --service-health-probe-bind-address 0"
-	env := os.Environ()
+	// A make above this test (make test) must not pass its flags and jobserver to this one.
+	var env []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" && k != "MAKEOVERRIDES" {
+			env = append(env, kv)
+		}
+	}
 	if broker == "embedded" {
 		flags += " --broker-addr 127.0.0.1:0"
 	} else {
