@@ -24,6 +24,13 @@ CHART_KUBE_VERSION ?= 1.37.2
 # Broker of `make dev`: embedded (mochi-mqtt in the devstack process) or mosquitto (a local
 # Mosquitto with dynsec, started by hack/dev-mosquitto.sh).
 BROKER ?= embedded
+# Where `make dev` keeps its state, and extra devstack flags (test/docs runs it on free ports).
+DEV_STATE ?= bin/dev
+DEV_FLAGS ?=
+# What `make dev` runs, and test/docs runs the docs' commands with: built only when a Go source
+# changed, so a `make dev` right after a build starts at once.
+DEV_BINS := $(LOCALBIN)/devstack $(LOCALBIN)/a2actl $(LOCALBIN)/foreground
+GO_SOURCES := $(shell find . -name '*.go' -not -path './bin/*' 2>/dev/null) go.mod go.sum
 # Generous ceiling for the whole suite; it takes a few minutes (docs/development.md).
 TEST_TIMEOUT ?= 25m
 
@@ -36,14 +43,14 @@ help: ## Show this help.
 ##@ Quick start
 
 .PHONY: dev
-dev: control-plane ## Local stack: control plane, CRDs, MQTT broker (BROKER=embedded|mosquitto), operator, conversation service, samples + example agents (Ctrl-C stops; state in bin/dev).
+dev: control-plane $(DEV_BINS) ## Local stack: control plane, CRDs, MQTT broker (BROKER=embedded|mosquitto), operator, conversation service, samples + example agents, and bin/a2actl (Ctrl-C stops, exit 0; state in bin/dev).
+	@# hack/foreground hands the terminal to the stack, so that Ctrl-C reaches it and not make,
+	@# which would die by the signal (exit 130) however cleanly the stack stops.
 ifeq ($(BROKER),embedded)
-	@# A built binary rather than `go run`, which exits 1 when Ctrl-C reaches it too.
-	go build -o $(LOCALBIN)/devstack ./cmd/devstack
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" $(LOCALBIN)/devstack --state-dir bin/dev
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" $(LOCALBIN)/foreground $(LOCALBIN)/devstack --state-dir $(DEV_STATE) $(DEV_FLAGS)
 else ifeq ($(BROKER),mosquitto)
 	@hack/install-mosquitto.sh >/dev/null
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" hack/dev-mosquitto.sh bin/dev
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" $(LOCALBIN)/foreground hack/dev-mosquitto.sh $(DEV_STATE) $(DEV_FLAGS)
 else
 	@echo "BROKER must be embedded or mosquitto, not '$(BROKER)'"; exit 2
 endif
@@ -150,11 +157,15 @@ redis: ## Install redis-server from Debian packages (idempotent).
 	hack/install-redis.sh
 
 .PHONY: tools-test
-tools-test: control-plane mosquitto redis ## Everything the tests need.
+tools-test: control-plane mosquitto redis $(DEV_BINS) ## Everything the tests need.
 
 .PHONY: build
 build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).
 	go build -o $(LOCALBIN)/ ./cmd/manager ./cmd/conversation-service ./cmd/a2actl ./cmd/devstack
+
+$(DEV_BINS) &: $(GO_SOURCES)
+	@mkdir -p $(LOCALBIN)
+	go build -o $(LOCALBIN)/ ./cmd/devstack ./cmd/a2actl ./hack/foreground
 
 .PHONY: docker-build
 docker-build: ## Build both images from the Dockerfile: IMG (operator) and SERVICE_IMG (conversation service); needs a Docker engine.

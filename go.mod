@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/a2aproject/a2a-go v0.3.15
-	github.com/a2aproject/a2a-go/v2 v2.3.1
+	github.com/a2aproject/a2a-go/v2 v2.4.0
 	github.com/eclipse/paho.golang v0.23.0
 	github.com/go-logr/logr v1.4.3
 	github.com/google/uuid v1.6.0

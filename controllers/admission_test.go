@@ -32,7 +32,6 @@ func TestAdmissionRejectsBadManifests(t *testing.T) {
 		{"org too long", agent("  orgID: " + strings.Repeat("o", 65) + "\n  unitID: u\n" + card), []string{"spec.orgID", "may not be more than 64"}},
 		{"missing unit", agent("  orgID: o\n" + card), []string{"spec.unitID", "Required value"}},
 		{"missing card", agent("  orgID: o\n  unitID: u\n"), []string{"spec.card", "Required value"}},
-		{"card without description", agent("  orgID: o\n  unitID: u\n  card: {name: agent}\n"), []string{"spec.card.description", "Required value"}},
 		{"bad pool id", agent("  orgID: o\n  unitID: u\n  poolID: 'p/1'\n" + card), []string{"spec.poolID", "should match"}},
 		{"unknown caller scope", agent("  orgID: o\n  unitID: u\n" + card + "  callers: {scope: Everyone}\n"), []string{"spec.callers.scope", "Unsupported value: \"Everyone\"", "SameUnit"}},
 		{"duplicate skill ids", agent("  orgID: o\n  unitID: u\n  card:\n    name: agent\n    description: d\n    skills:\n    - {id: s, name: a, description: a}\n    - {id: s, name: b, description: b}\n"), []string{"spec.card.skills[1]", "Duplicate value"}},
@@ -45,8 +44,8 @@ func TestAdmissionRejectsBadManifests(t *testing.T) {
 		{"workload container without name", agent("  orgID: o\n  unitID: u\n" + card + "  workload:\n    template: {spec: {containers: [{image: i}]}}\n"), []string{"spec.workload.template.spec.containers[0].name", "Required value"}},
 
 		{"zero idle TTL", policy("  contextIdleTTL: 0s\n"), []string{"spec.contextIdleTTL", "contextIdleTTL must be between 1s and 720h"}},
-		{"negative idle TTL", policy("  contextIdleTTL: -5m\n"), []string{"spec.contextIdleTTL", "should match"}},
-		{"idle TTL not a duration", policy("  contextIdleTTL: soon\n"), []string{"spec.contextIdleTTL", "should match"}},
+		{"negative idle TTL", policy("  contextIdleTTL: -5m\n"), []string{"spec.contextIdleTTL", "must be a duration such as"}},
+		{"idle TTL not a duration", policy("  contextIdleTTL: soon\n"), []string{"spec.contextIdleTTL", "must be a duration such as"}},
 		{"idle TTL too long", policy("  contextIdleTTL: 1000h\n"), []string{"spec.contextIdleTTL", "between 1s and 720h"}},
 		{"max age below idle TTL", policy("  contextIdleTTL: 1h\n  contextMaxAge: 10m\n"), []string{"spec", "contextMaxAge must be at least contextIdleTTL"}},
 		{"zero input-required timeout", policy("  inputRequiredTimeout: 0s\n"), []string{"spec.inputRequiredTimeout", "between 1s and 720h"}},

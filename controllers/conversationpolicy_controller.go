@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -90,8 +91,15 @@ func (r *ConversationPolicyReconciler) Reconcile(ctx context.Context, req ctrl.R
 	if len(p.Status.Conflicts) > MaxStatusListItems {
 		p.Status.Conflicts = p.Status.Conflicts[:MaxStatusListItems]
 	}
-	r.setCondition(p, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonSelectorResolved,
-		fmt.Sprintf("selects %d Agents and applies to %d", len(summary.matched), summary.applied))
+	if len(summary.matched) == 0 {
+		// Valid, but it governs nothing: almost always a label typo. Ready=False makes it show in
+		// `kubectl get cpol`, and emitTransitions adds a Warning event.
+		r.setCondition(p, a2av1.ConditionReady, metav1.ConditionFalse, a2av1.ReasonNoAgentsSelected,
+			fmt.Sprintf("agentSelector %s matches no Agent in namespace %s: this policy governs nothing", selectorText(sel), p.Namespace))
+	} else {
+		r.setCondition(p, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonSelectorResolved,
+			fmt.Sprintf("selects %d Agents and applies to %d", len(summary.matched), summary.applied))
+	}
 	if n := len(summary.conflicts); n > 0 {
 		r.setCondition(p, a2av1.ConditionConflicted, metav1.ConditionTrue, a2av1.ReasonOverlappingPolicies,
 			fmt.Sprintf("%d selected Agents are also selected by %v; precedence: highest priority, then oldest, then name",
@@ -159,7 +167,21 @@ func (r *ConversationPolicyReconciler) setCondition(p *a2av1.ConversationPolicy,
 	})
 }
 
+// selectorText shows a selector as kubectl does; the empty one selects everything.
+func selectorText(sel labels.Selector) string {
+	if sel.Empty() {
+		return "{} (every Agent)"
+	}
+	return "'" + sel.String() + "'"
+}
+
 func (r *ConversationPolicyReconciler) emitTransitions(before, after *a2av1.ConversationPolicy) {
+	wasReady := meta.FindStatusCondition(before.Status.Conditions, a2av1.ConditionReady)
+	nowReady := meta.FindStatusCondition(after.Status.Conditions, a2av1.ConditionReady)
+	if nowReady != nil && nowReady.Reason == a2av1.ReasonNoAgentsSelected &&
+		(wasReady == nil || wasReady.Reason != nowReady.Reason || wasReady.Message != nowReady.Message) {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, a2av1.ReasonNoAgentsSelected, "Resolve", "%s", nowReady.Message)
+	}
 	was := meta.FindStatusCondition(before.Status.Conditions, a2av1.ConditionConflicted)
 	now := meta.FindStatusCondition(after.Status.Conditions, a2av1.ConditionConflicted)
 	if now != nil && now.Status == metav1.ConditionTrue && (was == nil || was.Status != metav1.ConditionTrue || was.Message != now.Message) {

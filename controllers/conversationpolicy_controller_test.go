@@ -59,7 +59,11 @@ func expectPolicyStatus(t *testing.T, ns, name string, want policyView) {
 		if err := conditionIs(p.Status.Conditions, p.Generation, a2av1.ConditionConflicted, want.conflicted, reason); err != nil {
 			return err
 		}
-		if err := conditionIs(p.Status.Conditions, p.Generation, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonSelectorResolved); err != nil {
+		ready, readyReason := metav1.ConditionTrue, a2av1.ReasonSelectorResolved
+		if want.matched == 0 {
+			ready, readyReason = metav1.ConditionFalse, a2av1.ReasonNoAgentsSelected
+		}
+		if err := conditionIs(p.Status.Conditions, p.Generation, a2av1.ConditionReady, ready, readyReason); err != nil {
 			return err
 		}
 		got.conflicted = want.conflicted

@@ -59,7 +59,9 @@ for _ in $(seq 100); do
 done
 echo "dev-mosquitto: Mosquitto $("$mosquitto" -h 2>&1 | head -n1 | awk '{print $3}') with dynsec on mqtt://127.0.0.1:$port (log: $dir/mosquitto.log)"
 
-# A built binary rather than `go run`, which exits 1 when Ctrl-C reaches it too.
-go build -o bin/devstack ./cmd/devstack
+# A built binary (make dev builds it) rather than `go run`, which exits 1 when Ctrl-C reaches it.
+[[ -x bin/devstack ]] || go build -o bin/devstack ./cmd/devstack
+# Not exec: the EXIT trap stops the broker after the stack. A Ctrl-C reaches this script too, and
+# bash then ends with the stack's own status (0 after a clean stop), not with the signal's.
 MOSQUITTO_ADMIN_PASSWORD="$(cat "$dir/admin-password")" bin/devstack --state-dir "$state" \
 	--mosquitto-url "mqtt://127.0.0.1:$port" --mosquitto-admin admin "$@"

@@ -8,13 +8,19 @@ import (
 // AgentSpec is the desired state of an Agent: who it is on the bus, what it tells others about
 // itself, who may call it and, optionally, the workload that runs it.
 // +kubebuilder:validation:XValidation:rule="has(self.agentID) == has(oldSelf.agentID) && (!has(self.agentID) || self.agentID == oldSelf.agentID)",message="agentID is immutable: delete and recreate the Agent to change its identity"
+// orgID and unitID are required by these rules rather than by the schema: a missing required
+// field makes the API server skip every CEL rule and add a second, confusing error line
+// ("some validation rules were not checked").
+// +kubebuilder:validation:XValidation:rule="has(self.orgID)",fieldPath=".orgID",reason=FieldValueRequired,message="orgID is required: the organization segment of the agent's identity ($a2a/v1/request/{orgID}/{unitID}/{agentID})"
+// +kubebuilder:validation:XValidation:rule="has(self.unitID)",fieldPath=".unitID",reason=FieldValueRequired,message="unitID is required: the organizational-unit segment of the agent's identity ($a2a/v1/request/{orgID}/{unitID}/{agentID})"
 type AgentSpec struct {
 	// OrgID is the organization segment of the agent's identity and topics
 	// ($a2a/v1/request/{orgID}/{unitID}/{agentID}). It must match ^[A-Za-z0-9_.-]+$ (the A2A over MQTT
 	// profile's identifier rule), be at most 64 characters long, and cannot change after creation.
 	// The namespace must be allowed to claim it: a Tenant binding the namespace to this org, or,
 	// for a namespace no Tenant binds, the org named like the namespace (docs/security.md). The
-	// org a2a-fleet is reserved for the operator and the conversation service.
+	// org a2a-fleet is reserved for the operator and the conversation service. Required.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
@@ -22,7 +28,9 @@ type AgentSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="orgID is immutable: delete and recreate the Agent to change its identity"
 	OrgID string `json:"orgID"`
 
-	// UnitID is the organizational-unit segment of the agent's identity and topics. Same rules as orgID.
+	// UnitID is the organizational-unit segment of the agent's identity and topics. Same rules as
+	// orgID. Required.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
@@ -70,9 +78,11 @@ type AgentCardSpec struct {
 	Name string `json:"name"`
 
 	// Description says what the agent does, for humans and for other agents choosing whom to call.
-	// +kubebuilder:validation:MinLength=1
+	// Optional: an A2A agent card must have a description, so when this is empty the published
+	// card's description is the name.
+	// +optional
 	// +kubebuilder:validation:MaxLength=4096
-	Description string `json:"description"`
+	Description string `json:"description,omitempty"`
 
 	// Version is the version of the agent (not of the protocol).
 	// +optional

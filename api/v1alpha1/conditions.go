@@ -61,8 +61,11 @@ const (
 	ReasonInvalidNamespaceSelector = "InvalidNamespaceSelector"
 	// ReasonInvalidSelector: a policy's agentSelector could not be evaluated.
 	ReasonInvalidSelector = "InvalidSelector"
-	// ReasonSelectorResolved: a policy's selector was evaluated.
+	// ReasonSelectorResolved: a policy's selector was evaluated and selects at least one Agent.
 	ReasonSelectorResolved = "SelectorResolved"
+	// ReasonNoAgentsSelected: a policy's selector matches no Agent of its namespace, so the policy
+	// governs nothing (Ready=False, with a Warning event): usually a typo in a label.
+	ReasonNoAgentsSelected = "NoAgentsSelected"
 	// ReasonOverlappingPolicies: another policy selects some of the same Agents.
 	ReasonOverlappingPolicies = "OverlappingPolicies"
 	// ReasonNoOverlap: no other policy selects this policy's Agents.

@@ -5,7 +5,7 @@ import (
 )
 
 // ConversationPolicySpec is the set of multi-turn conversation rules for the Agents it selects.
-// +kubebuilder:validation:XValidation:rule="!has(self.contextMaxAge) || duration(self.contextMaxAge) >= duration(self.contextIdleTTL)",message="contextMaxAge must be at least contextIdleTTL"
+// +kubebuilder:validation:XValidation:rule="!has(self.contextMaxAge) || !has(self.contextIdleTTL) || !self.contextMaxAge.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.contextIdleTTL.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.contextMaxAge) >= duration(self.contextIdleTTL)",message="contextMaxAge must be at least contextIdleTTL"
 type ConversationPolicySpec struct {
 	// AgentSelector selects the Agents in this namespace that the policy governs. An empty selector
 	// selects every Agent in the namespace.
@@ -26,8 +26,7 @@ type ConversationPolicySpec struct {
 	// +kubebuilder:default="30m"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('720h')",message="contextIdleTTL must be between 1s and 720h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('720h')",messageExpression="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') ? 'contextIdleTTL must be between 1s and 720h' : 'contextIdleTTL must be a duration such as 90s, 30m or 1h30m (units h, m, s, ms)'"
 	ContextIdleTTL *metav1.Duration `json:"contextIdleTTL,omitempty"`
 
 	// ContextMaxAge, when set, bounds a context's total lifetime from its first task, however active.
@@ -35,8 +34,7 @@ type ConversationPolicySpec struct {
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="contextMaxAge must be between 1s and 8760h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('8760h')",messageExpression="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') ? 'contextMaxAge must be between 1s and 8760h' : 'contextMaxAge must be a duration such as 90s, 30m or 1h30m (units h, m, s, ms)'"
 	ContextMaxAge *metav1.Duration `json:"contextMaxAge,omitempty"`
 
 	// InputRequiredTimeout, when set, fails a task that waits in input-required or auth-required
@@ -44,8 +42,7 @@ type ConversationPolicySpec struct {
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('720h')",message="inputRequiredTimeout must be between 1s and 720h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('720h')",messageExpression="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') ? 'inputRequiredTimeout must be between 1s and 720h' : 'inputRequiredTimeout must be a duration such as 90s, 30m or 1h30m (units h, m, s, ms)'"
 	InputRequiredTimeout *metav1.Duration `json:"inputRequiredTimeout,omitempty"`
 
 	// MaxConcurrentTasksPerContext limits the tasks of one context that may be working at once.
@@ -87,8 +84,7 @@ type ConversationPolicySpec struct {
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="firstEventTimeout must be between 1s and 1h"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('1h')",messageExpression="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') ? 'firstEventTimeout must be between 1s and 1h' : 'firstEventTimeout must be a duration such as 90s, 30m or 1h30m (units h, m, s, ms)'"
 	FirstEventTimeout *metav1.Duration `json:"firstEventTimeout,omitempty"`
 }
 
@@ -145,11 +141,13 @@ type ConversationPolicyStatus struct {
 
 	// MatchedAgents is the number of Agents the selector matches.
 	// +optional
+	// +kubebuilder:default=0
 	MatchedAgents int32 `json:"matchedAgents"`
 
 	// AppliedAgents is the number of matched Agents to which this policy applies (the rest are
 	// governed by a policy of higher precedence).
 	// +optional
+	// +kubebuilder:default=0
 	AppliedAgents int32 `json:"appliedAgents"`
 
 	// MatchedAgentNames are the names of matched Agents, sorted, at most 50.

@@ -90,6 +90,8 @@ const brokerReadinessGrace = 30 * time.Second
 type options struct {
 	assets, stateDir, crdDir string
 	metricsAddr, probeAddr   string
+	// serviceMetricsAddr and serviceProbeAddr are the conversation service's ("0" = off).
+	serviceMetricsAddr, serviceProbeAddr string
 	// brokerAddr is where the embedded broker listens; mosquittoURL, when set, replaces it with a
 	// real Mosquitto (dynamic-security plugin) administered as mosquittoAdmin.
 	brokerAddr, mosquittoURL          string
@@ -105,6 +107,8 @@ func main() {
 	flag.StringVar(&o.crdDir, "crd-dir", "config/crd/bases", "Folder with the generated CRDs.")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:18080", "Operator metrics endpoint.")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", "127.0.0.1:18081", "Operator /healthz and /readyz.")
+	flag.StringVar(&o.serviceMetricsAddr, "service-metrics-bind-address", "127.0.0.1:18090", "Conversation service metrics endpoint (0: off).")
+	flag.StringVar(&o.serviceProbeAddr, "service-health-probe-bind-address", "127.0.0.1:18091", "Conversation service /healthz and /readyz (0: off).")
 	flag.StringVar(&o.brokerAddr, "broker-addr", "127.0.0.1:1883", "Listen address of the embedded MQTT v5 broker.")
 	flag.StringVar(&o.mosquittoURL, "mosquitto-url", "", "Use this Mosquitto (with the dynamic-security plugin) instead of the embedded broker.")
 	flag.StringVar(&o.mosquittoAdmin, "mosquitto-admin", "admin", "Dynsec admin username for --mosquitto-url.")
@@ -231,7 +235,7 @@ func run(ctx context.Context, o options) error {
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(ctx) }()
 
-	svc, err := startConversationService(ctx, direct, brokerURL, stateDir, cfg)
+	svc, err := startConversationService(ctx, direct, o, brokerURL, stateDir, cfg)
 	if err != nil {
 		return err
 	}

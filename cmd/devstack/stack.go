@@ -26,6 +26,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/policy"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
 // serviceSecret is where the broker runtime keeps the conversation service's broker credentials
@@ -38,7 +39,7 @@ const exampleLabel = "a2a.fleet.dev/example"
 // startConversationService waits for the broker identity the broker runtime gives the service
 // (its Secret, written once the broker has the password) and runs the service in-process with a
 // bbolt store in the state dir, so conversations survive restarts of the stack.
-func startConversationService(ctx context.Context, c client.Client, brokerURL, stateDir string, cfg *rest.Config) (*convservice.Service, error) {
+func startConversationService(ctx context.Context, c client.Client, o options, brokerURL, stateDir string, cfg *rest.Config) (*convservice.Service, error) {
 	secret := &corev1.Secret{}
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -65,8 +66,8 @@ func startConversationService(ctx context.Context, c client.Client, brokerURL, s
 		ReplicaID:   "dev",
 		Store:       "bolt:" + filepath.Join(stateDir, "conversations.db"),
 		RestConfig:  cfg,
-		MetricsAddr: "127.0.0.1:18090",
-		HealthAddr:  "127.0.0.1:18091",
+		MetricsAddr: o.serviceMetricsAddr,
+		HealthAddr:  o.serviceProbeAddr,
 		Logger:      ctrl.Log.WithName("conversation-service"),
 	})
 	if err != nil {
@@ -177,6 +178,8 @@ func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent
 		Password:     string(secret.Data[identity.SecretKeyPassword]),
 		Agent:        identity.Of(agent),
 		RequestTopic: agent.Status.Topics.Delivery,
+		// The manifest's card, as the operator publishes it: one card per agent (docs/api.md).
+		Card: registration.BuildCard(agent, identity.Of(agent), agent.Spec.PoolID, brokerURL),
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("start example agent %s (%s)", key, kind), err)

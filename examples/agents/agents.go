@@ -66,6 +66,10 @@ type Options struct {
 	// (a2amqtt.ResponderOptions.HistoryFrom): the conversation service for a governed agent whose
 	// policy keeps message content (history mode Messages). Unset: the agent's own task store.
 	HistoryFrom *a2amqtt.AgentRef
+	// Card, when set, is the card the agent publishes with its presence instead of its built-in
+	// one (Card): the Agent manifest's card as the operator builds it, so that the broker shows
+	// one card per agent whoever published last (docs/api.md, "Which card is the agent's").
+	Card *a2a.AgentCard
 	// History is the responder's history policy (a2amqtt.ResponderOptions.History).
 	History a2amqtt.HistoryPolicy
 	// DrainTimeout bounds the graceful stop of Run (SIGTERM): how long requests in flight may
@@ -140,12 +144,16 @@ func Start(ctx context.Context, kind Kind, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	card := opts.Card
+	if card == nil {
+		card = Card(kind, opts.BrokerURL, opts.Agent)
+	}
 	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
 		BrokerURL:     opts.BrokerURL,
 		Username:      opts.Username,
 		Password:      opts.Password,
 		Agent:         opts.Agent,
-		Card:          Card(kind, opts.BrokerURL, opts.Agent),
+		Card:          card,
 		TLSFiles:      opts.TLS,
 		SessionExpiry: opts.SessionExpiry,
 		Logger:        opts.Logger,

@@ -12,9 +12,14 @@ import (
 // pool is the pool the agent is a member of ("" when none, or when it may not join its pool).
 func BuildCard(agent *a2av1.Agent, id a2amqtt.AgentRef, pool, brokerURL string) *a2a.AgentCard {
 	spec := agent.Spec.Card
+	description := spec.Description
+	if description == "" {
+		// A2A requires one; spec.card.description is optional (docs/api.md).
+		description = spec.Name
+	}
 	card := &a2a.AgentCard{
 		Name:               spec.Name,
-		Description:        spec.Description,
+		Description:        description,
 		Version:            spec.Version,
 		DocumentationURL:   spec.DocumentationURL,
 		DefaultInputModes:  nonNil(spec.DefaultInputModes),

@@ -43,3 +43,17 @@ func TestBuildCardExtensions(t *testing.T) {
 		t.Fatal("no extensions declared → none on the card")
 	}
 }
+
+// TestBuildCardDescriptionDefaultsToName: spec.card.description is optional (issue 26), but an
+// A2A card must carry one: the published card then describes the agent by its name.
+func TestBuildCardDescriptionDefaultsToName(t *testing.T) {
+	ref := a2amqtt.AgentRef{Org: "o", Unit: "u", Agent: "terse"}
+	terse := &a2av1.Agent{Spec: a2av1.AgentSpec{Card: a2av1.AgentCardSpec{Name: "Terse agent"}}}
+	if got := BuildCard(terse, ref, "", "mqtt://broker:1883").Description; got != "Terse agent" {
+		t.Fatalf("description %q, want the name", got)
+	}
+	terse.Spec.Card.Description = "says little"
+	if got := BuildCard(terse, ref, "", "mqtt://broker:1883").Description; got != "says little" {
+		t.Fatalf("description %q, want the spec's", got)
+	}
+}
