@@ -21,10 +21,9 @@ type FieldIndexer interface {
 // SetupIndexes registers the field indexes the reconcilers rely on.
 func SetupIndexes(ctx context.Context, mgr FieldIndexer) error {
 	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &a2av1.Agent{}, identity.IndexAgentClientID, func(o client.Object) []string {
-		return []string{identity.Of(o.(*a2av1.Agent)).ClientID()}
-	}); err != nil {
-		return fmt.Errorf("index agents by client ID: %w", err)
+	// The tenancy view's own indexes: the conversation service's cache registers the same.
+	if err := tenancy.IndexFields(ctx, idx); err != nil {
+		return err
 	}
 	if err := idx.IndexField(ctx, &a2av1.Agent{}, identity.IndexAgentPolicy, func(o client.Object) []string {
 		if p := o.(*a2av1.Agent).Status.ConversationPolicy; p != "" {
@@ -53,12 +52,6 @@ func SetupIndexes(ctx context.Context, mgr FieldIndexer) error {
 	}{
 		{identity.IndexAgentUnit, func(a *a2av1.Agent) []string { return []string{a.Spec.OrgID + "/" + a.Spec.UnitID} }},
 		{identity.IndexAgentOrg, func(a *a2av1.Agent) []string { return []string{a.Spec.OrgID} }},
-		{identity.IndexAgentPool, func(a *a2av1.Agent) []string {
-			if a.Spec.PoolID == "" {
-				return nil
-			}
-			return []string{tenancy.PoolKey(a)}
-		}},
 		{indexAgentGated, func(a *a2av1.Agent) []string {
 			if gated(a) {
 				return []string{"true"}

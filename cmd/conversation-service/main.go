@@ -56,8 +56,9 @@ func main() {
 	flag.StringVar(&cfg.TLSCAFile, "tls-ca-file", env("A2A_TLS_CA_FILE", ""), "PEM CA bundle to verify the broker's certificate (mqtts://, tls://, wss://); default: system roots")
 	flag.StringVar(&cfg.TLSCertFile, "tls-cert-file", env("A2A_TLS_CERT_FILE", ""), "PEM client certificate for the broker connection")
 	flag.StringVar(&cfg.TLSKeyFile, "tls-key-file", env("A2A_TLS_KEY_FILE", ""), "PEM key of --tls-cert-file")
-	flag.BoolVar(&cfg.RequireSenderProperty, "require-sender-property", false,
-		"refuse requests the broker did not stamp with the publisher's identity (only for brokers that stamp it: the embedded broker)")
+	// Deprecated: the service always requires the broker's sender stamp (the
+	// embedded broker's, or the sender-stamp plugin's on Mosquitto).
+	flag.Bool("require-sender-property", true, "deprecated, ignored: requests the broker did not stamp with their publisher are always dropped")
 	// --kubeconfig is controller-runtime's flag (ctrl.GetConfig): that file,
 	// else $KUBECONFIG, else in-cluster config.
 	zopts := zap.Options{}

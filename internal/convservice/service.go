@@ -99,11 +99,6 @@ type Config struct {
 	// PreviousRouteSecrets still open routes sealed before a key rotation
 	// (docs/conversation-service.md, "Keys").
 	PreviousRouteSecrets [][]byte
-	// RequireSenderProperty refuses requests that do not carry the broker-set
-	// identity.SenderProperty (set it on brokers that stamp the publisher,
-	// the embedded broker); requests that carry it must always name a reply
-	// topic of that sender.
-	RequireSenderProperty bool
 	// TLS for the broker connection (mqtts://, tls://, wss://): a CA bundle
 	// to verify the broker with (default: the system roots) and a client
 	// certificate and key for brokers that require one.

@@ -261,7 +261,7 @@ func calleesAdmitting(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) 
 	}
 	var out []Member
 	for _, callee := range candidates {
-		selects, err := Selects(ctx, v, callee, agent)
+		selects, err := v.Selects(ctx, callee, agent)
 		if err != nil {
 			return nil, err
 		}
@@ -277,40 +277,6 @@ func calleesAdmitting(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) 
 		}
 	}
 	return out, nil
-}
-
-// Selects reports whether one of callee's callers.from rules admits agent: its agent selector
-// matches, its namespace rule covers the agent's namespace, and the agent's namespace consents
-// when it is another one.
-func Selects(ctx context.Context, v *tenancy.View, callee, agent *a2av1.Agent) (bool, error) {
-	for _, from := range callee.Spec.Callers.From {
-		sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
-		if err != nil || !sel.Matches(labels.Set(agent.Labels)) {
-			continue
-		}
-		if from.NamespaceSelector == nil {
-			if callee.Namespace != agent.Namespace {
-				continue
-			}
-		} else {
-			ns, err := v.Namespace(ctx, agent.Namespace)
-			if err != nil {
-				return false, err
-			}
-			nsSel, err := metav1.LabelSelectorAsSelector(from.NamespaceSelector)
-			if err != nil || !nsSel.Matches(labels.Set(ns.Labels)) {
-				continue
-			}
-		}
-		granted, err := v.CallerGranted(ctx, callee.Namespace, agent)
-		if err != nil {
-			return false, err
-		}
-		if granted {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // Registration stages, so that a failure shows in the right condition.

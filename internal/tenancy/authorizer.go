@@ -195,6 +195,19 @@ func (v *View) Holder(ctx context.Context, agent *a2av1.Agent) (*a2av1.Agent, er
 	return holder, nil
 }
 
+// HolderOf is the Agent that holds client ID id (nil: nobody may hold it), as Holder decides it:
+// who is on the bus as id, whatever other Agents claim it.
+func (v *View) HolderOf(ctx context.Context, id a2amqtt.AgentRef) (*a2av1.Agent, error) {
+	if h, ok := v.holders[id]; ok {
+		return h, nil
+	}
+	claimants, err := v.claimantsOf(ctx, id)
+	if err != nil || len(claimants) == 0 {
+		return nil, err
+	}
+	return v.Holder(ctx, claimants[0])
+}
+
 // Live reports whether agent is a live identity on the bus: permitted, the holder of its client
 // ID, and not being deleted. Only live Agents appear in other Agents' ACLs.
 func (v *View) Live(ctx context.Context, agent *a2av1.Agent) (bool, error) {

@@ -208,7 +208,7 @@ func TestSenderProperty(t *testing.T) {
 		caller.close()
 		forgedWill := func() *client {
 			c, err := brokertest.Dial(t, b.addr, brokertest.Options{Username: userCaller, Password: pwCaller, ClientID: "acme/u/caller",
-				Will: &paho.WillMessage{Topic: requestTopic, Payload: []byte("forged will"), QoS: 1},
+				Will:           &paho.WillMessage{Topic: requestTopic, Payload: []byte("forged will"), QoS: 1},
 				WillProperties: &paho.WillProperties{User: paho.UserProperties{{Key: identity.SenderProperty, Value: "a2a:acme/u/someone-else"}}}})
 			if err != nil {
 				t.Fatal(err)
