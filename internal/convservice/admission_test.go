@@ -71,7 +71,7 @@ func TestAdmitsCaller(t *testing.T) {
 	acme := &a2av1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "acme", CreationTimestamp: metav1.NewTime(epoch)},
 		Spec: a2av1.TenantSpec{OrgID: "acme", Namespaces: []string{"acme"}}}
 	all := a2av1.CallersSpec{From: []a2av1.CallerSelector{{NamespaceSelector: &metav1.LabelSelector{}}}}
-	gatedEvil := testAgent("evil", "gated", "evil", "x", 0, nil, all)          // H1: selects every namespace, no grant anywhere
+	gatedEvil := testAgent("evil", "gated", "evil", "x", 0, nil, all) // H1: selects every namespace, no grant anywhere
 	console := testAgent("acme", "console", "acme", "demo", 1, nil, a2av1.CallersSpec{})
 	governed := testAgent("acme", "governed", "acme", "demo", 2, nil, a2av1.CallersSpec{Scope: a2av1.CallerScopeSameUnit})
 	insider := testAgent("evil", "insider", "evil", "x", 3, nil, a2av1.CallersSpec{})

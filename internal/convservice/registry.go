@@ -47,8 +47,8 @@ type registry struct {
 	// callers decides who each gated agent admits as caller.
 	callers *callerDirectory
 	kick    chan struct{}
-	stop  context.CancelFunc
-	done  chan struct{}
+	stop    context.CancelFunc
+	done    chan struct{}
 
 	mu      sync.RWMutex
 	byTopic map[string]*gatedAgent
