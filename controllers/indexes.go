@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -12,6 +13,9 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
+
+// indexAgentOverLimit marks Agents refused for their Tenant's limits.maxAgents.
+const indexAgentOverLimit = "a2a.fleet.dev/over-agent-limit"
 
 // FieldIndexer is the part of a manager that registers cache indexes.
 type FieldIndexer interface {
@@ -52,6 +56,12 @@ func SetupIndexes(ctx context.Context, mgr FieldIndexer) error {
 	}{
 		{identity.IndexAgentUnit, func(a *a2av1.Agent) []string { return []string{a.Spec.OrgID + "/" + a.Spec.UnitID} }},
 		{identity.IndexAgentOrg, func(a *a2av1.Agent) []string { return []string{a.Spec.OrgID} }},
+		{indexAgentOverLimit, func(a *a2av1.Agent) []string {
+			if c := meta.FindStatusCondition(a.Status.Conditions, a2av1.ConditionIdentityPermitted); c != nil && c.Reason == a2av1.ReasonAgentLimitExceeded {
+				return []string{"true"}
+			}
+			return nil
+		}},
 		{indexAgentGated, func(a *a2av1.Agent) []string {
 			if gated(a) {
 				return []string{"true"}

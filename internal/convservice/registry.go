@@ -186,6 +186,7 @@ func (r *registry) gatedFrom(ctx context.Context, view *tenancy.View, agents []a
 		compiled[name] = pol
 	}
 	out := map[string]*gatedAgent{}
+	ceilingsByNamespace := map[string]*a2av1.PolicyCeilings{}
 	// Every claimant of every identity is in agents: deciding the holders is
 	// linear in the fleet.
 	view.PreloadClaimants(agents)
@@ -210,6 +211,18 @@ func (r *registry) gatedFrom(ctx context.Context, view *tenancy.View, agents []a
 				g.policy = pol
 			}
 		}
+		// The Tenant's ceilings bound whatever the namespace's policy asks for (the operator
+		// reports the excess in the policy's WithinLimits condition).
+		ceilings, ok := ceilingsByNamespace[a.Namespace]
+		if !ok {
+			limits, _, err := view.LimitsFor(ctx, a.Namespace)
+			if err != nil {
+				return nil, err
+			}
+			ceilings = limits.ConversationPolicy
+			ceilingsByNamespace[a.Namespace] = ceilings
+		}
+		g.policy, _ = g.policy.Within(ceilings)
 		out[g.request] = g
 	}
 	return out, nil

@@ -81,6 +81,15 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds Cred
 	if err != nil {
 		return fmt.Errorf("encode agent card: %w", err)
 	}
+	// Checked before publishing: a retained card over the broker's packet limit makes the broker
+	// disconnect the operator's shared card connection, every time it is retried.
+	limits, tenant, err := view.LimitsFor(ctx, agent.Namespace)
+	if err != nil {
+		return &StageError{Stage: StageCard, Err: err}
+	}
+	if maxBytes := int(*limits.MaxCardBytes); len(card) > maxBytes {
+		return &StageError{Stage: StageCard, Err: &CardTooLargeError{Bytes: len(card), Max: maxBytes, Tenant: tenant}}
+	}
 	sum := sha256.Sum256(card)
 	digest := hex.EncodeToString(sum[:])
 	if digest == agent.Status.PublishedCardDigest {
@@ -277,6 +286,22 @@ func calleesAdmitting(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) 
 		}
 	}
 	return out, nil
+}
+
+// CardTooLargeError: the agent card is larger than its Tenant's limits.maxCardBytes; it was not
+// published. Only a spec or Tenant change can fix it.
+type CardTooLargeError struct {
+	Bytes, Max int
+	// Tenant sets the limit (nil: the default of a namespace no Tenant binds).
+	Tenant *a2av1.Tenant
+}
+
+func (e *CardTooLargeError) Error() string {
+	who := "the default limit (no Tenant binds the namespace)"
+	if e.Tenant != nil {
+		who = "Tenant " + e.Tenant.Name + "'s limits.maxCardBytes"
+	}
+	return fmt.Sprintf("the agent card is %d bytes, more than the %d that %s allows: it is not published", e.Bytes, e.Max, who)
 }
 
 // Registration stages, so that a failure shows in the right condition.
