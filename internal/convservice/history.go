@@ -37,7 +37,7 @@ func (s *Service) handleHistory(in *inbound) {
 	defer cancel()
 	// The caller is the publisher the broker stamped, asking on its own
 	// reply topic (verifySender): nobody else is ever answered.
-	if !s.verifySender(in) || !s.checkRequest(ctx, in) {
+	if !s.verifySender(in) || s.rateLimited(in) || !s.checkRequest(ctx, in) {
 		return
 	}
 	req := s.decode(ctx, in, false)

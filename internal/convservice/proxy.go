@@ -123,6 +123,32 @@ func (s *Service) verifySender(in *inbound) bool {
 	return true
 }
 
+// rateLimited answers a request beyond its (verified) caller's rate, at
+// once and without waiting for the PUBACK, and reports whether it did.
+func (s *Service) rateLimited(in *inbound) bool {
+	ok, wait := s.limiter.allow(in.caller, time.Now())
+	if ok {
+		return false
+	}
+	s.m.rejections.WithLabelValues(A2AErrorRateLimited).Inc()
+	var probe struct {
+		ID any `json:"id"`
+	}
+	_ = json.Unmarshal(in.payload, &probe) // the id, when there is one to echo
+	b, err := encodeResponse(probe.ID, nil, bindingError(s.limiter.rateLimitedError(in.caller, wait)))
+	if err != nil {
+		s.log.Error(err, "encode rate-limit answer")
+		return true
+	}
+	ctx, cancel := context.WithTimeout(s.runCtx, publishTimeout)
+	defer cancel()
+	if err := s.conn.PublishAsync(ctx, &paho.Publish{Topic: in.respTo, QoS: 1, Payload: b,
+		Properties: &paho.PublishProperties{CorrelationData: in.corr, ContentType: "application/json"}}); err != nil {
+		s.log.Info("cannot answer a rate-limited request", "caller", in.caller.String(), "err", err.Error())
+	}
+	return true
+}
+
 // checkRequest applies the profile's checks of a verified request shared by
 // the proxy and the history endpoint, answering the ones it refuses. It
 // returns false when the request was answered.
@@ -222,6 +248,10 @@ func (s *Service) handleRequest(in *inbound) {
 		s.log.Info("dropping request of a caller the agent does not admit", "agent", g.key, "caller", in.caller.String())
 		s.m.rejections.WithLabelValues(reasonCallerNotAdmitted).Inc()
 		fail(sp, "caller not admitted")
+		return
+	}
+	if s.rateLimited(in) {
+		fail(sp, "rate limited")
 		return
 	}
 	if !s.checkRequest(ctx, in) {

@@ -118,6 +118,14 @@ type Config struct {
 	HandoverWait time.Duration
 	// MaxPayloadBytes rejects larger requests (default 1 MiB).
 	MaxPayloadBytes int
+	// CallerRate is how many requests per second one caller (the verified
+	// publisher) may send to this replica, to all gated agents and the
+	// history endpoint together, as a token bucket of CallerBurst; beyond it
+	// a request is answered CodeRateLimited with retry_after (ratelimit.go).
+	// 0: DefaultCallerRate; negative: no limit.
+	CallerRate float64
+	// CallerBurst is the bucket's size (0: DefaultCallerBurst).
+	CallerBurst int
 	// TracerProvider receives the service's spans (receive → decide →
 	// forward, and relay), which continue the requester's trace from the
 	// traceparent user property and propagate it to the agent. Default:
@@ -180,6 +188,12 @@ func (c *Config) defaults() error {
 	if c.MaxPayloadBytes <= 0 {
 		c.MaxPayloadBytes = 1 << 20
 	}
+	if c.CallerRate == 0 {
+		c.CallerRate = DefaultCallerRate
+	}
+	if c.CallerBurst <= 0 {
+		c.CallerBurst = DefaultCallerBurst
+	}
 	if c.RouteSecret == nil {
 		c.RouteSecret = []byte(c.Password)
 	}
@@ -216,6 +230,8 @@ type Service struct {
 	replyTopic string
 	m          *metrics
 	gated      *registry
+	// limiter holds the callers' request rates (nil: no limit).
+	limiter *callerLimiter
 	// runs are the runs in flight (digest inputs, re-presentation); ids
 	// the agents' task-id modes (taskids.go).
 	runs *runs
@@ -281,6 +297,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		ownersKick: make(chan struct{}, 1),
 		runs:       newRuns(),
 		ids:        newIDModes(),
+		limiter:    newCallerLimiter(cfg.CallerRate, cfg.CallerBurst),
 	}
 	if err := s.openState(ctx); err != nil {
 		return nil, err
