@@ -593,9 +593,17 @@ func (s *Service) handleReply(in *inbound) {
 	last := !streaming(rt.Method)
 	payload := in.payload
 	var durable *convstore.Ticket
+	if rt.TaskID != "" {
+		s.awaitReplyAgent(ctx, rt.Agent)
+	}
+	if s.replayed(rt, in.corr) {
+		fail(sp, "replayed reply")
+		s.m.replies.WithLabelValues("dropped_replay").Inc()
+		log().Info("dropping a reply on a route that already ended (a replay)")
+		return
+	}
 	switch {
 	case rt.TaskID != "":
-		s.awaitReplyAgent(ctx, rt.Agent)
 		var relay bool
 		payload, relay, last, durable = s.observeReply(ctx, rt, payload, last)
 		if !relay {
@@ -603,6 +611,10 @@ func (s *Service) handleReply(in *inbound) {
 		}
 	case rt.Method == conversation.MethodListTasks && rt.ContextID != "" && s.agentCreatesIDs(rt.Agent):
 		payload = toRequesterIDs(payload, s.contextPairs(rt.Agent, rt.ContextID))
+	}
+	if last {
+		// Nothing may follow the route's last reply: a replay of any of its replies is dropped.
+		s.finished.finish(in.corr, time.Now())
 	}
 	if rt.Internal {
 		s.m.replies.WithLabelValues("internal").Inc()

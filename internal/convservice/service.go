@@ -232,6 +232,8 @@ type Service struct {
 	gated      *registry
 	// limiter holds the callers' request rates (nil: no limit).
 	limiter *callerLimiter
+	// finished are the routes whose last reply was relayed (replay.go).
+	finished *finishedRoutes
 	// runs are the runs in flight (digest inputs, re-presentation); ids
 	// the agents' task-id modes (taskids.go).
 	runs *runs
@@ -298,6 +300,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		runs:       newRuns(),
 		ids:        newIDModes(),
 		limiter:    newCallerLimiter(cfg.CallerRate, cfg.CallerBurst),
+		finished:   newFinishedRoutes(),
 	}
 	if err := s.openState(ctx); err != nil {
 		return nil, err
