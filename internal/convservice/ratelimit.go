@@ -28,8 +28,8 @@ const A2AErrorRateLimited = "rate_limited"
 
 // Defaults of Config.CallerRate and CallerBurst.
 const (
-	DefaultCallerRate  = 200
-	DefaultCallerBurst = 400
+	DefaultCallerRate  = 1000
+	DefaultCallerBurst = 2000
 )
 
 // callerLimiter holds the callers' buckets.

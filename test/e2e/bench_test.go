@@ -235,7 +235,6 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 				svc = st.startServiceCfg(b, ctx, &clock{}, "bench-"+store, func(c *convservice.Config) {
 					c.BoltNoSync = os.Getenv("E2E_BENCH_NOSYNC") == "1"
 					c.Logger = benchLogger()
-					c.CallerRate = -1 // one requester drives it flat out: the proxy is measured, not the limit
 					if store == "redis" {
 						c.Store = "redis://" + redisAddr + "/0"
 					} else {
@@ -404,7 +403,6 @@ func BenchmarkHistoryModes(b *testing.B) {
 			svc := st.startServiceCfg(b, ctx, &clock{}, fmt.Sprintf("hist-%d", i), func(c *convservice.Config) {
 				c.BoltNoSync = os.Getenv("E2E_BENCH_NOSYNC") == "1"
 				c.Logger = benchLogger()
-				c.CallerRate = -1 // one requester drives it flat out: the history modes are measured, not the limit
 				c.Store = "bolt:" + filepath.Join(b.TempDir(), "hist.db")
 			})
 			res := benchRun(b, ctx, r.Transport(ref("raw")), fmt.Sprintf("%s-%d", strings.ToLower(mode), i/2+1))
