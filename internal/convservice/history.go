@@ -37,7 +37,7 @@ func (s *Service) handleHistory(in *inbound) {
 	defer cancel()
 	// The caller is the publisher the broker stamped, asking on its own
 	// reply topic (verifySender): nobody else is ever answered.
-	if !s.verifySender(in) || s.rateLimited(in) || !s.checkRequest(ctx, in) {
+	if !s.verifySender(in) || !s.checkRequest(ctx, in) {
 		return
 	}
 	req := s.decode(ctx, in, false)
@@ -59,7 +59,12 @@ func (s *Service) handleHistory(in *inbound) {
 	var rerr *rpcError
 	var sv served
 	method, _ := conversation.ParseMethod(req.Method)
-	switch s.historyRole(agent) {
+	role := s.historyRole(agent)
+	if role != historyIgnore && !s.withinRate(in) {
+		// Only the replica that answers counts the caller's rate.
+		return
+	}
+	switch role {
 	case historyIgnore:
 		// Every replica receives history queries; the one that owns the
 		// agent answers from memory.

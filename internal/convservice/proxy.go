@@ -46,6 +46,8 @@ type inbound struct {
 	// its reply topics; only then is it answered.
 	verified bool
 	caller   a2amqtt.AgentRef
+	// rateChecked: the caller's rate was checked (withinRate), once.
+	rateChecked bool
 }
 
 func newInbound(p *paho.Publish) *inbound {
@@ -60,6 +62,11 @@ func newInbound(p *paho.Publish) *inbound {
 func (s *Service) onRequest(topic string, p *paho.Publish) {
 	in := newInbound(p)
 	in.topic = topic
+	if g := s.gated.byRequestTopic(topic); g != nil && s.serves(g.key) && !s.withinRate(in) {
+		// Beyond its caller's rate: refused before it waits for a worker, so a
+		// flood never queues in front of other callers' requests.
+		return
+	}
 	s.dispatch(in.corr, func() { s.handleRequest(in) })
 }
 
@@ -92,42 +99,57 @@ func (s *Service) onReply(p *paho.Publish) {
 // success the request is marked verified and in.caller set: only then may
 // the service answer it (replyError).
 func (s *Service) verifySender(in *inbound) bool {
-	// Built only when a line is written: WithValues encodes its fields.
-	log := func() logr.Logger { return s.log.WithValues("topic", in.topic) }
-	if in.respTo == "" {
-		// No reply path: the profile allows dropping.
-		log().Info("dropping request without Response Topic")
-		s.m.rejections.WithLabelValues("no_response_topic").Inc()
+	caller, reason, why := verifiedCaller(in)
+	if reason != "" {
+		s.log.Info("dropping request: "+why, "topic", in.topic, "response_topic", in.respTo, "sender", in.user.Get(identity.SenderProperty))
+		s.m.rejections.WithLabelValues(reason).Inc()
 		return false
 	}
-	if strings.ContainsAny(in.respTo, "+#") {
-		log().Info("dropping request with a wildcard Response Topic", "response_topic", in.respTo)
-		s.m.rejections.WithLabelValues("no_response_topic").Inc()
-		return false
+	in.caller, in.verified = caller, true
+	return true
+}
+
+// verifiedCaller is the publisher a request may be answered to, or why
+// there is none (a rejections_total reason and a phrase).
+func verifiedCaller(in *inbound) (caller a2amqtt.AgentRef, reason, why string) {
+	switch {
+	case in.respTo == "":
+		// No reply path: the profile allows dropping.
+		return caller, "no_response_topic", "no Response Topic"
+	case strings.ContainsAny(in.respTo, "+#"):
+		return caller, "no_response_topic", "a wildcard Response Topic"
 	}
 	sender, present, ok := senderIdentity(in)
 	if !present {
 		// The broker did not say who published (a Mosquitto without the
 		// sender-stamp plugin): nobody can be verified, nobody is answered.
-		log().Info("dropping request the broker did not stamp with its publisher (is the sender-stamp plugin loaded?)", "response_topic", in.respTo)
-		s.m.rejections.WithLabelValues(reasonSenderMissing).Inc()
-		return false
+		return caller, reasonSenderMissing, "the broker did not stamp it with its publisher (is the sender-stamp plugin loaded?)"
 	}
 	if owner, isReply := replyIdentity(in.respTo); !ok || !isReply || owner != sender {
-		log().Info("dropping request whose Response Topic is not the publisher's own reply topic",
-			"response_topic", in.respTo, "sender", in.user.Get(identity.SenderProperty))
-		s.m.rejections.WithLabelValues(reasonReplyTopicNotPermitted).Inc()
-		return false
+		return caller, reasonReplyTopicNotPermitted, "its Response Topic is not the publisher's own reply topic"
 	}
-	in.caller, in.verified = sender, true
-	return true
+	return sender, "", ""
 }
 
-// rateLimited answers a request beyond its (verified) caller's rate, at
-// once and without waiting for the PUBACK, and reports whether it did.
-func (s *Service) rateLimited(in *inbound) bool {
-	ok, wait := s.limiter.allow(in.caller, time.Now())
-	if ok {
+// withinRate checks a request's caller against its rate (ratelimit.go),
+// as the message arrives or in the worker; false when the request was
+// refused (its answer queued, or dropped unanswered). A request whose
+// publisher cannot be verified passes: verifySender drops it, counted.
+func (s *Service) withinRate(in *inbound) bool {
+	if s.limiter == nil || in.rateChecked {
+		return true
+	}
+	caller, reason, _ := verifiedCaller(in)
+	if reason != "" {
+		return true
+	}
+	in.rateChecked = true
+	ok, wait, answer := s.limiter.allow(caller, time.Now())
+	switch {
+	case ok:
+		return true
+	case !answer:
+		s.m.rejections.WithLabelValues(reasonRateLimitedUnanswered).Inc()
 		return false
 	}
 	s.m.rejections.WithLabelValues(A2AErrorRateLimited).Inc()
@@ -135,18 +157,35 @@ func (s *Service) rateLimited(in *inbound) bool {
 		ID any `json:"id"`
 	}
 	_ = json.Unmarshal(in.payload, &probe) // the id, when there is one to echo
-	b, err := encodeResponse(probe.ID, nil, bindingError(s.limiter.rateLimitedError(in.caller, wait)))
+	b, err := encodeResponse(probe.ID, nil, bindingError(s.limiter.rateLimitedError(caller, wait)))
 	if err != nil {
 		s.log.Error(err, "encode rate-limit answer")
-		return true
+		return false
 	}
-	ctx, cancel := context.WithTimeout(s.runCtx, publishTimeout)
-	defer cancel()
-	if err := s.conn.PublishAsync(ctx, &paho.Publish{Topic: in.respTo, QoS: 1, Payload: b,
-		Properties: &paho.PublishProperties{CorrelationData: in.corr, ContentType: "application/json"}}); err != nil {
-		s.log.Info("cannot answer a rate-limited request", "caller", in.caller.String(), "err", err.Error())
+	select {
+	case s.rateAnswers <- &paho.Publish{Topic: in.respTo, QoS: 1, Payload: b,
+		Properties: &paho.PublishProperties{CorrelationData: in.corr, ContentType: "application/json"}}:
+	default:
+		s.m.rejections.WithLabelValues(reasonRateLimitedUnanswered).Inc()
 	}
-	return true
+	return false
+}
+
+// answerRateLimited publishes the rate-limit answers, without waiting for
+// their PUBACKs, until the replica closes.
+func (s *Service) answerRateLimited() {
+	for {
+		select {
+		case <-s.quit:
+			return
+		case p := <-s.rateAnswers:
+			ctx, cancel := context.WithTimeout(s.runCtx, publishTimeout)
+			if err := s.conn.PublishAsync(ctx, p); err != nil {
+				s.log.Info("cannot answer a rate-limited request", "response_topic", p.Topic, "err", err.Error())
+			}
+			cancel()
+		}
+	}
 }
 
 // checkRequest applies the profile's checks of a verified request shared by
@@ -250,7 +289,7 @@ func (s *Service) handleRequest(in *inbound) {
 		fail(sp, "caller not admitted")
 		return
 	}
-	if s.rateLimited(in) {
+	if !s.withinRate(in) {
 		fail(sp, "rate limited")
 		return
 	}

@@ -230,8 +230,10 @@ type Service struct {
 	replyTopic string
 	m          *metrics
 	gated      *registry
-	// limiter holds the callers' request rates (nil: no limit).
-	limiter *callerLimiter
+	// limiter holds the callers' request rates (nil: no limit);
+	// rateAnswers are the refusals answerRateLimited publishes.
+	limiter     *callerLimiter
+	rateAnswers chan *paho.Publish
 	// finished are the routes whose last reply was relayed (replay.go).
 	finished *finishedRoutes
 	// runs are the runs in flight (digest inputs, re-presentation); ids
@@ -301,6 +303,8 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		ids:        newIDModes(),
 		limiter:    newCallerLimiter(cfg.CallerRate, cfg.CallerBurst),
 		finished:   newFinishedRoutes(),
+		// Bounded: past it, refusals go unanswered (counted).
+		rateAnswers: make(chan *paho.Publish, 4096),
 	}
 	if err := s.openState(ctx); err != nil {
 		return nil, err
@@ -314,6 +318,11 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err := s.serveHTTP(); err != nil {
 		return fail(err)
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.answerRateLimited()
+	}()
 	s.shards = make([]chan func(), cfg.Workers)
 	for i := range s.shards {
 		ch := make(chan func(), 256)
