@@ -49,7 +49,7 @@ func main() {
 	flag.DurationVar(&cfg.SweepInterval, "sweep-interval", time.Second, "how often expired contexts and input-required timeouts are applied")
 	flag.IntVar(&cfg.Workers, "workers", 32, "goroutines handling requests and replies")
 	flag.Float64Var(&cfg.CallerRate, "caller-rate", convservice.DefaultCallerRate,
-		"requests per second one caller may send to this replica (token bucket; beyond it: error -32064 with retry_after); negative: no limit")
+		"requests per second one caller may send to this replica (token bucket; beyond it: error -32070 with retry_after); negative: no limit")
 	flag.IntVar(&cfg.CallerBurst, "caller-burst", convservice.DefaultCallerBurst, "the caller rate's burst (bucket size)")
 	var routeSecretFile, previousSecretFile string
 	flag.StringVar(&routeSecretFile, "route-secret-file", env("A2A_ROUTE_SECRET_FILE", ""),

@@ -24,7 +24,7 @@ import (
 
 // CodeRateLimited is the JSON-RPC error code of a request refused for its caller's rate; data
 // carries a2a_error "rate_limited" and retry_after, the seconds until it would be admitted.
-const CodeRateLimited = -32064
+const CodeRateLimited = -32070
 
 // A2AErrorRateLimited is the a2a_error of CodeRateLimited, and the rejections_total reason of
 // the requests answered with it.
