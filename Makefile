@@ -50,6 +50,7 @@ ifeq ($(BROKER),embedded)
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" $(LOCALBIN)/foreground $(LOCALBIN)/devstack --state-dir $(DEV_STATE) $(DEV_FLAGS)
 else ifeq ($(BROKER),mosquitto)
 	@hack/install-mosquitto.sh >/dev/null
+	@hack/build-mosquitto-plugin.sh >/dev/null
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" $(LOCALBIN)/foreground hack/dev-mosquitto.sh $(DEV_STATE) $(DEV_FLAGS)
 else
 	@echo "BROKER must be embedded or mosquitto, not '$(BROKER)'"; exit 2
@@ -152,12 +153,16 @@ control-plane: ## Build kube-apiserver, etcd and kubectl from source into bin/k8
 mosquitto: ## Install Mosquitto 2.x from Debian packages (idempotent).
 	hack/install-mosquitto.sh
 
+.PHONY: mosquitto-plugin
+mosquitto-plugin: ## Build the sender-stamp plugin for Mosquitto (hack/mosquitto-plugin) into bin/mosquitto, against Debian's mosquitto-dev (idempotent).
+	hack/build-mosquitto-plugin.sh
+
 .PHONY: redis
 redis: ## Install redis-server from Debian packages (idempotent).
 	hack/install-redis.sh
 
 .PHONY: tools-test
-tools-test: control-plane mosquitto redis $(DEV_BINS) ## Everything the tests need.
+tools-test: control-plane mosquitto mosquitto-plugin redis $(DEV_BINS) ## Everything the tests need.
 
 .PHONY: build
 build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -54,6 +55,23 @@ func TestAdmissionRejectsBadManifests(t *testing.T) {
 		{"negative active contexts", policy("  maxActiveContextsPerAgent: -3\n"), []string{"spec.maxActiveContextsPerAgent", "greater than or equal to 0"}},
 		{"zero history", policy("  historyTasksPerContext: 0\n"), []string{"spec.historyTasksPerContext", "greater than or equal to 1"}},
 		{"priority out of range", policy("  priority: 5000\n"), []string{"spec.priority", "less than or equal to 1000"}},
+		{"org named like the reserved one in capitals", agent("  orgID: A2A-FLEET\n  unitID: u\n" + card), []string{"spec.orgID", "orgID a2a-fleet is reserved", "in any case"}},
+		{"unit of dots only", agent("  orgID: o\n  unitID: '..'\n" + card), []string{"spec.unitID", "dots only"}},
+		{"org of one dot", agent("  orgID: '.'\n  unitID: u\n" + card), []string{"spec.orgID", "dots only"}},
+		{"agentID of dots", agent("  orgID: o\n  unitID: u\n  agentID: '...'\n" + card), []string{"spec.agentID", "dots only"}},
+		{"pool of dots", agent("  orgID: o\n  unitID: u\n  poolID: '..'\n" + card), []string{"spec.poolID", "dots only"}},
+		{"caller selector with an unknown operator", agent("  orgID: o\n  unitID: u\n" + card + "  callers: {from: [{agentSelector: {matchExpressions: [{key: role, operator: Equals, values: [a]}]}}]}\n"),
+			[]string{"spec.callers.from[0].agentSelector", "each with operator In or NotIn and values"}},
+		{"caller selector In without values", agent("  orgID: o\n  unitID: u\n" + card + "  callers: {from: [{agentSelector: {}, namespaceSelector: {matchExpressions: [{key: team, operator: In}]}}]}\n"),
+			[]string{"spec.callers.from[0].namespaceSelector", "each with operator In or NotIn and values"}},
+		{"caller selector Exists with values", agent("  orgID: o\n  unitID: u\n" + card + "  callers: {from: [{agentSelector: {matchExpressions: [{key: role, operator: Exists, values: [x]}]}}]}\n"),
+			[]string{"spec.callers.from[0].agentSelector", "Exists or DoesNotExist without values"}},
+		{"card text larger than any Tenant allows", agent("  orgID: o\n  unitID: u\n  card:\n    name: agent\n    description: d\n    skills:\n" + bigSkills(64)),
+			[]string{"spec.card", "more than 256 KiB"}},
+		{"policy selector with a bad operator", "apiVersion: a2a.fleet.dev/v1alpha1\nkind: ConversationPolicy\nmetadata:\n  name: bad\nspec:\n  agentSelector: {matchExpressions: [{key: a, operator: Gt, values: ['1']}]}\n",
+			[]string{"spec.agentSelector", "each with operator In or NotIn"}},
+		{"grant selector In without values", "apiVersion: a2a.fleet.dev/v1alpha1\nkind: AgentGrant\nmetadata:\n  name: bad\nspec:\n  from: [{namespace: x}]\n  to: [{kind: Callers, agentSelector: {matchExpressions: [{key: a, operator: NotIn}]}}]\n",
+			[]string{"spec.to[0].agentSelector", "each with operator In or NotIn and values"}},
 		{"missing selector", "apiVersion: a2a.fleet.dev/v1alpha1\nkind: ConversationPolicy\nmetadata:\n  name: bad\nspec: {}\n", []string{"spec.agentSelector", "Required value"}},
 	}
 	for _, tc := range cases {
@@ -71,6 +89,27 @@ func TestAdmissionRejectsBadManifests(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// bigSkills is n skills of 4 KiB descriptions and 16 KiB of examples each (YAML list items).
+func bigSkills(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "    - id: s%d\n      name: s\n      description: %s\n      examples: [%s]\n", i, strings.Repeat("d", 4096),
+			strings.TrimSuffix(strings.Repeat(strings.Repeat("e", 1024)+", ", 16), ", "))
+	}
+	return b.String()
+}
+
+// A card just under the CEL bound is accepted at admission (the operator then checks the
+// Tenant's maxCardBytes): the rule's cost fits the API server's budget and does not refuse
+// everything.
+func TestAdmissionAcceptsLargeButBoundedCards(t *testing.T) {
+	ns := newNamespace(t)
+	m := "apiVersion: a2a.fleet.dev/v1alpha1\nkind: Agent\nmetadata:\n  name: big\nspec:\n  orgID: o\n  unitID: u\n  card:\n    name: agent\n    description: d\n    skills:\n" + bigSkills(11)
+	if err := applyYAML(ns, m); err != nil {
+		t.Fatalf("a card with ~225 KiB of text was refused: %v", err)
 	}
 }
 

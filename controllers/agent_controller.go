@@ -142,15 +142,21 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	decision, err := view.Authorize(ctx, agent)
+	decision, err := view.Permit(ctx, agent)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	agent.Status.Tenant = decision.Tenant
+	if decision.LimitExceeded {
+		// The oldest Agents of the Tenant keep their place. An Agent's deletion (agentsOverTheLimit)
+		// or a Tenant change re-reconciles this one: no requeue.
+		r.setCondition(agent, a2av1.ConditionIdentityPermitted, metav1.ConditionFalse, a2av1.ReasonAgentLimitExceeded, decision.Message)
+		return ctrl.Result{}, r.refuseIdentity(ctx, view, before, agent, a2av1.ReasonAgentLimitExceeded, decision.Message)
+	}
 	if !decision.Permitted {
 		r.setCondition(agent, a2av1.ConditionIdentityPermitted, metav1.ConditionFalse, a2av1.ReasonIdentityNotPermitted, decision.Message)
 		// A Tenant change re-reconciles the Agent: no requeue.
-		return ctrl.Result{}, r.refuseIdentity(ctx, view, before, agent, decision.Message)
+		return ctrl.Result{}, r.refuseIdentity(ctx, view, before, agent, a2av1.ReasonIdentityNotPermitted, decision.Message)
 	}
 	r.setCondition(agent, a2av1.ConditionIdentityPermitted, metav1.ConditionTrue, a2av1.ReasonIdentityPermitted, decision.Message)
 
@@ -159,8 +165,9 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 	}
 	if holder.UID != agent.UID {
 		// Registering would hand this Agent the other's broker identity; the older Agent keeps it,
-		// and this one holds no credentials for it.
+		// and this one holds no credentials for it, and shows no client ID or topics.
 		msg := fmt.Sprintf("client ID %s already belongs to Agent %s/%s", agent.Status.ClientID, holder.Namespace, holder.Name)
+		withoutIdentity(agent)
 		r.setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonIdentityConflict, msg)
 		if err := r.revokeCredentials(ctx, agent, "the identity belongs to Agent "+holder.Namespace+"/"+holder.Name); err != nil {
 			return ctrl.Result{}, err
@@ -319,8 +326,9 @@ func (r *AgentReconciler) finalize(ctx context.Context, agent *a2av1.Agent) erro
 // refuseIdentity handles an Agent whose namespace may not claim its identity: nothing may stay on
 // the broker in its name (if it registered the identity before a Tenant changed, its broker state
 // is removed), no credentials, no workload.
-func (r *AgentReconciler) refuseIdentity(ctx context.Context, view *tenancy.View, before, agent *a2av1.Agent, why string) error {
-	r.setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonIdentityNotPermitted, why)
+func (r *AgentReconciler) refuseIdentity(ctx context.Context, view *tenancy.View, before, agent *a2av1.Agent, reason, why string) error {
+	withoutIdentity(agent)
+	r.setBrokerConditions(agent, metav1.ConditionFalse, reason, why)
 	if r.Registrar != nil {
 		owns, err := ownsBrokerState(ctx, view, agent, before)
 		if err != nil {
@@ -334,7 +342,7 @@ func (r *AgentReconciler) refuseIdentity(ctx context.Context, view *tenancy.View
 			}
 			agent.Status.PublishedCardDigest = ""
 			r.Recorder.Eventf(agent, nil, corev1.EventTypeWarning, EventUnregistered, "Unregister",
-				"removed client %s from the broker: %s", agent.Status.ClientID, why)
+				"removed client %s from the broker: %s", identity.Of(agent).ClientID(), why)
 		}
 		r.Shared.Poke(ctx, registration.KeysOf(identity.Of(agent), r.Gating)...)
 	}
@@ -342,6 +350,13 @@ func (r *AgentReconciler) refuseIdentity(ctx context.Context, view *tenancy.View
 		return err
 	}
 	return r.reconcileWorkload(ctx, view, agent, "")
+}
+
+// withoutIdentity clears what status says of an identity the Agent does not hold (refused, or
+// the loser of a conflict): its client ID and topics belong to the holder, if anyone, and
+// nothing downstream (the conversation service, tools) may take them for this Agent's.
+func withoutIdentity(agent *a2av1.Agent) {
+	agent.Status.ClientID, agent.Status.Topics = "", nil
 }
 
 // resolvePolicy records in status the ConversationPolicy that governs the Agent and the ones it
@@ -380,10 +395,17 @@ func (r *AgentReconciler) registerOnBroker(ctx context.Context, view *tenancy.Vi
 			err = errors.Join(err, &registration.StageError{Stage: registration.StageCredentials, Err: perr})
 		}
 	}
+	var tooLarge *registration.CardTooLargeError
 	switch {
 	case err == nil:
 		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionTrue, a2av1.ReasonRegistered,
 			"broker client "+identity.BrokerUsername(agent)+" exists and the agent card is published")
+	case errors.As(err, &tooLarge):
+		// Terminal until the card or the Tenant's limit changes (each reconciles): no retry, and
+		// nothing oversized ever reaches the broker.
+		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonCardTooLarge,
+			"broker client "+identity.BrokerUsername(agent)+" exists, but "+tooLarge.Error())
+		return r.aclsSynced(ctx, view, agent), nil
 	case errors.As(err, &stage) && stage.Stage != registration.StageACLs:
 		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, err.Error())
 	default:
@@ -516,11 +538,11 @@ func (r *AgentReconciler) emitTransitions(before, after *a2av1.Agent, holder *a2
 		// Agent of a fleet rollout would only load the API server. Recovering is news.
 	case nowReady.Status == metav1.ConditionTrue:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventReady, "Reconcile", "%s", nowReady.Message)
-	case nowReady.Reason == a2av1.ReasonIdentityNotPermitted:
+	case nowReady.Reason == a2av1.ReasonIdentityNotPermitted, nowReady.Reason == a2av1.ReasonAgentLimitExceeded:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, EventIdentityNotAllowed, "Reconcile", "%s", nowReady.Message)
 	case nowReady.Reason == a2av1.ReasonIdentityConflict && holder != nil:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, EventIdentityConflict, "Reconcile",
-			"client ID %s already belongs to Agent %s/%s", after.Status.ClientID, holder.Namespace, holder.Name)
+			"client ID %s already belongs to Agent %s/%s", identity.Of(after).ClientID(), holder.Namespace, holder.Name)
 	case nowReady.Reason == a2av1.ReasonSharedACLsPending:
 		// A step on the way to Ready, not news.
 	default:

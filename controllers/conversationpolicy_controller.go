@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,7 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/internal/policy"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
 // MaxStatusListItems bounds the lists in ConversationPolicy status so that a policy selecting a
@@ -109,11 +112,47 @@ func (r *ConversationPolicyReconciler) Reconcile(ctx context.Context, req ctrl.R
 			"no other policy selects these Agents")
 	}
 
+	if err := r.withinLimits(ctx, p); err != nil {
+		return ctrl.Result{}, err
+	}
+
 	if err := r.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("update status: %w", err)
 	}
 	r.emitTransitions(before, p)
 	return ctrl.Result{}, nil
+}
+
+// withinLimits sets WithinLimits: whether the policy asks for no more than its Tenant's ceilings
+// (limits.conversationPolicy, or the defaults). The conversation service applies the ceilings
+// either way (conversation.Policy.Within, the same function): this condition says so.
+func (r *ConversationPolicyReconciler) withinLimits(ctx context.Context, p *a2av1.ConversationPolicy) error {
+	pol, err := conversation.NewPolicy(&p.Spec)
+	if err != nil {
+		// Admission refuses such a spec; the service runs it on the defaults.
+		r.setCondition(p, a2av1.ConditionWithinLimits, metav1.ConditionFalse, a2av1.ReasonTenantLimitExceeded, err.Error())
+		return nil
+	}
+	view, err := (&tenancy.Authorizer{Reader: r.Client}).View(ctx)
+	if err != nil {
+		return err
+	}
+	limits, tenant, err := view.LimitsFor(ctx, p.Namespace)
+	if err != nil {
+		return err
+	}
+	who := "the default ceilings (no Tenant binds the namespace)"
+	if tenant != nil {
+		who = "Tenant " + tenant.Name + "'s ceilings (limits.conversationPolicy)"
+	}
+	if _, over := pol.Within(limits.ConversationPolicy); len(over) > 0 {
+		r.setCondition(p, a2av1.ConditionWithinLimits, metav1.ConditionFalse, a2av1.ReasonTenantLimitExceeded,
+			fmt.Sprintf("%s; the ceilings apply instead (%s)", strings.Join(over, "; "), who))
+		return nil
+	}
+	r.setCondition(p, a2av1.ConditionWithinLimits, metav1.ConditionTrue, a2av1.ReasonWithinLimits,
+		"within "+who+"; limits left unlimited take the ceilings")
+	return nil
 }
 
 type selectionSummary struct {
@@ -202,6 +241,11 @@ func (r *ConversationPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error 
 		// An Agent appearing, vanishing or changing labels can change any policy's selection.
 		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.policiesInNamespace),
 			builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		// Ceilings come from the Tenant that binds the namespace (which its labels may decide).
+		Watches(&a2av1.Tenant{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.policiesInThisNamespace),
+			builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Named("conversationpolicy").
 		Complete(r)
 }
@@ -217,9 +261,23 @@ func createOrDeletePredicate() predicate.Funcs {
 }
 
 func (r *ConversationPolicyReconciler) policiesInNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.policiesIn(ctx, client.InNamespace(obj.GetNamespace()))
+}
+
+// policiesInThisNamespace maps a Namespace to its policies.
+func (r *ConversationPolicyReconciler) policiesInThisNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.policiesIn(ctx, client.InNamespace(obj.GetName()))
+}
+
+// allPolicies maps a Tenant to every policy (Tenants change rarely, and may bind any namespace).
+func (r *ConversationPolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.policiesIn(ctx)
+}
+
+func (r *ConversationPolicyReconciler) policiesIn(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
 	var policies a2av1.ConversationPolicyList
-	if err := r.List(ctx, &policies, client.InNamespace(obj.GetNamespace())); err != nil {
-		logf.FromContext(ctx).Error(err, "list conversation policies", "namespace", obj.GetNamespace())
+	if err := r.List(ctx, &policies, opts...); err != nil {
+		logf.FromContext(ctx).Error(err, "list conversation policies")
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(policies.Items))

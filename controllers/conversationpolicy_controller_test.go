@@ -147,6 +147,8 @@ func TestPolicyPrecedenceOlderWinsOnEqualPriority(t *testing.T) {
 	eventually(t, "overlap event on the agent", func() error { return expectEvent(ns, "a", a2av1.ReasonOverlappingPolicies) })
 }
 
+// TestPolicyInvalidSelector: a selector that passes admission (operators and values are checked
+// there) but cannot be evaluated, here by its label key, is reported.
 func TestPolicyInvalidSelector(t *testing.T) {
 	ns := newNamespace(t)
 	manifest := `apiVersion: a2a.fleet.dev/v1alpha1
@@ -156,7 +158,7 @@ metadata:
 spec:
   agentSelector:
     matchExpressions:
-    - {key: tier, operator: Bogus, values: [gold]}
+    - {key: 'not a label key!', operator: Exists}
 `
 	if err := applyYAML(ns, manifest); err != nil {
 		t.Fatalf("create policy: %v", err)

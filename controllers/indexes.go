@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -12,6 +13,9 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
+
+// indexAgentOverLimit marks Agents refused for their Tenant's limits.maxAgents.
+const indexAgentOverLimit = "a2a.fleet.dev/over-agent-limit"
 
 // FieldIndexer is the part of a manager that registers cache indexes.
 type FieldIndexer interface {
@@ -21,10 +25,9 @@ type FieldIndexer interface {
 // SetupIndexes registers the field indexes the reconcilers rely on.
 func SetupIndexes(ctx context.Context, mgr FieldIndexer) error {
 	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &a2av1.Agent{}, identity.IndexAgentClientID, func(o client.Object) []string {
-		return []string{identity.Of(o.(*a2av1.Agent)).ClientID()}
-	}); err != nil {
-		return fmt.Errorf("index agents by client ID: %w", err)
+	// The tenancy view's own indexes: the conversation service's cache registers the same.
+	if err := tenancy.IndexFields(ctx, idx); err != nil {
+		return err
 	}
 	if err := idx.IndexField(ctx, &a2av1.Agent{}, identity.IndexAgentPolicy, func(o client.Object) []string {
 		if p := o.(*a2av1.Agent).Status.ConversationPolicy; p != "" {
@@ -53,11 +56,11 @@ func SetupIndexes(ctx context.Context, mgr FieldIndexer) error {
 	}{
 		{identity.IndexAgentUnit, func(a *a2av1.Agent) []string { return []string{a.Spec.OrgID + "/" + a.Spec.UnitID} }},
 		{identity.IndexAgentOrg, func(a *a2av1.Agent) []string { return []string{a.Spec.OrgID} }},
-		{identity.IndexAgentPool, func(a *a2av1.Agent) []string {
-			if a.Spec.PoolID == "" {
-				return nil
+		{indexAgentOverLimit, func(a *a2av1.Agent) []string {
+			if c := meta.FindStatusCondition(a.Status.Conditions, a2av1.ConditionIdentityPermitted); c != nil && c.Reason == a2av1.ReasonAgentLimitExceeded {
+				return []string{"true"}
 			}
-			return []string{tenancy.PoolKey(a)}
+			return nil
 		}},
 		{indexAgentGated, func(a *a2av1.Agent) []string {
 			if gated(a) {

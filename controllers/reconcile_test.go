@@ -102,12 +102,13 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 	return true
 }
 
-// TestInvalidCallersIsTerminal: a selector that cannot be evaluated is reported as InvalidCallers
-// and not retried until the spec changes.
+// TestInvalidCallersIsTerminal: a selector that cannot be evaluated (admission refuses bad
+// operators and values; a bad label key passes it) is reported as InvalidCallers and not retried
+// until the spec changes.
 func TestInvalidCallersIsTerminal(t *testing.T) {
 	ns := brokeredNamespace
 	terminalBefore := metric("controller_runtime_terminal_reconcile_errors_total", map[string]string{"controller": "agent"})
-	spec := "  callers:\n    from:\n    - agentSelector: {matchExpressions: [{key: role, operator: In}]}\n"
+	spec := "  callers:\n    from:\n    - agentSelector: {matchExpressions: [{key: 'not a label key!', operator: Exists}]}\n"
 	if err := applyYAML(ns, agentManifest("picky", "acme", "keys", nil, spec)); err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,9 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			builder.WithPredicates(identityHolderChangePredicate())).
 		// Caller rules tie Agents together: a rule's owner and the Agents it selects both change.
 		Watches(&a2av1.Agent{}, r.callerRulesHandler()).
+		// A deleted Agent frees a place under its Tenant's maxAgents: the Agents waiting for one
+		// look again at once.
+		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.agentsOverTheLimit), builder.WithPredicates(deletedPredicate())).
 		// Pool ownership follows the oldest member: members appearing or leaving move it.
 		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.poolMembers), builder.WithPredicates(createOrDeletePredicate())).
 		// Tenancy: which namespace may claim which org, unit and pool.
@@ -68,6 +71,30 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(r.Resyncs.source())
 	}
 	return b.Complete(r)
+}
+
+// deletedPredicate passes the deletion of an object (its removal from the cache).
+func deletedPredicate() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// agentsOverTheLimit are the Agents refused for their Tenant's maxAgents (usually none).
+func (r *AgentReconciler) agentsOverTheLimit(ctx context.Context, _ client.Object) []reconcile.Request {
+	var over a2av1.AgentList
+	if err := r.List(ctx, &over, client.MatchingFields{indexAgentOverLimit: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+		logf.FromContext(ctx).Error(err, "list agents over the agent limit")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(over.Items))
+	for i := range over.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&over.Items[i])})
+	}
+	return reqs
 }
 
 // identityHolderChangePredicate passes what can hand an identity from one claimant to another:

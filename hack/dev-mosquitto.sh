@@ -22,6 +22,9 @@ plugin="${MOSQUITTO_DYNSEC_PLUGIN:-$(ls /usr/lib/*/mosquitto_dynamic_security.so
 for f in "$mosquitto" "${plugin:-/usr/lib/<arch>/mosquitto_dynamic_security.so}"; do
 	[[ -e "$f" ]] || { echo "dev-mosquitto: $f not found: run hack/install-mosquitto.sh" >&2; exit 1; }
 done
+# The sender-stamp plugin the conversation service relies on (built into bin/ by make dev).
+sender="$(hack/build-mosquitto-plugin.sh --print-path)"
+[[ -e "$sender" ]] || { echo "dev-mosquitto: $sender not found: run hack/build-mosquitto-plugin.sh" >&2; exit 1; }
 command -v mosquitto_ctrl >/dev/null || { echo "dev-mosquitto: mosquitto_ctrl not found (package mosquitto-clients): run hack/install-mosquitto.sh" >&2; exit 1; }
 
 dir="$(mkdir -p "$state/mosquitto" && cd "$state/mosquitto" && pwd)"
@@ -37,6 +40,7 @@ fi
 mkdir -p "$dir/listeners"
 printf 'listener %s 127.0.0.1\n' "$port" >"$dir/listeners/plain.conf"
 sed -e "s|/usr/lib/mosquitto_dynamic_security.so|$plugin|" \
+	-e "s|/usr/lib/mosquitto_a2a_fleet_sender.so|$sender|" \
 	-e "s|/mosquitto/data|$dir|g" \
 	-e "s|/mosquitto/listeners|$dir/listeners|g" \
 	config/mosquitto/mosquitto.conf >"$dir/mosquitto.conf"

@@ -16,15 +16,18 @@ import (
 type AgentSpec struct {
 	// OrgID is the organization segment of the agent's identity and topics
 	// ($a2a/v1/request/{orgID}/{unitID}/{agentID}). It must match ^[A-Za-z0-9_.-]+$ (the A2A over MQTT
-	// profile's identifier rule), be at most 64 characters long, and cannot change after creation.
+	// profile's identifier rule) and not be dots only (. or ..), be at most 64 characters long, and
+	// cannot change after creation.
 	// The namespace must be allowed to claim it: a Tenant binding the namespace to this org, or,
 	// for a namespace no Tenant binds, the org named like the namespace (docs/security.md). The
-	// org a2a-fleet is reserved for the operator and the conversation service. Required.
+	// org a2a-fleet is reserved for the operator and the conversation service, in any letter case.
+	// Required.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
-	// +kubebuilder:validation:XValidation:rule="self != 'a2a-fleet'",message="orgID a2a-fleet is reserved for the operator and the conversation service"
+	// +kubebuilder:validation:XValidation:rule="self.lowerAscii() != 'a2a-fleet'",message="orgID a2a-fleet is reserved for the operator and the conversation service (in any case)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[.]+$')",message="an identifier of dots only (. or ..) is a path step, not a name: it cannot name a topic level"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="orgID is immutable: delete and recreate the Agent to change its identity"
 	OrgID string `json:"orgID"`
 
@@ -34,6 +37,7 @@ type AgentSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[.]+$')",message="an identifier of dots only (. or ..) is a path step, not a name: it cannot name a topic level"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="unitID is immutable: delete and recreate the Agent to change its identity"
 	UnitID string `json:"unitID"`
 
@@ -43,6 +47,7 @@ type AgentSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[.]+$')",message="an identifier of dots only (. or ..) is a path step, not a name: it cannot name a topic level"
 	AgentID string `json:"agentID,omitempty"`
 
 	// Card is the content of the A2A agent card that the operator publishes, retained, on the agent's
@@ -61,6 +66,7 @@ type AgentSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[.]+$')",message="an identifier of dots only (. or ..) is a path step, not a name: it cannot name a topic level"
 	PoolID string `json:"poolID,omitempty"`
 
 	// Workload, when set, is run by the operator as a Deployment with the agent's broker URL,
@@ -70,7 +76,10 @@ type AgentSpec struct {
 }
 
 // AgentCardSpec is the part of an A2A v1.0 AgentCard that the agent's owner declares. The operator
-// adds the MQTT interface (topics, transport) itself.
+// adds the MQTT interface (topics, transport) itself. Its text may total at most 256 KiB (the most
+// a Tenant's limits.maxCardBytes may allow); the published card must also fit the Tenant's
+// limits.maxCardBytes (default 64 KiB), which the operator checks before it publishes.
+// +kubebuilder:validation:XValidation:rule="size(self.name) + (has(self.description) ? size(self.description) : 0) + (has(self.version) ? size(self.version) : 0) + (has(self.documentationURL) ? size(self.documentationURL) : 0) + (has(self.provider) ? size(self.provider.organization) + (has(self.provider.url) ? size(self.provider.url) : 0) : 0) + (has(self.defaultInputModes) ? self.defaultInputModes.map(m, size(m)).sum() : 0) + (has(self.defaultOutputModes) ? self.defaultOutputModes.map(m, size(m)).sum() : 0) + (has(self.capabilities) && has(self.capabilities.extensions) ? self.capabilities.extensions.map(x, size(x.uri) + (has(x.description) ? size(x.description) : 0)).sum() : 0) + (has(self.skills) ? self.skills.map(k, size(k.id) + size(k.name) + size(k.description) + (has(k.tags) ? k.tags.map(g, size(g)).sum() : 0) + (has(k.examples) ? k.examples.map(e, size(e)).sum() : 0)).sum() : 0) <= 262144",message="the card's text totals more than 256 KiB, more than any Tenant may allow (limits.maxCardBytes; default 64 KiB)"
 type AgentCardSpec struct {
 	// Name is the human-readable name of the agent.
 	// +kubebuilder:validation:MinLength=1
@@ -242,11 +251,13 @@ type CallersSpec struct {
 type CallerSelector struct {
 	// AgentSelector selects caller Agents by their labels. An empty selector selects every Agent in
 	// the chosen namespaces.
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || (size(self.matchExpressions) <= 16 && [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15].all(i, i >= size(self.matchExpressions) || (self.matchExpressions[i].operator in ['In', 'NotIn'] ? has(self.matchExpressions[i].values) && size(self.matchExpressions[i].values) > 0 : self.matchExpressions[i].operator in ['Exists', 'DoesNotExist'] && (!has(self.matchExpressions[i].values) || size(self.matchExpressions[i].values) == 0))))",message="matchExpressions: at most 16, each with operator In or NotIn and values, or Exists or DoesNotExist without values"
 	AgentSelector metav1.LabelSelector `json:"agentSelector"`
 
 	// NamespaceSelector picks the namespaces searched for callers. When absent only the Agent's own
 	// namespace is searched; an empty selector searches every namespace.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || (size(self.matchExpressions) <= 16 && [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15].all(i, i >= size(self.matchExpressions) || (self.matchExpressions[i].operator in ['In', 'NotIn'] ? has(self.matchExpressions[i].values) && size(self.matchExpressions[i].values) > 0 : self.matchExpressions[i].operator in ['Exists', 'DoesNotExist'] && (!has(self.matchExpressions[i].values) || size(self.matchExpressions[i].values) == 0))))",message="matchExpressions: at most 16, each with operator In or NotIn and values, or Exists or DoesNotExist without values"
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 }
 

@@ -50,6 +50,7 @@ type AgentGrantTo struct {
 	// AgentSelector narrows Callers to the Agents of this namespace whose labels match. Absent:
 	// every Agent of this namespace.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || (size(self.matchExpressions) <= 16 && [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15].all(i, i >= size(self.matchExpressions) || (self.matchExpressions[i].operator in ['In', 'NotIn'] ? has(self.matchExpressions[i].values) && size(self.matchExpressions[i].values) > 0 : self.matchExpressions[i].operator in ['Exists', 'DoesNotExist'] && (!has(self.matchExpressions[i].values) || size(self.matchExpressions[i].values) == 0))))",message="matchExpressions: at most 16, each with operator In or NotIn and values, or Exists or DoesNotExist without values"
 	AgentSelector *metav1.LabelSelector `json:"agentSelector,omitempty"`
 
 	// PoolID narrows Pools to one pool. Absent: every pool this namespace owns.

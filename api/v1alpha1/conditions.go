@@ -16,6 +16,9 @@ const (
 	// ConditionIdentityPermitted is true when the Agent's namespace may claim its org, unit and pool
 	// (a Tenant, or the namespace default) and the org is not reserved.
 	ConditionIdentityPermitted = "IdentityPermitted"
+	// ConditionWithinLimits is true when a ConversationPolicy asks for no more than its Tenant's
+	// ceilings (limits.conversationPolicy); false when a ceiling applies instead of its value.
+	ConditionWithinLimits = "WithinLimits"
 )
 
 // Condition reasons, CamelCase as metav1.Condition requires.
@@ -45,6 +48,18 @@ const (
 	// ReasonPoolNotGranted: the Agent's pool belongs to another namespace that grants this one no
 	// AgentGrant of kind Pools; the Agent is registered but not a pool member.
 	ReasonPoolNotGranted = "PoolNotGranted"
+	// ReasonAgentLimitExceeded: the Tenant's (or namespace's) limits.maxAgents is reached; the
+	// newest Agents beyond it are refused like an identity that is not permitted.
+	ReasonAgentLimitExceeded = "AgentLimitExceeded"
+	// ReasonCardTooLarge: the agent card is larger than the Tenant's limits.maxCardBytes; it is not
+	// published (the broker would disconnect the operator's shared connection for an oversized
+	// packet).
+	ReasonCardTooLarge = "CardTooLarge"
+	// ReasonWithinLimits: a ConversationPolicy asks for no more than its Tenant's ceilings.
+	ReasonWithinLimits = "WithinLimits"
+	// ReasonTenantLimitExceeded: a ConversationPolicy asks for more than its Tenant's ceilings (or
+	// for unlimited); the ceilings apply instead.
+	ReasonTenantLimitExceeded = "TenantLimitExceeded"
 	// ReasonCredentialsConflict: a Secret with the credentials' name exists and is not the Agent's.
 	ReasonCredentialsConflict = "CredentialsConflict"
 	// ReasonWorkloadNotPermitted: spec.workload asks for more than the Agent may have (Pod Security

@@ -9,6 +9,7 @@ import (
 type ConversationPolicySpec struct {
 	// AgentSelector selects the Agents in this namespace that the policy governs. An empty selector
 	// selects every Agent in the namespace.
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || (size(self.matchExpressions) <= 16 && [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15].all(i, i >= size(self.matchExpressions) || (self.matchExpressions[i].operator in ['In', 'NotIn'] ? has(self.matchExpressions[i].values) && size(self.matchExpressions[i].values) > 0 : self.matchExpressions[i].operator in ['Exists', 'DoesNotExist'] && (!has(self.matchExpressions[i].values) || size(self.matchExpressions[i].values) == 0))))",message="matchExpressions: at most 16, each with operator In or NotIn and values, or Exists or DoesNotExist without values"
 	AgentSelector metav1.LabelSelector `json:"agentSelector"`
 
 	// Priority decides which policy applies when several select one Agent: the highest priority wins,

@@ -48,6 +48,9 @@ func main() {
 	flag.StringVar(&cfg.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz (0 disables)")
 	flag.DurationVar(&cfg.SweepInterval, "sweep-interval", time.Second, "how often expired contexts and input-required timeouts are applied")
 	flag.IntVar(&cfg.Workers, "workers", 32, "goroutines handling requests and replies")
+	flag.Float64Var(&cfg.CallerRate, "caller-rate", convservice.DefaultCallerRate,
+		"requests per second one caller may send to this replica (token bucket; beyond it: error -32070 with retry_after); negative: no limit")
+	flag.IntVar(&cfg.CallerBurst, "caller-burst", convservice.DefaultCallerBurst, "the caller rate's burst (bucket size)")
 	var routeSecretFile, previousSecretFile string
 	flag.StringVar(&routeSecretFile, "route-secret-file", env("A2A_ROUTE_SECRET_FILE", ""),
 		"file holding the secret that encrypts routes in forwarded correlation data and derives the replica's client id; the same on every replica (default: the broker password)")
@@ -56,8 +59,9 @@ func main() {
 	flag.StringVar(&cfg.TLSCAFile, "tls-ca-file", env("A2A_TLS_CA_FILE", ""), "PEM CA bundle to verify the broker's certificate (mqtts://, tls://, wss://); default: system roots")
 	flag.StringVar(&cfg.TLSCertFile, "tls-cert-file", env("A2A_TLS_CERT_FILE", ""), "PEM client certificate for the broker connection")
 	flag.StringVar(&cfg.TLSKeyFile, "tls-key-file", env("A2A_TLS_KEY_FILE", ""), "PEM key of --tls-cert-file")
-	flag.BoolVar(&cfg.RequireSenderProperty, "require-sender-property", false,
-		"refuse requests the broker did not stamp with the publisher's identity (only for brokers that stamp it: the embedded broker)")
+	// Deprecated: the service always requires the broker's sender stamp (the
+	// embedded broker's, or the sender-stamp plugin's on Mosquitto).
+	flag.Bool("require-sender-property", true, "deprecated, ignored: requests the broker did not stamp with their publisher are always dropped")
 	// --kubeconfig is controller-runtime's flag (ctrl.GetConfig): that file,
 	// else $KUBECONFIG, else in-cluster config.
 	zopts := zap.Options{}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,6 +53,23 @@ type DynSecOptions struct {
 	// AllowAnonymous keeps allow_anonymous true (anonymous clients then get
 	// the dynsec anonymous group's rights, i.e. nothing by default).
 	AllowAnonymous bool
+	// WithoutSenderPlugin leaves out the a2a-fleet sender-stamp plugin, which
+	// is otherwise loaded before dynsec as config/mosquitto/mosquitto.conf
+	// loads it (a broker that cannot tell subscribers who published).
+	WithoutSenderPlugin bool
+	// SenderPluginPath defaults to SenderPluginPath().
+	SenderPluginPath string
+}
+
+// SenderPluginPath is where hack/build-mosquitto-plugin.sh (make
+// mosquitto-plugin, part of make tools-test) builds the sender-stamp plugin:
+// $A2A_MOSQUITTO_SENDER_PLUGIN, else bin/mosquitto/ in the source tree.
+func SenderPluginPath() string {
+	if p := os.Getenv("A2A_MOSQUITTO_SENDER_PLUGIN"); p != "" {
+		return p
+	}
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "bin", "mosquitto", "mosquitto_a2a_fleet_sender.so")
 }
 
 // Mosquitto is a Mosquitto broker child process.
@@ -121,6 +139,9 @@ func StartMosquitto(t testing.TB, opts MosquittoOptions) *Mosquitto {
 		if ds.AdminPassword == "" {
 			ds.AdminPassword = "admin-password"
 		}
+		if ds.SenderPluginPath == "" && !ds.WithoutSenderPlugin {
+			ds.SenderPluginPath = SenderPluginPath()
+		}
 		m.dynsec = &ds
 		if err := m.initDynSec(); err != nil {
 			t.Fatalf("brokertest: %v", err)
@@ -149,6 +170,11 @@ func (m *Mosquitto) initDynSec() error {
 	}
 	if _, err := os.Stat(m.dynsec.PluginPath); err != nil {
 		return fmt.Errorf("dynsec plugin: %w", err)
+	}
+	if !m.dynsec.WithoutSenderPlugin {
+		if _, err := os.Stat(m.dynsec.SenderPluginPath); err != nil {
+			return fmt.Errorf("sender-stamp plugin (build it with hack/build-mosquitto-plugin.sh, or make tools-test): %w", err)
+		}
 	}
 	file := filepath.Join(m.dir, "dynamic-security.json")
 	out, err := exec.Command(ctl, "dynsec", "init", file, m.dynsec.AdminUser, m.dynsec.AdminPassword).CombinedOutput()
@@ -182,6 +208,10 @@ func (m *Mosquitto) writeConfig() error {
 		fmt.Fprintf(&b, "max_packet_size %d\n", m.opts.MaxPacketSize)
 	}
 	if m.dynsec != nil {
+		if !m.dynsec.WithoutSenderPlugin {
+			// Before dynsec: its ACL callback must see every check first.
+			fmt.Fprintf(&b, "plugin %s\n", m.dynsec.SenderPluginPath)
+		}
 		fmt.Fprintf(&b, "plugin %s\n", m.dynsec.PluginPath)
 		fmt.Fprintf(&b, "plugin_opt_config_file %s\n", filepath.Join(m.dir, "dynamic-security.json"))
 	}

@@ -160,6 +160,10 @@ type Task struct {
 // rejected (A2A v1.0: accepts no further messages).
 func (t *Task) Terminal() bool { return t.State.Terminal() }
 
+// Tracks reports whether a reply stream with this (requester's) correlation data is open: its
+// route has not ended. A reply on a route that ended (a replay) is not the task's any more.
+func (t *Task) Tracks(correlation []byte) bool { return t.stream(correlation) >= 0 }
+
 func (t *Task) stream(correlation []byte) int {
 	return slices.IndexFunc(t.Streams, func(s Stream) bool { return bytes.Equal(s.Correlation, correlation) })
 }

@@ -1,22 +1,36 @@
 package convservice
 
 import (
+	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-// Why a request's reply path is refused (rejections_total reasons). A refused
-// reply path is never answered: answering would publish to the very topic the
-// requester may not name.
+// Why a request is dropped without an answer (rejections_total reasons). The
+// service answers only a publisher it has verified, on that publisher's own
+// reply topic: answering anyone else would let a requester make the service
+// publish where the requester may not (docs/security.md, attack 10).
 const (
+	// reasonSenderMissing: the broker did not say who published (no
+	// identity.SenderProperty: a Mosquitto without the sender-stamp plugin).
+	reasonSenderMissing = "sender_unknown"
+	// reasonReplyTopicNotPermitted: the Response Topic is not a reply topic
+	// of the publisher, or the publisher is not an agent.
 	reasonReplyTopicNotPermitted = "reply_topic_not_permitted"
-	reasonSenderMissing          = "sender_unknown"
+	// reasonCallerNotAdmitted: the publisher is not a caller the gated agent
+	// admits (the rule the broker ACLs are compiled from).
+	reasonCallerNotAdmitted = "caller_not_admitted"
+	// reasonUnverifiedAnswer: an answer to a requester the service has not
+	// verified was about to be published, and was not (a bug guard).
+	reasonUnverifiedAnswer = "unverified_answer_dropped"
 )
 
 // replyIdentity is the agent whose reply topic respTo is
@@ -29,9 +43,10 @@ func replyIdentity(respTo string) (a2amqtt.AgentRef, bool) {
 	return a2amqtt.AgentRef{Org: info.Org, Unit: info.Unit, Agent: info.Agent}, true
 }
 
-// senderIdentity reads the publisher's identity that a broker which knows it
-// (the embedded broker) stamps on every message as identity.SenderProperty:
-// the publisher's broker username, a2a:{org}/{unit}/{agent} for agents.
+// senderIdentity reads the publisher's identity that the broker stamps on
+// every message as identity.SenderProperty (the embedded broker's hook, the
+// sender-stamp plugin on Mosquitto), replacing any copy the client sent: the
+// publisher's broker username, a2a:{org}/{unit}/{agent} for agents.
 func senderIdentity(in *inbound) (ref a2amqtt.AgentRef, present, ok bool) {
 	v := in.user.Get(identity.SenderProperty)
 	if v == "" {
@@ -45,90 +60,80 @@ func senderIdentity(in *inbound) (ref a2amqtt.AgentRef, present, ok bool) {
 	return ref, true, err == nil
 }
 
-// callerSet is who an agent admits as caller, by the rules the operator
-// compiles into broker ACLs (docs/api.md): spec.callers.scope, plus the
-// Agents that callers.from selects. Selectors are evaluated against the
-// service's Agent cache in the agent's namespace; a selector with a
-// namespaceSelector admits any registered Agent (the service does not watch
-// Namespaces; the broker ACLs remain the authority for who may publish).
-type callerSet struct {
-	self      a2amqtt.AgentRef
-	scope     a2av1.CallerScope
-	namespace string
-	anyAgent  bool
-	selectors []labels.Selector // callers.from agent selectors (same namespace)
-	agents    agentDirectory
+// callerDirectory decides whether a gated agent admits a caller, by
+// tenancy.View.AdmitsCaller: the one rule the operator compiles the broker
+// ACLs from (scope, callers.from with AgentGrant consent, tenancy), applied
+// to the Agent that holds the caller's identity (never to an Agent that
+// merely claims it: a refused squatter's status or labels count for
+// nothing). One generation per resync: its view and decisions are dropped
+// when the Kubernetes objects change, so a decision is made once per pair
+// and generation, not per request.
+type callerDirectory struct {
+	reader  client.Reader
+	current atomic.Pointer[directoryGeneration]
 }
 
-// agentDirectory is what the Agent cache says of every registered Agent
-// (one with a client id), by client id. One is built per resync and shared
-// by every gated agent's callerSet, so a resync stays linear in the fleet
-// (a set of admitted callers per gated agent would be quadratic in time and
-// memory) and admitting a caller costs one lookup.
-type agentDirectory map[string]agentFacts
-
-type agentFacts struct {
-	namespace string
-	labels    labels.Set
+type directoryGeneration struct {
+	mu      sync.Mutex // a tenancy.View is not safe for concurrent use
+	view    *tenancy.View
+	decided sync.Map // callerPair -> bool
 }
 
-func newAgentDirectory(all []a2av1.Agent) agentDirectory {
-	d := make(agentDirectory, len(all))
-	for i := range all {
-		if id := all[i].Status.ClientID; id != "" {
-			d[id] = agentFacts{namespace: all[i].Namespace, labels: all[i].Labels}
-		}
-	}
-	return d
+type callerPair struct{ callee, caller a2amqtt.AgentRef }
+
+func newCallerDirectory(reader client.Reader) *callerDirectory {
+	return &callerDirectory{reader: reader}
 }
 
-func newCallerSet(a *a2av1.Agent, self a2amqtt.AgentRef, agents agentDirectory) *callerSet {
-	cs := &callerSet{self: self, scope: a.Spec.Callers.Scope, namespace: a.Namespace, agents: agents}
-	for _, from := range a.Spec.Callers.From {
-		if from.NamespaceSelector != nil {
-			cs.anyAgent = true
-			continue
-		}
-		sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
-		if err != nil {
-			continue // the operator reports the invalid selector
-		}
-		cs.selectors = append(cs.selectors, sel)
-	}
-	return cs
+// renew starts a generation on view (the resync's own).
+func (d *callerDirectory) renew(view *tenancy.View) {
+	d.current.Store(&directoryGeneration{view: view})
 }
 
-// admits reports whether ref may call the agent.
-func (cs *callerSet) admits(ref a2amqtt.AgentRef) bool {
-	if cs == nil {
+// admits reports whether callee (a live gated Agent of this generation)
+// admits caller. An error reading the cache admits nobody.
+func (d *callerDirectory) admits(ctx context.Context, callee *a2av1.Agent, caller a2amqtt.AgentRef) bool {
+	g := d.current.Load()
+	if g == nil || callee == nil {
 		return false
 	}
-	switch cs.scope {
-	case a2av1.CallerScopeSameUnit:
-		if ref.Org == cs.self.Org && ref.Unit == cs.self.Unit {
-			return true
-		}
-	case a2av1.CallerScopeSameOrg:
-		if ref.Org == cs.self.Org {
-			return true
-		}
+	key := callerPair{identity.Of(callee), caller}
+	if v, ok := g.decided.Load(key); ok {
+		return v.(bool)
 	}
-	if !cs.anyAgent && len(cs.selectors) == 0 {
-		return false
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ok, err := admitsCaller(ctx, g.view, callee, caller)
+	if err != nil {
+		return false // not remembered: the next request asks again
 	}
-	facts, registered := cs.agents[ref.ClientID()]
-	switch {
-	case !registered:
-		return false
-	case cs.anyAgent:
-		return true
-	case facts.namespace != cs.namespace:
-		return false
+	g.decided.Store(key, ok)
+	return ok
+}
+
+// admitsCaller is the service's admission decision: the Agent that holds
+// caller's client ID, admitted by callee under tenancy's rule.
+func admitsCaller(ctx context.Context, v *tenancy.View, callee *a2av1.Agent, caller a2amqtt.AgentRef) (bool, error) {
+	holder, err := v.HolderOf(ctx, caller)
+	if err != nil || holder == nil {
+		return false, err
 	}
-	for _, sel := range cs.selectors {
-		if sel.Matches(facts.labels) {
-			return true
-		}
+	return v.AdmitsCaller(ctx, callee, holder)
+}
+
+// AdmitsCaller reports whether the conversation service, reading the
+// Kubernetes objects through reader (a cache with tenancy.IndexFields), would
+// relay requests of caller to the gated agent callee: the decision a replica
+// makes, exported so that a test can hold it against the broker's ACLs pair
+// by pair (internal/registration's ACL matrix).
+func AdmitsCaller(ctx context.Context, reader client.Reader, callee, caller a2amqtt.AgentRef) (bool, error) {
+	v, err := (&tenancy.Authorizer{Reader: reader}).View(ctx)
+	if err != nil {
+		return false, err
 	}
-	return false
+	holder, err := v.HolderOf(ctx, callee)
+	if err != nil || holder == nil {
+		return false, err
+	}
+	return admitsCaller(ctx, v, holder, caller)
 }

@@ -1,106 +1,137 @@
 package convservice
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-// fleetOf is n Agents in a few namespaces and units, labelled by role, each
-// admitting callers by scope and by a role selector (some across every
-// namespace), with status as the operator writes it for a gated agent.
-func fleetOf(n int, r *rand.Rand) []a2av1.Agent {
-	roles := []string{"planner", "worker", "critic"}
-	all := make([]a2av1.Agent, n)
-	for i := range all {
-		a := &all[i]
-		a.Namespace, a.Name = fmt.Sprintf("team-%d", r.IntN(5)), fmt.Sprintf("agent-%d", i)
-		a.Labels = map[string]string{"role": roles[r.IntN(len(roles))]}
-		a.Spec.OrgID, a.Spec.UnitID = fmt.Sprintf("org%d", r.IntN(3)), fmt.Sprintf("unit%d", r.IntN(3))
-		a.Spec.Callers.Scope = []a2av1.CallerScope{a2av1.CallerScopeNone, a2av1.CallerScopeSameUnit, a2av1.CallerScopeSameOrg}[r.IntN(3)]
-		from := a2av1.CallerSelector{AgentSelector: metav1.LabelSelector{MatchLabels: map[string]string{"role": roles[r.IntN(len(roles))]}}}
-		if r.IntN(10) == 0 {
-			from.NamespaceSelector = &metav1.LabelSelector{}
-		}
-		if r.IntN(4) > 0 {
-			a.Spec.Callers.From = []a2av1.CallerSelector{from}
-		}
-		if r.IntN(20) > 0 { // a few not registered yet
-			a.Status.ClientID = a.Spec.OrgID + "/" + a.Spec.UnitID + "/" + a.Name
-			a.Status.Topics = &a2av1.AgentTopics{Delivery: "$a2a/v1/delivery/" + a.Status.ClientID}
-		}
-	}
-	return all
+// The service's admission is tenancy's rule, and the ACL matrix of
+// internal/registration holds it to the broker's decisions pair by pair on
+// real brokers. These unit tests pin the cases the security review found,
+// over an in-memory reader with the cache's own indexes.
+
+// builderIndexer registers tenancy.IndexFields on a fake client builder.
+type builderIndexer struct{ b *fake.ClientBuilder }
+
+func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, fn)
+	return nil
 }
 
-// referenceAdmits is the admission rule stated directly over the whole
-// fleet: scope, then any registered Agent a callers.from entry selects.
-func referenceAdmits(target *a2av1.Agent, self a2amqtt.AgentRef, all []a2av1.Agent, ref a2amqtt.AgentRef) bool {
-	switch target.Spec.Callers.Scope {
-	case a2av1.CallerScopeSameUnit:
-		if ref.Org == self.Org && ref.Unit == self.Unit {
-			return true
-		}
-	case a2av1.CallerScopeSameOrg:
-		if ref.Org == self.Org {
-			return true
-		}
+func readerOf(t testing.TB, objs ...client.Object) client.Reader {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := a2av1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
 	}
-	for _, from := range target.Spec.Callers.From {
-		sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)
+	if err := tenancy.IndexFields(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Build()
+}
+
+var epoch = time.Unix(1_700_000_000, 0)
+
+func testAgent(ns, name, org, unit string, age int, lbl map[string]string, callers a2av1.CallersSpec) *a2av1.Agent {
+	a := &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbl, UID: types.UID(ns + "/" + name),
+		CreationTimestamp: metav1.NewTime(epoch.Add(time.Duration(age) * time.Minute))}}
+	a.Spec.OrgID, a.Spec.UnitID, a.Spec.Callers = org, unit, callers
+	id := identity.Of(a)
+	a.Status.ClientID = id.ClientID()
+	a.Status.Topics = &a2av1.AgentTopics{Delivery: identity.DeliveryTopic(id)}
+	return a
+}
+
+func nsObj(name string, lbl map[string]string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbl}}
+}
+
+func TestAdmitsCaller(t *testing.T) {
+	ctx := context.Background()
+	acme := &a2av1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "acme", CreationTimestamp: metav1.NewTime(epoch)},
+		Spec: a2av1.TenantSpec{OrgID: "acme", Namespaces: []string{"acme"}}}
+	all := a2av1.CallersSpec{From: []a2av1.CallerSelector{{NamespaceSelector: &metav1.LabelSelector{}}}}
+	gatedEvil := testAgent("evil", "gated", "evil", "x", 0, nil, all) // H1: selects every namespace, no grant anywhere
+	console := testAgent("acme", "console", "acme", "demo", 1, nil, a2av1.CallersSpec{})
+	governed := testAgent("acme", "governed", "acme", "demo", 2, nil, a2av1.CallersSpec{Scope: a2av1.CallerScopeSameUnit})
+	insider := testAgent("evil", "insider", "evil", "x", 3, nil, a2av1.CallersSpec{})
+	// M1: a refused squatter in evil claims acme/demo/console, newer and older than the holder.
+	squatter := testAgent("evil", "squatter", "acme", "demo", -5, nil, a2av1.CallersSpec{})
+	squatter.Spec.AgentID = "console"
+	objs := []client.Object{acme, nsObj("acme", nil), nsObj("evil", nil), gatedEvil, console, governed, insider, squatter}
+
+	cases := []struct {
+		callee *a2av1.Agent
+		caller a2amqtt.AgentRef
+		want   bool
+		why    string
+	}{
+		{gatedEvil, identity.Of(insider), true, "its own namespace's agents: selected"},
+		{gatedEvil, identity.Of(console), false, "another namespace's agent without its AgentGrant"},
+		{governed, identity.Of(console), true, "same unit, scope SameUnit, although an older refused squatter claims the id"},
+		{governed, identity.Of(insider), false, "another org"},
+		{governed, a2amqtt.AgentRef{Org: "acme", Unit: "demo", Agent: "ghost"}, false, "nobody holds the identity"},
+	}
+	for _, c := range cases {
+		v, err := (&tenancy.Authorizer{Reader: readerOf(t, objs...)}).View(ctx)
 		if err != nil {
-			continue
+			t.Fatal(err)
 		}
-		for i := range all {
-			o := &all[i]
-			if o.Status.ClientID != ref.ClientID() || o.Status.ClientID == "" {
-				continue
-			}
-			if from.NamespaceSelector != nil || (o.Namespace == target.Namespace && sel.Matches(labels.Set(o.Labels))) {
-				return true
-			}
+		got, err := admitsCaller(ctx, v, c.callee, c.caller)
+		if err != nil || got != c.want {
+			t.Errorf("%s admits %s = %v (%v), want %v: %s", identity.Of(c.callee), c.caller, got, err, c.want, c.why)
 		}
 	}
-	return false
+
+	// With acme's consent, the selector admits the console.
+	grant := &a2av1.AgentGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "evil-may-select"},
+		Spec: a2av1.AgentGrantSpec{From: []a2av1.AgentGrantFrom{{Namespace: "evil"}}, To: []a2av1.AgentGrantTo{{Kind: a2av1.AgentGrantCallers}}}}
+	if ok, err := AdmitsCaller(ctx, readerOf(t, append(objs, grant)...), identity.Of(gatedEvil), identity.Of(console)); err != nil || !ok {
+		t.Errorf("with acme's AgentGrant: admits = %v (%v), want true", ok, err)
+	}
 }
 
-// TestCallerSetMatchesReference: the shared directory admits exactly whom
-// the rule stated over the whole fleet admits, for every pair of a random
-// fleet (and for callers that are not registered).
-func TestCallerSetMatchesReference(t *testing.T) {
-	for seed := range uint64(20) {
-		r := rand.New(rand.NewPCG(seed, 11))
-		all := fleetOf(60, r)
-		dir := newAgentDirectory(all)
-		callers := []a2amqtt.AgentRef{{Org: "org0", Unit: "unit0", Agent: "ghost"}}
-		for i := range all {
-			callers = append(callers, a2amqtt.AgentRef{Org: all[i].Spec.OrgID, Unit: all[i].Spec.UnitID, Agent: all[i].Name})
-		}
-		admitted := 0
-		for i := range all {
-			target := &all[i]
-			self := a2amqtt.AgentRef{Org: target.Spec.OrgID, Unit: target.Spec.UnitID, Agent: target.Name}
-			cs := newCallerSet(target, self, dir)
-			for _, ref := range callers {
-				got, want := cs.admits(ref), referenceAdmits(target, self, all, ref)
-				if got != want {
-					t.Fatalf("seed %d: %s admits %v = %v, the rule says %v", seed, target.Name, ref, got, want)
-				}
-				if got {
-					admitted++
-				}
-			}
-		}
-		if admitted == 0 || admitted == len(all)*len(callers) {
-			t.Fatalf("seed %d: %d admitted pairs: the fleet does not exercise the rule", seed, admitted)
-		}
+// The directory and the gated set key on the holder: a refused squatter's
+// status (it claims the gated agent's identity) neither adds nor replaces a
+// gated agent.
+func TestGatedSetKeysOnHolders(t *testing.T) {
+	ctx := context.Background()
+	holder := testAgent("acme", "governed", "acme", "demo", 0, nil, a2av1.CallersSpec{})
+	squatter := testAgent("evil", "squat", "acme", "demo", -1, nil, a2av1.CallersSpec{})
+	squatter.Spec.AgentID = "governed"
+	stranger := testAgent("evil", "stranger", "acme", "other", 0, nil, a2av1.CallersSpec{}) // refused: not its org
+	reader := readerOf(t, nsObj("acme", nil), nsObj("evil", nil), holder, squatter, stranger)
+	v, err := (&tenancy.Authorizer{Reader: reader}).View(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &registry{s: &Service{log: logr.Discard()}}
+	got, err := r.gatedFrom(ctx, v, []a2av1.Agent{*squatter, *holder, *stranger}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[identity.Of(holder).RequestTopic()] == nil || got[identity.Of(holder).RequestTopic()].agent.Namespace != "acme" {
+		t.Fatalf("gated set %v, want only acme/demo/governed held by namespace acme", got)
 	}
 }
 
@@ -109,12 +140,24 @@ func TestCallerSetMatchesReference(t *testing.T) {
 func BenchmarkGatedFrom(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprintf("agents=%d", n), func(b *testing.B) {
-			all := fleetOf(n, rand.New(rand.NewPCG(1, 2)))
-			r := &registry{s: &Service{log: logr.Discard()}}
+			r := rand.New(rand.NewPCG(1, 2))
+			all := make([]a2av1.Agent, n)
+			objs := []client.Object{}
+			for i := range all {
+				org := fmt.Sprintf("team-%d", r.IntN(5))
+				all[i] = *testAgent(org, fmt.Sprintf("agent-%d", i), org, fmt.Sprintf("unit%d", r.IntN(3)), i, nil, a2av1.CallersSpec{})
+				objs = append(objs, &all[i])
+			}
+			reader := readerOf(b, objs...)
+			reg := &registry{s: &Service{log: logr.Discard()}}
 			b.ReportAllocs()
 			for b.Loop() {
-				if got := r.gatedFrom(all, nil); len(got) == 0 {
-					b.Fatal("no gated agents")
+				v, err := (&tenancy.Authorizer{Reader: reader}).View(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got, err := reg.gatedFrom(context.Background(), v, all, nil); err != nil || len(got) != n {
+					b.Fatalf("%d gated agents (%v), want %d", len(got), err, n)
 				}
 			}
 		})

@@ -7,9 +7,7 @@ import (
 	"testing"
 
 	"github.com/eclipse/paho.golang/paho"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
@@ -83,33 +81,6 @@ func TestClientIDIsNotDerivable(t *testing.T) {
 }
 
 func TestReplyPathAdmission(t *testing.T) {
-	agent := func(ns, name, org, unit string, lbl map[string]string, callers a2av1.CallersSpec) a2av1.Agent {
-		a := a2av1.Agent{}
-		a.Namespace, a.Name, a.Labels = ns, name, lbl
-		a.Spec.OrgID, a.Spec.UnitID, a.Spec.Callers = org, unit, callers
-		a.Status.ClientID = org + "/" + unit + "/" + name
-		return a
-	}
-	all := []a2av1.Agent{
-		agent("t1", "friend", "other", "x", map[string]string{"role": "friend"}, a2av1.CallersSpec{}),
-		agent("t2", "stranger", "other", "x", map[string]string{"role": "friend"}, a2av1.CallersSpec{}),
-	}
-	self := a2amqtt.AgentRef{Org: "acme", Unit: "sales", Agent: "memory"}
-	target := agent("t1", "memory", "acme", "sales", nil, a2av1.CallersSpec{Scope: a2av1.CallerScopeSameUnit,
-		From: []a2av1.CallerSelector{{AgentSelector: metav1.LabelSelector{MatchLabels: map[string]string{"role": "friend"}}}}})
-	cs := newCallerSet(&target, self, newAgentDirectory(all))
-	for ref, want := range map[a2amqtt.AgentRef]bool{
-		{Org: "acme", Unit: "sales", Agent: "client"}:  true,  // scope
-		{Org: "acme", Unit: "ops", Agent: "client"}:    false, // other unit
-		{Org: "other", Unit: "x", Agent: "friend"}:     true,  // selected in its namespace
-		{Org: "other", Unit: "x", Agent: "stranger"}:   false, // same labels, other namespace
-		{Org: "a2a-fleet", Unit: "system", Agent: "x"}: false,
-	} {
-		if got := cs.admits(ref); got != want {
-			t.Errorf("admits(%v) = %v, want %v", ref, got, want)
-		}
-	}
-
 	in := func(sender, respTo string) *inbound {
 		i := &inbound{respTo: respTo}
 		if sender != "" {

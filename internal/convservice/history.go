@@ -26,8 +26,8 @@ func (s *Service) onHistoryRequest(p *paho.Publish) {
 }
 
 // handleHistory serves GetTask and ListTasks (by contextId) from the store
-// on the service's own request topic. The caller is the agent whose reply
-// topic the request names (only that agent may subscribe to it, by ACL).
+// on the service's own request topic. The caller is the publisher the broker
+// stamped, and the request must name one of its reply topics.
 // The agent whose history is read is params.tenant ("org/unit/agent"),
 // defaulting to the caller: a responder reads its own conversations, and a
 // requester may read the contexts it opened with a gated agent, nobody
@@ -35,19 +35,16 @@ func (s *Service) onHistoryRequest(p *paho.Publish) {
 func (s *Service) handleHistory(in *inbound) {
 	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
 	defer cancel()
-	if !s.admit(ctx, in) {
+	// The caller is the publisher the broker stamped, asking on its own
+	// reply topic (verifySender): nobody else is ever answered.
+	if !s.verifySender(in) || !s.checkRequest(ctx, in) {
 		return
 	}
 	req := s.decode(ctx, in, false)
 	if req == nil {
 		return
 	}
-	caller := requesterOf(in.respTo)
-	if caller == "" {
-		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorTransportProtocolError,
-			"history queries must name the querying agent's reply topic ($a2a/v1/reply/{org}/{unit}/{agent}/...) as Response Topic"))
-		return
-	}
+	caller := in.caller.String()
 	var scope struct {
 		Tenant string `json:"tenant"`
 	}
@@ -62,7 +59,12 @@ func (s *Service) handleHistory(in *inbound) {
 	var rerr *rpcError
 	var sv served
 	method, _ := conversation.ParseMethod(req.Method)
-	switch s.historyRole(agent) {
+	role := s.historyRole(agent)
+	if role != historyIgnore && !s.withinRate(in) {
+		// Only the replica that answers counts the caller's rate.
+		return
+	}
+	switch role {
 	case historyIgnore:
 		// Every replica receives history queries; the one that owns the
 		// agent answers from memory.

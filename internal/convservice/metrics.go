@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		replies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "a2a_conversation", Name: "replies_total",
-			Help: "Agent replies by outcome: relayed (PUBACK success), relayed_unread (PUBACK: no subscriber), relayed_unconfirmed (pipelined stream item, no PUBACK awaited), relay_refused (PUBACK error), relay_failed, dropped_unsealed, internal, task_presented_again (a first answer showed the agent takes task ids the other way; not relayed).",
+			Help: "Agent replies by outcome: relayed (PUBACK success), relayed_unread (PUBACK: no subscriber), relayed_unconfirmed (pipelined stream item, no PUBACK awaited), relay_refused (PUBACK error), relay_failed, dropped_unsealed, dropped_replay (a reply on a route that already ended), internal, task_presented_again (a first answer showed the agent takes task ids the other way; not relayed).",
 		}, []string{"outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "a2a_conversation", Name: "proxy_latency_seconds",

@@ -42,6 +42,12 @@ type inbound struct {
 	// parked: the message already waited for its agent to be taken over
 	// (parkUntilHeld); it is not held back twice.
 	parked bool
+	// verified: the publisher is caller (verifySender), and respTo is one of
+	// its reply topics; only then is it answered.
+	verified bool
+	caller   a2amqtt.AgentRef
+	// rateChecked: the caller's rate was checked (withinRate), once.
+	rateChecked bool
 }
 
 func newInbound(p *paho.Publish) *inbound {
@@ -56,6 +62,11 @@ func newInbound(p *paho.Publish) *inbound {
 func (s *Service) onRequest(topic string, p *paho.Publish) {
 	in := newInbound(p)
 	in.topic = topic
+	if g := s.gated.byRequestTopic(topic); g != nil && s.serves(g.key) && !s.withinRate(in) {
+		// Beyond its caller's rate: refused before it waits for a worker, so a
+		// flood never queues in front of other callers' requests.
+		return
+	}
 	s.dispatch(in.corr, func() { s.handleRequest(in) })
 }
 
@@ -81,48 +92,106 @@ func (s *Service) onReply(p *paho.Publish) {
 	s.dispatch(in.corr, func() { s.handleReply(in) })
 }
 
-// requesterOf names the requester by its reply topic ("" when the topic is
-// not a profile reply topic).
-func requesterOf(respTo string) string {
-	info, err := a2amqtt.ParseTopic(respTo)
-	if err != nil || info.Method != a2amqtt.MethodReply || info.Agent == "" {
-		return ""
+// verifySender establishes who is asking: the publisher the broker stamped
+// (identity.SenderProperty), which must be an agent naming a reply topic of
+// its own as Response Topic. Anything else is dropped and counted, never
+// answered: the answer would go where the requester may not publish. On
+// success the request is marked verified and in.caller set: only then may
+// the service answer it (replyError).
+func (s *Service) verifySender(in *inbound) bool {
+	caller, reason, why := verifiedCaller(in)
+	if reason != "" {
+		s.log.Info("dropping request: "+why, "topic", in.topic, "response_topic", in.respTo, "sender", in.user.Get(identity.SenderProperty))
+		s.m.rejections.WithLabelValues(reason).Inc()
+		return false
 	}
-	return info.Org + "/" + info.Unit + "/" + info.Agent
+	in.caller, in.verified = caller, true
+	return true
 }
 
-// admit applies the profile's reply-path checks shared by the proxy and the
-// history endpoint. It returns false when the request was answered or dropped.
-func (s *Service) admit(ctx context.Context, in *inbound) bool {
-	// Built only when a line is written: WithValues encodes its fields.
-	log := func() logr.Logger { return s.log.WithValues("topic", in.topic) }
-	if in.respTo == "" {
+// verifiedCaller is the publisher a request may be answered to, or why
+// there is none (a rejections_total reason and a phrase).
+func verifiedCaller(in *inbound) (caller a2amqtt.AgentRef, reason, why string) {
+	switch {
+	case in.respTo == "":
 		// No reply path: the profile allows dropping.
-		log().Info("dropping request without Response Topic")
-		s.m.rejections.WithLabelValues("no_response_topic").Inc()
+		return caller, "no_response_topic", "no Response Topic"
+	case strings.ContainsAny(in.respTo, "+#"):
+		return caller, "no_response_topic", "a wildcard Response Topic"
+	}
+	sender, present, ok := senderIdentity(in)
+	if !present {
+		// The broker did not say who published (a Mosquitto without the
+		// sender-stamp plugin): nobody can be verified, nobody is answered.
+		return caller, reasonSenderMissing, "the broker did not stamp it with its publisher (is the sender-stamp plugin loaded?)"
+	}
+	if owner, isReply := replyIdentity(in.respTo); !ok || !isReply || owner != sender {
+		return caller, reasonReplyTopicNotPermitted, "its Response Topic is not the publisher's own reply topic"
+	}
+	return sender, "", ""
+}
+
+// withinRate checks a request's caller against its rate (ratelimit.go),
+// as the message arrives or in the worker; false when the request was
+// refused (its answer queued, or dropped unanswered). A request whose
+// publisher cannot be verified passes: verifySender drops it, counted.
+func (s *Service) withinRate(in *inbound) bool {
+	if s.limiter == nil || in.rateChecked {
+		return true
+	}
+	caller, reason, _ := verifiedCaller(in)
+	if reason != "" {
+		return true
+	}
+	in.rateChecked = true
+	ok, wait, answer := s.limiter.allow(caller, time.Now())
+	switch {
+	case ok:
+		return true
+	case !answer:
+		s.m.rejections.WithLabelValues(reasonRateLimitedUnanswered).Inc()
 		return false
 	}
-	if strings.ContainsAny(in.respTo, "+#") {
-		log().Info("dropping request with a wildcard Response Topic", "response_topic", in.respTo)
-		s.m.rejections.WithLabelValues("no_response_topic").Inc()
+	s.m.rejections.WithLabelValues(A2AErrorRateLimited).Inc()
+	var probe struct {
+		ID any `json:"id"`
+	}
+	_ = json.Unmarshal(in.payload, &probe) // the id, when there is one to echo
+	b, err := encodeResponse(probe.ID, nil, bindingError(s.limiter.rateLimitedError(caller, wait)))
+	if err != nil {
+		s.log.Error(err, "encode rate-limit answer")
 		return false
 	}
-	if sender, present, ok := senderIdentity(in); present || s.cfg.RequireSenderProperty {
-		// The broker told us who published: the reply path must be that
-		// publisher's own reply topic, or the requester could have the
-		// service publish into another agent's replies.
-		owner, isReply := replyIdentity(in.respTo)
-		if !ok || !isReply || owner != sender {
-			reason := reasonReplyTopicNotPermitted
-			if !present {
-				reason = reasonSenderMissing
+	select {
+	case s.rateAnswers <- &paho.Publish{Topic: in.respTo, QoS: 1, Payload: b,
+		Properties: &paho.PublishProperties{CorrelationData: in.corr, ContentType: "application/json"}}:
+	default:
+		s.m.rejections.WithLabelValues(reasonRateLimitedUnanswered).Inc()
+	}
+	return false
+}
+
+// answerRateLimited publishes the rate-limit answers, without waiting for
+// their PUBACKs, until the replica closes.
+func (s *Service) answerRateLimited() {
+	for {
+		select {
+		case <-s.quit:
+			return
+		case p := <-s.rateAnswers:
+			ctx, cancel := context.WithTimeout(s.runCtx, publishTimeout)
+			if err := s.conn.PublishAsync(ctx, p); err != nil {
+				s.log.Info("cannot answer a rate-limited request", "response_topic", p.Topic, "err", err.Error())
 			}
-			log().Info("dropping request whose Response Topic is not the publisher's own reply topic",
-				"response_topic", in.respTo, "sender", in.user.Get(identity.SenderProperty))
-			s.m.rejections.WithLabelValues(reason).Inc()
-			return false
+			cancel()
 		}
 	}
+}
+
+// checkRequest applies the profile's checks of a verified request shared by
+// the proxy and the history endpoint, answering the ones it refuses. It
+// returns false when the request was answered.
+func (s *Service) checkRequest(ctx context.Context, in *inbound) bool {
 	if len(in.corr) == 0 {
 		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorTransportProtocolError).Inc()
 		s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorTransportProtocolError, "request lacks MQTT Correlation Data"))
@@ -201,8 +270,8 @@ func (s *Service) handleRequest(in *inbound) {
 		// to the replica that serves it: nothing to answer here.
 		return
 	}
-	if !s.admit(ctx, in) {
-		fail(sp, "refused at admission")
+	if !s.verifySender(in) {
+		fail(sp, "publisher not verified")
 		return
 	}
 	if g == nil {
@@ -211,13 +280,21 @@ func (s *Service) handleRequest(in *inbound) {
 			"agent is no longer served by the conversation service; retry"))
 		return
 	}
-	if caller, ok := replyIdentity(in.respTo); !ok || !g.callers.admits(caller) {
-		// Without a broker-stamped sender (Mosquitto), the service cannot
-		// know who published; it relays only to the reply topic of an
-		// identity the agent admits as caller (docs/conversation-service.md).
-		s.log.Info("dropping request whose Response Topic is not the reply topic of an admitted caller",
-			"agent", g.key, "response_topic", in.respTo)
-		s.m.rejections.WithLabelValues(reasonReplyTopicNotPermitted).Inc()
+	if !s.gated.callers.admits(ctx, g.agent, in.caller) {
+		// The broker's ACLs are compiled from the same rule: this is a
+		// publish the broker let through before its ACLs caught up (or a
+		// cache behind them). Dropped, not answered.
+		s.log.Info("dropping request of a caller the agent does not admit", "agent", g.key, "caller", in.caller.String())
+		s.m.rejections.WithLabelValues(reasonCallerNotAdmitted).Inc()
+		fail(sp, "caller not admitted")
+		return
+	}
+	if !s.withinRate(in) {
+		fail(sp, "rate limited")
+		return
+	}
+	if !s.checkRequest(ctx, in) {
+		fail(sp, "refused at admission")
 		return
 	}
 	req := s.decode(ctx, in, true)
@@ -297,7 +374,7 @@ func (s *Service) handleRequest(in *inbound) {
 		}
 		request := conversation.Request{
 			Method: method, TaskID: req.TaskID, ContextID: req.ContextID, MessageID: req.MessageID,
-			Correlation: in.corr, ResponseTopic: in.respTo, Requester: requesterOf(in.respTo),
+			Correlation: in.corr, ResponseTopic: in.respTo, Requester: in.caller.String(),
 			Approval: req.HasMessage && isApproval(in.payload, req.Dialect),
 		}
 		d, ticket, err = s.mem.Decide(g.key, g.policy, now, request, items...)
@@ -555,9 +632,17 @@ func (s *Service) handleReply(in *inbound) {
 	last := !streaming(rt.Method)
 	payload := in.payload
 	var durable *convstore.Ticket
+	if rt.TaskID != "" {
+		s.awaitReplyAgent(ctx, rt.Agent)
+	}
+	if s.replayed(rt, in.corr) {
+		fail(sp, "replayed reply")
+		s.m.replies.WithLabelValues("dropped_replay").Inc()
+		log().Info("dropping a reply on a route that already ended (a replay)")
+		return
+	}
 	switch {
 	case rt.TaskID != "":
-		s.awaitReplyAgent(ctx, rt.Agent)
 		var relay bool
 		payload, relay, last, durable = s.observeReply(ctx, rt, payload, last)
 		if !relay {
@@ -565,6 +650,10 @@ func (s *Service) handleReply(in *inbound) {
 		}
 	case rt.Method == conversation.MethodListTasks && rt.ContextID != "" && s.agentCreatesIDs(rt.Agent):
 		payload = toRequesterIDs(payload, s.contextPairs(rt.Agent, rt.ContextID))
+	}
+	if last {
+		// Nothing may follow the route's last reply: a replay of any of its replies is dropped.
+		s.finished.finish(in.corr, time.Now())
 	}
 	if rt.Internal {
 		s.m.replies.WithLabelValues("internal").Inc()
@@ -778,9 +867,20 @@ func (s *Service) contextPairs(agent, contextID string) []idPair {
 	return pairs
 }
 
-// replyError answers the requester itself, echoing its correlation data.
+// replyError answers the requester itself, echoing its correlation data;
+// only a requester verifySender has verified, on its own reply topic.
 func (s *Service) replyError(ctx context.Context, in *inbound, id any, e *a2amqtt.RPCError) {
+	if !in.verified {
+		s.unverified(in)
+		return
+	}
 	s.answer(ctx, in.respTo, in.corr, id, e)
+}
+
+// unverified drops an answer to a requester that was not verified.
+func (s *Service) unverified(in *inbound) {
+	s.log.Error(errors.New("answer to an unverified requester"), "not answering", "topic", in.topic, "response_topic", in.respTo)
+	s.m.rejections.WithLabelValues(reasonUnverifiedAnswer).Inc()
 }
 
 // answer publishes a JSON-RPC error to a requester's reply path.
@@ -797,6 +897,10 @@ func (s *Service) answer(ctx context.Context, respTo string, corr []byte, id any
 }
 
 func (s *Service) send(ctx context.Context, in *inbound, payload []byte) {
+	if !in.verified {
+		s.unverified(in)
+		return
+	}
 	s.sendTo(ctx, in.respTo, in.corr, payload)
 }
 

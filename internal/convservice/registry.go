@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -17,6 +18,8 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -29,9 +32,9 @@ type gatedAgent struct {
 	policy   conversation.Policy
 	// policyName is "namespace/name" of the governing ConversationPolicy.
 	policyName string
-	// callers is who the agent admits as caller: the only identities whose
-	// reply topics the service relays this agent's replies to.
-	callers *callerSet
+	// agent is the live Agent (the holder of ref) in the cache: read only.
+	// Who it admits as caller is the directory's to say.
+	agent *a2av1.Agent
 }
 
 // registry tracks the gated agents from the Kubernetes API (an informer
@@ -41,9 +44,11 @@ type gatedAgent struct {
 type registry struct {
 	s     *Service
 	cache cache.Cache
-	kick  chan struct{}
-	stop  context.CancelFunc
-	done  chan struct{}
+	// callers decides who each gated agent admits as caller.
+	callers *callerDirectory
+	kick    chan struct{}
+	stop    context.CancelFunc
+	done    chan struct{}
 
 	mu      sync.RWMutex
 	byTopic map[string]*gatedAgent
@@ -56,6 +61,7 @@ type registry struct {
 func newRegistry(ctx context.Context, s *Service) (*registry, error) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(a2av1.AddToScheme(scheme))
+	utilruntime.Must(corev1.AddToScheme(scheme))
 	opts := cache.Options{Scheme: scheme}
 	if s.cfg.Namespace != "" {
 		opts.DefaultNamespaces = map[string]cache.Config{s.cfg.Namespace: {}}
@@ -64,8 +70,13 @@ func newRegistry(ctx context.Context, s *Service) (*registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("conversation service: kubernetes cache: %w", err)
 	}
+	// Who may call whom and who holds an identity are tenancy's decisions,
+	// read through the same indexes as the operator's.
+	if err := tenancy.IndexFields(ctx, c); err != nil {
+		return nil, fmt.Errorf("conversation service: %w", err)
+	}
 	r := &registry{
-		s: s, cache: c, kick: make(chan struct{}, 1), done: make(chan struct{}),
+		s: s, cache: c, callers: newCallerDirectory(c), kick: make(chan struct{}, 1), done: make(chan struct{}),
 		byTopic: map[string]*gatedAgent{}, byKey: map[string]*gatedAgent{}, subs: map[string]*a2amqtt.Subscription{},
 		leaving: map[string]bool{},
 	}
@@ -74,7 +85,9 @@ func newRegistry(ctx context.Context, s *Service) (*registry, error) {
 		UpdateFunc: func(any, any) { r.poke() },
 		DeleteFunc: func(any) { r.poke() },
 	}
-	for _, obj := range []client.Object{&a2av1.Agent{}, &a2av1.ConversationPolicy{}} {
+	// Tenants, Namespaces and AgentGrants decide who holds an identity and
+	// who may call whom (tenancy), so their changes resync as Agents' do.
+	for _, obj := range []client.Object{&a2av1.Agent{}, &a2av1.ConversationPolicy{}, &a2av1.Tenant{}, &a2av1.AgentGrant{}, &corev1.Namespace{}} {
 		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
 			return nil, fmt.Errorf("conversation service: informer for %T: %w", obj, err)
@@ -130,7 +143,8 @@ func (r *registry) close() {
 	<-r.done
 }
 
-// desired lists the gated agents from the cache.
+// desired lists the gated agents from the cache, and renews the caller
+// directory with the same view of the objects.
 func (r *registry) desired(ctx context.Context) (map[string]*gatedAgent, error) {
 	var agents a2av1.AgentList
 	// Read-only: no deep copy of the fleet on every resync.
@@ -141,13 +155,24 @@ func (r *registry) desired(ctx context.Context) (map[string]*gatedAgent, error) 
 	if err := r.cache.List(ctx, &policies, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list conversation policies: %w", err)
 	}
-	return r.gatedFrom(agents.Items, policies.Items), nil
+	view, err := (&tenancy.Authorizer{Reader: r.cache}).View(ctx)
+	if err != nil {
+		return nil, err
+	}
+	gated, err := r.gatedFrom(ctx, view, agents.Items, policies.Items)
+	if err != nil {
+		return nil, err
+	}
+	r.callers.renew(view)
+	return gated, nil
 }
 
 // gatedFrom is the gated agents, by request topic, that the Agents and
-// ConversationPolicies in the cache describe. Its cost is linear in the
-// fleet: it runs on every resync.
-func (r *registry) gatedFrom(agents []a2av1.Agent, policies []a2av1.ConversationPolicy) map[string]*gatedAgent {
+// ConversationPolicies in the cache describe: live Agents only (permitted,
+// the holders of their identity), keyed by the identity they hold, never by
+// what an Agent that is refused wrote. Its cost is linear in the fleet: it
+// runs on every resync.
+func (r *registry) gatedFrom(ctx context.Context, view *tenancy.View, agents []a2av1.Agent, policies []a2av1.ConversationPolicy) (map[string]*gatedAgent, error) {
 	// Each policy is compiled once, however many agents it governs.
 	compiled := make(map[string]conversation.Policy, len(policies))
 	for i := range policies {
@@ -161,28 +186,46 @@ func (r *registry) gatedFrom(agents []a2av1.Agent, policies []a2av1.Conversation
 		compiled[name] = pol
 	}
 	out := map[string]*gatedAgent{}
-	directory := newAgentDirectory(agents)
+	ceilingsByNamespace := map[string]*a2av1.PolicyCeilings{}
+	// Every claimant of every identity is in agents: deciding the holders is
+	// linear in the fleet.
+	view.PreloadClaimants(agents)
 	for i := range agents {
 		a := &agents[i]
 		if a.Status.Topics == nil || a.Status.Topics.Delivery == "" || a.DeletionTimestamp != nil {
 			continue
 		}
-		ref, err := a2amqtt.ParseAgentRef(a.Status.ClientID)
+		live, err := view.Live(ctx, a)
 		if err != nil {
-			r.s.log.Info("skipping gated agent with malformed client id", "agent", client.ObjectKeyFromObject(a), "client_id", a.Status.ClientID)
+			return nil, err
+		}
+		if !live {
 			continue
 		}
-		g := &gatedAgent{ref: ref, key: ref.String(), request: ref.RequestTopic(), delivery: a.Status.Topics.Delivery,
-			policy: conversation.DefaultPolicy(), callers: newCallerSet(a, ref, directory)}
+		ref := identity.Of(a)
+		g := &gatedAgent{ref: ref, key: ref.String(), request: ref.RequestTopic(), delivery: identity.DeliveryTopic(ref),
+			policy: conversation.DefaultPolicy(), agent: a}
 		if name := a.Status.ConversationPolicy; name != "" {
 			g.policyName = a.Namespace + "/" + name
 			if pol, ok := compiled[g.policyName]; ok {
 				g.policy = pol
 			}
 		}
+		// The Tenant's ceilings bound whatever the namespace's policy asks for (the operator
+		// reports the excess in the policy's WithinLimits condition).
+		ceilings, ok := ceilingsByNamespace[a.Namespace]
+		if !ok {
+			limits, _, err := view.LimitsFor(ctx, a.Namespace)
+			if err != nil {
+				return nil, err
+			}
+			ceilings = limits.ConversationPolicy
+			ceilingsByNamespace[a.Namespace] = ceilings
+		}
+		g.policy, _ = g.policy.Within(ceilings)
 		out[g.request] = g
 	}
-	return out
+	return out, nil
 }
 
 // resync applies the desired set: new agents are subscribed, gone ones

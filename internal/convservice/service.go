@@ -99,11 +99,6 @@ type Config struct {
 	// PreviousRouteSecrets still open routes sealed before a key rotation
 	// (docs/conversation-service.md, "Keys").
 	PreviousRouteSecrets [][]byte
-	// RequireSenderProperty refuses requests that do not carry the broker-set
-	// identity.SenderProperty (set it on brokers that stamp the publisher,
-	// the embedded broker); requests that carry it must always name a reply
-	// topic of that sender.
-	RequireSenderProperty bool
 	// TLS for the broker connection (mqtts://, tls://, wss://): a CA bundle
 	// to verify the broker with (default: the system roots) and a client
 	// certificate and key for brokers that require one.
@@ -123,6 +118,14 @@ type Config struct {
 	HandoverWait time.Duration
 	// MaxPayloadBytes rejects larger requests (default 1 MiB).
 	MaxPayloadBytes int
+	// CallerRate is how many requests per second one caller (the verified
+	// publisher) may send to this replica, to all gated agents and the
+	// history endpoint together, as a token bucket of CallerBurst; beyond it
+	// a request is answered CodeRateLimited with retry_after (ratelimit.go).
+	// 0: DefaultCallerRate; negative: no limit.
+	CallerRate float64
+	// CallerBurst is the bucket's size (0: DefaultCallerBurst).
+	CallerBurst int
 	// TracerProvider receives the service's spans (receive → decide →
 	// forward, and relay), which continue the requester's trace from the
 	// traceparent user property and propagate it to the agent. Default:
@@ -185,6 +188,12 @@ func (c *Config) defaults() error {
 	if c.MaxPayloadBytes <= 0 {
 		c.MaxPayloadBytes = 1 << 20
 	}
+	if c.CallerRate == 0 {
+		c.CallerRate = DefaultCallerRate
+	}
+	if c.CallerBurst <= 0 {
+		c.CallerBurst = DefaultCallerBurst
+	}
 	if c.RouteSecret == nil {
 		c.RouteSecret = []byte(c.Password)
 	}
@@ -221,6 +230,12 @@ type Service struct {
 	replyTopic string
 	m          *metrics
 	gated      *registry
+	// limiter holds the callers' request rates (nil: no limit);
+	// rateAnswers are the refusals answerRateLimited publishes.
+	limiter     *callerLimiter
+	rateAnswers chan *paho.Publish
+	// finished are the routes whose last reply was relayed (replay.go).
+	finished *finishedRoutes
 	// runs are the runs in flight (digest inputs, re-presentation); ids
 	// the agents' task-id modes (taskids.go).
 	runs *runs
@@ -286,6 +301,10 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		ownersKick: make(chan struct{}, 1),
 		runs:       newRuns(),
 		ids:        newIDModes(),
+		limiter:    newCallerLimiter(cfg.CallerRate, cfg.CallerBurst),
+		finished:   newFinishedRoutes(),
+		// Bounded: past it, refusals go unanswered (counted).
+		rateAnswers: make(chan *paho.Publish, 4096),
 	}
 	if err := s.openState(ctx); err != nil {
 		return nil, err
@@ -299,6 +318,11 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if err := s.serveHTTP(); err != nil {
 		return fail(err)
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.answerRateLimited()
+	}()
 	s.shards = make([]chan func(), cfg.Workers)
 	for i := range s.shards {
 		ch := make(chan func(), 256)

@@ -110,8 +110,9 @@ func NewPassword() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// SenderProperty is the MQTT user property in which a broker that knows the publisher's identity
-// (the embedded broker) tells subscribers who published a message: the publisher's broker
-// username. The broker sets it and drops any copy the publisher sent; brokers that cannot
-// (Mosquitto 2.0) never set it, so its absence proves nothing.
+// SenderProperty is the MQTT user property in which the broker tells subscribers who published a
+// message: the publisher's broker username. The broker sets it and drops any copy the publisher
+// sent: the embedded broker's hook, and on Mosquitto 2.0 the sender-stamp plugin
+// (hack/mosquitto-plugin), which also keeps Wills (that it cannot stamp) off request topics. A
+// message without it comes from a broker that cannot say who published.
 const SenderProperty = "a2a-fleet-sender"

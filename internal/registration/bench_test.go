@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -210,6 +211,11 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 	for _, org := range []string{"org0", "org1"} {
 		ns[org] = cp.NewNamespace(b, ctx, "bench-")
 		cp.BindNamespace(b, ctx, ns[org], org)
+		// A fleet of this size is beyond the default limits.maxAgents (1000 per Tenant).
+		raise := fmt.Appendf(nil, `{"spec":{"limits":{"maxAgents":%d}}}`, n)
+		if err := k8s.Patch(ctx, &a2av1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "testenv-" + ns[org]}}, client.RawPatch(types.MergePatchType, raise)); err != nil {
+			b.Fatalf("raise the Tenant's maxAgents: %v", err)
+		}
 	}
 	op, brokerAddr := startOperator(b, ctx, ns, copts)
 	tracker := trackReady(b, ctx, ns)

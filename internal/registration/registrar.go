@@ -81,6 +81,15 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds Cred
 	if err != nil {
 		return fmt.Errorf("encode agent card: %w", err)
 	}
+	// Checked before publishing: a retained card over the broker's packet limit makes the broker
+	// disconnect the operator's shared card connection, every time it is retried.
+	limits, tenant, err := view.LimitsFor(ctx, agent.Namespace)
+	if err != nil {
+		return &StageError{Stage: StageCard, Err: err}
+	}
+	if maxBytes := int(*limits.MaxCardBytes); len(card) > maxBytes {
+		return &StageError{Stage: StageCard, Err: &CardTooLargeError{Bytes: len(card), Max: maxBytes, Tenant: tenant}}
+	}
 	sum := sha256.Sum256(card)
 	digest := hex.EncodeToString(sum[:])
 	if digest == agent.Status.PublishedCardDigest {
@@ -261,7 +270,7 @@ func calleesAdmitting(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) 
 	}
 	var out []Member
 	for _, callee := range candidates {
-		selects, err := Selects(ctx, v, callee, agent)
+		selects, err := v.Selects(ctx, callee, agent)
 		if err != nil {
 			return nil, err
 		}
@@ -279,38 +288,20 @@ func calleesAdmitting(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) 
 	return out, nil
 }
 
-// Selects reports whether one of callee's callers.from rules admits agent: its agent selector
-// matches, its namespace rule covers the agent's namespace, and the agent's namespace consents
-// when it is another one.
-func Selects(ctx context.Context, v *tenancy.View, callee, agent *a2av1.Agent) (bool, error) {
-	for _, from := range callee.Spec.Callers.From {
-		sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
-		if err != nil || !sel.Matches(labels.Set(agent.Labels)) {
-			continue
-		}
-		if from.NamespaceSelector == nil {
-			if callee.Namespace != agent.Namespace {
-				continue
-			}
-		} else {
-			ns, err := v.Namespace(ctx, agent.Namespace)
-			if err != nil {
-				return false, err
-			}
-			nsSel, err := metav1.LabelSelectorAsSelector(from.NamespaceSelector)
-			if err != nil || !nsSel.Matches(labels.Set(ns.Labels)) {
-				continue
-			}
-		}
-		granted, err := v.CallerGranted(ctx, callee.Namespace, agent)
-		if err != nil {
-			return false, err
-		}
-		if granted {
-			return true, nil
-		}
+// CardTooLargeError: the agent card is larger than its Tenant's limits.maxCardBytes; it was not
+// published. Only a spec or Tenant change can fix it.
+type CardTooLargeError struct {
+	Bytes, Max int
+	// Tenant sets the limit (nil: the default of a namespace no Tenant binds).
+	Tenant *a2av1.Tenant
+}
+
+func (e *CardTooLargeError) Error() string {
+	who := "the default limit (no Tenant binds the namespace)"
+	if e.Tenant != nil {
+		who = "Tenant " + e.Tenant.Name + "'s limits.maxCardBytes"
 	}
-	return false, nil
+	return fmt.Sprintf("the agent card is %d bytes, more than the %d that %s allows: it is not published", e.Bytes, e.Max, who)
 }
 
 // Registration stages, so that a failure shows in the right condition.

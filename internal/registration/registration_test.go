@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
@@ -27,10 +28,13 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
 
@@ -188,6 +192,7 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 		checked += 2
 	}
 	t.Logf("ACL matrix: %d agents in 3 namespaces (2 tenants, 1 unbound), %d broker decisions checked", len(fleet), checked)
+	checkServiceAgrees(t, ctx, conns, clientID)
 
 	// The retained card is the spec's, with the MQTT interface, marked as registered by the broker side.
 	card, props := retainedCard(t, ctx, conns[0], "$a2a/v1/discovery/"+clientID(0))
@@ -326,6 +331,78 @@ spec: {orgID: acme, unitID: support, card: {name: newbie, description: test agen
 			t.Errorf("%s was disconnected %d times by changes to other Agents: %v", clientID(i), len(k), k)
 		}
 	}
+}
+
+// checkServiceAgrees holds the conversation service's caller admission (convservice.AdmitsCaller,
+// the decision a replica makes for a gated agent, read through a cache like a replica's) against
+// the broker pair by pair: the service admits a caller exactly when the broker lets it publish to
+// the callee's request topic. The squatters' identities, which nobody holds, are admitted by
+// no one.
+func checkServiceAgrees(t *testing.T, ctx context.Context, conns []*paho.Client, clientID func(int) string) {
+	t.Helper()
+	reader := serviceCache(t, ctx)
+	callers := make([]a2amqtt.AgentRef, 0, len(fleet)+len(squatters))
+	for i := range fleet {
+		ref, _ := a2amqtt.ParseAgentRef(clientID(i))
+		callers = append(callers, ref)
+	}
+	for _, s := range squatters {
+		callers = append(callers, a2amqtt.AgentRef{Org: s.org, Unit: s.unit, Agent: s.name})
+	}
+	pairs := 0
+	eventually(t, "the service admits exactly the callers the broker lets through", func() error {
+		var wrong []string
+		pairs = 0
+		for x := range fleet {
+			callee, _ := a2amqtt.ParseAgentRef(clientID(x))
+			for c, caller := range callers {
+				brokerAllows := false
+				if c < len(fleet) {
+					var err error
+					if brokerAllows, err = publishVerdict(ctx, conns[c], callee.RequestTopic()); err != nil {
+						return err
+					}
+				}
+				admitted, err := convservice.AdmitsCaller(ctx, reader, callee, caller)
+				if err != nil {
+					return err
+				}
+				if admitted != brokerAllows {
+					wrong = append(wrong, fmt.Sprintf("%s -> %s: service %v, broker %v", caller, callee, admitted, brokerAllows))
+				}
+				pairs++
+			}
+		}
+		if len(wrong) > 0 {
+			return fmt.Errorf("%d of %d pairs disagree: %s", len(wrong), pairs, strings.Join(wrong, "; "))
+		}
+		return nil
+	})
+	t.Logf("ACL matrix: the conversation service's admission agrees with the broker on %d caller/callee pairs", pairs)
+}
+
+// serviceCache is a cache of the objects a conversation service replica reads, with its indexes.
+func serviceCache(t *testing.T, ctx context.Context) client.Reader {
+	t.Helper()
+	c, err := cache.New(cp.Config, cache.Options{Scheme: cp.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tenancy.IndexFields(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []client.Object{&a2av1.Agent{}, &a2av1.Tenant{}, &a2av1.AgentGrant{}, &corev1.Namespace{}} {
+		if _, err := c.GetInformer(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go func() { _ = c.Start(cctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("service cache did not sync")
+	}
+	return c
 }
 
 // TestBrokerOutageAndDriftRepair: a role deleted by hand comes back within one resync; a broker

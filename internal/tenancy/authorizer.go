@@ -37,6 +37,8 @@ type View struct {
 	claimants  map[a2amqtt.AgentRef][]*a2av1.Agent
 	holders    map[a2amqtt.AgentRef]*a2av1.Agent
 	poolOwners map[string]string
+	// quotas are the maxAgents standings by scope ("tenant/{name}", "namespace/{name}").
+	quotas map[string]agentQuota
 }
 
 type nsClaim struct {
@@ -55,6 +57,7 @@ func (a *Authorizer) View(ctx context.Context) (*View, error) {
 		reader: a.Reader, bindings: NewBindings(tenants.Items),
 		ns: map[string]*corev1.Namespace{}, grants: map[string][]a2av1.AgentGrant{},
 		byClaim: map[nsClaim]Decision{}, claimants: map[a2amqtt.AgentRef][]*a2av1.Agent{}, holders: map[a2amqtt.AgentRef]*a2av1.Agent{}, poolOwners: map[string]string{},
+		quotas: map[string]agentQuota{},
 	}, nil
 }
 
@@ -145,6 +148,24 @@ func (v *View) Authorize(ctx context.Context, agent *a2av1.Agent) (Decision, err
 	return d, nil
 }
 
+// Permit decides whether agent may be on the bus at all: its namespace may make its claim
+// (Authorize), and it is within its Tenant's (or namespace's) limits.maxAgents, the oldest first.
+// An Agent beyond the limit is refused like a claim that is not permitted (LimitExceeded set).
+func (v *View) Permit(ctx context.Context, agent *a2av1.Agent) (Decision, error) {
+	d, err := v.Authorize(ctx, agent)
+	if err != nil || !d.Permitted {
+		return d, err
+	}
+	within, why, err := v.withinAgentLimit(ctx, agent)
+	if err != nil {
+		return Decision{}, err
+	}
+	if !within {
+		return Decision{Tenant: d.Tenant, Message: why, LimitExceeded: true}, nil
+	}
+	return d, nil
+}
+
 // Holder is the Agent that holds agent's client ID: among the Agents that claim it and are
 // permitted to, the oldest (then lexically first namespace, then name). Agents being deleted
 // still count, because they hold the identity until their finalizer has removed the broker
@@ -167,7 +188,7 @@ func (v *View) Holder(ctx context.Context, agent *a2av1.Agent) (*a2av1.Agent, er
 	}
 	var holder *a2av1.Agent
 	consider := func(c *a2av1.Agent) error {
-		d, err := v.Authorize(ctx, c)
+		d, err := v.Permit(ctx, c)
 		if err != nil {
 			return err
 		}
@@ -193,6 +214,19 @@ func (v *View) Holder(ctx context.Context, agent *a2av1.Agent) (*a2av1.Agent, er
 	}
 	v.holders[id] = holder
 	return holder, nil
+}
+
+// HolderOf is the Agent that holds client ID id (nil: nobody may hold it), as Holder decides it:
+// who is on the bus as id, whatever other Agents claim it.
+func (v *View) HolderOf(ctx context.Context, id a2amqtt.AgentRef) (*a2av1.Agent, error) {
+	if h, ok := v.holders[id]; ok {
+		return h, nil
+	}
+	claimants, err := v.claimantsOf(ctx, id)
+	if err != nil || len(claimants) == 0 {
+		return nil, err
+	}
+	return v.Holder(ctx, claimants[0])
 }
 
 // Live reports whether agent is a live identity on the bus: permitted, the holder of its client

@@ -38,6 +38,9 @@ type Decision struct {
 	Tenant string
 	// Message explains the decision, naming the Tenant or rule.
 	Message string
+	// LimitExceeded: the claim is permitted, but the Agent is beyond its Tenant's (or
+	// namespace's) limits.maxAgents (View.Permit).
+	LimitExceeded bool
 }
 
 // Bindings is the effect of every Tenant at once: which Tenant binds which namespace and owns
@@ -126,7 +129,7 @@ func (b *Bindings) TenantFor(ns *corev1.Namespace) *a2av1.Tenant {
 //  3. A namespace bound by no Tenant may claim exactly the org named like the namespace (the
 //     zero-config rule), unless a Tenant owns that org.
 func (b *Bindings) Authorize(ns *corev1.Namespace, claim Claim) Decision {
-	if claim.Org == identity.ReservedOrg {
+	if strings.EqualFold(claim.Org, identity.ReservedOrg) {
 		return Decision{Message: fmt.Sprintf("org %s is reserved for the operator and the conversation service", identity.ReservedOrg)}
 	}
 	if t := b.TenantFor(ns); t != nil {

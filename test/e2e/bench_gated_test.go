@@ -62,6 +62,7 @@ func BenchmarkServiceGatedFleet(b *testing.B) {
 				BrokerURL: st.brokerURL, Username: st.svcUser, Password: st.svcPass, ReplicaID: replica,
 				Store:      store,
 				RestConfig: restCfg, Namespace: st.ns, Logger: benchLogger(),
+				CallerRate: -1, // one requester drives it flat out
 			})
 			if err != nil {
 				b.Fatalf("start conversation service: %v", err)

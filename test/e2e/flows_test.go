@@ -47,6 +47,9 @@ func (st *stack) startServiceCfg(t testing.TB, ctx context.Context, clk *clock, 
 		RestConfig: restCfg, Namespace: st.ns, Now: clk.Now,
 		SweepInterval: 50 * time.Millisecond, ResyncInterval: 500 * time.Millisecond, StatsInterval: 200 * time.Millisecond,
 		Logger: serviceLogger(t),
+		// One requester drives back-to-back turns, faster than any caller's rate limit allows
+		// (test/security tests the limit).
+		CallerRate: -1,
 	}
 	if edit != nil {
 		edit(&cfg)

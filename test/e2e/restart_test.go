@@ -89,7 +89,9 @@ func (st *stack) spawnService(t testing.TB, replica, store string, extra ...stri
 	health := freePort(t)
 	args := append([]string{"--broker", st.brokerURL, "--username", st.svcUser, "--replica-id", replica, "--store", store,
 		"--namespace", st.ns, "--kubeconfig", kubeconfig(t), "--metrics-bind-address", "0",
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", health), "--sweep-interval", "100ms"}, extra...)
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", health), "--sweep-interval", "100ms",
+		// One requester drives back-to-back turns, faster than any caller's rate limit allows.
+		"--caller-rate=-1"}, extra...)
 	p := &proc{cmd: exec.Command(serviceBinary(t), args...), exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "A2A_PASSWORD="+st.svcPass)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out

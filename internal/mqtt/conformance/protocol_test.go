@@ -11,6 +11,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
@@ -142,11 +143,15 @@ func run(t *testing.T, tool string, args ...string) string {
 	return string(out)
 }
 
-// The embedded broker tells subscribers who published: identity.SenderProperty
-// carries the publisher's broker username on every message it routes
-// (Wills too), and a copy the client sent is dropped, so it cannot be
-// forged. Mosquitto 2.0 cannot set it; there the client's copy passes through
-// untouched, so on Mosquitto its presence proves nothing (docs/broker.md).
+// Both brokers tell subscribers who published: identity.SenderProperty
+// carries the publisher's broker username on every message they route, and a
+// copy the client sent is dropped, so it cannot be forged. The embedded
+// broker's hook does it; on Mosquitto 2.0 the sender-stamp plugin
+// (hack/mosquitto-plugin, loaded before dynsec as config/mosquitto loads it).
+// The other properties pass through in order. A Will is stamped by the
+// embedded broker; Mosquitto cannot stamp a Will, so the plugin does not
+// deliver Wills on request topics (where the stamp is trusted) and delivers
+// them elsewhere unchanged (an agent's offline card).
 func TestSenderProperty(t *testing.T) {
 	t.Parallel()
 	forEachBroker(t, func(t *testing.T, b *broker) {
@@ -158,32 +163,82 @@ func TestSenderProperty(t *testing.T) {
 			t.Fatalf("%s: subscribe: %d", b.name, code)
 		}
 		caller := mustDial(t, b, userCaller, pwCaller, "acme/u/caller")
+		format := byte(1)
 		_, err := caller.PublishWith(&paho.Publish{Topic: requestTopic, QoS: 1, Payload: []byte("forged"),
-			Properties: &paho.PublishProperties{User: paho.UserProperties{{Key: identity.SenderProperty, Value: "a2a:conversation-service"}, {Key: "keep", Value: "me"}}}})
+			Properties: &paho.PublishProperties{
+				ContentType: "application/json", ResponseTopic: "$a2a/v1/reply/acme/u/caller/x", CorrelationData: []byte{0, 1, 2},
+				PayloadFormat: &format,
+				User: paho.UserProperties{{Key: "first", Value: "1"}, {Key: identity.SenderProperty, Value: "a2a:conversation-service"},
+					{Key: "keep", Value: "me"}, {Key: identity.SenderProperty, Value: "a2a:acme/u/agent"}, {Key: "last", Value: "3"}}}})
 		if err != nil {
 			t.Fatalf("%s: publish: %v", b.name, err)
 		}
 		p := agent.Expect(requestTopic, "forged")
-		senders := values(p, identity.SenderProperty)
-		if p.Properties.User.Get("keep") != "me" {
-			t.Errorf("%s: other user properties must pass through: %v", b.name, p.Properties.User)
+		if senders := values(p, identity.SenderProperty); len(senders) != 1 || senders[0] != userCaller {
+			t.Errorf("%s: %s = %v, want exactly [%s] (the forged copies dropped)", b.name, identity.SenderProperty, senders, userCaller)
 		}
-		switch b.name {
-		case "embedded":
-			if len(senders) != 1 || senders[0] != userCaller {
-				t.Errorf("embedded: %s = %v, want exactly [%s] (the forged copy dropped)", identity.SenderProperty, senders, userCaller)
+		var others []string
+		for _, u := range p.Properties.User {
+			if u.Key != identity.SenderProperty {
+				others = append(others, u.Key+"="+u.Value)
 			}
-		default:
-			if len(senders) != 1 || senders[0] != "a2a:conversation-service" {
-				t.Errorf("mosquitto: expected the client's copy to pass through unchanged (Mosquitto cannot set it), got %v", senders)
-			}
+		}
+		if strings.Join(others, ",") != "first=1,keep=me,last=3" {
+			t.Errorf("%s: other user properties must pass through in order: %v", b.name, p.Properties.User)
+		}
+		pp := p.Properties
+		if pp.ContentType != "application/json" || pp.ResponseTopic != "$a2a/v1/reply/acme/u/caller/x" || string(pp.CorrelationData) != "\x00\x01\x02" ||
+			pp.PayloadFormat == nil || *pp.PayloadFormat != 1 {
+			t.Errorf("%s: the other properties must pass through: %+v", b.name, pp)
+		}
+		// Without any user property of its own the stamp is the only one.
+		if code := caller.pub(requestTopic, "plain"); code != 0 {
+			t.Fatalf("%s: publish: %#x", b.name, code)
+		}
+		if p := agent.Expect(requestTopic, "plain"); len(p.Properties.User) != 1 || p.Properties.User.Get(identity.SenderProperty) != userCaller {
+			t.Errorf("%s: plain publish: user properties %v, want only the stamp", b.name, p.Properties.User)
 		}
 
-		// Wills carry it too (embedded).
+		// Wills: a forged stamp never reaches a request topic's subscriber, whether the Will
+		// fires because the connection drops or because a new connection takes the session over.
 		watcher := mustDial(t, b, b.adminUser, b.adminPass, "watcher")
 		if code := watcher.sub("$a2a/v1/discovery/#"); !granted(code) {
 			t.Fatalf("%s: subscribe: %d", b.name, code)
 		}
+		caller.close()
+		forgedWill := func() *client {
+			c, err := brokertest.Dial(t, b.addr, brokertest.Options{Username: userCaller, Password: pwCaller, ClientID: "acme/u/caller",
+				Will:           &paho.WillMessage{Topic: requestTopic, Payload: []byte("forged will"), QoS: 1},
+				WillProperties: &paho.WillProperties{User: paho.UserProperties{{Key: identity.SenderProperty, Value: "a2a:acme/u/someone-else"}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return &client{c}
+		}
+		noForgedWill := func(how string) {
+			t.Helper()
+			deadline := time.Now().Add(time.Second)
+			for {
+				w, err := agent.next(time.Until(deadline))
+				if err != nil {
+					break // nothing more within the second
+				}
+				if b.name != "embedded" {
+					t.Errorf("%s: a Will %s was delivered on %s: %s %v", b.name, how, w.Topic, w.Payload, w.Properties.User)
+				} else if got := values(w, identity.SenderProperty); len(got) != 1 || got[0] != userCaller {
+					t.Errorf("embedded: Will %s: %s = %v, want [%s]", how, identity.SenderProperty, got, userCaller)
+				}
+			}
+		}
+		forgedWill().drop()
+		noForgedWill("after a dropped connection")
+		forgedWill()
+		caller = mustDial(t, b, userCaller, pwCaller, "acme/u/caller") // takes the session over
+		noForgedWill("after a take-over")
+		if b.name != "embedded" && strings.Count(b.log(), "not delivering the Will of acme/u/caller on "+requestTopic) != 2 {
+			t.Errorf("mosquitto: the plugin did not say it dropped both Wills:\n%s", b.log())
+		}
+		// ... and an agent's offline card (a Will on its discovery topic) is delivered.
 		dying, err := dial(t, b, userAgent, pwAgent, "acme/u/agent-2", &will{topic: "$a2a/v1/discovery/acme/u/agent", payload: "offline"})
 		if err != nil {
 			t.Fatal(err)
@@ -193,6 +248,11 @@ func TestSenderProperty(t *testing.T) {
 		if got := values(w, identity.SenderProperty); b.name == "embedded" && (len(got) != 1 || got[0] != userAgent) {
 			t.Errorf("embedded: Will %s = %v, want [%s]", identity.SenderProperty, got, userAgent)
 		}
+		// The broker still works for everyone after the dropped Will.
+		if code := caller.pub(requestTopic, "after"); code != 0 {
+			t.Fatalf("%s: publish after the Will: %#x", b.name, code)
+		}
+		agent.Expect(requestTopic, "after")
 	})
 }
 
