@@ -49,8 +49,18 @@ COPY --from=build /out/confirm /out/echo /out/memory /
 USER 65532:65532
 ENTRYPOINT ["/echo"]
 
-# Mosquitto 2 with the dynamic-security plugin (Debian's package), at the path
-# config/mosquitto/mosquitto.conf names (the eclipse-mosquitto image's).
+# The plugin that stamps the authenticated publisher on every message (docs/security.md), built by
+# the same script as the tests' copy, against Debian's Mosquitto 2.0 headers.
+FROM ${DEBIAN_IMAGE} AS mosquitto-plugin
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev mosquitto-dev libmosquitto-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY hack/build-mosquitto-plugin.sh hack/
+COPY hack/mosquitto-plugin/ hack/mosquitto-plugin/
+RUN OUT=/out/mosquitto_a2a_fleet_sender.so hack/build-mosquitto-plugin.sh
+
+# Mosquitto 2 (Debian's package) with its dynamic-security plugin and the project's sender plugin,
+# at the paths config/mosquitto/mosquitto.conf names.
 FROM ${DEBIAN_IMAGE} AS mosquitto
 RUN apt-get update && apt-get install -y --no-install-recommends mosquitto mosquitto-clients \
     && rm -rf /var/lib/apt/lists/* \
@@ -58,6 +68,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends mosquitto mosqu
     && test -e /usr/lib/mosquitto_dynamic_security.so \
     && groupadd --system --gid 1883 mosquitto-a2a && useradd --system --uid 1883 --gid 1883 --no-create-home mosquitto-a2a \
     && mkdir -p /mosquitto/config /mosquitto/data && chown 1883:1883 /mosquitto/data
+COPY --from=mosquitto-plugin /out/mosquitto_a2a_fleet_sender.so /usr/lib/
 USER 1883:1883
 ENTRYPOINT ["/usr/sbin/mosquitto"]
 CMD ["-c", "/mosquitto/config/mosquitto.conf"]
