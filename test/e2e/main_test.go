@@ -227,7 +227,13 @@ func eventually(t testing.TB, timeout time.Duration, what string, fn func() erro
 // requester connects the client agent with its generated credentials.
 func (st *stack) requester(t testing.TB, ctx context.Context) *a2amqtt.Requester {
 	t.Helper()
-	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: st.brokerURL, Username: st.usernames["client"], Password: st.passwords["client"], Agent: ref("client")})
+	return st.requesterAs(t, ctx, "client")
+}
+
+// requesterAs connects the fleet's agent name as a requester with its generated credentials.
+func (st *stack) requesterAs(t testing.TB, ctx context.Context, name string) *a2amqtt.Requester {
+	t.Helper()
+	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: st.brokerURL, Username: st.usernames[name], Password: st.passwords[name], Agent: ref(name)})
 	if err != nil {
 		t.Fatalf("requester connect: %v", err)
 	}
