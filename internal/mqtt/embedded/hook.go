@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -45,6 +46,9 @@ type Hook struct {
 	// kicked are connections being disconnected by a kick: their Will is
 	// dropped in OnWill (writing the client's Will flag races with mochi).
 	kicked map[*mqtt.Client]struct{}
+
+	// shuttingDown: the server is closing; a CONNECT is answered 0x8B (Server.Close).
+	shuttingDown atomic.Bool
 }
 
 // NewHook returns the hook for s.
@@ -58,6 +62,7 @@ func (h *Hook) ID() string { return "a2a-fleet-acl" }
 // Provides implements mqtt.Hook.
 func (h *Hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{
+		mqtt.OnConnect,
 		mqtt.OnConnectAuthenticate,
 		mqtt.OnACLCheck,
 		mqtt.OnSubscribe,
@@ -67,6 +72,17 @@ func (h *Hook) Provides(b byte) bool {
 		mqtt.OnWill,
 		mqtt.OnDisconnect,
 	}, []byte{b})
+}
+
+// OnConnect refuses every CONNECT once the server is shutting down, with CONNACK 0x8B.
+func (h *Hook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
+	if !h.shuttingDown.Load() {
+		return nil
+	}
+	if h.server != nil {
+		_ = h.server.SendConnack(cl, packets.ErrServerShuttingDown, false, nil)
+	}
+	return packets.ErrServerShuttingDown
 }
 
 // OnConnectAuthenticate mirrors dynsec: a username and a password are
