@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,6 +26,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -96,6 +98,8 @@ type options struct {
 	mosquittoAdmin, mosquittoPassword string
 	// samples is the folder of manifests applied at start ("" applies none).
 	samples string
+	// serviceMetricsAddr and serviceHealthAddr are the conversation service's endpoints.
+	serviceMetricsAddr, serviceHealthAddr string
 }
 
 func main() {
@@ -110,12 +114,14 @@ func main() {
 	flag.StringVar(&o.mosquittoAdmin, "mosquitto-admin", "admin", "Dynsec admin username for --mosquitto-url.")
 	flag.StringVar(&o.mosquittoPassword, "mosquitto-admin-password", os.Getenv("MOSQUITTO_ADMIN_PASSWORD"), "Dynsec admin password for --mosquitto-url (or $MOSQUITTO_ADMIN_PASSWORD).")
 	flag.StringVar(&o.samples, "samples", "config/samples", "Apply these manifests at start and run the example agents they name (empty: none).")
+	flag.StringVar(&o.serviceMetricsAddr, "service-metrics-bind-address", "127.0.0.1:18090", "Conversation service metrics endpoint.")
+	flag.StringVar(&o.serviceHealthAddr, "service-health-bind-address", "127.0.0.1:18091", "Conversation service /healthz and /readyz.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(newLogger(&zapOpts))
 
-	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+	if err := run(signalContext(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "devstack:", err)
 		os.Exit(1)
 	}
@@ -152,6 +158,10 @@ func run(ctx context.Context, o options) error {
 	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
 		return fmt.Errorf("create etcd data dir: %w", err)
 	}
+	// An etcd an earlier devstack left running holds the data dir: the new one would time out.
+	if err := stopStaleControlPlane(etcdDir, stateDir); err != nil {
+		return err
+	}
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -165,18 +175,27 @@ func run(ctx context.Context, o options) error {
 		// etcd replaying a state dir on a busy machine takes longer than envtest's 20 s default;
 		// a retry would log an ERROR at every restart of the stack.
 		ControlPlaneStartTimeout: 2 * time.Minute,
+		// Within shutdownBound: SIGTERM, then SIGKILL after this.
+		ControlPlaneStopTimeout: 5 * time.Second,
 	}
 	// A fixed data dir keeps Agents and policies across restarts of the stack.
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
+	var stopOnce sync.Once
+	stopControlPlane := func() {
+		stopOnce.Do(func() {
+			if err := env.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "devstack: stop control plane:", err)
+			}
+		})
+	}
+	// Registered before the start: a signal during a slow start still stops what started.
+	onForcedExit(stopControlPlane)
 	cfg, err := env.Start()
 	if err != nil {
+		stopControlPlane()
 		return fmt.Errorf("start control plane: %w", err)
 	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "devstack: stop control plane:", err)
-		}
-	}()
+	defer stopControlPlane()
 
 	admin, err := env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
@@ -196,6 +215,8 @@ func run(ctx context.Context, o options) error {
 		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress: o.probeAddr,
+		// Within shutdownBound.
+		GracefulShutdownTimeout: ptr.To(5 * time.Second),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -231,7 +252,7 @@ func run(ctx context.Context, o options) error {
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(ctx) }()
 
-	svc, err := startConversationService(ctx, direct, brokerURL, stateDir, cfg)
+	svc, err := startConversationService(ctx, direct, brokerURL, stateDir, cfg, o)
 	if err != nil {
 		return err
 	}

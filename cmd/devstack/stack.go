@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,7 +39,7 @@ const exampleLabel = "a2a.fleet.dev/example"
 // startConversationService waits for the broker identity the broker runtime gives the service
 // (its Secret, written once the broker has the password) and runs the service in-process with a
 // bbolt store in the state dir, so conversations survive restarts of the stack.
-func startConversationService(ctx context.Context, c client.Client, brokerURL, stateDir string, cfg *rest.Config) (*convservice.Service, error) {
+func startConversationService(ctx context.Context, c client.Client, brokerURL, stateDir string, cfg *rest.Config, o options) (*convservice.Service, error) {
 	secret := &corev1.Secret{}
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -65,8 +66,8 @@ func startConversationService(ctx context.Context, c client.Client, brokerURL, s
 		ReplicaID:   "dev",
 		Store:       "bolt:" + filepath.Join(stateDir, "conversations.db"),
 		RestConfig:  cfg,
-		MetricsAddr: "127.0.0.1:18090",
-		HealthAddr:  "127.0.0.1:18091",
+		MetricsAddr: o.serviceMetricsAddr,
+		HealthAddr:  o.serviceHealthAddr,
 		Logger:      ctrl.Log.WithName("conversation-service"),
 	})
 	if err != nil {
@@ -75,8 +76,10 @@ func startConversationService(ctx context.Context, c client.Client, brokerURL, s
 	return svc, nil
 }
 
-// applySamples creates every manifest of dir in the default namespace, leaving existing objects
-// as they are (what `kubectl create` would do, without failing on a restart of the stack).
+// applySamples server-side applies every manifest of dir in the default namespace (field manager
+// devstack-samples, without force): a state dir from an earlier version gets the samples' new
+// fields, and a field you changed yourself (kubectl edit, apply) is kept, the sample being skipped
+// with a note instead.
 func applySamples(ctx context.Context, c client.Client, dir string) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
@@ -98,7 +101,11 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 		if u.GetNamespace() == "" {
 			u.SetNamespace(metav1.NamespaceDefault)
 		}
-		if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+		err = c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("devstack-samples"))
+		switch {
+		case apierrors.IsConflict(err):
+			ctrl.Log.WithName("samples").Info("keeping your change to a sample; not applying it", "file", f, "conflict", err.Error())
+		case err != nil:
 			return fmt.Errorf("apply %s: %w", f, err)
 		}
 	}
@@ -114,9 +121,16 @@ func startExampleAgents(ctx context.Context, c client.Client, brokerURL string) 
 	}
 	var running []*agents.Agent
 	stop := func() {
+		// Together, each bounded: an agent publishes its offline card and disconnects.
+		var wg sync.WaitGroup
 		for _, a := range running {
-			_ = a.Close(context.Background())
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				_ = a.Close(ctx)
+			})
 		}
+		wg.Wait()
 	}
 	for i := range list.Items {
 		a, err := startExampleAgent(ctx, c, &list.Items[i], brokerURL)
@@ -177,6 +191,9 @@ func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent
 		Password:     string(secret.Data[identity.SecretKeyPassword]),
 		Agent:        identity.Of(agent),
 		RequestTopic: agent.Status.Topics.Delivery,
+		// The governed memory agent reads earlier turns from the conversation service, whose
+		// bbolt store survives a crash of the stack (its own task store does not).
+		HistoryFrom: agents.GovernedHistory(kind, agent.Status.Topics.Delivery),
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("start example agent %s (%s)", key, kind), err)

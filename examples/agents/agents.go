@@ -93,6 +93,19 @@ func Executor(kind Kind, delay time.Duration) (a2asrv.AgentExecutor, error) {
 	return nil, fmt.Errorf("unknown agent kind %q (want echo, confirm or memory)", kind)
 }
 
+// GovernedHistory is where an example agent of kind reads a conversation's earlier turns when it
+// reads its requests from requestTopic: a governed memory agent (one that reads the delivery topic
+// the operator assigned behind the conversation service) reads them from the service, which keeps
+// them durably (with content when the policy's history mode is Messages; otherwise InputsOf falls
+// back to the agent's own task store); nil (the own task store) otherwise.
+func GovernedHistory(kind Kind, requestTopic string) *a2amqtt.AgentRef {
+	if kind != KindMemory || requestTopic == "" {
+		return nil
+	}
+	h := identity.Service
+	return &h
+}
+
 // Card describes the example agent for its retained discovery card.
 func Card(kind Kind, brokerURL string, ref a2amqtt.AgentRef) *a2a.AgentCard {
 	skill := a2a.AgentSkill{ID: string(kind), Name: string(kind), Tags: []string{"example"}}
@@ -280,11 +293,8 @@ func Main(kind Kind) {
 			os.Exit(2)
 		}
 		history = &h
-	case *requestTopic != "" && kind == KindMemory:
-		// Governed: the conversation service holds the conversation (with content when the
-		// policy's history mode is Messages; otherwise InputsOf falls back to the own store).
-		h := identity.Service
-		history = &h
+	default:
+		history = GovernedHistory(kind, *requestTopic)
 	}
 	var poolIDs []string
 	for _, p := range strings.Split(*pools, ",") {
