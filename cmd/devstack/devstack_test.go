@@ -333,3 +333,64 @@ func TestSIGTERMWithConnectedClientsStopsEverything(t *testing.T) {
 		t.Errorf("devstack's exit: %v (a stop that finished should exit 0)", s.exitErr)
 	}
 }
+
+// TestRotationReachesTheExampleAgents: the example agents of make dev read their credentials
+// folder (kept from the Secrets by the stack) at every CONNECT, so after a rotation of echo's and
+// memory's credentials both answer again within seconds. (They were given the password once: the
+// broker refused them for good, issue 23's "68 s and more" of -32004.)
+func TestRotationReachesTheExampleAgents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	s := startStack(t, t.TempDir())
+	conn := s.connect(t, ctx, "console")
+	defer conn.Close(context.Background())
+	req, err := a2amqtt.NewRequester(ctx, conn, a2amqtt.RequesterOptions{Retry: a2amqtt.RetryPolicy{FirstReplyTimeout: 2 * time.Second, MaxAttempts: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.kube(t)
+	for _, target := range []struct{ name, agent string }{{"echo", "echo"}, {"memory", "memory-agent"}} {
+		tr := req.Transport(a2amqtt.AgentRef{Org: "acme", Unit: "demo", Agent: target.agent})
+		ask := func() error {
+			_, err := a2amqtt.NewConversation(tr).Send(ctx, "ping")
+			return err
+		}
+		if err := ask(); err != nil {
+			t.Fatalf("%s before the rotation: %v", target.name, err)
+		}
+		agent := &a2av1.Agent{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: target.name}, agent); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(agent.DeepCopy())
+		if agent.Annotations == nil {
+			agent.Annotations = map[string]string{}
+		}
+		agent.Annotations["a2a.fleet.dev/rotate-credentials"] = time.Now().String()
+		if err := c.Patch(ctx, agent, patch); err != nil {
+			t.Fatal(err)
+		}
+		rotated := time.Now()
+		// The rotation kicks the agent when the broker gets the new password; wait for that.
+		secret := &corev1.Secret{}
+		for {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: target.name + "-mqtt-credentials"}, secret); err == nil &&
+				secret.Annotations["a2a.fleet.dev/rotated-for"] == agent.Annotations["a2a.fleet.dev/rotate-credentials"] {
+				break
+			}
+			if time.Since(rotated) > time.Minute {
+				t.Fatalf("%s: the Secret did not get the rotation", target.name)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		failed := 0
+		for ask() != nil {
+			failed++
+			if time.Since(rotated) > 15*time.Second {
+				t.Fatalf("%s does not answer %s after its credentials were rotated", target.name, time.Since(rotated).Round(time.Second))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("%s answers again %s after the rotation (%d requests failed in between)", target.name, time.Since(rotated).Round(10*time.Millisecond), failed)
+	}
+}

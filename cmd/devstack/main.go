@@ -221,6 +221,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	creds, err := startCredentialsProjection(ctx, mgr.GetCache(), filepath.Join(stateDir, "credentials"))
+	if err != nil {
+		return err
+	}
 	broker, brokerURL, stopBroker, err := startBroker(o, stateDir, mgr)
 	if err != nil {
 		return err
@@ -261,7 +265,7 @@ func run(ctx context.Context, o options) error {
 		if err := applySamples(ctx, direct, o.samples); err != nil {
 			return err
 		}
-		stopAgents, err := startExampleAgents(ctx, direct, brokerURL)
+		stopAgents, err := startExampleAgents(ctx, direct, brokerURL, creds)
 		if err != nil {
 			return err
 		}
@@ -291,7 +295,9 @@ console identity of the samples:
   export A2A_BROKER=%s A2A_AS=acme/demo/console A2A_USERNAME=a2a:acme/demo/console
   export A2A_PASSWORD=$(kubectl get secret console-mqtt-credentials -o jsonpath='{.data.password}' | base64 -d)
   go run ./cmd/a2actl chat acme/demo/confirm
-`, cfg.Host, brokerURL, brokerKind, o.samples, stateDir, kubeconfigPath, kubectl, brokerURL)
+(or, instead of the password, the console's credentials folder, which follows a rotation:
+  go run ./cmd/a2actl chat acme/demo/confirm --credentials-dir %s)
+`, cfg.Host, brokerURL, brokerKind, o.samples, stateDir, kubeconfigPath, kubectl, brokerURL, creds.dir(metav1.NamespaceDefault, "console-mqtt-credentials"))
 
 	start := time.Now()
 	select {

@@ -27,6 +27,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/policy"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // serviceSecret is where the broker runtime keeps the conversation service's broker credentials
@@ -114,7 +115,7 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 
 // startExampleAgents waits until every sample Agent labelled with an example kind is Ready and
 // runs that example with the Agent's credentials and request (or delivery) topic.
-func startExampleAgents(ctx context.Context, c client.Client, brokerURL string) (func(), error) {
+func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, creds *credentialsProjection) (func(), error) {
 	var list a2av1.AgentList
 	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceDefault), client.HasLabels{exampleLabel}); err != nil {
 		return nil, fmt.Errorf("list example agents: %w", err)
@@ -133,7 +134,7 @@ func startExampleAgents(ctx context.Context, c client.Client, brokerURL string) 
 		wg.Wait()
 	}
 	for i := range list.Items {
-		a, err := startExampleAgent(ctx, c, &list.Items[i], brokerURL)
+		a, err := startExampleAgent(ctx, c, &list.Items[i], brokerURL, creds)
 		if err != nil {
 			stop()
 			return nil, err
@@ -150,7 +151,7 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent, brokerURL string) (*agents.Agent, error) {
+func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent, brokerURL string, creds *credentialsProjection) (*agents.Agent, error) {
 	key := client.ObjectKeyFromObject(sample)
 	deadline := time.Now().Add(time.Minute)
 	agent := &a2av1.Agent{}
@@ -184,11 +185,22 @@ func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent
 	if err := c.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: agent.Status.CredentialsSecret}, secret); err != nil {
 		return nil, fmt.Errorf("read credentials of %s: %w", key, err)
 	}
+	// The agent reads its credentials folder at every CONNECT, as an SDK agent with its Secret
+	// mounted does: a rotation reaches it as soon as the operator writes the Secret.
+	for !creds.holds(key.Namespace, secret.Name, secret.Data[identity.SecretKeyPassword]) {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("credentials of %s not in %s after a minute", key, creds.dir(key.Namespace, secret.Name))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	kind := agents.Kind(agent.Labels[exampleLabel])
 	a, err := agents.Start(ctx, kind, agents.Options{
 		BrokerURL:    brokerURL,
-		Username:     string(secret.Data[identity.SecretKeyUsername]),
-		Password:     string(secret.Data[identity.SecretKeyPassword]),
+		Credentials:  a2amqtt.CredentialsDir(creds.dir(key.Namespace, secret.Name)),
 		Agent:        identity.Of(agent),
 		RequestTopic: agent.Status.Topics.Delivery,
 		// The governed memory agent reads earlier turns from the conversation service, whose
