@@ -161,10 +161,10 @@ func (s ClientSetup) Config() (autopaho.ClientConfig, *ConnState) {
 	password := s.Password
 	persistent := s.SessionExpiry > 0
 	cfg := autopaho.ClientConfig{
-		ServerUrls:       []*url.URL{s.URL},
-		TlsCfg:           s.TLS,
-		KeepAlive:        uint16(min(s.KeepAlive/time.Second, math.MaxUint16)),
-		ConnectTimeout:   s.ConnectTimeout,
+		ServerUrls:     []*url.URL{s.URL},
+		TlsCfg:         s.TLS,
+		KeepAlive:      uint16(min(s.KeepAlive/time.Second, math.MaxUint16)),
+		ConnectTimeout: s.ConnectTimeout,
 		ReconnectBackoff: func(attempt int) time.Duration {
 			d := ReconnectBackoff(attempt)
 			if s.RefusedRetry > 0 && d > s.RefusedRetry && st.refused() {
