@@ -16,6 +16,10 @@ const (
 	// ConditionIdentityPermitted is true when the Agent's namespace may claim its org, unit and pool
 	// (a Tenant, or the namespace default) and the org is not reserved.
 	ConditionIdentityPermitted = "IdentityPermitted"
+	// ConditionConnected says whether the agent's process is connected to the broker now, as the
+	// broker reports it (or, where the broker does not, the agent's retained card: its online card
+	// or its LWT). It is not part of Ready: Ready is about what the operator manages.
+	ConditionConnected = "Connected"
 )
 
 // Condition reasons, CamelCase as metav1.Condition requires.
@@ -67,4 +71,15 @@ const (
 	ReasonOverlappingPolicies = "OverlappingPolicies"
 	// ReasonNoOverlap: no other policy selects this policy's Agents.
 	ReasonNoOverlap = "NoOverlap"
+	// ReasonConnected: a process is connected with the agent's client ID.
+	ReasonConnected = "Connected"
+	// ReasonDisconnected: the agent's process went (the message says when and why, and whether
+	// its CONNECTs are refused since).
+	ReasonDisconnected = "Disconnected"
+	// ReasonNotConnected: the broker has seen no connection with the agent's client ID since it
+	// (or the operator) started.
+	ReasonNotConnected = "NotConnected"
+	// ReasonPresenceUnknown: neither the broker nor the agent has said whether it is connected (a
+	// broker that does not report connections, and an agent that publishes no card of its own).
+	ReasonPresenceUnknown = "PresenceUnknown"
 )

@@ -230,7 +230,8 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer stopBroker()
-	copts := controllers.Options{Registrar: broker.Registrar(), AgentResyncs: broker.AgentResyncs(), WorkloadBrokerURL: brokerURL, Gating: true}
+	copts := controllers.Options{Registrar: broker.Registrar(), AgentResyncs: broker.AgentResyncs(), WorkloadBrokerURL: brokerURL, Gating: true,
+		Presence: broker, PresenceEvents: broker.PresenceEvents()}
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}

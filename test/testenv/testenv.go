@@ -282,6 +282,7 @@ func (c *ControlPlane) RunOperator(ctx context.Context, o Operator) (run Running
 	if !o.NoControllers {
 		opts := o.Controllers
 		opts.Registrar = broker.Registrar()
+		opts.Presence, opts.PresenceEvents = broker, broker.PresenceEvents()
 		if err := controllers.Setup(ctx, mgr, opts); err != nil {
 			return run, nil, fmt.Errorf("setup: %w", err)
 		}
