@@ -223,7 +223,7 @@ func (c *cardConn) observeCard(p *paho.Publish) {
 		return // the operator's own card says nothing about the process
 	}
 	c.b.presence.tracker.Observe(presence.Observation{
-		ClientID: a2amqtt.AgentRef{Org: info.Org, Unit: info.Unit, Agent: info.Agent}.ClientID(),
+		ClientID:  a2amqtt.AgentRef{Org: info.Org, Unit: info.Unit, Agent: info.Agent}.ClientID(),
 		Connected: status == a2amqtt.StatusOnline, At: time.Now(), Source: presence.SourceCard,
 		Reason: "its card says offline (source " + src + ")",
 	})
