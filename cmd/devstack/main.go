@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/controlplane"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
@@ -100,6 +102,8 @@ type options struct {
 	samples string
 	// serviceMetricsAddr and serviceHealthAddr are the conversation service's endpoints.
 	serviceMetricsAddr, serviceHealthAddr string
+	// controllerManager runs kube-controller-manager (internal/controlplane).
+	controllerManager bool
 }
 
 func main() {
@@ -114,6 +118,7 @@ func main() {
 	flag.StringVar(&o.mosquittoAdmin, "mosquitto-admin", "admin", "Dynsec admin username for --mosquitto-url.")
 	flag.StringVar(&o.mosquittoPassword, "mosquitto-admin-password", os.Getenv("MOSQUITTO_ADMIN_PASSWORD"), "Dynsec admin password for --mosquitto-url (or $MOSQUITTO_ADMIN_PASSWORD).")
 	flag.StringVar(&o.samples, "samples", "config/samples", "Apply these manifests at start and run the example agents they name (empty: none).")
+	flag.BoolVar(&o.controllerManager, "controller-manager", true, "Run kube-controller-manager (from --assets) for garbage collection, namespace deletion and RBAC aggregation, as on a cluster.")
 	flag.StringVar(&o.serviceMetricsAddr, "service-metrics-bind-address", "127.0.0.1:18090", "Conversation service metrics endpoint.")
 	flag.StringVar(&o.serviceHealthAddr, "service-health-bind-address", "127.0.0.1:18091", "Conversation service /healthz and /readyz.")
 	zapOpts := zap.Options{}
@@ -144,6 +149,15 @@ func newLogger(opts *zap.Options) logr.Logger {
 	klog.SetLogger(log)
 	slog.SetDefault(slog.New(logr.ToSlogHandler(log)))
 	return log
+}
+
+// klogWriter sends kube-controller-manager's output to the stack's log at debug level (it is
+// chatty at start; --zap-log-level=debug shows it).
+type klogWriter struct{}
+
+func (klogWriter) Write(p []byte) (int, error) {
+	ctrl.Log.WithName("kube-controller-manager").V(1).Info(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 func run(ctx context.Context, o options) error {
@@ -200,6 +214,19 @@ func run(ctx context.Context, o options) error {
 	admin, err := env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return fmt.Errorf("create admin user: %w", err)
+	}
+	if o.controllerManager {
+		// What a cluster's controllers do: garbage collection (a deleted Agent's Secret goes with
+		// it), namespace deletion, RBAC aggregation (the project's roles in admin/edit/view).
+		kcm, err := controlplane.StartControllerManager(ctx, controlplane.ControllerManagerConfig{
+			Binary: filepath.Join(o.assets, controlplane.ControllerManagerBinary), Config: admin.Config(), Dir: stateDir,
+			Log: klogWriter{},
+		})
+		if err != nil {
+			return fmt.Errorf("start kube-controller-manager (--controller-manager=false runs without: no garbage collection, namespace deletion or RBAC aggregation): %w", err)
+		}
+		onForcedExit(func() { _ = kcm.Stop() })
+		defer func() { _ = kcm.Stop() }()
 	}
 	kubeconfig, err := admin.KubeConfig()
 	if err != nil {
