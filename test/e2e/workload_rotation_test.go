@@ -102,11 +102,11 @@ func TestRotationUnderLoadWithAWorkload(t *testing.T) {
 
 // podRunner plays a kubelet for the Agents' pods of one namespace (see the test).
 type podRunner struct {
-	t    *testing.T
-	st   *stack
-	exec *countingExec
-	mu   sync.Mutex
-	pods map[string]*runningPod // by pod name
+	t                *testing.T
+	st               *stack
+	exec             *countingExec
+	mu               sync.Mutex
+	pods             map[string]*runningPod // by pod name
 	started, drained atomicInt
 }
 
