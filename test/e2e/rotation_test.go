@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,7 +191,6 @@ type load struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	out    []outcome
-	n      atomic.Int64
 }
 
 type outcome struct {
