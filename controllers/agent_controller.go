@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -94,6 +95,10 @@ type AgentReconciler struct {
 	MaxConcurrent int
 	// Gating puts the conversation service in front of every Agent a ConversationPolicy governs.
 	Gating bool
+	// Presence, when set, says whether each Agent's process is connected (the Connected
+	// condition); PresenceEvents enqueues the Agents whose presence changed.
+	Presence       PresenceReader
+	PresenceEvents <-chan event.TypedGenericEvent[client.Object]
 
 	deployments appliedDeployments
 }
@@ -244,6 +249,7 @@ func (r *AgentReconciler) observe(ctx context.Context, agent *a2av1.Agent) error
 // for the transitions.
 func (r *AgentReconciler) writeStatus(ctx context.Context, before, agent *a2av1.Agent, holder *a2av1.Agent) error {
 	r.setReady(agent)
+	r.setConnected(agent, holder)
 	agent.Status.ObservedGeneration = agent.Generation
 	if equality.Semantic.DeepEqual(before.Status, agent.Status) {
 		return nil

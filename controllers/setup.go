@@ -44,6 +44,11 @@ type Options struct {
 	// the broker lost its state (registration.Broker.AgentResyncs): their own and their shared
 	// broker objects are re-created at once instead of at the next resync.
 	AgentResyncs <-chan event.TypedGenericEvent[client.Object]
+	// Presence, when set, gives every Agent a Connected condition (registration.Broker); and
+	// PresenceEvents (registration.Broker.PresenceEvents) reconciles an Agent when its process
+	// connects or goes.
+	Presence       PresenceReader
+	PresenceEvents <-chan event.TypedGenericEvent[client.Object]
 }
 
 // BindFlags registers the flags of the options that belong to the controllers themselves (the
@@ -136,6 +141,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		WorkloadBrokerURL: opts.WorkloadBrokerURL,
 		MaxConcurrent:     cmp.Or(opts.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles),
 		Gating:            opts.Gating,
+		Presence:          opts.Presence,
+		PresenceEvents:    opts.PresenceEvents,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}

@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(zapLevel())), zap.StacktraceLevel(zapcore.PanicLevel)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	testenv.Main(m, "..", func(cp *testenv.ControlPlane) error {
+	testenv.MainWith(m, "..", testenv.Options{ControllerManager: true}, func(cp *testenv.ControlPlane) error {
 		scheme, restCfg, k8s = cp.Scheme, cp.Config, cp.Client
 		return startManagers(ctx)
 	})

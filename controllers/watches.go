@@ -70,6 +70,9 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Resyncs != nil {
 		b = b.WatchesRawSource(r.Resyncs.source())
 	}
+	if r.PresenceEvents != nil {
+		b = b.WatchesRawSource(presenceSource(r.PresenceEvents))
+	}
 	return b.Complete(r)
 }
 

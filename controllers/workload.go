@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -24,6 +25,7 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // Workload reasons.
@@ -198,8 +200,19 @@ func (r *AgentReconciler) desiredDeployment(agent *a2av1.Agent, checksum string)
 		tmpl.Spec.AutomountServiceAccountToken = ptr.To(false)
 	}
 	env := r.workloadEnv(agent)
+	// The credentials Secret is also mounted read-only, as a credentials folder the SDK reads at
+	// every CONNECT (A2A_CREDENTIALS_DIR): no password in the process environment, and a
+	// process that reconnects picks up what the Secret holds by then.
+	tmpl.Spec.Volumes = append(slices.DeleteFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == CredentialsVolume }),
+		corev1.Volume{Name: CredentialsVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: identity.CredentialsSecretName(agent), DefaultMode: ptr.To[int32](0o440),
+		}}})
 	for i := range tmpl.Spec.Containers {
-		tmpl.Spec.Containers[i].Env = mergeEnv(tmpl.Spec.Containers[i].Env, env)
+		c := &tmpl.Spec.Containers[i]
+		c.Env = mergeEnv(c.Env, env)
+		c.VolumeMounts = append(slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == CredentialsVolume || m.MountPath == CredentialsMountPath
+		}), corev1.VolumeMount{Name: CredentialsVolume, MountPath: CredentialsMountPath, ReadOnly: true})
 	}
 	deploy := &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "Deployment"},
@@ -284,6 +297,12 @@ func digestOf(v any) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
+// The credentials Secret's volume in every workload pod and where each container mounts it.
+const (
+	CredentialsVolume    = "a2a-credentials"
+	CredentialsMountPath = "/var/run/secrets/a2a.fleet.dev/credentials"
+)
+
 // workloadEnv is what every container of the workload learns about its identity. The password
 // comes from the Secret by reference, never as a literal in the pod spec.
 func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
@@ -302,6 +321,7 @@ func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
 		{Name: "A2A_REQUEST_TOPIC", Value: cmp.Or(agent.Status.Topics.Delivery, id.RequestTopic())},
 		{Name: "A2A_USERNAME", ValueFrom: secretRef(identity.SecretKeyUsername)},
 		{Name: "A2A_PASSWORD", ValueFrom: secretRef(identity.SecretKeyPassword)},
+		{Name: a2amqtt.EnvCredentialsDir, Value: CredentialsMountPath},
 	}
 	if agent.Spec.PoolID != "" {
 		env = append(env, corev1.EnvVar{Name: "A2A_POOLS", Value: agent.Spec.PoolID})

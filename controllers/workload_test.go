@@ -16,6 +16,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 func TestWorkloadDeployment(t *testing.T) {
@@ -55,6 +56,14 @@ func TestWorkloadDeployment(t *testing.T) {
 	}
 	if ref := env["A2A_PASSWORD"].ValueFrom; ref == nil || ref.SecretKeyRef.Name != "runner-mqtt-credentials" || env["A2A_PASSWORD"].Value != "" {
 		t.Fatalf("password must come from the Secret by reference: %+v", env["A2A_PASSWORD"])
+	}
+	// The Secret is also a credentials folder the SDK re-reads at every CONNECT.
+	spec := deploy.Spec.Template.Spec
+	mounts := spec.Containers[0].VolumeMounts
+	if env[a2amqtt.EnvCredentialsDir].Value != controllers.CredentialsMountPath || len(mounts) != 1 ||
+		mounts[0].Name != controllers.CredentialsVolume || mounts[0].MountPath != controllers.CredentialsMountPath || !mounts[0].ReadOnly ||
+		len(spec.Volumes) != 1 || spec.Volumes[0].Secret == nil || spec.Volumes[0].Secret.SecretName != "runner-mqtt-credentials" {
+		t.Fatalf("credentials folder not mounted: env %q, mounts %+v, volumes %+v", env[a2amqtt.EnvCredentialsDir].Value, mounts, spec.Volumes)
 	}
 	eventually(t, "not ready until the workload is available", func() error {
 		a := getAgent(t, ns, "runner")

@@ -47,6 +47,17 @@ sed -e "s|/usr/lib/mosquitto_dynamic_security.so|$plugin|" \
 # Started as root, Mosquitto would switch to the "mosquitto" user, which cannot read STATE_DIR.
 echo "user $(id -un)" >>"$dir/mosquitto.conf"
 
+# A broker an earlier run left behind (that run was killed before its EXIT trap): stop it.
+if [[ -s "$dir/mosquitto.pid" ]]; then
+	old="$(cat "$dir/mosquitto.pid")"
+	if [[ "$(tr '\0' ' ' <"/proc/$old/cmdline" 2>/dev/null)" == *"$dir/mosquitto.conf"* ]]; then
+		echo "dev-mosquitto: a Mosquitto (pid $old) of an earlier run on $dir is still running: stopping it"
+		kill "$old" 2>/dev/null || true
+		for _ in $(seq 50); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$old" 2>/dev/null || true
+	fi
+	rm -f "$dir/mosquitto.pid"
+fi
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 	echo "dev-mosquitto: 127.0.0.1:$port is already in use; set MOSQUITTO_PORT" >&2
 	exit 1
@@ -55,7 +66,8 @@ fi
 # the service close their connections (offline cards), and the EXIT trap stops it after them.
 setsid "$mosquitto" -c "$dir/mosquitto.conf" >"$dir/mosquitto.log" 2>&1 &
 broker=$!
-trap 'kill "$broker" 2>/dev/null; wait "$broker" 2>/dev/null || true' EXIT
+echo "$broker" >"$dir/mosquitto.pid"
+trap 'kill "$broker" 2>/dev/null; wait "$broker" 2>/dev/null || true; rm -f "$dir/mosquitto.pid"' EXIT
 for _ in $(seq 100); do
 	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
 	kill -0 "$broker" 2>/dev/null || { echo "dev-mosquitto: mosquitto exited:" >&2; cat "$dir/mosquitto.log" >&2; exit 1; }

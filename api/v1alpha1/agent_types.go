@@ -309,7 +309,8 @@ type AgentStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, IdentityPermitted, Registered, ACLsSynced, WorkloadAvailable.
+	// Conditions: Ready, IdentityPermitted, Registered, ACLsSynced, WorkloadAvailable (what the
+	// operator manages) and Connected (whether the agent's process is connected to the broker).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -352,6 +353,42 @@ type AgentStatus struct {
 	// CredentialsSecret is the name of the Secret with the agent's broker credentials.
 	// +optional
 	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+
+	// Presence is what is known of the agent's process on the broker, behind the Connected
+	// condition.
+	// +optional
+	Presence *AgentPresence `json:"presence,omitempty"`
+}
+
+// AgentPresence is what the broker (or the agent's retained card) said last about the agent's
+// process.
+type AgentPresence struct {
+	// Source is where it comes from: Broker (the broker's own view of its connections) or Card
+	// (the agent's retained card: online when it connected, offline from its LWT or at a graceful
+	// stop; used only where the broker does not report connections).
+	// +optional
+	// +kubebuilder:validation:Enum=Broker;Card
+	Source string `json:"source,omitempty"`
+	// LastConnectTime is when the process last connected.
+	// +optional
+	LastConnectTime *metav1.Time `json:"lastConnectTime,omitempty"`
+	// LastDisconnectTime is when it last went, and LastDisconnectReason why (a clean DISCONNECT, a
+	// keep-alive timeout, disconnected by the broker after a credentials or rights change, ...).
+	// +optional
+	LastDisconnectTime *metav1.Time `json:"lastDisconnectTime,omitempty"`
+	// LastDisconnectReason says why the process last went.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	LastDisconnectReason string `json:"lastDisconnectReason,omitempty"`
+	// RefusedSince is when the broker began to refuse CONNECTs with the agent's client ID (bad or
+	// rotated credentials), while it is not connected; reported by brokers that name the client of
+	// a refused CONNECT (the embedded broker; Mosquitto does not).
+	// +optional
+	RefusedSince *metav1.Time `json:"refusedSince,omitempty"`
+	// RefusedReason says why its CONNECTs are refused.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	RefusedReason string `json:"refusedReason,omitempty"`
 }
 
 // Agent is an A2A agent on the MQTT bus: its identity, agent card, who may call it and optionally the
@@ -364,6 +401,7 @@ type AgentStatus struct {
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.agentID`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Connected",type=string,JSONPath=`.status.conditions[?(@.type=="Connected")].status`
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.status.conversationPolicy`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="has(self.spec.agentID) || size(self.metadata.name) <= 64",message="metadata.name is longer than 64 characters: set spec.agentID (agentID defaults to the name and is limited to 64 characters)"

@@ -19,6 +19,10 @@ const (
 	// ConditionWithinLimits is true when a ConversationPolicy asks for no more than its Tenant's
 	// ceilings (limits.conversationPolicy); false when a ceiling applies instead of its value.
 	ConditionWithinLimits = "WithinLimits"
+	// ConditionConnected says whether the agent's process is connected to the broker now, as the
+	// broker reports it (or, where the broker does not, the agent's retained card: its online card
+	// or its LWT). It is not part of Ready: Ready is about what the operator manages.
+	ConditionConnected = "Connected"
 )
 
 // Condition reasons, CamelCase as metav1.Condition requires.
@@ -85,4 +89,15 @@ const (
 	ReasonOverlappingPolicies = "OverlappingPolicies"
 	// ReasonNoOverlap: no other policy selects this policy's Agents.
 	ReasonNoOverlap = "NoOverlap"
+	// ReasonConnected: a process is connected with the agent's client ID.
+	ReasonConnected = "Connected"
+	// ReasonDisconnected: the agent's process went (the message says when and why, and whether
+	// its CONNECTs are refused since).
+	ReasonDisconnected = "Disconnected"
+	// ReasonNotConnected: the broker has seen no connection with the agent's client ID since it
+	// (or the operator) started.
+	ReasonNotConnected = "NotConnected"
+	// ReasonPresenceUnknown: neither the broker nor the agent has said whether it is connected (a
+	// broker that does not report connections, and an agent that publishes no card of its own).
+	ReasonPresenceUnknown = "PresenceUnknown"
 )

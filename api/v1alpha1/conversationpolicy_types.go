@@ -62,6 +62,20 @@ type ConversationPolicySpec struct {
 	// +kubebuilder:validation:Maximum=1000000
 	MaxActiveContextsPerAgent int32 `json:"maxActiveContextsPerAgent,omitempty"`
 
+	// MaxActiveContextsPerCaller limits the unexpired contexts one caller (the identity whose reply
+	// topic a request names) may hold at one agent. 0, the default, is the fair share of
+	// maxActiveContextsPerAgent: a caller may open a new context while it holds fewer than
+	// maxActiveContextsPerAgent / (callers + 1), rounded up, where callers counts the callers
+	// holding contexts at the agent, itself included; so one share always stays free for a caller
+	// that holds none yet and no caller alone can lock the others out (a caller alone gets half).
+	// Set it to maxActiveContextsPerAgent to let one caller use the whole agent. Without
+	// maxActiveContextsPerAgent, 0 means unlimited.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	MaxActiveContextsPerCaller int32 `json:"maxActiveContextsPerCaller,omitempty"`
+
 	// HistoryTasksPerContext is how many of a context's most recent tasks are kept for history
 	// (ListTasks/GetTask by context).
 	// +optional

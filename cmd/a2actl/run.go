@@ -47,6 +47,10 @@ Global flags (anywhere on the line):
   --broker URL        MQTT v5 broker (env A2A_BROKER, default mqtt://127.0.0.1:1883)
   --username NAME     broker username (env A2A_USERNAME)
   --password PASS     broker password (env A2A_PASSWORD)
+  --credentials-dir D folder with the files username, password and clientID (the Agent's
+                      credentials Secret, e.g. mounted, or written by kubectl): read at every
+                      connect, so a long chat survives a rotation; replaces --username and
+                      --password, and clientID is the default --as (env A2A_CREDENTIALS_DIR)
   --as ORG/UNIT/ID    own identity / MQTT Client ID (default target org/unit + a2actl-<random>)
   --tls-ca FILE       PEM CA bundle of the broker, for mqtts:// URLs (env A2A_TLS_CA)
   --tls-cert FILE     PEM client certificate (env A2A_TLS_CERT)
@@ -67,6 +71,7 @@ type globals struct {
 	broker   string
 	username string
 	password string
+	credsDir string
 	tls      a2amqtt.TLSFiles
 	as       string
 	timeout  time.Duration
@@ -87,6 +92,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.broker, "broker", envOr("A2A_BROKER", "mqtt://127.0.0.1:1883"), "MQTT v5 broker URL")
 	fs.StringVar(&g.username, "username", envOr("A2A_USERNAME", ""), "broker username")
 	fs.StringVar(&g.password, "password", envOr("A2A_PASSWORD", ""), "broker password")
+	fs.StringVar(&g.credsDir, "credentials-dir", envOr(a2amqtt.EnvCredentialsDir, ""), "credentials folder (username, password, clientID)")
 	fs.StringVar(&g.as, "as", envOr("A2A_AS", ""), "own identity ORG/UNIT/AGENT")
 	fs.StringVar(&g.tls.CA, "tls-ca", envOr(a2amqtt.EnvTLSCA, ""), "PEM CA bundle of the broker (mqtts://)")
 	fs.StringVar(&g.tls.Cert, "tls-cert", envOr(a2amqtt.EnvTLSCert, ""), "PEM client certificate")
@@ -237,6 +243,11 @@ func (c *cli) identity(target a2amqtt.AgentRef) (a2amqtt.AgentRef, error) {
 	if c.g.as != "" {
 		return a2amqtt.ParseAgentRef(c.g.as)
 	}
+	if c.g.credsDir != "" {
+		if id := a2amqtt.CredentialsDir(c.g.credsDir).ClientID(); id != "" {
+			return a2amqtt.ParseAgentRef(id)
+		}
+	}
 	org, unit := target.Org, target.Unit
 	if org == "" {
 		org, unit = "a2actl", "cli"
@@ -254,10 +265,14 @@ func (c *cli) connect(ctx context.Context, target a2amqtt.AgentRef) (*a2amqtt.Co
 		fmt.Fprintf(c.stderr, "a2actl: TLS settings: %v\n", err)
 		return nil, exitUsage
 	}
-	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
+	cfg := a2amqtt.Config{
 		BrokerURL: c.g.broker, Username: c.g.username, Password: c.g.password, TLSFiles: c.g.tls,
 		Agent: me, Logger: c.log, ConnectTimeout: 5 * time.Second, FailFast: true,
-	})
+	}
+	if c.g.credsDir != "" {
+		cfg.Username, cfg.Password, cfg.Credentials = "", "", a2amqtt.CredentialsDir(c.g.credsDir)
+	}
+	conn, err := a2amqtt.Connect(ctx, cfg)
 	if err != nil {
 		return nil, c.fail(exitUnreachable, fmt.Errorf("cannot connect to broker %s: %w", c.g.broker, err))
 	}

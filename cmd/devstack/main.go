@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,6 +27,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -34,6 +37,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/controlplane"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
@@ -98,6 +102,8 @@ type options struct {
 	mosquittoAdmin, mosquittoPassword string
 	// samples is the folder of manifests applied at start ("" applies none).
 	samples string
+	// controllerManager runs kube-controller-manager (internal/controlplane).
+	controllerManager bool
 }
 
 func main() {
@@ -114,12 +120,13 @@ func main() {
 	flag.StringVar(&o.mosquittoAdmin, "mosquitto-admin", "admin", "Dynsec admin username for --mosquitto-url.")
 	flag.StringVar(&o.mosquittoPassword, "mosquitto-admin-password", os.Getenv("MOSQUITTO_ADMIN_PASSWORD"), "Dynsec admin password for --mosquitto-url (or $MOSQUITTO_ADMIN_PASSWORD).")
 	flag.StringVar(&o.samples, "samples", "config/samples", "Apply these manifests at start and run the example agents they name (empty: none).")
+	flag.BoolVar(&o.controllerManager, "controller-manager", true, "Run kube-controller-manager (from --assets) for garbage collection, namespace deletion and RBAC aggregation, as on a cluster.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(newLogger(&zapOpts))
 
-	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+	if err := run(signalContext(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "devstack:", err)
 		os.Exit(1)
 	}
@@ -144,6 +151,15 @@ func newLogger(opts *zap.Options) logr.Logger {
 	return log
 }
 
+// klogWriter sends kube-controller-manager's output to the stack's log at debug level (it is
+// chatty at start; --zap-log-level=debug shows it).
+type klogWriter struct{}
+
+func (klogWriter) Write(p []byte) (int, error) {
+	ctrl.Log.WithName("kube-controller-manager").V(1).Info(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
 func run(ctx context.Context, o options) error {
 	if o.assets == "" {
 		return errors.New("no control-plane binaries: pass --assets or set KUBEBUILDER_ASSETS (make dev does this)")
@@ -155,6 +171,10 @@ func run(ctx context.Context, o options) error {
 	etcdDir := filepath.Join(stateDir, "etcd")
 	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
 		return fmt.Errorf("create etcd data dir: %w", err)
+	}
+	// An etcd an earlier devstack left running holds the data dir: the new one would time out.
+	if err := stopStaleControlPlane(etcdDir, stateDir); err != nil {
+		return err
 	}
 
 	scheme := runtime.NewScheme()
@@ -169,22 +189,44 @@ func run(ctx context.Context, o options) error {
 		// etcd replaying a state dir on a busy machine takes longer than envtest's 20 s default;
 		// a retry would log an ERROR at every restart of the stack.
 		ControlPlaneStartTimeout: 2 * time.Minute,
+		// Within shutdownBound: SIGTERM, then SIGKILL after this.
+		ControlPlaneStopTimeout: 5 * time.Second,
 	}
 	// A fixed data dir keeps Agents and policies across restarts of the stack.
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
+	var stopOnce sync.Once
+	stopControlPlane := func() {
+		stopOnce.Do(func() {
+			if err := env.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "devstack: stop control plane:", err)
+			}
+		})
+	}
+	// Registered before the start: a signal during a slow start still stops what started.
+	onForcedExit(stopControlPlane)
 	cfg, err := env.Start()
 	if err != nil {
+		stopControlPlane()
 		return fmt.Errorf("start control plane: %w", err)
 	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "devstack: stop control plane:", err)
-		}
-	}()
+	defer stopControlPlane()
 
 	admin, err := env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return fmt.Errorf("create admin user: %w", err)
+	}
+	if o.controllerManager {
+		// What a cluster's controllers do: garbage collection (a deleted Agent's Secret goes with
+		// it), namespace deletion, RBAC aggregation (the project's roles in admin/edit/view).
+		kcm, err := controlplane.StartControllerManager(ctx, controlplane.ControllerManagerConfig{
+			Binary: filepath.Join(o.assets, controlplane.ControllerManagerBinary), Config: admin.Config(), Dir: stateDir,
+			Log: klogWriter{},
+		})
+		if err != nil {
+			return fmt.Errorf("start kube-controller-manager (--controller-manager=false runs without: no garbage collection, namespace deletion or RBAC aggregation): %w", err)
+		}
+		onForcedExit(func() { _ = kcm.Stop() })
+		defer func() { _ = kcm.Stop() }()
 	}
 	kubeconfig, err := admin.KubeConfig()
 	if err != nil {
@@ -200,16 +242,23 @@ func run(ctx context.Context, o options) error {
 		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress: o.probeAddr,
+		// Within shutdownBound.
+		GracefulShutdownTimeout: ptr.To(5 * time.Second),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	creds, err := startCredentialsProjection(ctx, mgr.GetCache(), filepath.Join(stateDir, "credentials"))
+	if err != nil {
+		return err
 	}
 	broker, brokerURL, stopBroker, err := startBroker(o, stateDir, mgr)
 	if err != nil {
 		return err
 	}
 	defer stopBroker()
-	copts := controllers.Options{Registrar: broker.Registrar(), AgentResyncs: broker.AgentResyncs(), WorkloadBrokerURL: brokerURL, Gating: true}
+	copts := controllers.Options{Registrar: broker.Registrar(), AgentResyncs: broker.AgentResyncs(), WorkloadBrokerURL: brokerURL, Gating: true,
+		Presence: broker, PresenceEvents: broker.PresenceEvents()}
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}
@@ -244,7 +293,7 @@ func run(ctx context.Context, o options) error {
 		if err := applySamples(ctx, direct, o.samples); err != nil {
 			return err
 		}
-		stopAgents, err := startExampleAgents(ctx, direct, brokerURL)
+		stopAgents, err := startExampleAgents(ctx, direct, brokerURL, creds)
 		if err != nil {
 			return err
 		}
@@ -274,7 +323,9 @@ console identity of the samples:
   export A2A_BROKER=%s A2A_AS=acme/demo/console A2A_USERNAME=a2a:acme/demo/console
   export A2A_PASSWORD=$(kubectl get secret console-mqtt-credentials -o jsonpath='{.data.password}' | base64 -d)
   go run ./cmd/a2actl chat acme/demo/confirm
-`, cfg.Host, brokerURL, brokerKind, o.samples, stateDir, kubeconfigPath, kubectl, brokerURL)
+(or, instead of the password, the console's credentials folder, which follows a rotation:
+  go run ./cmd/a2actl chat acme/demo/confirm --credentials-dir %s)
+`, cfg.Host, brokerURL, brokerKind, o.samples, stateDir, kubeconfigPath, kubectl, brokerURL, creds.dir(metav1.NamespaceDefault, "console-mqtt-credentials"))
 
 	start := time.Now()
 	select {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/policy"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // serviceSecret is where the broker runtime keeps the conversation service's broker credentials
@@ -76,8 +78,10 @@ func startConversationService(ctx context.Context, c client.Client, o options, b
 	return svc, nil
 }
 
-// applySamples creates every manifest of dir in the default namespace, leaving existing objects
-// as they are (what `kubectl create` would do, without failing on a restart of the stack).
+// applySamples server-side applies every manifest of dir in the default namespace (field manager
+// devstack-samples, without force): a state dir from an earlier version gets the samples' new
+// fields, and a field you changed yourself (kubectl edit, apply) is kept, the sample being skipped
+// with a note instead.
 func applySamples(ctx context.Context, c client.Client, dir string) error {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
@@ -99,7 +103,11 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 		if u.GetNamespace() == "" {
 			u.SetNamespace(metav1.NamespaceDefault)
 		}
-		if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+		err = c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("devstack-samples"))
+		switch {
+		case apierrors.IsConflict(err):
+			ctrl.Log.WithName("samples").Info("keeping your change to a sample; not applying it", "file", f, "conflict", err.Error())
+		case err != nil:
 			return fmt.Errorf("apply %s: %w", f, err)
 		}
 	}
@@ -108,19 +116,26 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 
 // startExampleAgents waits until every sample Agent labelled with an example kind is Ready and
 // runs that example with the Agent's credentials and request (or delivery) topic.
-func startExampleAgents(ctx context.Context, c client.Client, brokerURL string) (func(), error) {
+func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, creds *credentialsProjection) (func(), error) {
 	var list a2av1.AgentList
 	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceDefault), client.HasLabels{exampleLabel}); err != nil {
 		return nil, fmt.Errorf("list example agents: %w", err)
 	}
 	var running []*agents.Agent
 	stop := func() {
+		// Together, each bounded: an agent publishes its offline card and disconnects.
+		var wg sync.WaitGroup
 		for _, a := range running {
-			_ = a.Close(context.Background())
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				_ = a.Close(ctx)
+			})
 		}
+		wg.Wait()
 	}
 	for i := range list.Items {
-		a, err := startExampleAgent(ctx, c, &list.Items[i], brokerURL)
+		a, err := startExampleAgent(ctx, c, &list.Items[i], brokerURL, creds)
 		if err != nil {
 			stop()
 			return nil, err
@@ -137,7 +152,7 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent, brokerURL string) (*agents.Agent, error) {
+func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent, brokerURL string, creds *credentialsProjection) (*agents.Agent, error) {
 	key := client.ObjectKeyFromObject(sample)
 	deadline := time.Now().Add(time.Minute)
 	agent := &a2av1.Agent{}
@@ -171,15 +186,29 @@ func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent
 	if err := c.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: agent.Status.CredentialsSecret}, secret); err != nil {
 		return nil, fmt.Errorf("read credentials of %s: %w", key, err)
 	}
+	// The agent reads its credentials folder at every CONNECT, as an SDK agent with its Secret
+	// mounted does: a rotation reaches it as soon as the operator writes the Secret.
+	for !creds.holds(key.Namespace, secret.Name, secret.Data[identity.SecretKeyPassword]) {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("credentials of %s not in %s after a minute", key, creds.dir(key.Namespace, secret.Name))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	kind := agents.Kind(agent.Labels[exampleLabel])
 	a, err := agents.Start(ctx, kind, agents.Options{
 		BrokerURL:    brokerURL,
-		Username:     string(secret.Data[identity.SecretKeyUsername]),
-		Password:     string(secret.Data[identity.SecretKeyPassword]),
+		Credentials:  a2amqtt.CredentialsDir(creds.dir(key.Namespace, secret.Name)),
 		Agent:        identity.Of(agent),
 		RequestTopic: agent.Status.Topics.Delivery,
 		// The manifest's card, as the operator publishes it: one card per agent (docs/api.md).
 		Card: registration.BuildCard(agent, identity.Of(agent), agent.Spec.PoolID, brokerURL),
+		// The governed memory agent reads earlier turns from the conversation service, whose
+		// bbolt store survives a crash of the stack (its own task store does not).
+		HistoryFrom: agents.GovernedHistory(kind, agent.Status.Topics.Delivery),
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("start example agent %s (%s)", key, kind), err)

@@ -153,6 +153,7 @@ func run(o options) error {
 		}
 		copts.Registrar = broker.Registrar()
 		copts.AgentResyncs = broker.AgentResyncs()
+		copts.Presence, copts.PresenceEvents = broker, broker.PresenceEvents()
 		copts.Gating = o.gate
 		if o.broker.readinessGrace > 0 {
 			readyz = broker.Checker(o.broker.readinessGrace)

@@ -39,7 +39,11 @@ type Options struct {
 	BrokerURL string
 	Username  string
 	Password  string
-	Agent     a2amqtt.AgentRef
+	// Credentials, when set, replaces Username and Password (a2amqtt.Config.Credentials): a
+	// credentials folder (the mounted Secret, A2A_CREDENTIALS_DIR) read at every CONNECT, so the
+	// agent survives a rotation of its password.
+	Credentials a2amqtt.CredentialSource
+	Agent       a2amqtt.AgentRef
 	// Pools to join (shared subscription), in the agent's org/unit.
 	Pools []string
 	// RequestTopic overrides the request topic (the delivery topic behind the conversation service).
@@ -97,6 +101,19 @@ func Executor(kind Kind, delay time.Duration) (a2asrv.AgentExecutor, error) {
 	return nil, fmt.Errorf("unknown agent kind %q (want echo, confirm or memory)", kind)
 }
 
+// GovernedHistory is where an example agent of kind reads a conversation's earlier turns when it
+// reads its requests from requestTopic: a governed memory agent (one that reads the delivery topic
+// the operator assigned behind the conversation service) reads them from the service, which keeps
+// them durably (with content when the policy's history mode is Messages; otherwise InputsOf falls
+// back to the agent's own task store); nil (the own task store) otherwise.
+func GovernedHistory(kind Kind, requestTopic string) *a2amqtt.AgentRef {
+	if kind != KindMemory || requestTopic == "" {
+		return nil
+	}
+	h := identity.Service
+	return &h
+}
+
 // Card describes the example agent for its retained discovery card.
 func Card(kind Kind, brokerURL string, ref a2amqtt.AgentRef) *a2a.AgentCard {
 	skill := a2a.AgentSkill{ID: string(kind), Name: string(kind), Tags: []string{"example"}}
@@ -152,6 +169,7 @@ func Start(ctx context.Context, kind Kind, opts Options) (*Agent, error) {
 		BrokerURL:     opts.BrokerURL,
 		Username:      opts.Username,
 		Password:      opts.Password,
+		Credentials:   opts.Credentials,
 		Agent:         opts.Agent,
 		Card:          card,
 		TLSFiles:      opts.TLS,
@@ -239,6 +257,7 @@ func Main(kind Kind) {
 	agent := fs.String("agent", envOr("A2A_AGENT", string(kind)), "agent id (env A2A_AGENT)")
 	user := fs.String("username", envOr("A2A_USERNAME", ""), "broker username (env A2A_USERNAME)")
 	pass := fs.String("password", envOr("A2A_PASSWORD", ""), "broker password (env A2A_PASSWORD)")
+	credsDir := fs.String("credentials-dir", envOr(a2amqtt.EnvCredentialsDir, ""), "folder with the files username and password (the mounted credentials Secret), read at every connect so a rotated password is picked up; replaces --username and --password (env "+a2amqtt.EnvCredentialsDir+", set by the operator in workloads)")
 	pools := fs.String("pool", envOr("A2A_POOLS", ""), "comma-separated pool ids to join (env A2A_POOLS)")
 	requestTopic := fs.String("request-topic", envOr("A2A_REQUEST_TOPIC", ""), "read requests here instead of the public request topic (env A2A_REQUEST_TOPIC, set by the operator)")
 	delay := fs.Duration("delay", 0, "artificial processing delay per request")
@@ -288,11 +307,8 @@ func Main(kind Kind) {
 			os.Exit(2)
 		}
 		history = &h
-	case *requestTopic != "" && kind == KindMemory:
-		// Governed: the conversation service holds the conversation (with content when the
-		// policy's history mode is Messages; otherwise InputsOf falls back to the own store).
-		h := identity.Service
-		history = &h
+	default:
+		history = GovernedHistory(kind, *requestTopic)
 	}
 	var poolIDs []string
 	for _, p := range strings.Split(*pools, ",") {
@@ -317,9 +333,13 @@ func Main(kind Kind) {
 		defer cancel()
 		_ = shutdownTracing(sctx)
 	}()
-	logger.Info("starting example agent", "kind", kind, "agent", ref.String(), "broker", *broker, "pools", poolIDs)
+	logger.Info("starting example agent", "kind", kind, "agent", ref.String(), "broker", *broker, "pools", poolIDs, "credentials_dir", *credsDir)
+	var creds a2amqtt.CredentialSource
+	if *credsDir != "" {
+		creds, *user, *pass = a2amqtt.CredentialsDir(*credsDir), "", ""
+	}
 	opts := Options{
-		BrokerURL: *broker, Username: *user, Password: *pass, Agent: ref, Pools: poolIDs, Logger: logger,
+		BrokerURL: *broker, Username: *user, Password: *pass, Credentials: creds, Agent: ref, Pools: poolIDs, Logger: logger,
 		Delay: *delay, ReferenceHandler: *reference, RequestTopic: *requestTopic,
 		TLS:           a2amqtt.TLSFiles{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey},
 		SessionExpiry: *sessionExpiry, HealthAddr: *healthAddr, HealthGrace: *healthGrace,

@@ -93,7 +93,7 @@ func startMochi() (*Mochi, error) {
 		}
 		// As the embedded broker does: without it mochi loses a message fanned out while a
 		// persistent session is taken over (package sessionhandover).
-		if err := server.AddHook(new(sessionhandover.Hook), nil); err != nil {
+		if err := server.AddHook(&sessionhandover.Hook{Server: server}, nil); err != nil {
 			return nil, fmt.Errorf("mochi: add session hand-over hook: %w", err)
 		}
 		if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})); err != nil {

@@ -198,6 +198,9 @@ func (m *Mosquitto) writeConfig() error {
 	fmt.Fprintf(&b, "allow_anonymous %t\n", allowAnon)
 	fmt.Fprintf(&b, "persistence false\n")
 	fmt.Fprintf(&b, "log_dest stderr\n")
+	// As config/mosquitto does: the log lines on $SYS/broker/log/*, where the operator reads who
+	// connects and goes (internal/mqtt/presence).
+	fmt.Fprintf(&b, "log_dest topic\n")
 	fmt.Fprintf(&b, "log_type error\nlog_type warning\nlog_type notice\nlog_type information\n")
 	// Started as root, mosquitto drops to user "mosquitto", which cannot read
 	// the test's temp dir; staying root is fine for a loopback test broker.

@@ -15,6 +15,9 @@ type Agent struct {
 	contexts map[string]*Context
 	tasks    map[string]string // task id → context id
 	live     int               // contexts that are not tombstones
+	// byCaller counts the live contexts per requester that opened them (no
+	// zero entries): the per-caller share.
+	byCaller map[string]int
 	due      deadlines
 	// onChange sees every state change (old nil: created; n nil: deleted);
 	// a store journals them.
@@ -31,6 +34,7 @@ func NewAgent() *Agent {
 	return &Agent{
 		contexts: map[string]*Context{},
 		tasks:    map[string]string{},
+		byCaller: map[string]int{},
 		due:      deadlines{slots: map[string]*dlSlot{}},
 	}
 }
@@ -79,9 +83,16 @@ func (a *Agent) Range(fn func(*Context) bool) {
 	}
 }
 
+// CallerContexts returns how many live contexts requester opened.
+func (a *Agent) CallerContexts(requester string) int { return a.byCaller[requester] }
+
 // View builds the decision view of a request.
 func (a *Agent) View(req Request) View {
-	v := View{ContextID: req.ContextID, TaskContextID: a.tasks[req.TaskID], LiveContexts: a.live}
+	v := View{ContextID: req.ContextID, TaskContextID: a.tasks[req.TaskID], LiveContexts: a.live,
+		CallerContexts: a.byCaller[req.Requester], Callers: len(a.byCaller)}
+	if v.CallerContexts == 0 {
+		v.Callers++ // the requester itself
+	}
 	if req.TaskID == "" {
 		v.TaskContextID = ""
 	}
@@ -96,9 +107,9 @@ func (a *Agent) View(req Request) View {
 func (a *Agent) Decide(p Policy, now time.Time, req Request) Decision {
 	v := a.View(req)
 	var swept []Expiration
-	if l := p.MaxActiveContextsPerAgent; l > 0 && v.Context == nil && a.live >= l {
-		// The live count includes contexts that expired since the last
-		// sweep; sweep before refusing so the limit counts unexpired ones.
+	if v.Context == nil && a.atLimit(p, v) {
+		// The live counts include contexts that expired since the last
+		// sweep; sweep before refusing so the limits count unexpired ones.
 		swept = a.Expire(p, now)
 		v = a.View(req)
 	}
@@ -110,6 +121,16 @@ func (a *Agent) Decide(p Policy, now time.Time, req Request) Decision {
 		d.Expirations = append(swept, d.Expirations...)
 	}
 	return d
+}
+
+// atLimit reports whether a new context would meet the agent's limit or the
+// caller's share.
+func (a *Agent) atLimit(p Policy, v View) bool {
+	if l := p.MaxActiveContextsPerAgent; l > 0 && v.LiveContexts >= l {
+		return true
+	}
+	l := p.CallerShare(v.Callers)
+	return l > 0 && v.CallerContexts >= l
 }
 
 // Observe applies a reply event to the context holding its task.
@@ -167,6 +188,9 @@ func (a *Agent) put(id string, old, n *Context) {
 	}
 	if old != nil && old.Expired == nil {
 		a.live--
+		if a.byCaller[old.Requester]--; a.byCaller[old.Requester] <= 0 {
+			delete(a.byCaller, old.Requester)
+		}
 	}
 	if n == nil {
 		delete(a.contexts, id)
@@ -175,6 +199,7 @@ func (a *Agent) put(id string, old, n *Context) {
 	}
 	if n.Expired == nil {
 		a.live++
+		a.byCaller[n.Requester]++
 	}
 	a.contexts[id] = n
 	if n.NextDeadline.IsZero() {

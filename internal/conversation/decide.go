@@ -44,6 +44,10 @@ type View struct {
 	TaskContextID string
 	// LiveContexts is how many unexpired contexts the agent holds now.
 	LiveContexts int
+	// CallerContexts is how many of them Request.Requester opened, and
+	// Callers how many distinct requesters opened them, the request's own
+	// counted even when it holds none (the fair share, Policy.CallerShare).
+	CallerContexts, Callers int
 }
 
 // Kind classifies a decision.
@@ -266,6 +270,10 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 	if c == nil {
 		if l := p.MaxActiveContextsPerAgent; l > 0 && v.LiveContexts >= l {
 			d.reject(errActiveContexts(ctxID, v.LiveContexts, l))
+			return
+		}
+		if l := p.CallerShare(v.Callers); l > 0 && v.CallerContexts >= l {
+			d.reject(errCallerContexts(ctxID, req.Requester, v.CallerContexts, l))
 			return
 		}
 		kind = KindNewContext

@@ -2,7 +2,9 @@ package conversation
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
+	"testing/quick"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
@@ -274,23 +276,31 @@ func TestConcurrencyLimit(t *testing.T) {
 	})
 }
 
+// by is r sent by another caller.
+func by(r Request, caller string) Request {
+	r.Requester = caller
+	r.ResponseTopic = "$a2a/v1/reply/" + caller + "/r1"
+	return r
+}
+
 func TestActiveContextsLimit(t *testing.T) {
 	p := basePolicy()
 	p.MaxActiveContextsPerAgent = 2
 	p.IdleTTL = 10 * time.Minute
 	run(t, p, []step{
-		req(send("T1", "C1", "m1", "D1"), KindNewContext),
-		req(send("T2", "C2", "m2", "D2"), KindNewContext).after(5 * time.Minute),
-		{req: ptr(send("T3", "C3", "m3", "D3")), at: 6 * time.Minute, kind: KindReject, code: CodeActiveContextsLimit, sentinel: ErrActiveContextsLimit, a2aErr: A2AErrorActiveContextsLimit,
+		req(by(send("T1", "C1", "m1", "D1"), "o/u/a"), KindNewContext),
+		req(by(send("T2", "C2", "m2", "D2"), "o/u/b"), KindNewContext).after(5 * time.Minute),
+		{req: ptr(by(send("T3", "C3", "m3", "D3"), "o/u/c")), at: 6 * time.Minute, kind: KindReject, code: CodeActiveContextsLimit, sentinel: ErrActiveContextsLimit, a2aErr: A2AErrorActiveContextsLimit,
 			check: func(t *testing.T, a *Agent, d Decision, o Outcome, x []Expiration) {
 				wantDetail("limit", 2)(t, a, d, o, x)
 				wantDetail("active", 2)(t, a, d, o, x)
+				wantDetail("scope", "agent")(t, a, d, o, x)
 			}},
 		// Existing contexts still take new turns at the limit.
-		req(send("T4", "C2", "m4", "D4"), KindNewTask).after(6 * time.Minute),
+		req(by(send("T4", "C2", "m4", "D4"), "o/u/b"), KindNewTask).after(6 * time.Minute),
 		// C1 expires at 10m: a new context fits again (the engine sweeps
 		// before refusing, no sweeper needed).
-		req(send("T3", "C3", "m3", "D3"), KindNewContext).after(11 * time.Minute).with(
+		req(by(send("T3", "C3", "m3", "D3"), "o/u/c"), KindNewContext).after(11 * time.Minute).with(
 			func(t *testing.T, a *Agent, d Decision, _ Outcome, _ []Expiration) {
 				if len(d.Expirations) != 1 || d.Expirations[0].ContextID != "C1" {
 					t.Fatalf("expirations %+v", d.Expirations)
@@ -532,6 +542,113 @@ func TestPolicyChange(t *testing.T) {
 		t.Fatalf("refresh under a longer TTL: %+v", x)
 	}
 	if err := a.check(short); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCallerShare: a caller's live contexts at one agent are bounded by its share: the explicit
+// MaxActiveContextsPerCaller, or by default the fair share of MaxActiveContextsPerAgent that keeps
+// one share free for a caller not there yet.
+func TestCallerShare(t *testing.T) {
+	callerLimit := func(limit, active int) func(t *testing.T, a *Agent, d Decision, o Outcome, x []Expiration) {
+		return func(t *testing.T, a *Agent, d Decision, o Outcome, x []Expiration) {
+			wantDetail("scope", "caller")(t, a, d, o, x)
+			wantDetail("limit", limit)(t, a, d, o, x)
+			wantDetail("active", active)(t, a, d, o, x)
+		}
+	}
+	refuse := func(r Request, check func(t *testing.T, a *Agent, d Decision, o Outcome, x []Expiration)) step {
+		return step{req: &r, kind: KindReject, code: CodeActiveContextsLimit, sentinel: ErrActiveContextsLimit, a2aErr: A2AErrorActiveContextsLimit, check: check}
+	}
+	t.Run("fair by default", func(t *testing.T) {
+		p := basePolicy()
+		p.MaxActiveContextsPerAgent = 6
+		run(t, p, []step{
+			// Alone, a caller gets half: ceil(6/2) = 3.
+			req(by(send("A1", "CA1", "m", "D1"), "o/u/a"), KindNewContext),
+			req(by(send("A2", "CA2", "m", "D2"), "o/u/a"), KindNewContext),
+			req(by(send("A3", "CA3", "m", "D3"), "o/u/a"), KindNewContext),
+			refuse(by(send("A4", "CA4", "m", "D4"), "o/u/a"), callerLimit(3, 3)),
+			// Its existing contexts still take new turns.
+			req(by(send("A5", "CA1", "m", "D5"), "o/u/a"), KindNewTask),
+			// Another caller gets in: with two callers a share is ceil(6/3) = 2.
+			req(by(send("B1", "CB1", "m", "D6"), "o/u/b"), KindNewContext),
+			req(by(send("B2", "CB2", "m", "D7"), "o/u/b"), KindNewContext),
+			refuse(by(send("B3", "CB3", "m", "D8"), "o/u/b"), callerLimit(2, 2)),
+			// A third one still finds the agent's last context free.
+			req(by(send("C1", "CC1", "m", "D9"), "o/u/c"), KindNewContext),
+		})
+	})
+	t.Run("explicit", func(t *testing.T) {
+		p := basePolicy()
+		p.MaxActiveContextsPerAgent = 4
+		p.MaxActiveContextsPerCaller = 4
+		run(t, p, []step{
+			req(by(send("A1", "CA1", "m", "D1"), "o/u/a"), KindNewContext),
+			req(by(send("A2", "CA2", "m", "D2"), "o/u/a"), KindNewContext),
+			req(by(send("A3", "CA3", "m", "D3"), "o/u/a"), KindNewContext),
+			req(by(send("A4", "CA4", "m", "D4"), "o/u/a"), KindNewContext),
+			// The whole agent, as asked: the agent's limit refuses the next one.
+			{req: ptr(by(send("B1", "CB1", "m", "D5"), "o/u/b")), kind: KindReject, code: CodeActiveContextsLimit, a2aErr: A2AErrorActiveContextsLimit,
+				sentinel: ErrActiveContextsLimit, check: wantDetail("scope", "agent")},
+		})
+	})
+	t.Run("without an agent limit", func(t *testing.T) {
+		p := basePolicy()
+		p.MaxActiveContextsPerCaller = 1
+		p.IdleTTL = 10 * time.Minute
+		run(t, p, []step{
+			req(by(send("A1", "CA1", "m", "D1"), "o/u/a"), KindNewContext),
+			refuse(by(send("A2", "CA2", "m", "D2"), "o/u/a"), callerLimit(1, 1)),
+			req(by(send("B1", "CB1", "m", "D3"), "o/u/b"), KindNewContext),
+			// CA1 expires: the share is free again (swept before refusing).
+			req(by(send("A2", "CA2", "m", "D2"), "o/u/a"), KindNewContext).after(11 * time.Minute),
+		})
+	})
+	t.Run("unlimited", func(t *testing.T) {
+		var steps []step
+		for i := range 30 {
+			id := fmt.Sprint(i)
+			steps = append(steps, req(by(send("A"+id, "CA"+id, "m", "D"+id), "o/u/a"), KindNewContext))
+		}
+		run(t, basePolicy(), steps)
+	})
+}
+
+// TestFloodingCallerCannotLockOutAnother (testing/quick): whatever the agent's limit and however
+// a flooding caller's attempts interleave with another caller's, the other caller's new contexts
+// are accepted until it holds its fair share, ceil(limit/3) with two callers: the flooder never
+// holds more than half of the agent, and the rest always covers that share.
+func TestFloodingCallerCannotLockOutAnother(t *testing.T) {
+	prop := func(limit uint8, order uint64) bool {
+		p := basePolicy()
+		p.MaxActiveContextsPerAgent = int(limit%200) + 2
+		a := NewAgent()
+		share := (p.MaxActiveContextsPerAgent + 2) / 3
+		victim, n := 0, 0
+		for i := 0; victim < share; i++ {
+			n++
+			if order>>(i%64)&1 == 0 || i > 4*p.MaxActiveContextsPerAgent {
+				id := fmt.Sprint("V", i)
+				d := a.Decide(p, t0, by(send(id, "C"+id, "m", "D"+id), "o/u/victim"))
+				if d.Kind != KindNewContext {
+					t.Logf("limit %d: the victim's new context %d refused (%v) with the flooder holding %d",
+						p.MaxActiveContextsPerAgent, victim+1, d.Err, a.CallerContexts("o/u/flooder"))
+					return false
+				}
+				victim++
+				continue
+			}
+			id := fmt.Sprint("F", i)
+			a.Decide(p, t0, by(send(id, "C"+id, "m", "D"+id), "o/u/flooder"))
+			if held := a.CallerContexts("o/u/flooder"); held > (p.MaxActiveContextsPerAgent+1)/2 {
+				t.Logf("limit %d: the flooder holds %d", p.MaxActiveContextsPerAgent, held)
+				return false
+			}
+		}
+		return a.check(p) == nil
+	}
+	if err := quick.Check(prop, &quick.Config{MaxCount: 2000}); err != nil {
 		t.Fatal(err)
 	}
 }

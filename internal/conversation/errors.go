@@ -238,6 +238,19 @@ func errActiveContexts(contextID string, live, limit int) *Error {
 			live, limit),
 		Err:      ErrActiveContextsLimit,
 		A2AError: A2AErrorActiveContextsLimit,
-		Details:  map[string]any{"contextId": contextID, "limit": limit, "active": live},
+		Details:  map[string]any{"scope": "agent", "contextId": contextID, "limit": limit, "active": live},
+	}
+}
+
+// errCallerContexts: the caller holds its share of the agent's contexts. The same code and
+// a2a_error as the agent-wide limit (what the caller can do is the same), scope "caller".
+func errCallerContexts(contextID, caller string, live, limit int) *Error {
+	return &Error{
+		Code: CodeActiveContextsLimit,
+		Message: fmt.Sprintf("you already hold %d active context(s) with this agent, your share is %d; continue an existing context or retry when one expires",
+			live, limit),
+		Err:      ErrActiveContextsLimit,
+		A2AError: A2AErrorActiveContextsLimit,
+		Details:  map[string]any{"scope": "caller", "caller": caller, "contextId": contextID, "limit": limit, "active": live},
 	}
 }

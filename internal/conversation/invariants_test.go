@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"fmt"
+	"maps"
 )
 
 // check verifies the Agent's invariants: every task in exactly one context
@@ -9,6 +10,7 @@ import (
 // within its bound, tombstones empty, deadlines indexed.
 func (a *Agent) check(p Policy) error {
 	live := 0
+	byCaller := map[string]int{}
 	seen := map[string]string{}
 	for id, c := range a.contexts {
 		if c.ID != id {
@@ -19,6 +21,7 @@ func (a *Agent) check(p Policy) error {
 		}
 		if c.Expired == nil {
 			live++
+			byCaller[c.Requester]++
 		}
 		for _, tid := range c.TaskIDs() {
 			if other, dup := seen[tid]; dup {
@@ -38,6 +41,9 @@ func (a *Agent) check(p Policy) error {
 	}
 	if live != a.live {
 		return fmt.Errorf("live count %d, recount %d", a.live, live)
+	}
+	if !maps.Equal(byCaller, a.byCaller) {
+		return fmt.Errorf("per-caller live counts %v, recount %v", a.byCaller, byCaller)
 	}
 	if a.due.Len() != len(a.due.slots) {
 		return fmt.Errorf("deadline heap %d items, index %d", a.due.Len(), len(a.due.slots))

@@ -174,7 +174,8 @@ type Context struct {
 	ID           string    `json:"id"`
 	CreatedAt    time.Time `json:"createdAt"`
 	LastActivity time.Time `json:"lastActivity"`
-	// Requester is who opened the context (informational).
+	// Requester is who opened the context: its live contexts count against
+	// that caller's share of the agent (Policy.CallerShare).
 	Requester string `json:"requester,omitempty"`
 	// Tasks are shared between a context and its copies (copy-on-write per
 	// task, see own): never modify a *Task reached from a stored context.

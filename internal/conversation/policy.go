@@ -52,6 +52,11 @@ type Policy struct {
 	// MaxActiveContextsPerAgent caps the unexpired contexts of one agent.
 	// 0 = unlimited.
 	MaxActiveContextsPerAgent int
+	// MaxActiveContextsPerCaller caps the unexpired contexts one caller
+	// (Request.Requester) opened at one agent. 0 = the fair share of
+	// MaxActiveContextsPerAgent (CallerShare); with no agent limit either,
+	// unlimited.
+	MaxActiveContextsPerCaller int
 	// HistoryTasksPerContext is how many tasks a context keeps; the oldest
 	// finished tasks are evicted first, unfinished tasks never are.
 	HistoryTasksPerContext int
@@ -121,6 +126,7 @@ func NewPolicy(spec *v1alpha1.ConversationPolicySpec) (Policy, error) {
 	}
 	p.MaxConcurrentTasksPerContext = int(spec.MaxConcurrentTasksPerContext)
 	p.MaxActiveContextsPerAgent = int(spec.MaxActiveContextsPerAgent)
+	p.MaxActiveContextsPerCaller = int(spec.MaxActiveContextsPerCaller)
 	if spec.HistoryTasksPerContext != 0 {
 		p.HistoryTasksPerContext = int(spec.HistoryTasksPerContext)
 	}
@@ -153,6 +159,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("max concurrent tasks per context %d is negative", p.MaxConcurrentTasksPerContext)
 	case p.MaxActiveContextsPerAgent < 0:
 		return fmt.Errorf("max active contexts per agent %d is negative", p.MaxActiveContextsPerAgent)
+	case p.MaxActiveContextsPerCaller < 0:
+		return fmt.Errorf("max active contexts per caller %d is negative", p.MaxActiveContextsPerCaller)
 	case p.HistoryTasksPerContext < 0:
 		return fmt.Errorf("history tasks per context %d is negative", p.HistoryTasksPerContext)
 	case p.TombstoneTTL < 0:
@@ -184,6 +192,25 @@ func (p Policy) fingerprint() uint64 {
 		}
 	}
 	return h | 1 // never 0, the value of contexts stored before fingerprints
+}
+
+// CallerShare is how many unexpired contexts a caller may hold at one agent
+// when it opens a new one, while callers callers (itself included) hold
+// contexts there: MaxActiveContextsPerCaller when set; otherwise the fair
+// share ceil(MaxActiveContextsPerAgent / (callers+1)), which always keeps one
+// share free for a caller that holds none yet, so no caller, however busy,
+// can take the whole agent (a caller alone gets half of it); 0 (unlimited)
+// when neither limit is set.
+func (p Policy) CallerShare(callers int) int {
+	if p.MaxActiveContextsPerCaller > 0 {
+		return p.MaxActiveContextsPerCaller
+	}
+	l := p.MaxActiveContextsPerAgent
+	if l <= 0 {
+		return 0
+	}
+	n := max(callers, 1) + 1
+	return (l + n - 1) / n
 }
 
 func (p Policy) history() int {

@@ -17,8 +17,8 @@ import (
 //   - the Agent invariants (Agent.check: one context per task, counters equal
 //     recounts and never negative, history bound, tombstones empty);
 //   - a task never changes context while the engine knows it;
-//   - an accepted request never takes a context past its concurrency limit
-//     nor the agent past its active-context limit;
+//   - an accepted request never takes a context past its concurrency limit,
+//     the agent past its active-context limit nor its caller past its share;
 //   - Decide, Observe and Expire never mutate the context they were given.
 func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -27,6 +27,7 @@ func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 		InputRequiredTimeout:         time.Duration(r.IntN(10)) * time.Minute,
 		MaxConcurrentTasksPerContext: r.IntN(4),
 		MaxActiveContextsPerAgent:    r.IntN(5),
+		MaxActiveContextsPerCaller:   r.IntN(3) * r.IntN(2),
 		HistoryTasksPerContext:       r.IntN(5) + 1,
 		TombstoneTTL:                 time.Duration(r.IntN(30)+1) * time.Minute,
 		MaxStreamsPerTask:            r.IntN(3) + 1,
@@ -68,6 +69,7 @@ func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 				ContextID:   id("C", 6),
 				MessageID:   id("m", 6),
 				Correlation: []byte(id("D", 8)),
+				Requester:   id("R", 3),
 			}
 			if r.IntN(10) == 0 {
 				req.ContextID = ""
@@ -82,6 +84,9 @@ func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 			seen[string(d.Kind)]++
 			if d.Err != nil {
 				seen[fmt.Sprintf("code %d %s", d.Err.Code, d.Err.A2AError)]++
+				if scope, ok := d.Err.Details["scope"].(string); ok && d.Err.Code == CodeActiveContextsLimit {
+					seen["active contexts scope "+scope]++
+				}
 			}
 			switch d.Kind {
 			case KindNewContext, KindNewTask, KindResume:
@@ -91,11 +96,24 @@ func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 				if l := p.MaxActiveContextsPerAgent; l > 0 && d.Kind == KindNewContext && a.live > l {
 					t.Fatalf("seed %d step %d: %s: %d live contexts past limit %d (before %d)", seed, i, op, a.live, l, liveBefore)
 				}
+				// The share when it was decided: Decide may have swept first, and the
+				// requester is counted among the callers either way.
+				share := p.CallerShare(a.View(req).Callers)
+				if d.Kind == KindNewContext && share > 0 && a.CallerContexts(req.Requester) > share {
+					t.Fatalf("seed %d step %d: %s: caller %s holds %d live contexts past its share %d", seed, i, op, req.Requester, a.CallerContexts(req.Requester), share)
+				}
 				if !d.Forward {
 					t.Fatalf("seed %d step %d: %s accepted but not forwarded", seed, i, op)
 				}
 				// What the responder declared holds for every accepted message.
+				ended := false // the stored context expired in this step (Decide sweeps first)
+				for _, x := range d.Expirations {
+					ended = ended || (storedCopy != nil && x.ContextID == storedCopy.ID && (x.Expired != nil || x.Delete))
+				}
 				for _, w := range storedCopy.tasksOrNil() {
+					if ended {
+						break
+					}
 					h := w.Continuation
 					if !interrupted(w.State) || h == nil {
 						continue
@@ -202,6 +220,7 @@ func TestRandomWalkInvariants(t *testing.T) {
 		"new_context", "new_task", "resume", "retry", "read", "cancel", "subscribe", "reject",
 		"code -32602 ", "code -32004 ", "code -32002 ", "code -32060 context_expired",
 		"code -32061 concurrency_limit", "code -32062 active_contexts_limit", "code -32063 continuation_mismatch",
+		"active contexts scope agent", "active contexts scope caller",
 		"slot freed", "refused first message", "expired idle_ttl", "expired max_age", "input timeout", "tombstone deleted",
 	} {
 		if seen[want] == 0 {

@@ -71,10 +71,11 @@ const (
 
 // Kubernetes names, keys and labels of what the operator creates for an Agent.
 const (
-	// Keys of the credentials Secret; workloads read them through env vars.
-	SecretKeyUsername = "username"
-	SecretKeyPassword = "password"
-	SecretKeyClientID = "clientID"
+	// Keys of the credentials Secret: the SDK's credentials folder files, so the Secret mounted as a
+	// volume is one (a2amqtt.CredentialsDir); workloads also get them as env vars.
+	SecretKeyUsername = a2amqtt.CredentialsFileUsername
+	SecretKeyPassword = a2amqtt.CredentialsFilePassword
+	SecretKeyClientID = a2amqtt.CredentialsFileClientID
 
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedByValue = "a2a-fleet"

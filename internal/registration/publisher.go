@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/presence"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/session"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -41,6 +43,7 @@ type cardConn struct {
 
 	mu      sync.Mutex
 	present map[string]bool          // discovery topic → the broker holds a retained card
+	cards   map[string]retainedCard  // discovery topic → the presence its retained card carries
 	markers map[string]chan struct{} // sync marker → waiter
 	// scanWake asks for a scan: after a (re)connection, or when a card was cleared.
 	scanWake chan struct{}
@@ -57,6 +60,7 @@ func newCardConn(b *Broker) *cardConn {
 		sessReady: make(chan struct{}),
 		identWake: make(chan struct{}, 1),
 		present:   map[string]bool{},
+		cards:     map[string]retainedCard{},
 		markers:   map[string]chan struct{}{},
 		scanWake:  make(chan struct{}, 1),
 	}
@@ -73,6 +77,10 @@ func operatorRole() acl.Role {
 		{Type: acl.PublishClientSend, Topic: identity.OperatorSyncTopic, Allow: true},
 		{Type: acl.SubscribeLiteral, Topic: identity.OperatorSyncTopic, Allow: true},
 		{Type: acl.SubscribePattern, Topic: discovery, Allow: true},
+		// The broker's own view of who connects and goes (Mosquitto's log with log_dest topic).
+		{Type: acl.SubscribeLiteral, Topic: presence.MosquittoLogTopic, Allow: true},
+		// ... or a broker plugin's connection events (docs/broker.md, "Presence from a plugin").
+		{Type: acl.SubscribeLiteral, Topic: presence.PluginTopic, Allow: true},
 	}}
 }
 
@@ -169,6 +177,8 @@ func (c *cardConn) connect(ctx context.Context) error {
 		Subscriptions: []paho.SubscribeOptions{
 			{Topic: a2amqtt.MethodFilter(a2amqtt.MethodDiscovery), QoS: 0},
 			{Topic: identity.OperatorSyncTopic, QoS: 0},
+			{Topic: presence.MosquittoLogTopic, QoS: 1},
+			{Topic: presence.PluginTopic, QoS: 1},
 		},
 		OnMessage: c.received,
 		OnDown:    c.forget,
@@ -222,6 +232,16 @@ func (c *cardConn) publish(ctx context.Context, topic string, payload []byte, pr
 		}
 		return fmt.Errorf("publish %s: %s: %w", topic, msg, wctx.Err())
 	}
+	if len(props) > 0 && props[a2amqtt.PropStatusSource] == a2amqtt.SourceBroker {
+		// A registration card says what the broker's view says of the agent's process (offline
+		// when the broker has not said: registered, not known to be connected).
+		props = maps.Clone(props)
+		props[a2amqtt.PropStatus] = a2amqtt.StatusOffline
+		if info, err := a2amqtt.ParseTopic(topic); err == nil && info.Agent != "" &&
+			c.b.brokerStatus(a2amqtt.AgentRef{Org: info.Org, Unit: info.Unit, Agent: info.Agent}.ClientID()) == a2amqtt.StatusOnline {
+			props[a2amqtt.PropStatus] = a2amqtt.StatusOnline
+		}
+	}
 	pub := &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: payload, Properties: &paho.PublishProperties{}}
 	if len(payload) > 0 {
 		pub.Properties.ContentType = "application/json"
@@ -239,8 +259,19 @@ func (c *cardConn) publish(ctx context.Context, topic string, payload []byte, pr
 	return nil
 }
 
-// received records which discovery topics hold a card, and wakes sync waiters.
+// received records which discovery topics hold a card (and the presence they carry), the
+// broker's log lines (presence), and wakes sync waiters.
 func (c *cardConn) received(p *paho.Publish) {
+	switch {
+	case p.Topic == presence.MosquittoLogTopic:
+		c.observeLog(p)
+		return
+	case p.Topic == presence.PluginTopic:
+		c.observePlugin(p)
+		return
+	case strings.HasPrefix(p.Topic, discoveryPrefix):
+		c.observeCard(p)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if p.Topic == identity.OperatorSyncTopic {
@@ -269,8 +300,13 @@ func (c *cardConn) wakeScan() {
 // forget drops what the last connection saw: the next one sees the broker anew.
 func (c *cardConn) forget() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.present = map[string]bool{}
+	c.cards = map[string]retainedCard{}
+	c.mu.Unlock()
+	if c.b.presence.fromLog {
+		// The broker's log reaches us only while connected: what it said is stale now.
+		c.b.presence.tracker.Forget(presence.SourceBroker)
+	}
 }
 
 // sync sends a marker to itself and waits for it: everything the broker queued for this

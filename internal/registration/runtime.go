@@ -91,6 +91,8 @@ type Broker struct {
 	checkNow  chan struct{}
 
 	orphansDeleted atomic.Int64
+
+	presence *presenceState
 }
 
 // NewBroker returns the broker runtime for a ready backend.
@@ -123,6 +125,7 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 		ready:    make(chan struct{}),
 		resyncs:  make(chan event.TypedGenericEvent[client.Object], 1024),
 		checkNow: make(chan struct{}, 1),
+		presence: newPresenceState(),
 	}
 	b.cards = newCardConn(b)
 	if cfg.ServiceSecret != nil {
@@ -189,6 +192,7 @@ func (b *Broker) Start(ctx context.Context) error {
 			return fmt.Errorf("open broker admin connection: %w", err)
 		}
 	}
+	b.startPresence(ctx)
 	b.cards.start(ctx)
 	if b.service != nil {
 		if err := b.service.watchSecret(ctx); err != nil {

@@ -55,6 +55,11 @@ type Config struct {
 	BrokerURL string
 	Username  string
 	Password  string
+	// Credentials, when set, replaces Username and Password: asked for at every CONNECT attempt,
+	// so credentials that are rotated (CredentialsDir on the mounted credentials Secret, or a
+	// folder kept up to date some other way) are used at the next reconnect, and a refused
+	// CONNECT is retried within a second (it may be the moment before the new password arrives).
+	Credentials CredentialSource
 	// Agent is this client's identity; it becomes the MQTT Client ID.
 	Agent AgentRef
 	// Card, when set, turns on presence: an LWT carrying the card with
@@ -168,6 +173,10 @@ type Subscription struct {
 	once   sync.Once
 }
 
+// credentialsRetry is how soon a CONNECT refused with credentials from a CredentialSource is
+// retried: a rotation rewrites them moments after the broker switched (docs/sdk.md).
+const credentialsRetry = time.Second
+
 // Connect dials the broker and waits until the first connection is up (or
 // ConnectTimeout/ctx expire), so callers get a clear "broker unreachable"
 // error instead of a silently retrying client.
@@ -218,13 +227,22 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	cmReady := make(chan struct{})
 	firstFail := make(chan struct{})
 	var failOnce sync.Once
-	password := []byte(cfg.Password)
+	creds := cfg.Credentials
+	var refusedRetry time.Duration
+	switch {
+	case creds != nil && (cfg.Username != "" || cfg.Password != ""):
+		return nil, errors.New("a2amqtt: set Credentials or Username and Password, not both")
+	case creds == nil:
+		creds = StaticCredentials{Username: cfg.Username, Password: []byte(cfg.Password)}
+	default:
+		refusedRetry = credentialsRetry
+	}
 	setup := ClientSetup{
 		URL:            u,
 		TLS:            tlsCfg,
 		ClientID:       cfg.Agent.ClientID(),
-		Username:       cfg.Username,
-		Password:       func() []byte { return password },
+		Credentials:    creds,
+		RefusedRetry:   refusedRetry,
 		KeepAlive:      cfg.KeepAlive,
 		ConnectTimeout: cfg.ConnectTimeout,
 		SessionExpiry:  cfg.SessionExpiry,

@@ -32,8 +32,11 @@ func presenceOf(p *paho.Publish) Presence {
 type Entry struct {
 	Agent AgentRef
 	Card  *a2a.AgentCard
-	// Presence is the effective status: broker-sourced status wins over
-	// agent/LWT-sourced status, as the profile recommends.
+	// Presence is the effective status: that of the latest card on the topic, whoever
+	// published it. A retained topic holds one message, so the latest is what the broker holds
+	// now; a broker-sourced status that an agent's own card replaced since is stale (the
+	// operator republishes the registration card with the broker's view whenever that view
+	// and the card disagree, docs/registration.md).
 	Presence Presence
 	// Reported is the latest agent/LWT-sourced status; Broker the latest
 	// broker-managed one (zero when the broker does not manage status).
@@ -111,10 +114,7 @@ func (d *Directory) onCard(p *paho.Publish) {
 	} else {
 		e.Reported = pr
 	}
-	e.Presence = e.Reported
-	if e.Broker.Status != "" {
-		e.Presence = e.Broker
-	}
+	e.Presence = pr
 	e.Updated = time.Now()
 }
 

@@ -103,9 +103,13 @@ func TestPooledReplyWithoutResponderID(t *testing.T) {
 	}
 }
 
-// TestDirectoryPrefersBrokerStatus: once the broker reports status
-// (a2a-status-source=broker), agent/LWT-sourced status no longer decides.
-func TestDirectoryPrefersBrokerStatus(t *testing.T) {
+// TestDirectoryFollowsTheLatestCard: a discovery topic retains one message, so the effective
+// presence is the latest card's, whoever published it. An agent that reconnects after the
+// operator's broker-sourced "offline" card publishes its own "online" card: it is online (the
+// Directory used to keep the broker's "offline", issue 26's "marked offline (source broker)"
+// for a connected agent). The operator republishes the broker's view when it disagrees with the
+// retained card, so a broker status that comes later wins in turn.
+func TestDirectoryFollowsTheLatestCard(t *testing.T) {
 	b := brokertest.StartMochi(t)
 	conn := connectT(t, b, agentA, nil)
 	dir, err := NewDirectory(ctxT(t, 5*time.Second), conn, DirectoryFilter("acme"))
@@ -130,15 +134,15 @@ func TestDirectoryPrefersBrokerStatus(t *testing.T) {
 			t.Fatalf("want %+v, have %+v", want, e.Presence)
 		}
 	}
-	pub(StatusOnline, SourceAgent)
-	wait(Presence{Status: StatusOnline, Source: SourceAgent})
-	pub(StatusOffline, SourceBroker)
+	pub(StatusOffline, SourceBroker) // the registration card
 	wait(Presence{Status: StatusOffline, Source: SourceBroker})
-	pub(StatusOnline, SourceAgent) // a stale agent claim must not override the broker
-	time.Sleep(100 * time.Millisecond)
-	if e, _ := dir.Get(agentB); e.Presence.Source != SourceBroker || e.Reported.Status != StatusOnline {
-		t.Fatalf("broker status not preferred: %+v", e)
+	pub(StatusOnline, SourceAgent) // the agent connected
+	wait(Presence{Status: StatusOnline, Source: SourceAgent})
+	if e, _ := dir.Get(agentB); e.Broker.Status != StatusOffline || e.Reported.Status != StatusOnline {
+		t.Fatalf("the latest of each source: %+v", e)
 	}
+	pub(StatusOffline, SourceBroker) // the broker saw it go (a kick: no Will)
+	wait(Presence{Status: StatusOffline, Source: SourceBroker})
 	// Retained delete: unregistered.
 	if _, err := conn.Publish(ctxT(t, 5*time.Second), &paho.Publish{Topic: agentB.DiscoveryTopic(), QoS: 1, Retain: true}); err != nil {
 		t.Fatal(err)

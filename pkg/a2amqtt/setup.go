@@ -40,6 +40,13 @@ type ClientSetup struct {
 	Username string
 	// Password is asked for at every connection attempt (nil or empty: none).
 	Password func() []byte
+	// Credentials, when set, replaces Username and Password: it is asked for both at every
+	// connection attempt (a credentials folder that a rotation rewrites, CredentialsDir).
+	Credentials CredentialSource
+	// RefusedRetry, when > 0, caps the reconnect delay after the broker refused a CONNECT (bad or
+	// rotated credentials), so credentials that change are tried again within it rather than
+	// after ReconnectBackoff's 5 s.
+	RefusedRetry time.Duration
 	// KeepAlive (default DefaultKeepAlive) and ConnectTimeout (default DefaultConnectTimeout).
 	KeepAlive      time.Duration
 	ConnectTimeout time.Duration
@@ -154,11 +161,17 @@ func (s ClientSetup) Config() (autopaho.ClientConfig, *ConnState) {
 	password := s.Password
 	persistent := s.SessionExpiry > 0
 	cfg := autopaho.ClientConfig{
-		ServerUrls:       []*url.URL{s.URL},
-		TlsCfg:           s.TLS,
-		KeepAlive:        uint16(min(s.KeepAlive/time.Second, math.MaxUint16)),
-		ConnectTimeout:   s.ConnectTimeout,
-		ReconnectBackoff: ReconnectBackoff,
+		ServerUrls:     []*url.URL{s.URL},
+		TlsCfg:         s.TLS,
+		KeepAlive:      uint16(min(s.KeepAlive/time.Second, math.MaxUint16)),
+		ConnectTimeout: s.ConnectTimeout,
+		ReconnectBackoff: func(attempt int) time.Duration {
+			d := ReconnectBackoff(attempt)
+			if s.RefusedRetry > 0 && d > s.RefusedRetry && st.refused() {
+				return s.RefusedRetry
+			}
+			return d
+		},
 		// Plain TCP: reads through a buffer (dial.go); TLS and WebSocket: autopaho's dialers.
 		AttemptConnection: bufferedDial(s.URL, s.ConnectTimeout),
 		ConnectUsername:   s.Username,
@@ -172,7 +185,14 @@ func (s ClientSetup) Config() (autopaho.ClientConfig, *ConnState) {
 			if !persistent {
 				cp.CleanStart = true
 			}
-			if password != nil {
+			if creds := s.Credentials; creds != nil {
+				user, pw, err := creds.Credentials()
+				if err != nil {
+					return nil, err
+				}
+				cp.UsernameFlag, cp.Username = user != "", user
+				cp.PasswordFlag, cp.Password = len(pw) > 0, pw
+			} else if password != nil {
 				if pw := password(); len(pw) > 0 {
 					cp.PasswordFlag, cp.Password = true, pw
 				}
@@ -232,6 +252,14 @@ func (s ClientSetup) Config() (autopaho.ClientConfig, *ConnState) {
 		cfg.SessionExpiryInterval = uint32(max(min(s.SessionExpiry/time.Second, math.MaxUint32), 1))
 	}
 	return cfg, st
+}
+
+// refused reports whether the last connection attempt was refused by the broker (a CONNACK with
+// a failure reason code).
+func (s *ConnState) refused() bool {
+	var refused *autopaho.ConnackError
+	err := s.LastConnectError()
+	return err != nil && errors.As(err, &refused)
 }
 
 // markUp records a new connection (on autopaho's goroutine; must not block).

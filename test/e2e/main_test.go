@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +31,7 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/controlplane"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
@@ -46,7 +48,11 @@ var (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel + 1)))
-	testenv.Main(m, filepath.Join("..", ".."), func(c *testenv.ControlPlane) error {
+	// kube-controller-manager with the Deployment and ReplicaSet controllers: workloads roll for
+	// real (TestRotationUnderLoadWithAWorkload runs their pods).
+	kcm := testenv.Options{ControllerManager: true,
+		Controllers: append(slices.Clone(controlplane.DefaultControllers), "deployment-controller", "replicaset-controller")}
+	testenv.MainWith(m, filepath.Join("..", ".."), kcm, func(c *testenv.ControlPlane) error {
 		cp, restCfg, k8s = c, c.Config, c.Client
 		return nil
 	})
@@ -227,7 +233,13 @@ func eventually(t testing.TB, timeout time.Duration, what string, fn func() erro
 // requester connects the client agent with its generated credentials.
 func (st *stack) requester(t testing.TB, ctx context.Context) *a2amqtt.Requester {
 	t.Helper()
-	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: st.brokerURL, Username: st.usernames["client"], Password: st.passwords["client"], Agent: ref("client")})
+	return st.requesterAs(t, ctx, "client")
+}
+
+// requesterAs connects the fleet's agent name as a requester with its generated credentials.
+func (st *stack) requesterAs(t testing.TB, ctx context.Context, name string) *a2amqtt.Requester {
+	t.Helper()
+	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: st.brokerURL, Username: st.usernames[name], Password: st.passwords[name], Agent: ref(name)})
 	if err != nil {
 		t.Fatalf("requester connect: %v", err)
 	}

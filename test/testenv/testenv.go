@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/controlplane"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
@@ -42,6 +44,19 @@ type ControlPlane struct {
 	Client client.Client
 	Scheme *runtime.Scheme
 	env    *envtest.Environment
+	// kcm is kube-controller-manager, when the suite runs one (Options.ControllerManager).
+	kcm *controlplane.ControllerManager
+}
+
+// Options are a suite's choices of control plane.
+type Options struct {
+	// ControllerManager also runs kube-controller-manager (internal/controlplane's
+	// DefaultControllers: garbage collection, namespace deletion, ClusterRole aggregation), from
+	// KUBEBUILDER_ASSETS, so owned objects go with their owners as on a cluster.
+	ControllerManager bool
+	// Controllers replaces the controllers it runs (e.g. with the Deployment and ReplicaSet
+	// controllers added, for a suite that runs workload pods itself).
+	Controllers []string
 }
 
 // NewScheme holds the Kubernetes and a2a-fleet types.
@@ -55,7 +70,10 @@ func NewScheme() *runtime.Scheme {
 // Start runs the control plane built by hack/build-control-plane.sh (KUBEBUILDER_ASSETS) with
 // the CRDs of repoRoot/config/crd/bases, or uses the cluster in KUBECONFIG when
 // E2E_USE_EXISTING_CLUSTER=1. It never falls back to skipping: without binaries it fails.
-func Start(repoRoot string) (*ControlPlane, error) {
+func Start(repoRoot string) (*ControlPlane, error) { return StartWith(repoRoot, Options{}) }
+
+// StartWith is Start with Options.
+func StartWith(repoRoot string, o Options) (*ControlPlane, error) {
 	existing := os.Getenv(ExistingClusterEnv) == "1"
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
@@ -88,15 +106,40 @@ func Start(repoRoot string) (*ControlPlane, error) {
 	}
 	// Evidence in the test log of what the suite ran against.
 	fmt.Printf("envtest: kube-apiserver %s (%s) from %s\n", v.GitVersion, v.Platform, cmpOr(env.BinaryAssetsDirectory, "KUBECONFIG"))
-	return &ControlPlane{Config: cfg, Client: c, Scheme: scheme, env: env}, nil
+	cp := &ControlPlane{Config: cfg, Client: c, Scheme: scheme, env: env}
+	if o.ControllerManager && !existing {
+		dir, err := os.MkdirTemp("", "testenv-kcm-")
+		if err == nil {
+			cp.kcm, err = controlplane.StartControllerManager(context.Background(), controlplane.ControllerManagerConfig{
+				Binary: filepath.Join(env.BinaryAssetsDirectory, controlplane.ControllerManagerBinary), Config: cfg, Dir: dir,
+				Controllers: o.Controllers,
+			})
+		}
+		if err != nil {
+			_ = env.Stop()
+			return nil, err
+		}
+		fmt.Printf("envtest: kube-controller-manager (%s) from %s\n", strings.Join(cmpOrSlice(o.Controllers, controlplane.DefaultControllers), ", "), env.BinaryAssetsDirectory)
+	}
+	return cp, nil
 }
 
 // Stop stops the control plane (a no-op for an existing cluster).
-func (c *ControlPlane) Stop() error { return c.env.Stop() }
+func (c *ControlPlane) Stop() error {
+	if c.kcm != nil {
+		_ = c.kcm.Stop()
+	}
+	return c.env.Stop()
+}
 
 // Main runs a package's tests against a control plane started by Start and exits.
 func Main(m *testing.M, repoRoot string, setup func(*ControlPlane) error) {
-	cp, err := Start(repoRoot)
+	MainWith(m, repoRoot, Options{}, setup)
+}
+
+// MainWith is Main with Options.
+func MainWith(m *testing.M, repoRoot string, o Options, setup func(*ControlPlane) error) {
+	cp, err := StartWith(repoRoot, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -126,6 +169,13 @@ func Eventually(t testing.TB, timeout time.Duration, what string, check func() e
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
+}
+
+func cmpOrSlice(a, b []string) []string {
+	if len(a) > 0 {
+		return a
+	}
+	return b
 }
 
 func cmpOr(a, b string) string {
@@ -282,6 +332,7 @@ func (c *ControlPlane) RunOperator(ctx context.Context, o Operator) (run Running
 	if !o.NoControllers {
 		opts := o.Controllers
 		opts.Registrar = broker.Registrar()
+		opts.Presence, opts.PresenceEvents = broker, broker.PresenceEvents()
 		if err := controllers.Setup(ctx, mgr, opts); err != nil {
 			return run, nil, fmt.Errorf("setup: %w", err)
 		}

@@ -2,12 +2,17 @@ package embedded
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -267,5 +272,72 @@ func BenchmarkAuthenticate(b *testing.B) {
 		if !s.authenticate("a2a:u", "pw", "x") {
 			b.Fatal("refused")
 		}
+	}
+}
+
+// TestCloseFinishesWhateverTheClientsDo: Close returns within its bound while 20 clients that
+// reconnect at once (autopaho, no backoff) are connected and 3 connections never send a CONNECT;
+// every client is told the server shuts down (0x8B), and nothing listens afterwards. With mochi's
+// own shutdown, Close waited for as long as those connections stayed open (issue 23).
+func TestCloseFinishesWhateverTheClientsDo(t *testing.T) {
+	srv, err := Start(Config{Addr: "127.0.0.1:0", Store: StoreConfig{AdminUsername: "admin", AdminPassword: "admin-pw"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(srv.URL())
+	var shutdowns atomic.Int32
+	var clients []*autopaho.ConnectionManager
+	for i := range 20 {
+		cm, err := autopaho.NewConnection(context.Background(), autopaho.ClientConfig{
+			ServerUrls: []*url.URL{u}, KeepAlive: 30, ConnectUsername: "admin", ConnectPassword: []byte("admin-pw"),
+			CleanStartOnInitialConnection: true, ReconnectBackoff: func(int) time.Duration { return 0 },
+			ClientConfig: paho.ClientConfig{ClientID: fmt.Sprintf("client-%d", i),
+				OnServerDisconnect: func(d *paho.Disconnect) {
+					if d.ReasonCode == packets.ErrServerShuttingDown.Code {
+						shutdowns.Add(1)
+					}
+				}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, cm)
+	}
+	t.Cleanup(func() {
+		for _, cm := range clients {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = cm.Disconnect(ctx)
+			cancel()
+		}
+	})
+	for _, cm := range clients {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := cm.AwaitConnection(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	for range 3 {
+		c, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close() }()
+	select {
+	case err := <-closed:
+		t.Logf("Close returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(2*ShutdownGrace + 3*time.Second):
+		t.Fatalf("Close still waiting after %s", time.Since(start).Round(time.Millisecond))
+	}
+	if n := shutdowns.Load(); n < 20 {
+		t.Errorf("%d of 20 clients were told the server shuts down (0x8B)", n)
+	}
+	if c, err := net.DialTimeout("tcp", srv.Addr(), time.Second); err == nil {
+		_ = c.Close()
+		t.Error("the broker still accepts connections after Close")
 	}
 }

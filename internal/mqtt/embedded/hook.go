@@ -2,14 +2,21 @@ package embedded
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/presence"
 )
 
 // droppedWillTopic replaces the topic of a Will the client may not publish:
@@ -45,11 +52,26 @@ type Hook struct {
 	// kicked are connections being disconnected by a kick: their Will is
 	// dropped in OnWill (writing the client's Will flag races with mochi).
 	kicked map[*mqtt.Client]struct{}
+
+	// shuttingDown: the server is closing; a CONNECT is answered 0x8B (Server.Close).
+	shuttingDown atomic.Bool
+
+	presenceMu sync.Mutex // guards current and presence, and orders the observations sent
+	// current is each client ID's established connection, and since when.
+	current map[string]established
+	// presence receives every connect, disconnect and refused CONNECT (nil: nobody watches).
+	presence func(presence.Observation)
+}
+
+type established struct {
+	cl *mqtt.Client
+	at time.Time
 }
 
 // NewHook returns the hook for s.
 func NewHook(s *Store) *Hook {
-	return &Hook{store: s, pending: map[*mqtt.Client]map[string]int{}, byUser: map[string]map[*mqtt.Client]struct{}{}, kicked: map[*mqtt.Client]struct{}{}}
+	return &Hook{store: s, pending: map[*mqtt.Client]map[string]int{}, byUser: map[string]map[*mqtt.Client]struct{}{}, kicked: map[*mqtt.Client]struct{}{},
+		current: map[string]established{}}
 }
 
 // ID implements mqtt.Hook.
@@ -58,6 +80,7 @@ func (h *Hook) ID() string { return "a2a-fleet-acl" }
 // Provides implements mqtt.Hook.
 func (h *Hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{
+		mqtt.OnConnect,
 		mqtt.OnConnectAuthenticate,
 		mqtt.OnACLCheck,
 		mqtt.OnSubscribe,
@@ -66,7 +89,19 @@ func (h *Hook) Provides(b byte) bool {
 		mqtt.OnPacketEncode,
 		mqtt.OnWill,
 		mqtt.OnDisconnect,
+		mqtt.OnSessionEstablished,
 	}, []byte{b})
+}
+
+// OnConnect refuses every CONNECT once the server is shutting down, with CONNACK 0x8B.
+func (h *Hook) OnConnect(cl *mqtt.Client, _ packets.Packet) error {
+	if !h.shuttingDown.Load() {
+		return nil
+	}
+	if h.server != nil {
+		_ = h.server.SendConnack(cl, packets.ErrServerShuttingDown, false, nil)
+	}
+	return packets.ErrServerShuttingDown
 }
 
 // OnConnectAuthenticate mirrors dynsec: a username and a password are
@@ -80,6 +115,8 @@ func (h *Hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	}
 	user := string(pk.Connect.Username)
 	if !h.store.authenticate(user, string(pk.Connect.Password), cl.ID) {
+		h.observe(presence.Observation{ClientID: cl.ID, Refused: true, At: time.Now(), Source: presence.SourceBroker,
+			Reason: "CONNECT refused: bad username or password, or a client ID the username may not use"})
 		return false
 	}
 	h.connMu.Lock()
@@ -157,11 +194,93 @@ func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, _ []byte) {
 	}
 }
 
-// OnDisconnect drops any bookkeeping for the client.
-func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+// OnSessionEstablished reports the connection (presence).
+func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	if cl.Net.Inline {
+		return
+	}
+	now := time.Now()
+	h.presenceMu.Lock()
+	defer h.presenceMu.Unlock()
+	h.current[cl.ID] = established{cl, now}
+	if h.presence != nil {
+		h.presence(presence.Observation{ClientID: cl.ID, Connected: true, At: now, Source: presence.SourceBroker})
+	}
+}
+
+// observe sends o to the presence watcher, if any.
+func (h *Hook) observe(o presence.Observation) {
+	h.presenceMu.Lock()
+	defer h.presenceMu.Unlock()
+	if h.presence != nil {
+		h.presence(o)
+	}
+}
+
+// watchPresence implements connections.
+func (h *Hook) watchPresence(fn func(presence.Observation)) []presence.Observation {
+	h.presenceMu.Lock()
+	defer h.presenceMu.Unlock()
+	h.presence = fn
+	out := make([]presence.Observation, 0, len(h.current))
+	for id, e := range h.current {
+		out = append(out, presence.Observation{ClientID: id, Connected: true, At: e.at, Source: presence.SourceBroker})
+	}
+	return out
+}
+
+// disconnectReason says in words why mochi ended cl's connection: what it was stopped with
+// (a DISCONNECT it received or sent), else how its read ended.
+func (h *Hook) disconnectReason(cl *mqtt.Client, kicked bool, err error) string {
+	if kicked {
+		return "disconnected by the broker (administrative action: its credentials or rights changed, or it was deleted)"
+	}
+	var code packets.Code
+	if cause := cl.StopCause(); cause != nil && errors.As(cause, &code) {
+		switch code.Code {
+		case packets.CodeDisconnect.Code:
+			return "disconnected (the client sent DISCONNECT)"
+		case packets.ErrServerShuttingDown.Code:
+			return "the broker shut down"
+		case packets.ErrSessionTakenOver.Code:
+			return "another connection took its client ID over"
+		}
+		return fmt.Sprintf("disconnected: %s (%#x)", code.Reason, code.Code)
+	}
+	switch {
+	case h.shuttingDown.Load():
+		return "the broker shut down"
+	case err == nil:
+		return "disconnected (the client sent DISCONNECT)"
+	case errors.Is(err, io.EOF):
+		return "connection closed without DISCONNECT"
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "keep-alive timeout: the client went silent"
+	case errors.As(err, &code):
+		return fmt.Sprintf("disconnected: %s (%#x)", code.Reason, code.Code)
+	}
+	return "disconnected: " + err.Error()
+}
+
+// OnDisconnect drops any bookkeeping for the client and reports the disconnect (presence) unless
+// a newer connection took the client ID over.
+func (h *Hook) OnDisconnect(cl *mqtt.Client, err error, _ bool) {
 	h.mu.Lock()
 	delete(h.pending, cl)
 	h.mu.Unlock()
+	h.connMu.Lock()
+	_, kicked := h.kicked[cl]
+	h.connMu.Unlock()
+	if !cl.Net.Inline {
+		h.presenceMu.Lock()
+		if e, ok := h.current[cl.ID]; ok && e.cl == cl {
+			delete(h.current, cl.ID)
+			if h.presence != nil {
+				h.presence(presence.Observation{ClientID: cl.ID, At: time.Now(), Source: presence.SourceBroker, Reason: h.disconnectReason(cl, kicked, err)})
+			}
+		}
+		h.presenceMu.Unlock()
+	}
 	h.connMu.Lock()
 	defer h.connMu.Unlock()
 	delete(h.kicked, cl)

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/presence"
 )
 
 // DefaultIterations is the PBKDF2-SHA512 work factor of the password hashes
@@ -165,6 +166,19 @@ type connections interface {
 	// kick disconnects every connection of users and returns the client IDs
 	// it closed, by username.
 	kick(users []string) map[string][]string
+	// watchPresence sends every connect, disconnect and refused CONNECT to fn from now on and
+	// returns the connections established now.
+	watchPresence(fn func(presence.Observation)) []presence.Observation
+}
+
+// WatchPresence implements presence.Source: the broker's own view of its clients, from its
+// hooks. fn is called on the broker's goroutines and must not block. Without an attached server
+// it reports nothing.
+func (s *Store) WatchPresence(fn func(presence.Observation)) []presence.Observation {
+	if conns := s.conns.Load(); conns != nil {
+		return (*conns).watchPresence(fn)
+	}
+	return nil
 }
 
 func (s *Store) setConnections(c connections) { s.conns.Store(&c) }

@@ -17,20 +17,36 @@
 // when it is connected, once it is established. A message in flight there stays with the session
 // across later take-overs like any other. The race is at least once, like QoS 1 itself: a message
 // that mochi both cloned and handed over may arrive twice (mochi's resend and this one).
+//
+// The hook also closes a second race of the same take-over, for sessions that end with their
+// connection (Clean Start, or Session Expiry Interval 0). mochi's goroutine of such a connection
+// removes it by client id once it has closed (Server.attachClient: UnsubscribeClient, then
+// Clients.Delete(id)), having checked that it was not taken over. A new connection with the same
+// client id that arrives in between finds the old one, takes it over too late for that check, adds
+// itself under the id, and is then removed by the old goroutine's Clients.Delete: it stays
+// connected, its SUBSCRIBEs are acknowledged, and it never receives a message (the CI flake
+// TestPersistentSession/mochi/clean-session-control, "clean session after reconnect: []", seen at
+// load ~10). With Server set, OnSessionEstablish ends such an old connection itself and waits until
+// mochi has removed it before the new one takes the id.
 package sessionhandover
 
 import (
 	"bytes"
+	"slices"
 	"sync"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// Hook is the mochi hook; add it to a server with AddHook(new(Hook), nil) (the zero value is
-// ready).
+// Hook is the mochi hook; add it to a server with AddHook(&Hook{Server: server}, nil) (the zero
+// value is ready, without the wait for an ending connection).
 type Hook struct {
 	mqtt.HookBase
+	// Server, when set, is the server the hook is added to: OnSessionEstablish then waits for an
+	// ending connection with the new one's client id to be removed (see the package comment).
+	Server *mqtt.Server
 
 	mu       sync.Mutex
 	sessions map[string]*session // by client id
@@ -48,6 +64,12 @@ type session struct {
 	current *mqtt.Client
 	// queued are messages handed over while establishing is not ready for them.
 	queued []packets.Packet
+	// resent are the messages mochi resent from the session it cloned into the latest
+	// connection (its ResendInflightMessages), kept until the next take-over: a copy of one of
+	// them handed over later (queued, or stranded by a fan-out that was preempted between putting
+	// it into the old connection and calling OnQosPublish) is not sent again, even when the
+	// client has acknowledged it already and it is no longer in flight.
+	resent []packets.Packet
 }
 
 // ID implements mqtt.Hook.
@@ -76,15 +98,52 @@ func (h *Hook) sessionLocked(id string) *session {
 	return s
 }
 
+// removalWait bounds how long a new connection waits for mochi to remove an ending connection
+// with its client id (normally microseconds: the old goroutine's last two steps).
+const removalWait = 5 * time.Second
+
 // OnSessionEstablish runs before mochi takes an existing session over for cl.
 func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+	h.awaitRemoval(cl)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.sessionLocked(cl.ID)
-	s.establishing, s.clean = cl, pk.Connect.Clean
+	s.establishing, s.clean, s.resent = cl, pk.Connect.Clean, nil
 	if s.clean {
 		s.queued = nil
 	}
+}
+
+// awaitRemoval: when a connection whose session ends with it holds cl's client id, it is
+// disconnected (session taken over, as mochi would) and cl waits until mochi's goroutine of that
+// connection has removed it, so that its removal by client id cannot remove cl. mochi then finds
+// no session to take over, which is right: that session ended with its connection.
+func (h *Hook) awaitRemoval(cl *mqtt.Client) {
+	if h.Server == nil {
+		return
+	}
+	old, ok := h.Server.Clients.Get(cl.ID)
+	if !ok || old == cl || !endsWithConnection(old) {
+		return
+	}
+	_ = h.Server.DisconnectClient(old, packets.ErrSessionTakenOver)
+	deadline := time.Now().Add(removalWait)
+	for time.Now().Before(deadline) {
+		if cur, ok := h.Server.Clients.Get(cl.ID); !ok || cur != old {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Still there (its goroutine is stuck): mochi's own take-over proceeds, as without the hook.
+}
+
+// endsWithConnection reports whether cl's session ends when its connection does (mochi's
+// expire condition in Server.attachClient).
+func endsWithConnection(cl *mqtt.Client) bool {
+	if cl.Properties.ProtocolVersion == 5 {
+		return cl.Properties.Props.SessionExpiryInterval == 0
+	}
+	return cl.Properties.Clean
 }
 
 // OnSessionEstablished runs once mochi has acknowledged cl's CONNECT and resent what the session
@@ -100,7 +159,7 @@ func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	s.queued = nil
 	var send []packets.Packet
 	for _, pk := range queued {
-		if resent(cl, pk) {
+		if s.delivered(cl, pk) {
 			continue
 		}
 		send = append(send, place(cl, pk))
@@ -112,6 +171,16 @@ func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 // OnQosPublish runs after mochi put pk into cl's in-flight set (and for acknowledgements of
 // inbound messages, which are not this hook's concern).
 func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
+	if pk.FixedHeader.Type == packets.Publish && pk.FixedHeader.Dup && !cl.IsTakenOver() {
+		// mochi resending what a take-over cloned into cl (or a later resend): remember it while
+		// cl is being established.
+		h.mu.Lock()
+		if s := h.sessions[cl.ID]; s != nil && s.establishing == cl {
+			s.resent = append(s.resent, pk)
+		}
+		h.mu.Unlock()
+		return
+	}
 	if pk.FixedHeader.Type != packets.Publish || !cl.IsTakenOver() {
 		// Not taken over when mochi stored it: the take-over's clone has it.
 		return
@@ -130,6 +199,11 @@ func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) 
 		return
 	}
 	to := s.current
+	if s.delivered(to, pk) {
+		// The take-over cloned it into to and mochi resent it (this call came late).
+		h.mu.Unlock()
+		return
+	}
 	// Into its in-flight set under the lock: a take-over of to that begins after this clones it.
 	out := place(to, pk)
 	h.mu.Unlock()
@@ -161,6 +235,17 @@ func resent(cl *mqtt.Client, pk packets.Packet) bool {
 	in, ok := cl.State.Inflight.Get(pk.PacketID)
 	return ok && in.FixedHeader.Type == packets.Publish && in.Created == pk.Created &&
 		in.TopicName == pk.TopicName && bytes.Equal(in.Payload, pk.Payload)
+}
+
+// delivered reports whether the session's latest connection cl got pk from the take-over
+// itself: still in its in-flight set, or resent when it was established.
+func (s *session) delivered(cl *mqtt.Client, pk packets.Packet) bool {
+	return resent(cl, pk) || slices.ContainsFunc(s.resent, func(r packets.Packet) bool { return same(r, pk) })
+}
+
+// same reports whether a and b are the same message (mochi keeps Created through a clone).
+func same(a, b packets.Packet) bool {
+	return a.Created == b.Created && a.TopicName == b.TopicName && bytes.Equal(a.Payload, b.Payload)
 }
 
 // place puts a copy of pk into cl's in-flight set under a packet identifier of cl's.

@@ -1,11 +1,17 @@
 package sessionhandover_test
 
 import (
+	"io"
+	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
+	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
@@ -91,4 +97,108 @@ func (l *clientLog) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.byConn[cl.ID] = append(l.byConn[cl.ID], cl)
+}
+
+// TestCleanReconnectKeepsItsClientEntry plays the losing order of the clean-session race on a real
+// mochi: a client with a session that ends with its connection disconnects, and mochi's goroutine
+// of that connection is held (as a preempted goroutine would be) between its "not taken over"
+// check and its removal by client id, while the same client id connects again and subscribes.
+// Without the hook's wait, the old goroutine then removes the new connection, which never receives
+// anything (the CI flake TestPersistentSession/mochi/clean-session-control).
+func TestCleanReconnectKeepsItsClientEntry(t *testing.T) {
+	server, addr := startBareMochi(t)
+	hold := &holdCleanup{entered: make(chan struct{}), resume: make(chan struct{})}
+	for _, h := range []mqtt.Hook{new(auth.AllowHook), &sessionhandover.Hook{Server: server}, hold} {
+		if err := server.AddHook(h, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	serve(t, server, addr)
+
+	const topic = "clean/x"
+	first := brokertest.MustDial(t, addr, brokertest.Options{ClientID: "c"})
+	if code := first.Subscribe(topic); code >= 0x80 {
+		t.Fatalf("SUBACK %#x", code)
+	}
+	hold.target.Store("c")
+	first.Close()
+	select {
+	case <-hold.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first connection's clean-up never ran")
+	}
+	// The old goroutine is held inside its clean-up: connect again with the same id.
+	dialed := make(chan *brokertest.Client, 1)
+	go func() {
+		dialed <- brokertest.MustDial(t, addr, brokertest.Options{ClientID: "c", Timeout: 10 * time.Second})
+	}()
+	var second *brokertest.Client
+	select {
+	case second = <-dialed:
+		// mochi let it in beside the old entry: subscribe before the old goroutine resumes.
+		if code := second.Subscribe(topic); code >= 0x80 {
+			t.Fatalf("SUBACK %#x", code)
+		}
+		close(hold.resume)
+	case <-time.After(300 * time.Millisecond):
+		// The hook makes it wait for the old entry's removal.
+		close(hold.resume)
+		second = <-dialed
+		if code := second.Subscribe(topic); code >= 0x80 {
+			t.Fatalf("SUBACK %#x", code)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the old goroutine's last step, if it was let through
+	pub := brokertest.MustDial(t, addr, brokertest.Options{ClientID: "pub"})
+	pub.Publish(topic, "after the reconnect")
+	second.Expect(topic, "after the reconnect")
+}
+
+// holdCleanup holds mochi's goroutine of the connection named target inside its clean-up
+// (OnUnsubscribed runs between the expire check and Clients.Delete) until resume, or 2 s.
+type holdCleanup struct {
+	mqtt.HookBase
+	target          atomic.Value // client id of the connection to hold
+	entered, resume chan struct{}
+	held            atomic.Bool
+}
+
+func (h *holdCleanup) ID() string           { return "hold-cleanup" }
+func (h *holdCleanup) Provides(b byte) bool { return b == mqtt.OnUnsubscribed }
+func (h *holdCleanup) OnUnsubscribed(cl *mqtt.Client, _ packets.Packet) {
+	if id, _ := h.target.Load().(string); id == "" || id != cl.ID || !cl.Closed() {
+		return
+	}
+	if h.held.Swap(true) {
+		return // only the old goroutine's own clean-up is held, once
+	}
+	close(h.entered)
+	select {
+	case <-h.resume:
+	case <-time.After(2 * time.Second):
+	}
+}
+
+// startBareMochi is a mochi with no hooks yet, on a free loopback port (serve starts it).
+func startBareMochi(t *testing.T) (*mqtt.Server, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	server := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { _ = server.Close() })
+	return server, addr
+}
+
+func serve(t *testing.T, server *mqtt.Server, addr string) {
+	t.Helper()
+	if err := server.AddListener(listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Serve(); err != nil {
+		t.Fatal(err)
+	}
 }
