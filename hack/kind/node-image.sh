@@ -61,7 +61,8 @@ fi
 component_image() {
 	local image="$1" dir="$2"
 	shift 2
-	tar --numeric-owner -C "$dir" -c . | docker import --change "ENV PATH=/usr/local/bin:/usr/bin:/bin" "$@" - "$image" >/dev/null
+	tar --numeric-owner --xattrs --xattrs-include='security.capability' -C "$dir" -c . |
+		docker import --change "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" "$@" - "$image" >/dev/null
 }
 images=()
 for component in kube-apiserver kube-controller-manager kube-scheduler; do
@@ -81,6 +82,10 @@ component_image "$KIND_IMAGE_REPOSITORY/kube-proxy:$K8S_VERSION" "$work/kube-pro
 images+=("$KIND_IMAGE_REPOSITORY/kube-proxy:$K8S_VERSION")
 rm -rf "$work/coredns-image" && mkdir -p "$work/coredns-image/etc/ssl/certs" "$work/coredns-image/tmp"
 cp "$coredns" "$work/coredns-image/coredns"
+# As upstream's image: non-root, allowed to bind :53 by a file capability (kubeadm's Deployment
+# adds NET_BIND_SERVICE to the bounding set, which only a file capability makes effective).
+command -v setcap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 -q install -y --no-install-recommends libcap2-bin >/dev/null
+setcap cap_net_bind_service=+ep "$work/coredns-image/coredns"
 cp "$KIND_STATE/rootfs/base/etc/ssl/certs/ca-certificates.crt" "$work/coredns-image/etc/ssl/certs/"
 component_image "$KIND_IMAGE_REPOSITORY/coredns:$COREDNS_VERSION" "$work/coredns-image" --change 'ENTRYPOINT ["/coredns"]' --change 'USER 65532:65532'
 images+=("$KIND_IMAGE_REPOSITORY/coredns:$COREDNS_VERSION")
@@ -189,10 +194,15 @@ kill $preload_pid && wait $preload_pid 2>/dev/null || true
 trap - EXIT
 
 log "importing $KIND_NODE_IMAGE"
-tar --numeric-owner -C "$node" -c . | docker import \
-	--change 'ENV container=docker' \
-	--change 'STOPSIGNAL SIGRTMIN+3' \
-	--change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
-	- "$KIND_NODE_IMAGE" >/dev/null
+tar --numeric-owner -C "$node" -c . | docker import - "$KIND_NODE_IMAGE-rootfs" >/dev/null
+# The image settings of kind's base image; `docker import --change` cannot set STOPSIGNAL (the
+# signal that makes systemd shut the node down cleanly), a one-line build on top of it can.
+printf 'FROM %s
+ENV container=docker
+STOPSIGNAL SIGRTMIN+3
+ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
+' \
+	"$KIND_NODE_IMAGE-rootfs" | docker build -q -t "$KIND_NODE_IMAGE" - >/dev/null
 stamp_write "$KIND_STATE/node-image.stamp" "$inputs"
+docker image prune -f >/dev/null
 log "$KIND_NODE_IMAGE built; preloaded: $(tr '\n' ' ' <"$work/preloaded.txt")"
