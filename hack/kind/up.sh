@@ -82,13 +82,16 @@ CONFIG
 fi
 "$kind" get kubeconfig --name "$KIND_CLUSTER" >"$kubeconfig"
 
-# The project's images, loaded when the node lacks them or holds another build.
+# The project's images, loaded when this node (container) has not been given this build yet.
+loaded="$KIND_STATE/loaded/$(docker inspect -f '{{.Id}}' "$node")"
+mkdir -p "$loaded"
 for image in $(cat "$KIND_STATE/project-images"); do
 	want="$(docker image inspect -f '{{.Id}}' "$image")"
-	have="$(docker exec "$node" crictl inspecti -o go-template --template '{{.status.id}}' "$image" 2>/dev/null || true)"
-	if [[ $have != "$want" ]]; then
+	stamp="$loaded/$(tr '/:' '__' <<<"$image")"
+	if ! stamp_ok "$stamp" "$want"; then
 		log "loading $image into the node"
 		"$kind" load docker-image --name "$KIND_CLUSTER" "$image" >/dev/null
+		stamp_write "$stamp" "$want"
 	fi
 done
 printf 'KUBECONFIG=%s\n' "$kubeconfig"
