@@ -97,7 +97,10 @@ test-e2e: tools-test ## The kind suite (test/cluster) against the cluster in KUB
 # the clone, so a fresh clone reuses them.
 A2A_FLEET_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/a2a-fleet
 export A2A_FLEET_CACHE
-KIND_KUBECONFIG := $(A2A_FLEET_CACHE)/kind/kubeconfig
+# The kind cluster's name (hack/kind/up.sh); its kubeconfig is written next to the cache.
+KIND_CLUSTER ?= a2a-fleet
+export KIND_CLUSTER
+KIND_KUBECONFIG := $(A2A_FLEET_CACHE)/kind/$(KIND_CLUSTER).kubeconfig
 
 .PHONY: kind-up
 kind-up: control-plane ## A one-node kind cluster with the project's images, offline: dockerd, node image, images from the Dockerfile (idempotent, cached in A2A_FLEET_CACHE).

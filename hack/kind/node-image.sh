@@ -16,6 +16,7 @@
 # plugins on the node's pod subnet; storage is kind's host-path fallback.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+build_lock
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 
 COREDNS_VERSION="${COREDNS_VERSION:-v1.14.6}"

@@ -9,12 +9,12 @@
 #    on a Docker network, pod subnet and service subnet in 198.18.0.0/15 (never a private range),
 #    with no default CNI (the node's bridge conflist) and kubeadm pointed at the preloaded images;
 # 4. the project's images are loaded into the node (`kind load docker-image`).
-# The kubeconfig is A2A_FLEET_CACHE/kind/kubeconfig (the API server on 127.0.0.1 only).
+# The kubeconfig is A2A_FLEET_CACHE/kind/<cluster>.kubeconfig (the API server on 127.0.0.1 only).
 # An existing cluster from the same node image is kept; one from another node image is recreated.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
-kubeconfig="$KIND_STATE/kubeconfig"
+kubeconfig="$KIND_KUBECONFIG"
 
 "$(dirname "$0")/dockerd.sh" >/dev/null
 "$(dirname "$0")/node-image.sh"
