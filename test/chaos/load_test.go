@@ -52,6 +52,7 @@ type record struct {
 	start, end time.Time
 	outcome    string
 	err        string
+	ids        string // of a request that broke the bar (identify)
 }
 
 // ledger records every request of a load.
@@ -141,15 +142,24 @@ func (l *load) echo(ctx context.Context, agent string) {
 	if l.work > 0 {
 		text = fmt.Sprintf("work:%s:%s", l.work, want)
 	}
-	start := time.Now()
-	res, msg, err := l.call(agent, uuid.NewString(), uuid.NewString(), text)
+	start, task := time.Now(), uuid.NewString()
+	res, msg, err := l.call(agent, task, uuid.NewString(), text)
 	r := record{agent: agent, start: start, end: time.Now(), outcome: classify(err)}
 	if err != nil {
 		r.err = err.Error()
 	} else if got := a2amqtt.ResultText(res); got != want {
 		r.outcome, r.err = mismatched, fmt.Sprintf("want %q, got %q", want, got)
 	}
+	r.identify(task, msg.ID)
 	l.ledger.add(r, msg.ID)
+}
+
+// identify adds the ids and start of a request that broke the bar to its error, so that it can
+// be found in the logs of the service and the agents.
+func (r *record) identify(task, msgID string) {
+	if r.outcome == lost || r.outcome == frozen || r.outcome == mismatched {
+		r.ids = fmt.Sprintf(" [task %s, message %s, started %s]", task, msgID, r.start.UTC().Format("15:04:05.000"))
+	}
 }
 
 func (l *load) conversation(ctx context.Context) {
@@ -173,10 +183,12 @@ func (l *load) conversation(ctx context.Context) {
 			r.outcome, r.err = mismatched, fmt.Sprintf("turn 2: want %q, got %q", first+"+"+second, a2amqtt.ResultText(res))
 		}
 		r.end = time.Now()
+		r.identify(task, m1.ID+", "+m2.ID)
 		l.ledger.add(r, m1.ID, m2.ID)
 		return
 	}
 	r.end = time.Now()
+	r.identify(task, m1.ID)
 	l.ledger.add(r, m1.ID)
 }
 
@@ -190,11 +202,12 @@ type report struct {
 	loadavg                                                            string
 }
 
-// stop ends the load, waits for the requests in flight and counts, with the agents' journals,
-// the executions of each request (more than one is a duplicate). faults are the times of the
-// injected faults: recovery is, per agent, the time from the last fault to the first request
-// started after it that completed.
-func (l *load) stop(name string, started time.Time, lastFault time.Time) report {
+// stop ends the load, waits for the requests in flight and counts, with the agents' journals (on
+// their workloads' volumes, so the executions of pods a rollout deleted count too), the
+// executions of each request (more than one is a duplicate). lastFault is the time of the last
+// injected fault: recovery is, per agent, the time from it to the first request started after it
+// that completed.
+func (l *load) stop(ctx context.Context, name string, started time.Time, lastFault time.Time) report {
 	l.cancel()
 	l.wg.Wait()
 	rep := report{name: name, errors: map[string]int{}, recovery: map[string]time.Duration{}, duration: time.Since(started), loadavg: loadavg()}
@@ -220,10 +233,10 @@ func (l *load) stop(name string, started time.Time, lastFault time.Time) report 
 			rep.mismatched++
 		}
 		if r.err != "" {
-			rep.errors[r.outcome+": "+shorten(r.err)]++
+			rep.errors[r.outcome+": "+shorten(r.err)+r.ids]++
 		}
 	}
-	for id, runs := range l.f.journals() {
+	for id, runs := range l.f.journals(ctx) {
 		if l.ledger.msgIDs[id] && len(runs) > 1 {
 			rep.duplicated += len(runs) - 1
 			rep.errors[fmt.Sprintf("duplicated: message %s executed %d times: %s", id, len(runs), strings.Join(runs, "; "))]++

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -424,71 +423,7 @@ func (b *bus) killAndRecover(ctx context.Context, t *testing.T) {
 // the CRDs), so that each install starts from a cluster without a2a-fleet.
 func uninstall(ctx context.Context, t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	// Agents first, while their operator still runs to remove its finalizers.
-	if out, err := env.KubectlRun(ctx, "delete", "-n", samplesNamespace, "-k", filepath.Join(env.Root, "config/samples-workloads"), "--ignore-not-found", "--wait=true", "--timeout=2m"); err != nil {
-		t.Logf("deleting the samples: %v (their finalizers are removed below)", err)
-	} else if strings.TrimSpace(out) != "" {
-		t.Logf("deleted the samples of an earlier run")
-	}
-	dropFinalizers(ctx, t)
-	if out, _ := env.Command(ctx, env.Helm, "list", "-n", Namespace, "-q"); strings.Contains(out, "a2a-fleet") {
-		if _, err := env.Command(ctx, env.Helm, "uninstall", "a2a-fleet", "-n", Namespace, "--wait"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := env.KubectlRun(ctx, "delete", "-k", filepath.Join(env.Root, "config/quickstart"), "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
+	if err := env.Uninstall(ctx, t.Logf); err != nil {
 		t.Fatal(err)
-	}
-	// The chart keeps its CRDs (helm.sh/resource-policy: keep); each install brings its own.
-	crds := &apiextensionsv1.CustomResourceDefinitionList{}
-	if err := env.Client.List(ctx, crds); err == nil {
-		for i := range crds.Items {
-			if crds.Items[i].Spec.Group == a2av1.GroupVersion.Group {
-				_ = env.Client.Delete(ctx, &crds.Items[i])
-			}
-		}
-	}
-	err := Poll(ctx, 3*time.Minute, "namespace "+Namespace+" and the a2a.fleet.dev CRDs gone", func(ctx context.Context) (bool, string, error) {
-		err := env.Client.Get(ctx, client.ObjectKey{Name: Namespace}, &corev1.Namespace{})
-		if err == nil {
-			return false, "namespace terminating", nil
-		}
-		if !apierrors.IsNotFound(err) {
-			return false, "", err
-		}
-		if err := env.Client.List(ctx, crds); err != nil {
-			return false, "", err
-		}
-		for _, crd := range crds.Items {
-			if crd.Spec.Group == a2av1.GroupVersion.Group {
-				return false, "CRD " + crd.Name + " terminating", nil
-			}
-		}
-		return true, "", nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// dropFinalizers removes the operator's finalizers from Agents no operator is left to finalize
-// (a run that failed half-way), so that their CRD can go.
-func dropFinalizers(ctx context.Context, t *testing.T) {
-	list := &a2av1.AgentList{}
-	if err := env.Client.List(ctx, list); err != nil {
-		return // no CRD: nothing to do
-	}
-	for i := range list.Items {
-		a := &list.Items[i]
-		if len(a.Finalizers) == 0 {
-			continue
-		}
-		patch := client.MergeFrom(a.DeepCopy())
-		a.Finalizers = nil
-		if err := env.Client.Patch(ctx, a, patch); err != nil && !apierrors.IsNotFound(err) {
-			t.Logf("remove finalizers of %s/%s: %v", a.Namespace, a.Name, err)
-		}
 	}
 }
