@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -197,32 +198,30 @@ type report struct {
 	name                                                               string
 	requests, completed, errored, lost, duplicated, frozen, mismatched int
 	errors                                                             map[string]int
-	recovery                                                           map[string]time.Duration
-	duration                                                           time.Duration
-	loadavg                                                            string
+	// outage is, per agent, the longest stretch of the run without a completed request: how long
+	// its clients went without an answer.
+	outage   map[string]time.Duration
+	duration time.Duration
+	loadavg  string
 }
 
 // stop ends the load, waits for the requests in flight and counts, with the agents' journals (on
 // their workloads' volumes, so the executions of pods a rollout deleted count too), the
-// executions of each request (more than one is a duplicate). lastFault is the time of the last
-// injected fault: recovery is, per agent, the time from it to the first request started after it
-// that completed.
-func (l *load) stop(ctx context.Context, name string, started time.Time, lastFault time.Time) report {
+// executions of each request (more than one is a duplicate), and per agent the longest stretch
+// without a completed request (its outage as its clients saw it).
+func (l *load) stop(ctx context.Context, name string, started time.Time) report {
 	l.cancel()
 	l.wg.Wait()
-	rep := report{name: name, errors: map[string]int{}, recovery: map[string]time.Duration{}, duration: time.Since(started), loadavg: loadavg()}
+	rep := report{name: name, errors: map[string]int{}, outage: map[string]time.Duration{}, duration: time.Since(started), loadavg: loadavg()}
 	l.ledger.mu.Lock()
 	defer l.ledger.mu.Unlock()
+	completions := map[string][]time.Time{}
 	for _, r := range l.ledger.records {
 		rep.requests++
 		switch r.outcome {
 		case completed:
 			rep.completed++
-			if !lastFault.IsZero() && r.start.After(lastFault) {
-				if d, ok := rep.recovery[r.agent]; !ok || r.end.Sub(lastFault) < d {
-					rep.recovery[r.agent] = r.end.Sub(lastFault)
-				}
-			}
+			completions[r.agent] = append(completions[r.agent], r.end)
 		case errored:
 			rep.errored++
 		case lost:
@@ -234,6 +233,14 @@ func (l *load) stop(ctx context.Context, name string, started time.Time, lastFau
 		}
 		if r.err != "" {
 			rep.errors[r.outcome+": "+shorten(r.err)+r.ids]++
+		}
+	}
+	for agent, ends := range completions {
+		slices.SortFunc(ends, time.Time.Compare)
+		prev := started
+		for _, end := range ends {
+			rep.outage[agent] = max(rep.outage[agent], end.Sub(prev))
+			prev = end
 		}
 	}
 	for id, runs := range l.f.journals(ctx) {
@@ -267,11 +274,11 @@ func (rep report) check(t *testing.T) {
 	t.Helper()
 	var rec []string
 	for _, k := range []string{"direct", "gated", "gated-2turn"} {
-		if d, ok := rep.recovery[k]; ok {
+		if d, ok := rep.outage[k]; ok {
 			rec = append(rec, fmt.Sprintf("%s %.1fs", k, d.Seconds()))
 		}
 	}
-	fmt.Printf("chaos result: %s: %d requests in %s: %d completed, %d errored, %d lost, %d duplicated, %d mismatched, %d frozen; recovery (first completed request after the fault): %s; load average %s\n",
+	fmt.Printf("chaos result: %s: %d requests in %s: %d completed, %d errored, %d lost, %d duplicated, %d mismatched, %d frozen; longest stretch without a completed request: %s; load average %s\n",
 		rep.name, rep.requests, rep.duration.Round(time.Second), rep.completed, rep.errored, rep.lost, rep.duplicated, rep.mismatched, rep.frozen, strings.Join(rec, ", "), rep.loadavg)
 	var kinds []string
 	for k := range rep.errors {

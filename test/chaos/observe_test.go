@@ -210,7 +210,8 @@ func (l *conditionLog) wentFalseAndBack(agent string, since time.Time, aclsSynce
 }
 
 // checkFlipped fails the test unless every named Agent's ACLsSynced and Ready went False after
-// since and True again (status says the truth through a broker state loss), and logs when.
+// since, said BrokerStateLost, and went True again (status says the truth through a broker state
+// loss), and logs when.
 func (l *conditionLog) checkFlipped(t *testing.T, since time.Time, agents ...string) {
 	t.Helper()
 	for _, name := range agents {
@@ -221,6 +222,8 @@ func (l *conditionLog) checkFlipped(t *testing.T, since time.Time, agents ...str
 				t.Errorf("Agent %s: %s never went False after the broker lost its state (reasons seen: %v): status claimed a registration the broker no longer had", name, cond, reasons)
 			case trueAt.IsZero():
 				t.Errorf("Agent %s: %s went False %.1fs after the loss and never True again (reasons seen: %v)", name, cond, falseAt.Sub(since).Seconds(), reasons)
+			case !slices.Contains(reasons, "BrokerStateLost"):
+				t.Errorf("Agent %s: %s went False and True again, but never said BrokerStateLost (reasons seen: %v)", name, cond, reasons)
 			default:
 				t.Logf("Agent %s: %s False %.1fs after the loss, True again %.1fs after it (reasons %v)", name, cond, falseAt.Sub(since).Seconds(), trueAt.Sub(since).Seconds(), reasons)
 			}

@@ -149,7 +149,7 @@ wait:
 	converged := time.Since(killed)
 	newLeader, _ := f.leader(ctx, identity)
 	t.Logf("all %d Agents Ready %.1fs after kill -9 of the leader; leader now %s", n, converged.Seconds(), newLeader.Name)
-	rep := l.stop(ctx, fmt.Sprintf("operator kill -9 during a rollout of %d Agents (%d Ready at the kill; all Ready %.1fs later)", n, before, converged.Seconds()), started, killed)
+	rep := l.stop(ctx, fmt.Sprintf("operator kill -9 during a rollout of %d Agents (%d Ready at the kill; all Ready %.1fs later)", n, before, converged.Seconds()), started)
 	rep.check(t)
 	f.checkNoFrozenProcess(ctx)
 }

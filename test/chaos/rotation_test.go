@@ -38,7 +38,6 @@ func TestCredentialRotationUnderTraffic(t *testing.T) {
 	l := f.startLoadWith(4, rotationWork)
 	started := time.Now()
 	time.Sleep(3 * time.Second)
-	var lastFault time.Time
 	drained := 0 // requests that were executing when their pod was told to stop
 	for round := 1; round <= rotationRounds; round++ {
 		passwords, oldPods := map[string]string{}, map[string][]corev1.Pod{}
@@ -47,7 +46,6 @@ func TestCredentialRotationUnderTraffic(t *testing.T) {
 			oldPods[name] = pods(ctx, t, chaosNS, agentPods(name))
 		}
 		fault := time.Now()
-		lastFault = fault
 		for _, name := range workloads {
 			f.rotate(ctx, name, fmt.Sprintf("round-%d-%d", round, fault.UnixNano()))
 		}
@@ -81,7 +79,7 @@ func TestCredentialRotationUnderTraffic(t *testing.T) {
 		time.Sleep(3 * time.Second) // traffic between rounds
 	}
 	t.Logf("%d requests were executing on an old pod when it was told to stop, and were answered before it disconnected", drained)
-	rep := l.stop(ctx, fmt.Sprintf("credential rotation ×%d of both agents under traffic (%s of work per request; %d executing at a SIGTERM)", rotationRounds, rotationWork, drained), started, lastFault)
+	rep := l.stop(ctx, fmt.Sprintf("credential rotation ×%d of both agents under traffic (%s of work per request; %d executing at a SIGTERM)", rotationRounds, rotationWork, drained), started)
 	rep.check(t)
 	f.checkNoFrozenProcess(ctx)
 }

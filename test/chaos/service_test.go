@@ -19,14 +19,13 @@ func killService(ctx context.Context, t *testing.T, f *fleet, name string, repli
 	l := f.startLoad(4)
 	started := time.Now()
 	time.Sleep(3 * time.Second)
-	var lastFault time.Time
 	for round := range 2 {
 		convs := openConversations(ctx, t, f, 5)
 		time.Sleep(2 * time.Second)
 		svc := pods(ctx, t, cluster.Namespace, servicePods)[0]
-		lastFault = time.Now()
+		fault := time.Now()
 		f.kill(ctx, &svc, "conversation-service")
-		restarted := time.Since(lastFault)
+		restarted := time.Since(fault)
 		if err := cluster.Poll(ctx, 2*time.Minute, svc.Name+" ready", func(ctx context.Context) (bool, string, error) {
 			ready, err := env.Pods(ctx, cluster.Namespace, servicePods)
 			for _, p := range ready {
@@ -38,11 +37,11 @@ func killService(ctx context.Context, t *testing.T, f *fleet, name string, repli
 		}); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("round %d: replica %s restarted %.1fs and ready %.1fs after kill -9", round+1, svc.Name, restarted.Seconds(), time.Since(lastFault).Seconds())
+		t.Logf("round %d: replica %s restarted %.1fs and ready %.1fs after kill -9", round+1, svc.Name, restarted.Seconds(), time.Since(fault).Seconds())
 		resume(ctx, t, f, convs)
 		time.Sleep(3 * time.Second)
 	}
-	rep := l.stop(ctx, name, started, lastFault)
+	rep := l.stop(ctx, name, started)
 	rep.check(t)
 	f.checkNoFrozenProcess(ctx)
 }
