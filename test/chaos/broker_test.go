@@ -126,7 +126,7 @@ func TestBrokerRestartWithEmptyState(t *testing.T) {
 		t.Fatal(err)
 	}
 	conditions := f.watchConditions(ctx)
-	l := f.startLoad(3)
+	l := f.startLoad(4)
 	started := time.Now()
 	time.Sleep(3 * time.Second)
 

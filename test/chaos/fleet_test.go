@@ -60,7 +60,8 @@ var workloads = []string{"direct", "gated"}
 // chaos agents their journals).
 const healthPort = "8081"
 
-// fleetManifests are the chaos namespace, a policy that gates the "gated" agent, a volume per
+// fleetManifests are the chaos namespace, a policy that gates the "gated" agent (one working task
+// per context, as before), a volume per
 // workload for its pods' journals and logs, and the agents: "client" (the requester identity),
 // "direct" (reached directly, with a persistent MQTT session: requests sent while it restarts
 // wait on the broker) and "gated" (behind the conversation service, clean session: the service
@@ -130,6 +131,12 @@ metadata: {name: governed, namespace: ` + chaosNS + `}
 spec:
   agentSelector: {matchLabels: {chaos: gated}}
   maxConcurrentTasksPerContext: 1
+  # Every echo request opens a context: the fleet is kept from one scenario to the next, so
+  # contexts expire (an idle context of the load lives 2 minutes, well past any fault's outage)
+  # and one caller (the load) may hold as many as it opens.
+  contextIdleTTL: 2m
+  maxActiveContextsPerAgent: 100000
+  maxActiveContextsPerCaller: 100000
 ---
 ` + claim("direct") + claim("gated") +
 		agent("client", "role: client", "") +

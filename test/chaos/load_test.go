@@ -72,9 +72,10 @@ func (l *ledger) add(r record, msgIDs ...string) {
 	}
 }
 
-// load runs workers that send requests until stopped: echo requests alternately to the direct
-// and the gated agent, and every fourth one a two-turn conversation with the gated agent
-// (input-required, then the answer in the same task).
+// load runs workers that send requests until stopped: the even ones echo requests to the direct
+// agent, the odd ones alternately echo requests and two-turn conversations (input-required, then
+// the answer in the same task) to the gated agent. A worker serves one agent, so that a fault of
+// one path (the service) does not stall the requests of the other.
 type load struct {
 	f      *fleet
 	ledger *ledger
@@ -97,10 +98,10 @@ func (f *fleet) startLoadWith(workers int, work time.Duration) *load {
 			defer l.wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
 				switch {
-				case i%4 == 3:
-					l.conversation(ctx)
-				case (i+w)%2 == 0:
+				case w%2 == 0:
 					l.echo(ctx, "direct")
+				case i%2 == 1:
+					l.conversation(ctx)
 				default:
 					l.echo(ctx, "gated")
 				}

@@ -61,7 +61,7 @@ func TestOperatorKilledDuringRollout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	f := newFleet(ctx, t, quickstartInstall)
-	l := f.startLoad(3)
+	l := f.startLoad(4)
 	started := time.Now()
 	time.Sleep(2 * time.Second)
 

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/test/cluster"
 )
 
 // rotationRounds is how many times both agents' credentials are rotated under load.
@@ -138,8 +139,14 @@ func (f *fleet) checkDrained(ctx context.Context, name string, old []corev1.Pod,
 	f.t.Helper()
 	executing := 0
 	for _, p := range old {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&p), &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			f.t.Errorf("%s: old pod %s was not deleted by the rollout (%v)", name, p.Name, err)
+		// Recreate starts the new pod once the old one stopped running; its object goes a moment
+		// later, when the kubelet has finished with it.
+		err := cluster.Poll(ctx, time.Minute, name+": old pod "+p.Name+" deleted by the rollout", func(ctx context.Context) (bool, string, error) {
+			err := env.Client.Get(ctx, client.ObjectKeyFromObject(&p), &corev1.Pod{})
+			return apierrors.IsNotFound(err), "still there", client.IgnoreNotFound(err)
+		})
+		if err != nil {
+			f.t.Error(err)
 		}
 		// The pod may have served through earlier scenarios' faults (the fleet is kept from one
 		// scenario to the next): what counts is its log since it was still serving, before the
