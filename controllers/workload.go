@@ -24,6 +24,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -291,6 +292,17 @@ func rolledOut(deploy *appsv1.Deployment, checksum string) bool {
 	return deploy.Status.UpdatedReplicas > 0 && deploy.Status.UpdatedReplicas == deploy.Status.Replicas
 }
 
+// workloadCard is the card the operator publishes for the Agent, as JSON, naming the broker URL
+// the workload connects to.
+func workloadCard(agent *a2av1.Agent, id a2amqtt.AgentRef, brokerURL string) string {
+	raw, err := json.Marshal(registration.BuildCard(agent, id, agent.Spec.PoolID, brokerURL))
+	if err != nil {
+		// An AgentCard of strings, lists and booleans always marshals.
+		panic(fmt.Sprintf("marshal the card of %s/%s: %v", agent.Namespace, agent.Name, err))
+	}
+	return string(raw)
+}
+
 func digestOf(v any) (string, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
@@ -325,6 +337,9 @@ func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
 		{Name: "A2A_USERNAME", ValueFrom: secretRef(identity.SecretKeyUsername)},
 		{Name: "A2A_PASSWORD", ValueFrom: secretRef(identity.SecretKeyPassword)},
 		{Name: a2amqtt.EnvCredentialsDir, Value: CredentialsMountPath},
+		// The manifest's card, for the process to publish with its presence: one card per agent,
+		// whoever writes the retained topic last (docs/api.md, "Which card is the agent's").
+		{Name: a2amqtt.EnvAgentCard, Value: workloadCard(agent, id, r.WorkloadBrokerURL)},
 	}
 	if agent.Spec.PoolID != "" {
 		env = append(env, corev1.EnvVar{Name: "A2A_POOLS", Value: agent.Spec.PoolID})

@@ -164,7 +164,46 @@ func runSamples(ctx context.Context, t *testing.T) *bus {
 			t.Fatal(err)
 		}
 	}
+	b.checkCards(ctx, t)
 	return b
+}
+
+// checkCards checks that the cards on the broker are the manifests' (the pods publish the card
+// the operator gives them, docs/api.md) and that a2actl sees every example agent online.
+func (b *bus) checkCards(ctx context.Context, t *testing.T) {
+	t.Helper()
+	want := map[string]string{"acme/demo/echo": "", "acme/demo/confirm": "", "acme/demo/memory-agent": ""}
+	for _, name := range sampleAgents {
+		a := &a2av1.Agent{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: samplesNamespace, Name: name}, a); err != nil {
+			t.Fatal(err)
+		}
+		want["acme/demo/"+cmpOr(a.Spec.AgentID, a.Name)] = a.Spec.Card.Name
+	}
+	var out string
+	err := Poll(ctx, time.Minute, "a2actl agents shows every example agent online with its manifest's card", func(ctx context.Context) (bool, string, error) {
+		var err error
+		if out, err = b.a2actl(ctx, "agents"); err != nil {
+			return false, err.Error(), nil
+		}
+		for ref, name := range want {
+			ok := false
+			for _, line := range strings.Split(out, "\n") {
+				f := strings.Fields(line)
+				if len(f) >= 3 && f[0] == ref && f[1] == "online" && strings.Contains(line, " "+name+" ") {
+					ok = true
+				}
+			}
+			if !ok {
+				return false, fmt.Sprintf("%s not online as %q:\n%s", ref, name, out), nil
+			}
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a2actl agents:\n%s", out)
 }
 
 // a2actl runs the CLI from this machine as the console.
