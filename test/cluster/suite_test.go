@@ -77,7 +77,9 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	}
 	t.Logf("operator, conversation service and Mosquitto available %.1fs after the apply", time.Since(start).Seconds())
 	b := runSamples(ctx, t)
-
+	if !t.Run("no restarts, no RBAC refusals, one leader", func(t *testing.T) { healthy(ctx, t) }) {
+		return
+	}
 	if !t.Run("chat through the conversation service", func(t *testing.T) { b.chatConfirm(ctx, t) }) {
 		return
 	}
@@ -115,7 +117,43 @@ func TestHelmChartOnARealCluster(t *testing.T) {
 	}
 	t.Logf("operator, conversation service and Mosquitto available %.1fs after helm install", time.Since(start).Seconds())
 	b := runSamples(ctx, t)
+	t.Run("no restarts, no RBAC refusals, one leader", func(t *testing.T) { healthy(ctx, t) })
 	t.Run("chat through the conversation service", func(t *testing.T) { b.chatConfirm(ctx, t) })
+}
+
+// healthy checks what the install must not do on its own: restart a container, be refused by the
+// API server (RBAC the manifests forgot) or run without a leader.
+func healthy(ctx context.Context, t *testing.T) {
+	for _, ns := range []string{Namespace, samplesNamespace} {
+		restarts, err := env.Restarts(ctx, ns, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for container, n := range restarts {
+			if n > 0 {
+				t.Errorf("%s/%s restarted %d times", ns, container, n)
+			}
+		}
+	}
+	for _, deploy := range []string{"a2a-fleet-controller-manager", "a2a-fleet-conversation-service"} {
+		out, err := env.KubectlRun(ctx, "logs", "-n", Namespace, "deploy/"+deploy, "--all-containers", "--tail", "-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(strings.ToLower(line), "forbidden") {
+				t.Errorf("%s was refused by the API server: %s", deploy, line)
+			}
+		}
+	}
+	lease, err := env.Clientset.CoordinationV1().Leases(Namespace).Get(ctx, "a2a-fleet-operator.a2a.fleet.dev", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the operator's leader election Lease: %v", err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Fatal("the leader election Lease has no holder")
+	}
+	t.Logf("no restarts, no refusals; leader %s", *lease.Spec.HolderIdentity)
 }
 
 // bus is the installed stack as the host sees it: the broker through the suite's NodePort, with
