@@ -160,14 +160,24 @@ func (e *Env) KubectlRun(ctx context.Context, args ...string) (string, error) {
 }
 
 // Kustomization is a folder of the repository as `kubectl apply -k` takes it: the folder itself,
-// or, with image overrides, an overlay of it in dir that sets them.
-func (e *Env) Kustomization(dir, folder string) (string, error) {
+// or, with image overrides or components, an overlay of it in dir that sets them (a component is
+// used as a user's overlay uses it, e.g. config/quickstart/tls).
+func (e *Env) Kustomization(dir, folder string, components ...string) (string, error) {
 	path := filepath.Join(e.Root, folder)
-	if len(e.Images) == 0 {
+	if len(e.Images) == 0 && len(components) == 0 {
 		return path, nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "resources:\n- %s\nimages:\n", path)
+	fmt.Fprintf(&b, "resources:\n- %s\n", path)
+	if len(components) > 0 {
+		b.WriteString("components:\n")
+		for _, c := range components {
+			fmt.Fprintf(&b, "- %s\n", filepath.Join(e.Root, c))
+		}
+	}
+	if len(e.Images) > 0 {
+		b.WriteString("images:\n")
+	}
 	for name, image := range e.Images {
 		newName, tag, _ := strings.Cut(image, ":")
 		fmt.Fprintf(&b, "- name: %s\n  newName: %s\n", name, newName)
