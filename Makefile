@@ -196,7 +196,7 @@ redis: ## Install redis-server from Debian packages (idempotent).
 	hack/install-redis.sh
 
 .PHONY: tools-test
-tools-test: control-plane mosquitto mosquitto-plugin redis $(DEV_BINS) ## Everything the tests need.
+tools-test: control-plane mosquitto mosquitto-plugin redis $(DEV_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need.
 
 .PHONY: build
 build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).

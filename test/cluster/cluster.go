@@ -167,12 +167,23 @@ func (e *Env) Kustomization(dir, folder string, components ...string) (string, e
 	if len(e.Images) == 0 && len(components) == 0 {
 		return path, nil
 	}
+	overlay := filepath.Join(dir, strings.ReplaceAll(folder, "/", "-"))
+	// kustomize takes only relative paths, from the overlay's folder.
+	rel := func(p string) (string, error) { return filepath.Rel(overlay, filepath.Join(e.Root, p)) }
 	var b strings.Builder
-	fmt.Fprintf(&b, "resources:\n- %s\n", path)
+	r, err := rel(folder)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&b, "resources:\n- %s\n", r)
 	if len(components) > 0 {
 		b.WriteString("components:\n")
 		for _, c := range components {
-			fmt.Fprintf(&b, "- %s\n", filepath.Join(e.Root, c))
+			r, err := rel(c)
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(&b, "- %s\n", r)
 		}
 	}
 	if len(e.Images) > 0 {
@@ -185,7 +196,6 @@ func (e *Env) Kustomization(dir, folder string, components ...string) (string, e
 			fmt.Fprintf(&b, "  newTag: %q\n", tag)
 		}
 	}
-	overlay := filepath.Join(dir, strings.ReplaceAll(folder, "/", "-"))
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
 		return "", err
 	}

@@ -244,9 +244,10 @@ func (b *bus) checkCards(ctx context.Context, t *testing.T) {
 	t.Logf("a2actl agents:\n%s", out)
 }
 
-// a2actl runs the CLI from this machine as the console.
+// a2actl runs the CLI from this machine as the console; one call may take 30 s (its own
+// timeouts are shorter), so that a wait retries a call that hangs.
 func (b *bus) a2actl(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	args = append(args, "--broker", b.broker, "--credentials-dir", b.console, "--as", "acme/demo/console")
 	return env.Command(ctx, env.A2actl, args...)
