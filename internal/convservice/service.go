@@ -354,7 +354,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 			}
 		}()
 	}
-	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
+	conn, err := s.connectBroker(ctx, a2amqtt.Config{
 		BrokerURL: cfg.BrokerURL,
 		Username:  cfg.Username,
 		Password:  cfg.Password,
@@ -443,6 +443,30 @@ func (s *Service) openState(ctx context.Context) error {
 		return fmt.Errorf("conversation service: store %q: want bolt:PATH or redis://", s.cfg.Store)
 	}
 	return nil
+}
+
+// connectBroker connects until it succeeds or ctx ends: at an install's start the broker (or this
+// service's broker identity, which the operator creates) may come after the service, and a replica
+// that exits then only restarts later (measured on kind: the pod restarted once, 10 s after its
+// start, "connection refused" from the broker's Service). Meanwhile /readyz says not started.
+func (s *Service) connectBroker(ctx context.Context, cfg a2amqtt.Config) (*a2amqtt.Conn, error) {
+	backoff := time.Second
+	for attempt := 1; ; attempt++ {
+		conn, err := a2amqtt.Connect(ctx, cfg)
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		s.log.Info("broker not reachable yet; retrying", "attempt", attempt, "in", backoff, "err", err.Error())
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
 }
 
 func (s *Service) serveHTTP() error {
