@@ -226,7 +226,7 @@ bench: bench-sdk bench-broker bench-service bench-fleet ## Every benchmark below
 bench-fleet: tools-test ## Registration: a fleet of Agents to Ready, operator on the embedded broker (FLEET_SIZES) and on Mosquitto + dynsec (MOSQUITTO_FLEET_SIZES).
 	FLEET_SIZES="$(FLEET_SIZES)" MOSQUITTO_FLEET_SIZES="$(MOSQUITTO_FLEET_SIZES)" \
 		KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
-		go test ./internal/registration/ -run '^$$' -bench 'BenchmarkFleetRegistration' -benchtime 1x -timeout $(BENCH_FLEET_TIMEOUT)
+		go test ./test/registration/ -run '^$$' -bench 'BenchmarkFleetRegistration' -benchtime 1x -timeout $(BENCH_FLEET_TIMEOUT)
 
 .PHONY: bench-sdk
 bench-sdk: mosquitto ## SDK: SendMessage, streaming and the three inputs over loopback Mosquitto (SDK_BENCHTIME iterations).

@@ -22,7 +22,7 @@ import (
 )
 
 // The service's admission is tenancy's rule, and the ACL matrix of
-// internal/registration holds it to the broker's decisions pair by pair on
+// test/registration holds it to the broker's decisions pair by pair on
 // real brokers. These unit tests pin the cases the security review found,
 // over an in-memory reader with the cache's own indexes.
 
