@@ -19,6 +19,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 // reasonNoMatchingSubscribers is PUBACK reason 0x10: nobody reads the topic
@@ -152,12 +153,12 @@ func (s *Service) withinRate(in *inbound) bool {
 		s.m.rejections.WithLabelValues(reasonRateLimitedUnanswered).Inc()
 		return false
 	}
-	s.m.rejections.WithLabelValues(A2AErrorRateLimited).Inc()
+	s.m.rejections.WithLabelValues(rpcerr.NameRateLimited).Inc()
 	var probe struct {
 		ID any `json:"id"`
 	}
 	_ = json.Unmarshal(in.payload, &probe) // the id, when there is one to echo
-	b, err := encodeResponse(probe.ID, nil, bindingError(s.limiter.rateLimitedError(caller, wait)))
+	b, err := encodeResponse(probe.ID, nil, s.limiter.rateLimitedError(caller, wait))
 	if err != nil {
 		s.log.Error(err, "encode rate-limit answer")
 		return false
@@ -214,49 +215,13 @@ func (s *Service) decode(ctx context.Context, in *inbound, requireTaskID bool) *
 	}
 	var de *a2amqtt.DecodeError
 	if errors.As(err, &de) {
-		s.m.rejections.WithLabelValues(reasonOfRPC(de.Err)).Inc()
+		s.m.rejections.WithLabelValues(de.Err.Reason()).Inc()
 		s.replyError(ctx, in, de.ID, de.Err)
 		return nil
 	}
 	s.m.rejections.WithLabelValues("invalid_request").Inc()
-	s.replyError(ctx, in, nil, &a2amqtt.RPCError{Code: -32600, Message: err.Error()})
+	s.replyError(ctx, in, nil, rpcerr.NewA2A(a2a.ErrInvalidRequest, err.Error(), nil, s.cfg.Now()))
 	return nil
-}
-
-func reasonOfRPC(e *a2amqtt.RPCError) string {
-	if k := e.A2AError(); k != "" {
-		return k
-	}
-	switch e.Code {
-	case -32700:
-		return "parse_error"
-	case -32600:
-		return "invalid_request"
-	case -32601:
-		return "method_not_found"
-	case -32602:
-		return "invalid_params"
-	}
-	return fmt.Sprintf("code_%d", e.Code)
-}
-
-// reasonOf labels an engine rejection for the rejections metric.
-func reasonOf(e *conversation.Error) string {
-	if e.A2AError != "" {
-		return e.A2AError
-	}
-	switch e.Code {
-	case -32602:
-		if _, ok := e.Details["taskContextId"]; ok {
-			return "context_mismatch"
-		}
-		return "invalid_params"
-	case -32004:
-		return "terminal_task"
-	case -32002:
-		return "task_not_cancelable"
-	}
-	return fmt.Sprintf("code_%d", e.Code)
 }
 
 func (s *Service) handleRequest(in *inbound) {
@@ -324,7 +289,7 @@ func (s *Service) handleRequest(in *inbound) {
 		}
 		payload, err := assignIDs(in.payload, req.TaskID, req.ContextID)
 		if err != nil {
-			s.replyError(ctx, in, req.ID, &a2amqtt.RPCError{Code: -32602, Message: err.Error()})
+			s.replyError(ctx, in, req.ID, rpcerr.NewA2A(a2a.ErrInvalidParams, err.Error(), nil, s.cfg.Now()))
 			return
 		}
 		in.payload = payload
@@ -422,14 +387,10 @@ func (s *Service) handleRequest(in *inbound) {
 			s.expired(ctx, g.key, x)
 		}
 		if d.Kind == conversation.KindReject {
-			fail(sp, reasonOf(d.Err))
-			log().V(1).Info("request rejected", "code", d.Err.Code, "reason", reasonOf(d.Err))
-			s.m.rejections.WithLabelValues(reasonOf(d.Err)).Inc()
-			data, err := d.Err.Data(now)
-			if err != nil {
-				log().Error(err, "encode rejection data")
-			}
-			s.replyError(ctx, in, req.ID, &a2amqtt.RPCError{Code: d.Err.Code, Message: d.Err.Message, Data: data})
+			fail(sp, d.Err.Reason())
+			log().V(1).Info("request rejected", "code", d.Err.Code, "reason", d.Err.Reason())
+			s.m.rejections.WithLabelValues(d.Err.Reason()).Inc()
+			s.replyError(ctx, in, req.ID, d.Err)
 			return
 		}
 		if !d.Forward {
@@ -888,7 +849,7 @@ func (s *Service) answer(ctx context.Context, respTo string, corr []byte, id any
 	if respTo == "" {
 		return
 	}
-	b, err := encodeResponse(id, nil, &rpcError{Code: e.Code, Message: e.Message, Data: e.Data})
+	b, err := encodeResponse(id, nil, e)
 	if err != nil {
 		s.log.Error(err, "encode error reply")
 		return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 // Task ids between requesters and agents (issue 12.5). The profile has the
@@ -162,7 +163,7 @@ func (s *Service) reshape(ctx context.Context, rt route, pr parsedReply) bool {
 	}
 	createsIDs := false
 	switch {
-	case !ru.agentIDs && pr.errCode == -32001:
+	case !ru.agentIDs && pr.errCode == rpcerr.CodeTaskNotFound:
 		createsIDs = true // core A2A: TaskNotFound for an id it did not create
 	case ru.agentIDs && pr.errCode == a2amqtt.CodeTransportProtocolError && pr.errKind == a2amqtt.A2AErrorTransportProtocolError:
 		createsIDs = false // profile responder: taskId is required

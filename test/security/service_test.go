@@ -28,6 +28,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
 
@@ -433,7 +434,7 @@ func serviceAttacks(t *testing.T, ctx context.Context, w *serviceWorld) {
 	})
 
 	t.Run("a flood is answered rate_limited with retry_after; the other tenant is served", func(t *testing.T) {
-		limited, unanswered := w.rejections(t, convservice.A2AErrorRateLimited), w.rejections(t, "rate_limited_unanswered")
+		limited, unanswered := w.rejections(t, rpcerr.NameRateLimited), w.rejections(t, "rate_limited_unanswered")
 		n := mallory.count()
 		const flood = 100
 		for i := range flood {
@@ -467,7 +468,7 @@ func serviceAttacks(t *testing.T, ctx context.Context, w *serviceWorld) {
 					return fmt.Errorf("not JSON-RPC: %s", p.Payload)
 				case r.Error == nil:
 					served++
-				case r.Error.Code != convservice.CodeRateLimited || r.Error.Data.Kind != convservice.A2AErrorRateLimited || r.Error.Data.RetryAfter <= 0:
+				case r.Error.Code != convservice.CodeRateLimited || r.Error.Data.Kind != rpcerr.NameRateLimited || r.Error.Data.RetryAfter <= 0:
 					return fmt.Errorf("a refusal that is not rate_limited with retry_after: %s", p.Payload)
 				default:
 					rateLimited++
@@ -483,7 +484,7 @@ func serviceAttacks(t *testing.T, ctx context.Context, w *serviceWorld) {
 		if served > flood/2 || rateLimited == 0 {
 			t.Errorf("%d of %d flood requests served, %d answered rate_limited", served, flood, rateLimited)
 		}
-		if got := w.rejections(t, convservice.A2AErrorRateLimited) - limited; int(got) != rateLimited {
+		if got := w.rejections(t, rpcerr.NameRateLimited) - limited; int(got) != rateLimited {
 			t.Errorf("rejections_total{rate_limited} = %v, answers %d", got, rateLimited)
 		}
 	})
