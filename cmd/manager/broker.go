@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // generatedAdminUsername is the dynsec admin of a generated admin Secret.
@@ -97,34 +96,14 @@ func ensureAdminSecret(ctx context.Context, r client.Reader, w client.Writer, ke
 	return nil
 }
 
-// brokerTLS is the TLS configuration of the operator's broker connections (nil: plain MQTT or
-// the system roots).
+// brokerTLS is the TLS configuration of the operator's broker connections (nil: plain MQTT),
+// built by a2amqtt.BrokerTLS like every other broker client's: the client certificate and the CA
+// are re-read at every (re)connect, so a rotated certificate is picked up without a restart.
 func brokerTLS(o brokerOptions) (*tls.Config, error) {
-	if o.caFile == "" && o.clientCertFile == "" && o.clientKeyFile == "" && !o.insecureSkipVerify {
-		return nil, nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.insecureSkipVerify} //nolint:gosec // opt-in flag for tests
-	if o.caFile != "" {
-		pem, err := os.ReadFile(o.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("read broker CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("broker CA file %s holds no PEM certificate", o.caFile)
-		}
-		cfg.RootCAs = pool
-	}
-	switch {
-	case o.clientCertFile == "" && o.clientKeyFile == "":
-	case o.clientCertFile == "" || o.clientKeyFile == "":
-		return nil, errors.New("--broker-client-cert-file and --broker-client-key-file go together")
-	default:
-		pair, err := tls.LoadX509KeyPair(o.clientCertFile, o.clientKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("broker client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
+	cfg, err := a2amqtt.BrokerTLS(o.url, a2amqtt.TLSFiles{CA: o.caFile, Cert: o.clientCertFile, Key: o.clientKeyFile,
+		InsecureSkipVerify: o.insecureSkipVerify})
+	if err != nil {
+		return nil, fmt.Errorf("broker TLS (--broker-url, --broker-ca-file, --broker-client-cert-file, --broker-client-key-file): %w", err)
 	}
 	return cfg, nil
 }
