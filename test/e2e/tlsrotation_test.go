@@ -18,7 +18,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
@@ -110,7 +110,7 @@ func testRotation(t *testing.T, ctx context.Context, kind string) {
 			port, p.clientCAFile(), serverCert, serverKey)})
 		user, pass := m.DynSecAdmin()
 		op.Broker.URL = fmt.Sprintf("mqtts://127.0.0.1:%d", port)
-		op.DynsecAdmin = &dynsec.Config{URL: op.Broker.URL, Username: user, Password: pass, TLS: opTLS}
+		op.Admin = &brokers.Config{Kind: brokers.Dynsec, Username: user, Password: pass}
 		rotate = func() {
 			// Down first, so that nobody's old connection outlives the switch.
 			m.Stop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"sync"
 	"testing"
@@ -13,8 +14,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 )
 
 // BrokerKinds are the brokers every broker-facing suite runs on: real Mosquitto 2.0.11 with the
@@ -28,25 +28,26 @@ type Broker struct {
 	Addr    string
 }
 
-// StartBroker starts a broker of kind ("mosquitto" or "embedded") for the rest of the test.
+// StartBroker starts a broker of kind ("mosquitto" or "embedded") for the rest of the test, its
+// backend built by the operator's own factory (internal/mqtt/brokers).
 func StartBroker(t testing.TB, ctx context.Context, kind string) Broker {
 	t.Helper()
+	cfg := brokers.Config{Kind: brokers.Embedded, URL: "mqtt://127.0.0.1:0", MaxPacketSize: 1 << 20}
 	if kind == "mosquitto" {
 		broker := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
 		user, pass := broker.DynSecAdmin()
-		ds, err := dynsec.Connect(ctx, dynsec.Config{URL: broker.URL(), Username: user, Password: pass})
-		if err != nil {
-			t.Fatalf("connect dynsec: %v", err)
-		}
-		t.Cleanup(func() { _ = ds.Close(context.Background()) })
-		return Broker{Backend: ds, URL: broker.URL(), Addr: broker.Addr()}
+		cfg = brokers.Config{Kind: brokers.Dynsec, URL: broker.URL(), Username: user, Password: pass}
 	}
-	srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", MaxPacketSize: 1 << 20})
+	b, err := brokers.Connect(ctx, cfg)
 	if err != nil {
-		t.Fatalf("start embedded broker: %v", err)
+		t.Fatalf("start %s broker: %v", kind, err)
 	}
-	t.Cleanup(func() { _ = srv.Close() })
-	return Broker{Backend: srv.Backend(), URL: srv.URL(), Addr: srv.Addr()}
+	t.Cleanup(func() { _ = b.Close() })
+	u, err := url.Parse(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Broker{Backend: b.Backend, URL: b.URL, Addr: u.Host}
 }
 
 // MQTTClient is a raw paho v5 client without reconnects, so that every disconnect the broker
