@@ -125,7 +125,7 @@ func TestGatedSetKeysOnHolders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &registry{s: &Service{log: logr.Discard()}}
+	r := &registry{log: logr.Discard()}
 	got, err := r.gatedFrom(ctx, v, []a2av1.Agent{*squatter, *holder, *stranger}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func BenchmarkGatedFrom(b *testing.B) {
 				objs = append(objs, &all[i])
 			}
 			reader := readerOf(b, objs...)
-			reg := &registry{s: &Service{log: logr.Discard()}}
+			reg := &registry{log: logr.Discard()}
 			b.ReportAllocs()
 			for b.Loop() {
 				v, err := (&tenancy.Authorizer{Reader: reader}).View(context.Background())

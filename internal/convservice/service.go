@@ -378,9 +378,16 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	if _, err := conn.Subscribe(ctx, identity.Service.RequestTopic(), s.onHistoryRequest); err != nil {
 		return fail(fmt.Errorf("conversation service: subscribe own request topic: %w", err))
 	}
-	s.gated, err = newRegistry(ctx, s)
+	deps := registryDeps{cfg: cfg, log: s.log, conn: conn, gauge: s.m.gatedAgents, consumes: s.consumes, onRequest: s.onRequest}
+	if s.owners != nil {
+		deps.ownersKick = s.ownersKick
+	}
+	s.gated, err = newRegistry(ctx, deps)
 	if err != nil {
 		return fail(err)
+	}
+	if s.owners != nil {
+		s.owners.gated = s.gated // before any worker runs
 	}
 	close(s.started)
 	if s.owners != nil {
@@ -438,7 +445,7 @@ func (s *Service) openState(ctx context.Context) error {
 		}
 		j := convstore.NewRedisJournal(c, s.cfg.RedisPrefix)
 		s.journal, s.mem, s.ping = j, convstore.NewMemory(j, false), j.Ping
-		s.owners = newOwnership(s, j)
+		s.owners = newOwnership(s.cfg, s.log, s.mem, j)
 	default:
 		return fmt.Errorf("conversation service: store %q: want bolt:PATH or redis://", s.cfg.Store)
 	}
