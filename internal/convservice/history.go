@@ -21,7 +21,7 @@ import (
 // by the policy anyway).
 const maxListPageSize = 100
 
-func (s *Service) onHistoryRequest(p *paho.Publish) {
+func (s *history) onHistoryRequest(p *paho.Publish) {
 	in := newInbound(p)
 	s.dispatch(in.corr, func() { s.handleHistory(in) })
 }
@@ -33,7 +33,7 @@ func (s *Service) onHistoryRequest(p *paho.Publish) {
 // defaulting to the caller: a responder reads its own conversations, and a
 // requester may read the contexts it opened with a gated agent, nobody
 // else's.
-func (s *Service) handleHistory(in *inbound) {
+func (s *history) handleHistory(in *inbound) {
 	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
 	defer cancel()
 	// The caller is the publisher the broker stamped, asking on its own
@@ -113,7 +113,7 @@ type served struct {
 	artifacts []string
 }
 
-func (s *Service) getTask(agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool, sv *served) (any, *rpcerr.Error) {
+func (s *history) getTask(agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool, sv *served) (any, *rpcerr.Error) {
 	var params a2a.GetTaskRequest
 	if len(req.Params) > 0 {
 		if err := json.Unmarshal(req.Params, &params); err != nil {
@@ -137,7 +137,7 @@ func (s *Service) getTask(agent string, p conversation.Policy, now time.Time, re
 // historyLength is unset (a2a-go's task store default).
 const listHistoryDefault = 100
 
-func (s *Service) listTasks(agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool, sv *served) (any, *rpcerr.Error) {
+func (s *history) listTasks(agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool, sv *served) (any, *rpcerr.Error) {
 	var params a2a.ListTasksRequest
 	if len(req.Params) > 0 {
 		if err := json.Unmarshal(req.Params, &params); err != nil {
@@ -194,7 +194,7 @@ func (s *Service) listTasks(agent string, p conversation.Policy, now time.Time, 
 // (state, times, the engine's own status message, the continuation hint
 // with its digest under the extension URI in metadata) and, in history mode
 // Messages, its messages (the last historyLength; nil = all) and artifacts.
-func (s *Service) renderTask(contextID string, t *conversation.Task, items []*convstore.Item, historyLength *int, withArtifacts bool, sv *served) *a2a.Task {
+func (s *history) renderTask(contextID string, t *conversation.Task, items []*convstore.Item, historyLength *int, withArtifacts bool, sv *served) *a2a.Task {
 	out := taskOf(contextID, t)
 	var msgs []*a2a.Message
 	var seqs []uint64
@@ -240,7 +240,7 @@ func (s *Service) renderTask(contextID string, t *conversation.Task, items []*co
 }
 
 // runningTasks lists the tasks of a context that are in a run.
-func (s *Service) runningTasks(agent, contextID string) []string {
+func (s *history) runningTasks(agent, contextID string) []string {
 	c := s.mem.Context(agent, contextID)
 	if c == nil {
 		return nil

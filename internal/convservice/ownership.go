@@ -240,31 +240,56 @@ func (o *ownership) run(ctx context.Context, poke chan struct{}, waiting bool) {
 // rebalance takes, renews and gives up leases to match the assignment. It
 // reports whether an agent assigned here is still held by another replica.
 func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
-	ttl := o.ttl
-	live, err := o.j.Heartbeat(ctx, o.replica, ttl)
+	live, changed, ok := o.heartbeat(ctx)
+	if !ok {
+		return false
+	}
+	agents, stale := o.agentsToOwn(ctx)
+	empty := o.forgetEmpty(ctx, agents)
+	for agent := range empty {
+		stale = append(stale, agent)
+	}
+	renew, takeOvers, handOffs := o.plan(agents, empty, live)
+	handOffs = append(stale, handOffs...)
+	moved, waiting := o.move(ctx, handOffs, takeOvers)
+	if o.renew(ctx, renew) || moved {
+		changed = true
+	}
+	if changed {
+		// Subscribe or unsubscribe the request topics to match.
+		o.gated.poke()
+	}
+	return waiting
+}
+
+// heartbeat records this replica as live and returns the live replicas, and whether they
+// changed (the assignment may have moved: subscriptions and parked requests follow).
+func (o *ownership) heartbeat(ctx context.Context) (live []string, changed, ok bool) {
+	live, err := o.j.Heartbeat(ctx, o.replica, o.ttl)
 	if err != nil {
 		if ctx.Err() == nil {
 			o.log.Info("replica heartbeat failed; keeping current agents until their leases lapse", "err", err.Error())
 		}
-		return false
+		return nil, false, false
 	}
 	if !slices.Contains(live, o.replica) {
 		live = append(live, o.replica)
 		slices.Sort(live)
 	}
-	changed := false
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	if !o.liveKnown || !slices.Equal(o.live, live) {
-		// The assignment may have moved: subscriptions and parked requests
-		// follow.
 		o.live, o.liveKnown, changed = live, true, true
 		o.signalLocked()
 	}
-	o.mu.Unlock()
-	// The agents to own: the gated ones, and those with state in Redis (an
-	// agent that stopped being gated keeps its contexts until they expire,
-	// under the default policy, and someone must sweep them).
-	agents := o.gated.keys()
+	return live, changed, true
+}
+
+// agentsToOwn are the gated agents and those with state in Redis (an agent that stopped being
+// gated keeps its contexts until they expire, under the default policy, and someone must sweep
+// them); stale are the agents this replica holds that are neither.
+func (o *ownership) agentsToOwn(ctx context.Context) (agents, stale []string) {
+	agents = o.gated.keys()
 	storedList, err := o.j.Agents(ctx)
 	if err != nil {
 		o.log.Info("cannot list the agents with stored state; keeping the last list", "err", err.Error())
@@ -289,14 +314,19 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 		}
 	}
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.stored = stored
-	var stale []string
 	for agent := range o.held {
 		if !toOwn[agent] {
 			stale = append(stale, agent)
 		}
 	}
-	o.mu.Unlock()
+	return agents, stale
+}
+
+// forgetEmpty forgets the agents this replica holds that are not gated and whose every context
+// was swept: their state is gone (they come back if gated again). It returns them.
+func (o *ownership) forgetEmpty(ctx context.Context, agents []string) map[string]bool {
 	empty := map[string]bool{}
 	for _, agent := range agents {
 		if o.owns(agent) && o.gated.agent(agent) == nil && o.mem.Empty(agent) {
@@ -304,25 +334,20 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 		}
 	}
 	for agent := range empty {
-		// Not gated and every context swept: its state is gone; forget it
-		// (it comes back if it is gated again).
 		if err := o.j.ForgetAgent(ctx, agent); err != nil {
 			o.log.Info("cannot forget an agent without state", "agent", agent, "err", err.Error())
 			delete(empty, agent)
 			continue
 		}
-		stale = append(stale, agent)
 		o.log.Info("agent no longer gated and without contexts: forgotten", "agent", agent)
 	}
-	// Take-overs and hand-overs are a few Redis round trips each (the
-	// lease, the agent's state, the requests handled last, its inbox):
-	// they run ownershipParallel at a time, so a replica that starts, or
-	// survives another, holds thousands of agents in a fraction of a second
-	// instead of seconds.
-	handOffs := stale
-	var renew, takeOvers []string
+	return empty
+}
+
+// plan sorts the agents by what this replica does with their leases under the assignment.
+func (o *ownership) plan(agents []string, skip map[string]bool, live []string) (renew, takeOvers, handOffs []string) {
 	for _, agent := range agents {
-		if empty[agent] {
+		if skip[agent] {
 			continue
 		}
 		mine := assigned(agent, o.replica, live)
@@ -336,6 +361,15 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 			handOffs = append(handOffs, agent)
 		}
 	}
+	return renew, takeOvers, handOffs
+}
+
+// move hands agents off and takes agents over. Each is a few Redis round trips (the lease, the
+// agent's state, the requests handled last, its inbox): they run ownershipParallel at a time, so
+// a replica that starts, or survives another, holds thousands of agents in a fraction of a
+// second instead of seconds. It reports whether any agent moved, and whether one assigned here
+// is still held by another replica.
+func (o *ownership) move(ctx context.Context, handOffs, takeOvers []string) (moved, waiting bool) {
 	began := time.Now()
 	var mu sync.Mutex
 	var taken int
@@ -354,17 +388,10 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 		_ = o.j.AnnounceChange(ctx)
 	}
 	if taken > 0 || len(handOffs) > 0 {
-		changed = true
 		o.log.Info("agents moved", "taken_over", taken, "handed_over", len(handOffs), "duration", time.Since(began).Round(time.Millisecond).String())
+		return true, waiting
 	}
-	if o.renew(ctx, renew) {
-		changed = true
-	}
-	if changed {
-		// Subscribe or unsubscribe the request topics to match.
-		o.gated.poke()
-	}
-	return waiting
+	return false, waiting
 }
 
 // handedKeep is how long the requests a previous owner handled are dropped

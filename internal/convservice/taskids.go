@@ -47,7 +47,7 @@ type idModes struct {
 func newIDModes() *idModes { return &idModes{m: map[string]bool{}} }
 
 // agentCreatesIDs reports whether agent creates its own task ids.
-func (s *Service) agentCreatesIDs(agent string) bool {
+func (s *taskIDs) agentCreatesIDs(agent string) bool {
 	s.ids.mu.Lock()
 	v, known := s.ids.m[agent]
 	s.ids.mu.Unlock()
@@ -63,7 +63,7 @@ func (s *Service) agentCreatesIDs(agent string) bool {
 	return v
 }
 
-func (s *Service) setAgentCreatesIDs(agent string, v bool) {
+func (s *taskIDs) setAgentCreatesIDs(agent string, v bool) {
 	s.ids.mu.Lock()
 	s.ids.m[agent] = v
 	s.ids.mu.Unlock()
@@ -156,7 +156,7 @@ func toRequesterIDs(payload []byte, pairs []idPair) []byte {
 // -32005 to a request without one): the service learns the agent's mode
 // and presents the same request again in the other shape. It reports
 // whether it did (the error is then not relayed).
-func (s *Service) reshape(ctx context.Context, rt route, pr parsedReply) bool {
+func (s *replies) reshape(ctx context.Context, rt route, pr parsedReply) bool {
 	ru := s.runs.get(rt.Agent, rt.TaskID)
 	if ru == nil || ru.reshaped || ru.in == nil {
 		return false
