@@ -255,8 +255,8 @@ type Service struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 	ready   atomic.Bool
-	https     []*http.Server
-	closed    sync.Once
+	https   []*http.Server
+	closed  sync.Once
 
 	// The parts (parts.go), built by wire.
 	workers   *workers
