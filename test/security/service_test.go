@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -200,28 +199,24 @@ type rawClient struct {
 
 func dialRaw(t testing.TB, ctx context.Context, addr string, id a2amqtt.AgentRef, password string, subscribe ...string) *rawClient {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &rawClient{id: id, more: make(chan struct{}, 1)}
-	r.c = paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-		func(pr paho.PublishReceived) (bool, error) {
-			r.mu.Lock()
-			r.got = append(r.got, pr.Packet)
-			r.mu.Unlock()
-			select {
-			case r.more <- struct{}{}:
-			default:
-			}
-			return true, nil
-		}}})
-	ack, err := r.c.Connect(ctx, &paho.Connect{ClientID: id.ClientID(), CleanStart: true, KeepAlive: 30,
-		Username: identity.BrokerPrefix + id.ClientID(), UsernameFlag: true, Password: []byte(password), PasswordFlag: true})
-	if err != nil || ack.ReasonCode != 0 {
-		t.Fatalf("%s connect: %v %v", id, err, ack)
+	// The suites' test client; what it receives is kept here, unbounded.
+	c, err := brokertest.Dial(t, addr, brokertest.Options{Username: identity.BrokerPrefix + id.ClientID(), ClientID: id.ClientID(),
+		Password: password, IgnoreMessages: true})
+	if err != nil {
+		t.Fatalf("%s connect: %v", id, err)
 	}
-	t.Cleanup(func() { _ = r.c.Disconnect(&paho.Disconnect{}) })
+	r.c = c.Paho()
+	r.c.AddOnPublishReceived(func(pr paho.PublishReceived) (bool, error) {
+		r.mu.Lock()
+		r.got = append(r.got, pr.Packet)
+		r.mu.Unlock()
+		select {
+		case r.more <- struct{}{}:
+		default:
+		}
+		return true, nil
+	})
 	for _, topic := range subscribe {
 		sa, err := r.c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
 		if err != nil || sa.Reasons[0] >= 0x80 {

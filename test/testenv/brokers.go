@@ -2,15 +2,8 @@ package testenv
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"net/url"
-	"slices"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
@@ -50,66 +43,15 @@ func StartBroker(t testing.TB, ctx context.Context, kind string) Broker {
 	return Broker{Backend: b.Backend, URL: b.URL, Addr: u.Host}
 }
 
-// MQTTClient is a raw paho v5 client without reconnects, so that every disconnect the broker
-// causes is seen and counted (the "no collateral kicks" assertions).
-type MQTTClient struct {
-	*paho.Client
-	ID    string
-	mu    sync.Mutex
-	kicks []string
-}
-
-// Kicks lists the disconnects seen so far.
-func (c *MQTTClient) Kicks() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.kicks)
-}
-
-// ResetKicks forgets the disconnects seen so far.
-func (c *MQTTClient) ResetKicks() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.kicks = nil
-}
-
-func (c *MQTTClient) kicked(why string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.kicks = append(c.kicks, why)
-}
-
-// Dial connects to addr with a clean session; a CONNACK refusal is an error.
-func Dial(ctx context.Context, addr, username, clientID, password string) (*MQTTClient, error) {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	c := &MQTTClient{ID: clientID}
-	c.Client = paho.NewClient(paho.ClientConfig{Conn: conn,
-		OnServerDisconnect: func(d *paho.Disconnect) { c.kicked(fmt.Sprintf("DISCONNECT reason 0x%02x", d.ReasonCode)) },
-		OnClientError:      func(err error) { c.kicked(err.Error()) },
-	})
-	ack, err := c.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30,
-		Username: username, UsernameFlag: true, Password: []byte(password), PasswordFlag: true})
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("connect %s as %s: %w", clientID, username, err)
-	}
-	if ack.ReasonCode != 0 {
-		_ = conn.Close()
-		return nil, fmt.Errorf("connect %s as %s: CONNACK reason 0x%02x", clientID, username, ack.ReasonCode)
-	}
-	return c, nil
-}
-
-// DialAgent connects as an agent identity ({org}/{unit}/{agent}) for the rest of the test.
-func DialAgent(t testing.TB, ctx context.Context, addr, clientID, password string) *MQTTClient {
+// DialAgent connects as an agent identity ({org}/{unit}/{agent}, username a2a:{org}/{unit}/{agent})
+// with a clean session for the rest of the test: a brokertest.Client without reconnects, so
+// every disconnect the broker causes is seen (the "no collateral kicks" assertions). What it
+// receives is dropped.
+func DialAgent(t testing.TB, addr, clientID, password string) *brokertest.Client {
 	t.Helper()
-	c, err := Dial(ctx, addr, "a2a:"+clientID, clientID, password)
+	c, err := brokertest.Dial(t, addr, brokertest.Options{Username: acl.DefaultPrefix + clientID, ClientID: clientID, Password: password, IgnoreMessages: true})
 	if err != nil {
 		t.Fatalf("agent %s cannot connect with its generated credentials: %v", clientID, err)
 	}
-	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
 	return c
 }
