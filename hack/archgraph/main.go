@@ -155,36 +155,28 @@ func oneWay(graph, tests map[string][]string) error {
 
 // reachesAbove reports whether from imports, directly or not, the controllers or a command.
 func reachesAbove(graph map[string][]string, from string) bool {
-	seen := map[string]bool{}
-	stack := []string{from}
-	for len(stack) > 0 {
-		n := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if above(n) {
-			return true
-		}
-		if seen[n] {
-			continue
-		}
-		seen[n] = true
-		stack = append(stack, graph[n]...)
-	}
-	return false
+	return walk(graph, []string{from}, above)
 }
 
 // reaches reports whether to is reachable from from, not using the direct edge from -> skip.
 func reaches(graph map[string][]string, from, to, skip string) bool {
-	seen := map[string]bool{}
-	stack := []string{}
+	var starts []string
 	for _, d := range graph[from] {
 		if d != skip {
-			stack = append(stack, d)
+			starts = append(starts, d)
 		}
 	}
+	return walk(graph, starts, func(n string) bool { return n == to })
+}
+
+// walk reports whether a package for which found is true is reachable from starts (included).
+func walk(graph map[string][]string, starts []string, found func(string) bool) bool {
+	seen := map[string]bool{}
+	stack := slices.Clone(starts)
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if n == to {
+		if found(n) {
 			return true
 		}
 		if seen[n] {
