@@ -295,3 +295,7 @@ bench-service: tools-test ## Conversation service: proxy vs direct, replicas on 
 	go test ./internal/convstore/ -run '^$$' -bench 'BenchmarkDecide|BenchmarkGroupCommit' -benchtime 20000x -timeout 30m
 	go test ./internal/convstore/ -run '^$$' -bench BenchmarkRecovery -benchtime 2x -timeout 30m
 	go test ./internal/convstore/ -run '^$$' -bench BenchmarkHistoryModes -benchtime 1x -timeout 30m
+
+# print-VAR prints a variable's value (hack/kind-e2e.sh reads the image names with it).
+print-%:
+	@echo $($*)
