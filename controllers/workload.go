@@ -91,7 +91,7 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 			removeCondition(agent, a2av1.ConditionWorkloadAvailable)
 		} else {
 			ready := conditionOf(agent, a2av1.ConditionRegistered)
-			r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ready.Reason,
+			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ready.Reason,
 				"no workload runs without the agent's credentials: "+ready.Message)
 		}
 		return nil
@@ -104,7 +104,7 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 		}
 		// Terminal until the spec (or the namespace's level, or the Tenant) changes, each of which
 		// reconciles: no retry.
-		r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
 			"the workload is not run: "+strings.Join(violations, "; "))
 		return nil
 	}
@@ -114,7 +114,7 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 	if apierrors.IsNotFound(err) {
 		// The cache holds only Deployments with our label: never take over someone else's.
 		if err := r.APIReader.Get(ctx, key, deploy); err == nil && !metav1.IsControlledBy(deploy, agent) {
-			r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
+			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
 				fmt.Sprintf("Deployment %s exists and is not this Agent's; delete or rename it", key.Name))
 			return nil
 		} else if err != nil && !apierrors.IsNotFound(err) {
@@ -141,7 +141,7 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 		applied, err := r.applyDeployment(ctx, desired)
 		if err != nil {
 			if apierrors.IsInvalid(err) {
-				r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadInvalid, err.Error())
+				setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadInvalid, err.Error())
 				return nil
 			}
 			return fmt.Errorf("apply workload deployment: %w", err)
@@ -151,12 +151,12 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 	}
 	for _, c := range deploy.Status.Conditions {
 		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue {
-			r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionTrue, ReasonWorkloadAvailable,
+			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionTrue, ReasonWorkloadAvailable,
 				fmt.Sprintf("%d/%d replicas available", deploy.Status.AvailableReplicas, ptr.Deref(deploy.Spec.Replicas, 1)))
 			return nil
 		}
 	}
-	r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadProgressing,
+	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadProgressing,
 		fmt.Sprintf("Deployment %s has %d/%d replicas available", key.Name, deploy.Status.AvailableReplicas, ptr.Deref(deploy.Spec.Replicas, 1)))
 	return nil
 }
