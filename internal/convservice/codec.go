@@ -14,6 +14,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 // route is what the service needs to relay an agent's reply: which agent and
@@ -277,21 +278,14 @@ func parseReply(payload []byte) (parsedReply, error) {
 	return parsedReply{}, nil
 }
 
-// rpcError is a JSON-RPC error object.
-type rpcError struct {
-	Code    int             `json:"code"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data,omitempty"`
-}
-
 type rpcResponse struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      any             `json:"id"`
 	Result  json.RawMessage `json:"result,omitempty"`
-	Error   *rpcError       `json:"error,omitempty"`
+	Error   *rpcerr.Error   `json:"error,omitempty"`
 }
 
-func encodeResponse(id any, result any, e *rpcError) ([]byte, error) {
+func encodeResponse(id any, result any, e *rpcerr.Error) ([]byte, error) {
 	resp := rpcResponse{JSONRPC: "2.0", ID: id, Error: e}
 	if e == nil {
 		b, err := json.Marshal(result)

@@ -66,7 +66,7 @@ func (f *finishedRoutes) finished(sealed []byte, now time.Time) bool {
 }
 
 // replayed reports whether a reply on rt (sealed as corr) comes after its route finished.
-func (s *Service) replayed(rt route, corr []byte) bool {
+func (s *replies) replayed(rt route, corr []byte) bool {
 	if s.finished.finished(corr, time.Now()) {
 		return true
 	}

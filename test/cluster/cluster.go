@@ -162,20 +162,35 @@ func (e *Env) KubectlRun(ctx context.Context, args ...string) (string, error) {
 }
 
 // Kustomization is a folder of the repository as `kubectl apply -k` takes it: the folder itself,
-// or, with image overrides, an overlay of it in dir that sets them.
-func (e *Env) Kustomization(dir, folder string) (string, error) {
+// or, with image overrides or components, an overlay of it in dir that sets them (a component is
+// used as a user's overlay uses it, e.g. config/quickstart/tls).
+func (e *Env) Kustomization(dir, folder string, components ...string) (string, error) {
 	path := filepath.Join(e.Root, folder)
-	if len(e.Images) == 0 {
+	if len(e.Images) == 0 && len(components) == 0 {
 		return path, nil
 	}
 	overlay := filepath.Join(dir, strings.ReplaceAll(folder, "/", "-"))
-	// kustomize takes a relative path only (an absolute one "cannot be absolute").
-	rel, err := filepath.Rel(overlay, path)
+	// kustomize takes only relative paths, from the overlay's folder.
+	rel := func(p string) (string, error) { return filepath.Rel(overlay, filepath.Join(e.Root, p)) }
+	var b strings.Builder
+	r, err := rel(folder)
 	if err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "resources:\n- %s\nimages:\n", rel)
+	fmt.Fprintf(&b, "resources:\n- %s\n", r)
+	if len(components) > 0 {
+		b.WriteString("components:\n")
+		for _, c := range components {
+			r, err := rel(c)
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(&b, "- %s\n", r)
+		}
+	}
+	if len(e.Images) > 0 {
+		b.WriteString("images:\n")
+	}
 	for name, image := range e.Images {
 		newName, tag, _ := strings.Cut(image, ":")
 		fmt.Fprintf(&b, "- name: %s\n  newName: %s\n", name, newName)

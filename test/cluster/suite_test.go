@@ -76,7 +76,9 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	}
 	t.Logf("operator, conversation service and Mosquitto available %.1fs after the apply", time.Since(start).Seconds())
 	b := runSamples(ctx, t)
-
+	if !t.Run("no restarts, no RBAC refusals, one leader", func(t *testing.T) { healthy(ctx, t) }) {
+		return
+	}
 	if !t.Run("chat through the conversation service", func(t *testing.T) { b.chatConfirm(ctx, t) }) {
 		return
 	}
@@ -114,7 +116,43 @@ func TestHelmChartOnARealCluster(t *testing.T) {
 	}
 	t.Logf("operator, conversation service and Mosquitto available %.1fs after helm install", time.Since(start).Seconds())
 	b := runSamples(ctx, t)
+	t.Run("no restarts, no RBAC refusals, one leader", func(t *testing.T) { healthy(ctx, t) })
 	t.Run("chat through the conversation service", func(t *testing.T) { b.chatConfirm(ctx, t) })
+}
+
+// healthy checks what the install must not do on its own: restart a container, be refused by the
+// API server (RBAC the manifests forgot) or run without a leader.
+func healthy(ctx context.Context, t *testing.T) {
+	for _, ns := range []string{Namespace, samplesNamespace} {
+		restarts, err := env.Restarts(ctx, ns, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for container, n := range restarts {
+			if n > 0 {
+				t.Errorf("%s/%s restarted %d times", ns, container, n)
+			}
+		}
+	}
+	for _, deploy := range []string{"a2a-fleet-controller-manager", "a2a-fleet-conversation-service"} {
+		out, err := env.KubectlRun(ctx, "logs", "-n", Namespace, "deploy/"+deploy, "--all-containers", "--tail", "-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(strings.ToLower(line), "forbidden") {
+				t.Errorf("%s was refused by the API server: %s", deploy, line)
+			}
+		}
+	}
+	lease, err := env.Clientset.CoordinationV1().Leases(Namespace).Get(ctx, "a2a-fleet-operator.a2a.fleet.dev", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the operator's leader election Lease: %v", err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Fatal("the leader election Lease has no holder")
+	}
+	t.Logf("no restarts, no refusals; leader %s", *lease.Spec.HolderIdentity)
 }
 
 // bus is the installed stack as the host sees it: the broker through the suite's NodePort, with
@@ -163,12 +201,52 @@ func runSamples(ctx context.Context, t *testing.T) *bus {
 			t.Fatal(err)
 		}
 	}
+	b.checkCards(ctx, t)
 	return b
 }
 
-// a2actl runs the CLI from this machine as the console.
+// checkCards checks that the cards on the broker are the manifests' (the pods publish the card
+// the operator gives them, docs/api.md) and that a2actl sees every example agent online.
+func (b *bus) checkCards(ctx context.Context, t *testing.T) {
+	t.Helper()
+	want := map[string]string{"acme/demo/echo": "", "acme/demo/confirm": "", "acme/demo/memory-agent": ""}
+	for _, name := range sampleAgents {
+		a := &a2av1.Agent{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: samplesNamespace, Name: name}, a); err != nil {
+			t.Fatal(err)
+		}
+		want["acme/demo/"+cmpOr(a.Spec.AgentID, a.Name)] = a.Spec.Card.Name
+	}
+	var out string
+	err := Poll(ctx, time.Minute, "a2actl agents shows every example agent online with its manifest's card", func(ctx context.Context) (bool, string, error) {
+		var err error
+		if out, err = b.a2actl(ctx, "agents"); err != nil {
+			return false, err.Error(), nil
+		}
+		for ref, name := range want {
+			ok := false
+			for _, line := range strings.Split(out, "\n") {
+				f := strings.Fields(line)
+				if len(f) >= 3 && f[0] == ref && f[1] == "online" && strings.Contains(line, " "+name+" ") {
+					ok = true
+				}
+			}
+			if !ok {
+				return false, fmt.Sprintf("%s not online as %q:\n%s", ref, name, out), nil
+			}
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a2actl agents:\n%s", out)
+}
+
+// a2actl runs the CLI from this machine as the console; one call may take 30 s (its own
+// timeouts are shorter), so that a wait retries a call that hangs.
 func (b *bus) a2actl(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	args = append(args, "--broker", b.broker, "--credentials-dir", b.console, "--as", "acme/demo/console")
 	return env.Command(ctx, env.A2actl, args...)
