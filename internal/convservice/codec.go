@@ -36,7 +36,16 @@ type route struct {
 	// Internal marks requests the service itself sent (CancelTask after an
 	// input-required timeout): their replies are observed, not relayed.
 	Internal bool
+	// Retry marks the forward of a repeated message (conversation.KindRetry): the task may have
+	// finished already, so its reply is judged a replay only by this route's own end (replay.go).
+	Retry bool
 }
+
+// Route flags, the sealed body's first byte.
+const (
+	routeInternal byte = 1 << iota
+	routeRetry
+)
 
 const (
 	// routeVersion 2: AES-256-GCM. Version 1 (HMAC only, readable) is
@@ -106,7 +115,10 @@ func (s *sealer) seal(r route) []byte {
 	plain := make([]byte, 0, 16+len(r.Agent)+len(r.TaskID)+len(r.ContextID)+len(r.Method)+len(r.Correlation)+len(r.ResponseTopic))
 	flags := byte(0)
 	if r.Internal {
-		flags = 1
+		flags |= routeInternal
+	}
+	if r.Retry {
+		flags |= routeRetry
 	}
 	plain = append(plain, flags)
 	plain = appendField(plain, []byte(r.Agent))
@@ -138,7 +150,7 @@ func (s *sealer) open(b []byte) (route, error) {
 	if err != nil || len(body) < 1 {
 		return route{}, errBadRoute
 	}
-	r := route{Internal: body[0]&1 != 0}
+	r := route{Internal: body[0]&routeInternal != 0, Retry: body[0]&routeRetry != 0}
 	rest := body[1:]
 	fields := make([][]byte, 6)
 	for i := range fields {

@@ -458,6 +458,7 @@ func (s *requests) actOnDecision(ctx context.Context, t *turn) bool {
 	if d.Context != nil {
 		t.rt.ContextID = d.Context.ID
 	}
+	t.rt.Retry = d.Kind == conversation.KindRetry
 	t.tracked = d.Changed && d.Task != nil
 	return true
 }

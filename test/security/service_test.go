@@ -428,6 +428,46 @@ func serviceAttacks(t *testing.T, ctx context.Context, w *serviceWorld) {
 		}
 	})
 
+	t.Run("a retry of a finished task is answered, once (its first reply may have been lost)", func(t *testing.T) {
+		// The requester repeats the message with fresh correlation data, as the SDK does when
+		// no answer came (found on kind: a broker restarted on an empty volume lost the relayed
+		// replies, and the retries' answers were dropped as replays).
+		payload := sendMessage("again")
+		first, retry := []byte("first-"+uuid.NewString()), []byte("retry-"+uuid.NewString())
+		n := console.count()
+		console.publish(t, ctx, request(w.helper.RequestTopic(), w.console.ReplyTopic("retry"), first, payload, ""))
+		if p := console.waitFor(n, first, 10*time.Second); p == nil {
+			t.Fatal("no reply to the first attempt")
+		}
+		dropped := w.counter(t, "a2a_conversation_replies_total", "outcome", "dropped_replay")
+		console.publish(t, ctx, request(w.helper.RequestTopic(), w.console.ReplyTopic("retry"), retry, payload, ""))
+		p := console.waitFor(n, retry, 10*time.Second)
+		if p == nil || !strings.Contains(string(p.Payload), "hello from helper") {
+			t.Fatalf("the retry of the finished task was not answered with it: %v", p)
+		}
+		if got := w.counter(t, "a2a_conversation_replies_total", "outcome", "dropped_replay"); got != dropped {
+			t.Errorf("replies_total{dropped_replay} grew by %v for a retry", got-dropped)
+		}
+		// The retry's own route ends with its answer: a replay of that answer is dropped.
+		helper := w.responders[w.helper]
+		if code := helper.publish(t, ctx, helper.lastSent()); code >= 0x80 {
+			t.Fatalf("the helper may not publish its reply again (0x%02x)", code)
+		}
+		time.Sleep(time.Second) // a relayed replay would have arrived by now
+		var replies int
+		for _, p := range console.since(n) {
+			if string(p.Properties.CorrelationData) == string(retry) {
+				replies++
+			}
+		}
+		if replies != 1 {
+			t.Errorf("the console got %d replies to the retry, want 1", replies)
+		}
+		if got := w.counter(t, "a2a_conversation_replies_total", "outcome", "dropped_replay"); got != dropped+1 {
+			t.Errorf("replies_total{dropped_replay} = %v after a replay of the retry's answer, want %v", got, dropped+1)
+		}
+	})
+
 	t.Run("a flood is answered rate_limited with retry_after; the other tenant is served", func(t *testing.T) {
 		limited, unanswered := w.rejections(t, rpcerr.NameRateLimited), w.rejections(t, "rate_limited_unanswered")
 		n := mallory.count()
