@@ -67,6 +67,18 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 // writes name.pem and name-key.pem.
 func (p *PKI) Issue(t testing.TB, name string, server bool) (certFile, keyFile string) {
 	t.Helper()
+	return p.issue(t, name, server, nil)
+}
+
+// IssueServerFor signs a server certificate for the DNS names (the first is its name), as
+// cert-manager issues one for a Service, and writes name.pem and name-key.pem.
+func (p *PKI) IssueServerFor(t testing.TB, dnsNames ...string) (certFile, keyFile string) {
+	t.Helper()
+	return p.issue(t, dnsNames[0], true, dnsNames)
+}
+
+func (p *PKI) issue(t testing.TB, name string, server bool, dnsNames []string) (certFile, keyFile string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +92,7 @@ func (p *PKI) Issue(t testing.TB, name string, server bool) (certFile, keyFile s
 	if server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		tmpl.DNSNames = dnsNames
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.key)
 	if err != nil {
