@@ -35,7 +35,9 @@ func main() {
 	flag.StringVar(&cfg.BrokerURL, "broker", env("A2A_BROKER", "mqtt://127.0.0.1:1883"), "MQTT v5 broker URL (env A2A_BROKER)")
 	flag.StringVar(&cfg.Username, "username", env("A2A_USERNAME", "a2a:conversation-service"), "broker username (env A2A_USERNAME, from the service Secret)")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("A2A_REPLICA_ID", ""), "replica id: MQTT client id suffix and reply topic suffix (default: host name)")
-	flag.StringVar(&cfg.Store, "store", env("A2A_STORE", "bolt:/var/lib/conversation-service/state.db"), "state store: bolt:PATH (one replica) or redis://host:port/db (several)")
+	flag.StringVar(&cfg.Store, "store", env("A2A_STORE", "bolt:/var/lib/conversation-service/state.db"), "state store: bolt:PATH (one replica), or for several: redis://[user:pass@]host:port/db, "+
+		"redis+sentinel://[user:pass@]sentinel:port/db?addr=sentinel2:port&master_name=NAME (a Sentinel-managed primary; commits wait for wait_replicas=1 replica by default), "+
+		"redis+cluster://node:port?addr=node2:port (rediss... with TLS; docs/conversation-service.md, \"Replicated Redis\")")
 	flag.StringVar(&cfg.RedisPrefix, "redis-prefix", "a2af", "key prefix in Redis")
 	// Deprecated: replicas partition the agents between them (ownership in
 	// the Redis journal), on every broker; accepted so old manifests run.

@@ -1,0 +1,122 @@
+package redistest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Netns is a network namespace joined to the host's by a veth pair, with an address on each end
+// in 198.18.0.0/15 (RFC 2544's benchmarking range: never a private or a routed network). A server
+// in it is reached at InsideIP; it reaches the host's processes at HostIP. Cut drops every packet
+// on the namespace's end of the link (a partition: nothing is refused, nothing answers), Heal
+// lets them through again. The `dummy` link type is missing on the machine this was built on, so
+// the namespace has a veth pair of its own.
+type Netns struct {
+	t        testing.TB
+	Name     string
+	HostIP   string
+	InsideIP string
+	hostIf   string
+	insideIf string
+}
+
+// CanNetns reports why this process cannot create a network namespace ("" when it can): that
+// takes root, ip(8) and iptables(8).
+func CanNetns() string {
+	if os.Geteuid() != 0 {
+		return "network namespaces need root"
+	}
+	for _, tool := range []string{"ip", "iptables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return tool + " is missing"
+		}
+	}
+	return ""
+}
+
+// NewNetns creates a namespace and its link for the test (removed at its end).
+func NewNetns(t testing.TB) *Netns {
+	t.Helper()
+	if why := CanNetns(); why != "" {
+		t.Skipf("cannot create a network namespace: %s", why)
+	}
+	var lastErr error
+	for range 5 {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		id := hex.EncodeToString(b[:3])
+		// A random /30 of 198.18.0.0/15.
+		second, third, fourth := 18+int(b[0]&1), int(b[1]), int(b[2]&0xfc)
+		n := &Netns{t: t, Name: "a2af-" + id, hostIf: "a2af" + id + "h", insideIf: "a2af" + id + "n",
+			HostIP:   fmt.Sprintf("198.%d.%d.%d", second, third, fourth+1),
+			InsideIP: fmt.Sprintf("198.%d.%d.%d", second, third, fourth+2)}
+		if lastErr = n.create(); lastErr == nil {
+			t.Cleanup(n.remove)
+			return n
+		}
+		n.remove()
+	}
+	t.Fatalf("create a network namespace: %v", lastErr)
+	return nil
+}
+
+func (n *Netns) create() error {
+	steps := [][]string{
+		{"netns", "add", n.Name},
+		{"link", "add", n.hostIf, "type", "veth", "peer", "name", n.insideIf},
+		{"link", "set", n.insideIf, "netns", n.Name},
+		{"addr", "add", n.HostIP + "/30", "dev", n.hostIf},
+		{"link", "set", n.hostIf, "up"},
+		{"netns", "exec", n.Name, "ip", "addr", "add", n.InsideIP + "/30", "dev", n.insideIf},
+		{"netns", "exec", n.Name, "ip", "link", "set", n.insideIf, "up"},
+		{"netns", "exec", n.Name, "ip", "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, out)
+		}
+	}
+	return nil
+}
+
+func (n *Netns) remove() {
+	_ = exec.Command("ip", "netns", "del", n.Name).Run()
+	// Removing the namespace destroys its end of the pair, and with it ours; in case it did not.
+	_ = exec.Command("ip", "link", "del", n.hostIf).Run()
+}
+
+// iptables runs iptables inside the namespace (its tables are the namespace's own: the host's
+// firewall is not touched).
+func (n *Netns) iptables(args ...string) error {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", n.Name, "iptables", "-w"}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables %s in %s: %v: %s", strings.Join(args, " "), n.Name, err, out)
+	}
+	return nil
+}
+
+// Cut drops every packet in and out of the namespace's link: its servers neither answer nor
+// refuse (established connections hang, new ones time out), as in a partition.
+func (n *Netns) Cut() {
+	n.t.Helper()
+	for _, rule := range [][]string{{"-I", "INPUT", "-i", n.insideIf, "-j", "DROP"}, {"-I", "OUTPUT", "-o", n.insideIf, "-j", "DROP"}} {
+		if err := n.iptables(rule...); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+}
+
+// Heal undoes Cut.
+func (n *Netns) Heal() {
+	n.t.Helper()
+	for _, rule := range [][]string{{"-D", "INPUT", "-i", n.insideIf, "-j", "DROP"}, {"-D", "OUTPUT", "-o", n.insideIf, "-j", "DROP"}} {
+		if err := n.iptables(rule...); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+}
