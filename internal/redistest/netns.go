@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -11,7 +12,8 @@ import (
 )
 
 // Netns is a network namespace joined to the host's by a veth pair, with an address on each end
-// in 198.18.0.0/15 (RFC 2544's benchmarking range: never a private or a routed network). A server
+// in 198.19.0.0/16 (half of RFC 2544's benchmarking range 198.18.0.0/15: never a private
+// network, and a /30 that no network routed on the host overlaps). A server
 // in it is reached at InsideIP; it reaches the host's processes at HostIP. Cut drops every packet
 // on the namespace's end of the link (a partition: nothing is refused, nothing answers), Heal
 // lets them through again. The `dummy` link type is missing on the machine this was built on, so
@@ -50,11 +52,16 @@ func NewNetns(t testing.TB) *Netns {
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)
 		id := hex.EncodeToString(b[:3])
-		// A random /30 of 198.18.0.0/15.
-		second, third, fourth := 18+int(b[0]&1), int(b[1]), int(b[2]&0xfc)
+		// A random /30 of 198.19.0.0/16, the upper half of the benchmarking range (container
+		// networks on this machine take 198.18.0.0/24), clear of every network routed here.
+		third, fourth := int(b[1]), int(b[2]&0xfc)
 		n := &Netns{t: t, Name: "a2af-" + id, hostIf: "a2af" + id + "h", insideIf: "a2af" + id + "n",
-			HostIP:   fmt.Sprintf("198.%d.%d.%d", second, third, fourth+1),
-			InsideIP: fmt.Sprintf("198.%d.%d.%d", second, third, fourth+2)}
+			HostIP:   fmt.Sprintf("198.19.%d.%d", third, fourth+1),
+			InsideIP: fmt.Sprintf("198.19.%d.%d", third, fourth+2)}
+		if routed(net.ParseIP(n.HostIP)) || routed(net.ParseIP(n.InsideIP)) {
+			lastErr = fmt.Errorf("%s/30 overlaps a routed network", n.HostIP)
+			continue
+		}
 		if lastErr = n.create(); lastErr == nil {
 			t.Cleanup(n.remove)
 			return n
@@ -63,6 +70,29 @@ func NewNetns(t testing.TB) *Netns {
 	}
 	t.Fatalf("create a network namespace: %v", lastErr)
 	return nil
+}
+
+// routed reports whether ip falls in a network the host already routes (other than the default
+// route): a namespace there would steal another network's traffic.
+func routed(ip net.IP) bool {
+	out, err := exec.Command("ip", "-4", "route", "show").Output()
+	if err != nil {
+		return true // cannot tell: do not risk it
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] == "default" {
+			continue
+		}
+		prefix := f[0]
+		if !strings.Contains(prefix, "/") {
+			prefix += "/32"
+		}
+		if _, nw, err := net.ParseCIDR(prefix); err == nil && nw.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *Netns) create() error {
