@@ -55,6 +55,7 @@ type operatorSnapshot struct {
 	Kicks       int64 // the broker's count of live connections kicked other than the commanded one
 	Writes      map[string]int
 	Reads       map[string]int
+	API         map[string]apiTiming // the operator's requests (no watches) and their time, by kind
 	Controllers map[string]controllerStats
 	HeapInuse   uint64
 	Clients     int
@@ -72,7 +73,7 @@ func (c operatorCounters) snapshot(observe bool) (operatorSnapshot, error) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	s := operatorSnapshot{Stats: c.backend.Stats(), Kicks: c.others.n.Load(), Writes: c.writes.snapshot(),
-		Reads: c.writes.snapshotReads(), Controllers: controllerMetrics(), HeapInuse: ms.HeapInuse}
+		Reads: c.writes.snapshotReads(), API: c.writes.snapshotTimed(), Controllers: controllerMetrics(), HeapInuse: ms.HeapInuse}
 	if observe {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
