@@ -126,13 +126,16 @@ verify-architecture: ## Fail when docs/architecture.md's package diagram differs
 	go run ./hack/archgraph -check docs/architecture.md
 
 .PHONY: verify-kustomize
-verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS component, mosquitto, conversation-service).
+verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS component, mosquitto, conversation-service and its Sentinel component).
 	@for dir in config/default config/quickstart config/mosquitto config/conversation-service; do \
 		$(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed"; exit 1; }; done
 	@# A component is rendered through an overlay that uses it, as a user's would.
 	@tmp=$(LOCALBIN)/.verify-quickstart-tls; mkdir -p $$tmp; \
 		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/quickstart/tls]\n' > $$tmp/kustomization.yaml; \
 		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/quickstart/tls failed"; exit 1; }
+	@tmp=$(LOCALBIN)/.verify-quickstart-sentinel; mkdir -p $$tmp; \
+		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/conversation-service/sentinel]\n' > $$tmp/kustomization.yaml; \
+		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/conversation-service/sentinel failed"; exit 1; }
 
 .PHONY: verify-chart
 verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-fleet, with the defaults and with every option on.
@@ -143,6 +146,7 @@ verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-flee
 
 CHART_ALL_OPTIONS := --set mosquitto.tls.enabled=true,broker.tls.caSecret=a2a-fleet-mosquitto-tls,broker.tls.clientCertificate=true \
 	--set conversationService.persistence.enabled=true,tracing.otlpEndpoint=http://otel-collector:4318 \
+	--set conversationService.replicas=2,conversationService.redis.sentinel.addresses={s0:26379\,s1:26379\,s2:26379},conversationService.redis.passwordSecret.name=redis-auth \
 	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false
 
 .PHONY: control-plane
@@ -158,7 +162,7 @@ mosquitto-plugin: ## Build the sender-stamp plugin for Mosquitto (hack/mosquitto
 	hack/build-mosquitto-plugin.sh
 
 .PHONY: redis
-redis: ## Install redis-server from Debian packages (idempotent).
+redis: ## Install redis-server and redis-sentinel from Debian packages (idempotent).
 	hack/install-redis.sh
 
 .PHONY: tools-test

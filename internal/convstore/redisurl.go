@@ -131,6 +131,24 @@ func ParseRedisURL(store string) (*RedisStore, error) {
 	return s, nil
 }
 
+// WithRedisPassword puts password into a Redis store URL's user information (properly
+// escaped), keeping its user name, unless the URL carries a password already: the service
+// takes the password from a Secret (A2A_REDIS_PASSWORD), not from its command line.
+func WithRedisPassword(store, password string) (string, error) {
+	if password == "" || !IsRedisURL(store) {
+		return store, nil
+	}
+	u, err := url.Parse(store)
+	if err != nil {
+		return "", fmt.Errorf("redis store URL: %w", err)
+	}
+	if _, set := u.User.Password(); set {
+		return store, nil
+	}
+	u.User = url.UserPassword(u.User.Username(), password)
+	return u.String(), nil
+}
+
 // NewClient returns go-redis' client for the store (the caller owns it).
 func (s *RedisStore) NewClient() redis.UniversalClient {
 	switch {

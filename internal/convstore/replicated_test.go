@@ -80,6 +80,24 @@ func TestParseRedisURL(t *testing.T) {
 			}
 		})
 	}
+	for _, tc := range []struct{ in, password, want string }{
+		{"redis+sentinel://s1:26379/0?master_name=m", "p@ss/word:1", "redis+sentinel://:p%40ss%2Fword%3A1@s1:26379/0?master_name=m"},
+		{"redis://user@h:1/0", "pw", "redis://user:pw@h:1/0"},
+		{"redis://:inurl@h:1/0", "pw", "redis://:inurl@h:1/0"},
+		{"bolt:/var/lib/state.db", "pw", "bolt:/var/lib/state.db"},
+	} {
+		got, err := WithRedisPassword(tc.in, tc.password)
+		if err != nil || got != tc.want {
+			t.Errorf("WithRedisPassword(%q) = %q %v, want %q", tc.in, got, err, tc.want)
+		}
+		if IsRedisURL(got) {
+			if s, err := ParseRedisURL(got); err != nil {
+				t.Errorf("%q does not parse: %v", got, err)
+			} else if s.failover != nil && (s.failover.Password != tc.password || s.failover.SentinelPassword != tc.password) {
+				t.Errorf("%q: passwords %q %q, want %q", got, s.failover.Password, s.failover.SentinelPassword, tc.password)
+			}
+		}
+	}
 	for _, notRedis := range []string{"bolt:/x", "redis", "redis:/x"} {
 		if IsRedisURL(notRedis) {
 			t.Errorf("IsRedisURL(%q) = true", notRedis)
