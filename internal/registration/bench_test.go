@@ -258,6 +258,12 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 	}
 	waitsBefore := waitSnap(before)
 	profiled := profileAPIServer(b, ctx, fmt.Sprintf("apiserver-%s-%d.prof", brokerName, n))
+	if dir := os.Getenv("FLEET_CPUPROFILE_DIR"); dir != "" {
+		// The operator process's CPU over the timed part.
+		if err := op.cpuProfile(filepath.Join(dir, fmt.Sprintf("operator-cpu-%s-%d.prof", brokerName, n))); err != nil {
+			b.Fatal(err)
+		}
+	}
 	start := time.Now()
 	stopProgress := logProgress(ctx, meter, tracker)
 	createFleet(b, ctx, ns, w, n)
@@ -268,6 +274,12 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 	cpuUsed := meter.sample().minus(cpuBefore)
 	after := snap(false)
 	waitsAfter := waitSnap(after)
+	if os.Getenv("FLEET_CPUPROFILE_DIR") != "" {
+		if err := op.cpuProfile(""); err != nil {
+			b.Fatal(err)
+		}
+	}
+	memory := describeMemory(meter, float64(n))
 	<-profiled
 	kicked := watch.Kicked()
 	peakRSS := op.peakRSSMiB()
@@ -326,7 +338,7 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 	b.Logf("waits: the fleet was created in %.1f s (%d writers); the Agent controller's %d workers were busy %.0f %% of the run; %s",
 		created.Seconds(), fleetWriters, workers, 100*agentCtl.ReconcileSeconds/(float64(workers)*elapsed.Seconds()),
 		describeWaits(waitsBefore, waitsAfter, agentCtl.ReconcileSeconds, agentCtl.Reconciles, applied, row.cpu.total(row.separate)))
-	b.Logf("operator reads per agent (cache misses and API reader): %s", perAgent(row.apiReads, applied))
+	b.Logf("operator reads per agent (cache misses and API reader): %s; memory with the fleet Ready: %s", perAgent(row.apiReads, applied), memory)
 	if len(kicked) > 0 {
 		b.Errorf("collateral kicks: applying the fleet disconnected witness agents %v", kicked)
 	}

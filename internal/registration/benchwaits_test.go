@@ -226,3 +226,20 @@ func describeWaits(before, after waitSample, reconcileSeconds, reconciles, agent
 		after.delayOperator-before.delayOperator, after.delayAPI-before.delayAPI, after.delayEtcd-before.delayEtcd)
 	return b.String()
 }
+
+// describeMemory is the resident memory of the operator, kube-apiserver and etcd now, in all and
+// per Agent of the n in the cluster (the fleet's cost to each, beside its fixed size).
+func describeMemory(m cpuMeter, n float64) string {
+	var parts []string
+	for _, p := range []struct {
+		name string
+		pid  int
+	}{{"operator", m.operator}, {"kube-apiserver", m.apiserver}, {"etcd", m.etcd}} {
+		if p.pid == 0 {
+			continue
+		}
+		rss := rssMiB(p.pid)
+		parts = append(parts, fmt.Sprintf("%s RSS %.0f MiB (%.1f KiB per Agent)", p.name, rss, rss*1024/n))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -47,6 +48,8 @@ type fleetOperator interface {
 	// process).
 	peakRSSMiB() float64
 	writeHeapProfile(path string) error
+	// cpuProfile starts the operator process's CPU profile into path, or stops it ("").
+	cpuProfile(path string) error
 }
 
 // operatorSnapshot is the operator side's counters at one moment.
@@ -95,6 +98,9 @@ type inProcessOperator struct{ operatorCounters }
 func (inProcessOperator) pid() int                           { return os.Getpid() }
 func (inProcessOperator) peakRSSMiB() float64                { return peakRSSMiB(os.Getpid()) }
 func (inProcessOperator) writeHeapProfile(path string) error { return writeHeapProfileTo(path) }
+
+// cpuProfile is a no-op in the test process: its own -cpuprofile covers it.
+func (inProcessOperator) cpuProfile(string) error { return nil }
 
 // fleetOperatorConfig is the child's configuration.
 type fleetOperatorConfig struct {
@@ -191,6 +197,24 @@ func (c *childOperator) snapshot(observe bool) (operatorSnapshot, error) {
 	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
+// cpuProfile starts (path != "") or stops the operator process's CPU profile.
+func (c *childOperator) cpuProfile(path string) error {
+	url := c.base + "/cpuprofile/stop"
+	if path != "" {
+		url = c.base + "/cpuprofile/start?path=" + path
+	}
+	resp, err := http.Post(url, "text/plain", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("operator process CPU profile: %s: %s", resp.Status, msg)
+	}
+	return nil
+}
+
 func (c *childOperator) writeHeapProfile(path string) error {
 	resp, err := http.Post(c.base+"/heapprofile?path="+path, "text/plain", nil)
 	if err != nil {
@@ -241,6 +265,27 @@ func runFleetOperator(conf string) error {
 			return
 		}
 		_ = json.NewEncoder(w).Encode(s)
+	})
+	var cpuProfile *os.File
+	mux.HandleFunc("POST /cpuprofile/start", func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Create(r.URL.Query().Get("path"))
+		if err == nil {
+			if err = pprof.StartCPUProfile(f); err != nil {
+				_ = f.Close()
+			}
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		cpuProfile = f
+	})
+	mux.HandleFunc("POST /cpuprofile/stop", func(w http.ResponseWriter, r *http.Request) {
+		if cpuProfile != nil {
+			pprof.StopCPUProfile()
+			_ = cpuProfile.Close()
+			cpuProfile = nil
+		}
 	})
 	mux.HandleFunc("POST /heapprofile", func(w http.ResponseWriter, r *http.Request) {
 		if err := writeHeapProfileTo(r.URL.Query().Get("path")); err != nil {
