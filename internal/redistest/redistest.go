@@ -106,7 +106,12 @@ func startNode(t testing.TB, bin, host string, ns *Netns, args func(port int) []
 			lastErr = err
 			continue
 		}
-		t.Cleanup(s.Kill)
+		t.Cleanup(func() {
+			s.Kill()
+			if t.Failed() {
+				t.Logf("%s %s output (last 4 KiB):\n%s", bin, s.Addr(), tail(s.Output(), 4096))
+			}
+		})
 		return s
 	}
 	t.Fatalf("%s did not come up: %v", bin, lastErr)
@@ -247,4 +252,11 @@ func (s *Server) Role(ctx context.Context) (role, primary string, linkUp bool, e
 		linkUp = fields["master_link_status"] == "up"
 	}
 	return role, primary, linkUp, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
 }

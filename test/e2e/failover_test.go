@@ -146,7 +146,10 @@ func (l *failoverLoad) stop() []failoverOutcome {
 }
 
 func redisFailover(t *testing.T, ctx context.Context, st *stack, r *a2amqtt.Requester, agents map[string]*rawAgent, cut bool) {
-	set := redistest.StartSentinelSet(t, redistest.SentinelOptions{PrimaryInNetns: cut,
+	// down-after 2 s: with 1 s a promoted replica that answered one ping late on this loaded
+	// 2-core machine was failed over again a second later (seen: a second, spurious failover;
+	// served through, but the test then looked for the wrong primary). Production: 5 s or more.
+	set := redistest.StartSentinelSet(t, redistest.SentinelOptions{PrimaryInNetns: cut, DownAfter: 2 * time.Second,
 		// A primary cut off from its replicas stops taking writes after 10 s (the server's own
 		// guard against a split brain; the service's WAIT refuses them at once).
 		ServerArgs: []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"}})
@@ -198,6 +201,28 @@ func redisFailover(t *testing.T, ctx context.Context, st *stack, r *a2amqtt.Requ
 		return nil
 	})
 	failedOver := time.Since(fault)
+	// Every change of primary from here on (a second failover is the sentinels' right): the
+	// failover window ends at the last one.
+	var (
+		switchMu  sync.Mutex
+		switches  = []time.Time{fault.Add(failedOver)}
+		lastKnown = promoted
+	)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for watchCtx.Err() == nil {
+			if addr, err := set.PrimaryAddr(watchCtx); err == nil && addr != lastKnown {
+				switchMu.Lock()
+				lastKnown = addr
+				switches = append(switches, time.Now())
+				switchMu.Unlock()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	current := func() string { switchMu.Lock(); defer switchMu.Unlock(); return lastKnown }
 	// Served again: a request of each kind started after the failover completed.
 	eventually(t, 60*time.Second, "served after the failover", func() error {
 		n := 0
@@ -218,19 +243,22 @@ func redisFailover(t *testing.T, ctx context.Context, st *stack, r *a2amqtt.Requ
 	} else {
 		old.Restart()
 	}
-	eventually(t, 90*time.Second, "the old primary rejoins as a replica of "+promoted, func() error {
+	eventually(t, 90*time.Second, "the old primary rejoins as a replica of the primary", func() error {
 		role, primary, up, err := old.Role(ctx)
 		if err != nil {
 			return err
 		}
-		if role != "slave" || primary != promoted || !up {
-			return fmt.Errorf("role %s of %s, link up %v", role, primary, up)
+		if now := current(); role != "slave" || primary != now || !up {
+			return fmt.Errorf("role %s of %s, link up %v; the sentinels name %s", role, primary, up, now)
 		}
 		return nil
 	})
 	rejoined := time.Since(back)
 	time.Sleep(2 * time.Second) // traffic with the old primary back as a replica
 	out := load.stop()
+	stopWatch()
+	<-watched
+	lastSwitch := switches[len(switches)-1]
 
 	// The figures.
 	counts := map[string]int{}
@@ -294,9 +322,9 @@ func redisFailover(t *testing.T, ctx context.Context, st *stack, r *a2amqtt.Requ
 		window = fmt.Sprintf("%s to %s after the fault", windowFirst.Sub(fault).Round(10*time.Millisecond), windowLast.Sub(fault).Round(10*time.Millisecond))
 	}
 	t.Logf("chaos result: %s (sentinel set, 2 service replicas): %d requests, %d completed, %d errored, %d lost, %d duplicated, %d mismatched; "+
-		"promoted after %s; first request started after the fault completed %s after it; longest request across the failover %s; errors %s; old primary back as a replica %s after it returned",
+		"promoted after %s (%d failover(s) in all); first request started after the fault completed %s after it; longest request across the failover %s; errors %s; old primary back as a replica %s after it returned",
 		scenario, len(out), counts["completed"], counts["errored"], counts["lost"], dup, counts["mismatched"],
-		failedOver.Round(10*time.Millisecond), servedAgain.Round(10*time.Millisecond), longest.Round(10*time.Millisecond), window, rejoined.Round(10*time.Millisecond))
+		failedOver.Round(10*time.Millisecond), len(switches), servedAgain.Round(10*time.Millisecond), longest.Round(10*time.Millisecond), window, rejoined.Round(10*time.Millisecond))
 	if len(errs) > 0 {
 		t.Logf("errors: %s", strings.Join(errs, "; "))
 	}
@@ -317,12 +345,12 @@ func redisFailover(t *testing.T, ctx context.Context, st *stack, r *a2amqtt.Requ
 		if o.code != a2amqtt.CodeResponderUnavailable {
 			t.Errorf("error other than -32004 (started %s after the fault): %s", o.start.Sub(fault).Round(time.Millisecond), o.detail)
 		}
-		// The failover window: from the fault until the promotion, plus the time a
+		// The failover window: from the fault until the (last) promotion, plus the time a
 		// request already waiting on the old primary takes to give up (the store's commit
 		// timeout, 10 s), plus the SDK's retries of that request.
-		if o.start.Before(fault.Add(-time.Second)) || o.start.After(fault.Add(failedOver+15*time.Second)) {
-			t.Errorf("error outside the failover window (started %s after the fault, promotion at %s): %s",
-				o.start.Sub(fault).Round(time.Millisecond), failedOver.Round(time.Millisecond), o.detail)
+		if o.start.Before(fault.Add(-time.Second)) || o.start.After(lastSwitch.Add(15*time.Second)) {
+			t.Errorf("error outside the failover window (started %s after the fault, last promotion %s after it): %s",
+				o.start.Sub(fault).Round(time.Millisecond), lastSwitch.Sub(fault).Round(time.Millisecond), o.detail)
 		}
 	}
 	if counts["completed"] == 0 || servedAgain < 0 {
