@@ -23,6 +23,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
 // BrokerConfig configures a Broker.
@@ -126,6 +127,10 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 		resyncs:  make(chan event.TypedGenericEvent[client.Object], 1024),
 		checkNow: make(chan struct{}, 1),
 		presence: newPresenceState(),
+	}
+	if cfg.Cache != nil {
+		// The Registrar's tenancy views count a Tenant's Agents instead of listing them.
+		b.cfg.Client = tenancy.WithAgentCounts(cfg.Client, tenancy.NewAgentCounts(cfg.Cache))
 	}
 	b.cards = newCardConn(b)
 	if cfg.ServiceSecret != nil {
