@@ -19,6 +19,8 @@ HELM := $(LOCALBIN)/helm-$(HELM_VERSION)
 # (config/manager, config/conversation-service) and the chart name them.
 IMG ?= a2a-fleet/operator:dev
 SERVICE_IMG ?= a2a-fleet/conversation-service:dev
+EXAMPLES_IMG ?= a2a-fleet/example-agents:dev
+MOSQUITTO_IMG ?= a2a-fleet/mosquitto:dev
 # Kubernetes version the chart is rendered for in verify (the control plane the tests run).
 CHART_KUBE_VERSION ?= 1.37.2
 # Broker of `make dev`: embedded (mochi-mqtt in the devstack process) or mosquitto (a local
@@ -31,6 +33,9 @@ DEV_FLAGS ?=
 # changed, so a `make dev` right after a build starts at once.
 DEV_BINS := $(LOCALBIN)/devstack $(LOCALBIN)/a2actl $(LOCALBIN)/foreground
 GO_SOURCES := $(shell find . -name '*.go' -not -path './bin/*' 2>/dev/null) go.mod go.sum
+# The suites that install on the kind cluster: they run after the others, one at a time.
+CLUSTER_SUITES := test/cluster
+MODULE := github.com/a2a-fleet/a2a-fleet
 # Generous ceiling for the whole suite; it takes a few minutes (docs/development.md).
 TEST_TIMEOUT ?= 25m
 
@@ -57,28 +62,57 @@ else
 endif
 
 .PHONY: test
-test: verify tools-test ## Every check and test: verify, then unit, envtest, broker, e2e, deployment (test/deploy) and chaos (test/chaos) suites.
+test: verify tools-test kind-up ## Every check and test: verify, then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
 	@mkdir -p $(LOCALBIN)
 	@# -v so that the suites' evidence lines (which apiserver, how many broker decisions) show; the
-	@# summary keeps the log readable, and a failure prints the whole output of the run.
-	@rc=0; KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
-		go test ./... -count=1 -timeout $(TEST_TIMEOUT) -v > $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
+	@# summary keeps the log readable, and a failure prints the whole output of the run. The suites
+	@# that install on the kind cluster (CLUSTER_SUITES) share it, so they run one after the other,
+	@# after the rest.
+	@rc=0; export KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)"; \
+		go test $$(go list ./... | grep -v -x -F $(foreach s,$(CLUSTER_SUITES),-e $(MODULE)/$(s))) -count=1 -timeout $(TEST_TIMEOUT) -v > $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
+		go test -p 1 $(addprefix ./,$(CLUSTER_SUITES)) -count=1 -timeout $(TEST_TIMEOUT) -v >> $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
 	if [ $$rc -ne 0 ]; then grep -v -E '^=== (RUN|PAUSE|CONT|NAME)' $(LOCALBIN)/test.log; fi; \
-	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|localcluster: kube-apiserver|ACL matrix:|chaos result:|audit log:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
+	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|^cluster: kube-apiserver|localcluster: kube-apiserver|ACL matrix:|chaos result:|audit log:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
 	echo "$$(grep -c -E '^\s*--- PASS' $(LOCALBIN)/test.log) passed, $$(grep -c -E '^\s*--- FAIL' $(LOCALBIN)/test.log) failed, $$(grep -c -E '^\s*--- SKIP' $(LOCALBIN)/test.log) skipped"; \
 	exit $$rc
 
-.PHONY: test-deploy
-test-deploy: tools-test $(KUSTOMIZE) $(HELM) ## Deployment e2e only: the quickstart, the chart and TLS, run as processes with ServiceAccount tokens (test/deploy).
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" go test ./test/deploy/... -count=1 -timeout 15m -v
+.PHONY: test-cluster
+test-cluster: tools-test kind-up ## The kind suite only (test/cluster): quickstart and chart on a real kubelet, from the project's images.
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)" \
+		go test ./test/cluster/ -count=1 -timeout 20m -v
 
 .PHONY: test-chaos
-test-chaos: tools-test $(KUSTOMIZE) ## Chaos suite only (test/chaos, docs/reliability.md).
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" go test ./test/chaos/ -count=1 -timeout 20m -v
+test-chaos: tools-test kind-up ## Chaos suite only (test/chaos, docs/reliability.md), on the kind cluster.
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)" \
+		go test ./test/chaos/ -count=1 -timeout 20m -v
 
 .PHONY: test-e2e
-test-e2e: ## End-to-end suite against the cluster in KUBECONFIG (operator, service and broker deployed there, e.g. hack/kind-e2e.sh).
-	E2E_USE_EXISTING_CLUSTER=1 go test ./test/e2e/ -count=1 -timeout 15m -v
+test-e2e: tools-test ## The kind suite (test/cluster) against the cluster in KUBECONFIG, which must run the images the manifests name (or IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG); hack/kind-e2e.sh on a machine with a registry.
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$${KUBECONFIG:-$$HOME/.kube/config}" \
+		go test ./test/cluster/ -count=1 -timeout 20m -v
+
+##@ kind, offline (docs/development.md "A real cluster")
+
+# Where hack/kind keeps the Docker data root, the node image's parts and the kubeconfig: outside
+# the clone, so a fresh clone reuses them.
+A2A_FLEET_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/a2a-fleet
+export A2A_FLEET_CACHE
+# The kind cluster's name (hack/kind/up.sh); its kubeconfig is written next to the cache.
+KIND_CLUSTER ?= a2a-fleet
+export KIND_CLUSTER
+KIND_KUBECONFIG := $(A2A_FLEET_CACHE)/kind/$(KIND_CLUSTER).kubeconfig
+
+.PHONY: kind-up
+kind-up: control-plane ## A one-node kind cluster with the project's images, offline: dockerd, node image, images from the Dockerfile (idempotent, cached in A2A_FLEET_CACHE).
+	hack/kind/up.sh
+
+.PHONY: kind-down
+kind-down: ## Delete the kind cluster and stop the project's dockerd (the cache stays).
+	hack/kind/down.sh
+
+.PHONY: docker-images
+docker-images: ## The four images from the Dockerfile with the project's dockerd and locally made base images (hack/kind/images.sh).
+	hack/kind/images.sh
 
 ##@ Development
 
@@ -177,9 +211,11 @@ $(DEV_BINS) &: $(GO_SOURCES)
 	go build -o $(LOCALBIN)/ ./cmd/devstack ./cmd/a2actl ./hack/foreground
 
 .PHONY: docker-build
-docker-build: ## Build both images from the Dockerfile: IMG (operator) and SERVICE_IMG (conversation service); needs a Docker engine.
+docker-build: ## Build the four images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG.
 	docker build --target manager -t $(IMG) .
 	docker build --target conversation-service -t $(SERVICE_IMG) .
+	docker build --target example-agents -t $(EXAMPLES_IMG) .
+	docker build --target mosquitto -t $(MOSQUITTO_IMG) .
 
 .PHONY: deploy
 deploy: $(KUSTOMIZE) ## Install config/quickstart (operator, conversation service, Mosquitto) with IMG and SERVICE_IMG into the cluster in KUBECONFIG.
@@ -249,3 +285,7 @@ bench-service: tools-test ## Conversation service: proxy vs direct, replicas on 
 	go test ./internal/convstore/ -run '^$$' -bench 'BenchmarkDecide|BenchmarkGroupCommit' -benchtime 20000x -timeout 30m
 	go test ./internal/convstore/ -run '^$$' -bench BenchmarkRecovery -benchtime 2x -timeout 30m
 	go test ./internal/convstore/ -run '^$$' -bench BenchmarkHistoryModes -benchtime 1x -timeout 30m
+
+# print-VAR prints a variable's value (hack/kind-e2e.sh reads the image names with it).
+print-%:
+	@echo $($*)

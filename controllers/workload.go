@@ -202,10 +202,13 @@ func (r *AgentReconciler) desiredDeployment(agent *a2av1.Agent, checksum string)
 	env := r.workloadEnv(agent)
 	// The credentials Secret is also mounted read-only, as a credentials folder the SDK reads at
 	// every CONNECT (A2A_CREDENTIALS_DIR): no password in the process environment, and a
-	// process that reconnects picks up what the Secret holds by then.
+	// process that reconnects picks up what the Secret holds by then. Mode 0444: the kubelet writes
+	// the files as root, group fsGroup only when the pod sets one (the operator does not impose
+	// one on the user's template), so 0440 is unreadable by a non-root agent (measured on kind:
+	// "open .../username: permission denied"). Only this pod's containers see the volume.
 	tmpl.Spec.Volumes = append(slices.DeleteFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == CredentialsVolume }),
 		corev1.Volume{Name: CredentialsVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: identity.CredentialsSecretName(agent), DefaultMode: ptr.To[int32](0o440),
+			SecretName: identity.CredentialsSecretName(agent), DefaultMode: ptr.To[int32](0o444),
 		}}})
 	for i := range tmpl.Spec.Containers {
 		c := &tmpl.Spec.Containers[i]

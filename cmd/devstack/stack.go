@@ -92,6 +92,9 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 		return cmp.Compare(boolInt(!strings.Contains(filepath.Base(a), "policy")), boolInt(!strings.Contains(filepath.Base(b), "policy")))
 	})
 	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue // kustomize's index of the same files (kubectl apply -k config/samples)
+		}
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", f, err)

@@ -23,6 +23,8 @@ KIND_POD_SUBNET="198.18.128.0/17"
 KIND_NODE_POD_SUBNET="198.18.128.0/24"
 KIND_SERVICE_SUBNET="198.19.0.0/16"
 KIND_CLUSTER="${KIND_CLUSTER:-a2a-fleet}"
+# One kubeconfig per cluster name (two clusters may run side by side, e.g. for two worktrees).
+KIND_KUBECONFIG="$KIND_STATE/$KIND_CLUSTER.kubeconfig"
 
 KIND_VERSION="${KIND_VERSION:-v0.33.0}"
 K8S_VERSION="${K8S_VERSION:-v1.37.2}"
@@ -49,3 +51,13 @@ image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 # rerun with the same inputs does nothing.
 stamp_ok() { [[ -f $1 && "$(cat "$1")" == "$2" ]]; }
 stamp_write() { mkdir -p "$(dirname "$1")" && printf '%s' "$2" >"$1"; }
+
+# build_lock: serialise the builds of the shared cache (two clones or worktrees running kind-up at
+# once); the second waits, then finds everything up to date.
+build_lock() {
+	[[ -n ${A2A_KIND_BUILD_LOCKED:-} ]] && return 0 # a parent script holds it
+	mkdir -p "$KIND_STATE"
+	exec 8>"$KIND_STATE/.build.lock"
+	flock 8
+	export A2A_KIND_BUILD_LOCKED=1
+}

@@ -16,9 +16,11 @@
 # plugins on the node's pod subnet; storage is kind's host-path fallback.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+build_lock
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 
 COREDNS_VERSION="${COREDNS_VERSION:-v1.14.6}"
+LOCAL_PATH_VERSION="${LOCAL_PATH_VERSION:-v0.0.30}"
 KIND_IMAGE_REPOSITORY="a2a-fleet.local/k8s"
 PAUSE_IMAGE="$KIND_IMAGE_REPOSITORY/pause:a2a-fleet"
 kind_src="$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
@@ -31,24 +33,33 @@ etcd_version="$("$assets/etcd" --version | sed -n 's/^etcd Version: //p')"
 work="$KIND_STATE/node-build"
 mkdir -p "$work" "$KIND_STATE/bin"
 
-# CoreDNS from the module proxy (its main package is the module root).
+# module_binary MODULE VERSION OUT: a command whose main package is its module's root, built from
+# the module proxy in a throwaway module (so its go.sum is resolved there, not in the project's).
+module_binary() {
+	local module="$1" version="$2" out="$3" dir
+	[[ -x $out ]] && return 0
+	log "building $module $version from the module proxy (~1-4 min)"
+	dir="$work/build-$(basename "$out")"
+	rm -rf "$dir" && mkdir -p "$dir"
+	(cd "$dir" && go mod init local.invalid/build >/dev/null 2>&1 &&
+		GOFLAGS=-mod=mod go get "$module@$version" >/dev/null 2>&1 &&
+		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$out.tmp" "$module") ||
+		die "building $module $version failed"
+	mv -f "$out.tmp" "$out"
+}
 coredns="$KIND_STATE/bin/coredns-$COREDNS_VERSION"
-if [[ ! -x $coredns ]]; then
-	log "building CoreDNS $COREDNS_VERSION from the module proxy (~2-4 min)"
-	rm -rf "$work/coredns" && mkdir -p "$work/coredns"
-	(cd "$work/coredns" && go mod init local.invalid/coredns-build >/dev/null 2>&1 &&
-		GOFLAGS=-mod=mod go get "github.com/coredns/coredns@$COREDNS_VERSION" >/dev/null 2>&1 &&
-		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$coredns.tmp" github.com/coredns/coredns) ||
-		die "building CoreDNS $COREDNS_VERSION failed"
-	mv -f "$coredns.tmp" "$coredns"
-fi
+module_binary github.com/coredns/coredns "$COREDNS_VERSION" "$coredns"
+# Storage as kind's own default: rancher's local-path-provisioner (volumes are 0777 folders on the
+# node, so a non-root pod can write its PVC; the in-tree host-path provisioner makes them 0755 root).
+local_path="$KIND_STATE/bin/local-path-provisioner-$LOCAL_PATH_VERSION"
+module_binary github.com/rancher/local-path-provisioner "$LOCAL_PATH_VERSION" "$local_path"
 pause="$KIND_STATE/bin/pause"
 (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$pause" ./hack/kind/pause)
 
 # The inputs of the node image: if none changed, it is up to date.
 inputs="$(
 	cat "$KIND_STATE/rootfs/node.stamp" "$KIND_STATE/rootfs/base.stamp"
-	sha256sum "$assets"/* "$coredns" "$pause" "$0" "$(dirname "$0")/lib.sh" | cut -c1-64
+	sha256sum "$assets"/* "$coredns" "$local_path" "$pause" "$0" "$(dirname "$0")/lib.sh" | cut -c1-64
 	echo "$KIND_VERSION $etcd_version"
 )"
 if image_exists "$KIND_NODE_IMAGE" && stamp_ok "$KIND_STATE/node-image.stamp" "$inputs"; then
@@ -61,7 +72,8 @@ fi
 component_image() {
 	local image="$1" dir="$2"
 	shift 2
-	tar --numeric-owner -C "$dir" -c . | docker import --change "ENV PATH=/usr/local/bin:/usr/bin:/bin" "$@" - "$image" >/dev/null
+	tar --numeric-owner --xattrs --xattrs-include='security.capability' -C "$dir" -c . |
+		docker import --change "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" "$@" - "$image" >/dev/null
 }
 images=()
 for component in kube-apiserver kube-controller-manager kube-scheduler; do
@@ -81,9 +93,20 @@ component_image "$KIND_IMAGE_REPOSITORY/kube-proxy:$K8S_VERSION" "$work/kube-pro
 images+=("$KIND_IMAGE_REPOSITORY/kube-proxy:$K8S_VERSION")
 rm -rf "$work/coredns-image" && mkdir -p "$work/coredns-image/etc/ssl/certs" "$work/coredns-image/tmp"
 cp "$coredns" "$work/coredns-image/coredns"
+# As upstream's image: non-root, allowed to bind :53 by a file capability (kubeadm's Deployment
+# adds NET_BIND_SERVICE to the bounding set, which only a file capability makes effective).
+command -v setcap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 -q install -y --no-install-recommends libcap2-bin >/dev/null
+setcap cap_net_bind_service=+ep "$work/coredns-image/coredns"
 cp "$KIND_STATE/rootfs/base/etc/ssl/certs/ca-certificates.crt" "$work/coredns-image/etc/ssl/certs/"
 component_image "$KIND_IMAGE_REPOSITORY/coredns:$COREDNS_VERSION" "$work/coredns-image" --change 'ENTRYPOINT ["/coredns"]' --change 'USER 65532:65532'
 images+=("$KIND_IMAGE_REPOSITORY/coredns:$COREDNS_VERSION")
+rm -rf "$work/local-path" && mkdir -p "$work/local-path/usr/local/bin" "$work/local-path/tmp"
+cp "$local_path" "$work/local-path/usr/local/bin/local-path-provisioner"
+LOCAL_PATH_IMAGE="$KIND_IMAGE_REPOSITORY/local-path-provisioner:$LOCAL_PATH_VERSION"
+component_image "$LOCAL_PATH_IMAGE" "$work/local-path"
+images+=("$LOCAL_PATH_IMAGE")
+# Its helper pods (mkdir, rm of a volume's folder) run the Debian base image.
+images+=("$LOCAL_DEBIAN_IMAGE")
 rm -rf "$work/pause" && mkdir -p "$work/pause"
 cp "$pause" "$work/pause/pause"
 component_image "$PAUSE_IMAGE" "$work/pause" --change 'ENTRYPOINT ["/pause"]' --change 'USER 65535:65535'
@@ -167,6 +190,15 @@ done
 ln -sf /dev/null "$node/etc/systemd/system/systemd-binfmt.service"
 install -m 0755 "$assets/kubelet" "$assets/kubeadm" "$assets/kubectl" "$node/usr/bin/"
 printf '%s' "$K8S_VERSION" >"$node/kind/version"
+# kind's own storage manifest (pkg/build/nodeimage/const_storage.go), with the images built here;
+# kind applies /kind/manifests/default-storage.yaml when it creates the cluster.
+mkdir -p "$node/kind/manifests"
+awk '/^const defaultStorageManifest = `/ { on = 1; sub(/^.*= `/, ""); } on && /^`$/ { exit } on { print }' \
+	"$kind_src/pkg/build/nodeimage/const_storage.go" |
+	sed -e "s#\` + storageProvisionerImage + \`#$LOCAL_PATH_IMAGE#g" -e "s#\` + storageHelperImage + \`#$LOCAL_DEBIAN_IMAGE#g" \
+		>"$node/kind/manifests/default-storage.yaml"
+grep -q "image: $LOCAL_PATH_IMAGE" "$node/kind/manifests/default-storage.yaml" ||
+	die "kind's storage manifest changed shape (pkg/build/nodeimage/const_storage.go)"
 
 # --- preload the images into the node's containerd, with a containerd of the same version run on
 # the host against the node's /var/lib/containerd (no privileged build container needed).
@@ -189,10 +221,15 @@ kill $preload_pid && wait $preload_pid 2>/dev/null || true
 trap - EXIT
 
 log "importing $KIND_NODE_IMAGE"
-tar --numeric-owner -C "$node" -c . | docker import \
-	--change 'ENV container=docker' \
-	--change 'STOPSIGNAL SIGRTMIN+3' \
-	--change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
-	- "$KIND_NODE_IMAGE" >/dev/null
+tar --numeric-owner -C "$node" -c . | docker import - "$KIND_NODE_IMAGE-rootfs" >/dev/null
+# The image settings of kind's base image; `docker import --change` cannot set STOPSIGNAL (the
+# signal that makes systemd shut the node down cleanly), a one-line build on top of it can.
+printf 'FROM %s
+ENV container=docker
+STOPSIGNAL SIGRTMIN+3
+ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
+' \
+	"$KIND_NODE_IMAGE-rootfs" | docker build -q -t "$KIND_NODE_IMAGE" - >/dev/null
 stamp_write "$KIND_STATE/node-image.stamp" "$inputs"
+docker image prune -f >/dev/null
 log "$KIND_NODE_IMAGE built; preloaded: $(tr '\n' ' ' <"$work/preloaded.txt")"

@@ -13,6 +13,7 @@
 # Cost (measured, docs/development.md): ~4-5 min the first time; nothing when up to date.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+build_lock
 
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 SECURITY_MIRROR="${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"

@@ -187,6 +187,9 @@ var (
 	presenceRE = regexp.MustCompile(`\b(online|offline)\s+(broker|agent|lwt)\b`)
 	spacesRE   = regexp.MustCompile(`[ \t]+`)
 	ageRE      = regexp.MustCompile(`\s+(AGE|\d+[smhd](\d+[smh])?)$`)
+	// connectedRE is the CONNECTED column of `kubectl get agents` (after READY): whether an
+	// agent's process is online yet depends on how long after the start the command ran.
+	connectedRE = regexp.MustCompile(`^(\S+ \S+ \S+ \S+ (?:True|False)) (?:True|False|Unknown)( |$)`)
 )
 
 // normalize makes a run's output and the docs' comparable: ids, ages and presence (which item 3
@@ -198,7 +201,8 @@ func normalize(s string) string {
 		l = uuidRE.ReplaceAllString(l, "<id>")
 		l = presenceRE.ReplaceAllString(l, "<presence>")
 		l = ageRE.ReplaceAllString(strings.TrimRight(l, " "), "")
-		out = append(out, spacesRE.ReplaceAllString(strings.TrimRight(l, " "), " "))
+		l = spacesRE.ReplaceAllString(strings.TrimRight(l, " "), " ")
+		out = append(out, connectedRE.ReplaceAllString(l, "$1 <connected>$2"))
 	}
 	return strings.Join(out, "\n")
 }

@@ -91,3 +91,72 @@ func TestServiceAccountReferencesResolve(t *testing.T) {
 		}
 	}
 }
+
+// Every image the manifests run (the quickstart, the chart, the samples' workloads) is a target of
+// the one Dockerfile that `make docker-build` builds under that name and hack/kind/images.sh builds
+// for the kind suite, which then runs them (test/cluster).
+func TestEveryImageIsADockerfileTarget(t *testing.T) {
+	root, err := RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) string {
+		data, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	dockerfile, makefile, images := read("Dockerfile"), read("Makefile"), read("hack/kind/images.sh")
+	targets := map[string]struct{ target, makeVar string }{
+		"a2a-fleet/operator:dev":             {"manager", "IMG"},
+		"a2a-fleet/conversation-service:dev": {"conversation-service", "SERVICE_IMG"},
+		"a2a-fleet/example-agents:dev":       {"example-agents", "EXAMPLES_IMG"},
+		"a2a-fleet/mosquitto:dev":            {"mosquitto", "MOSQUITTO_IMG"},
+	}
+	for image, tg := range targets {
+		if !strings.Contains(dockerfile, " AS "+tg.target+"\n") {
+			t.Errorf("the Dockerfile has no target %s (image %s)", tg.target, image)
+		}
+		if !strings.Contains(makefile, tg.makeVar+" ?= "+image+"\n") || !strings.Contains(makefile, "--target "+tg.target+" -t $("+tg.makeVar+")") {
+			t.Errorf("make docker-build does not build target %s as %s=%s", tg.target, tg.makeVar, image)
+		}
+		if !strings.Contains(images, `"`+tg.target+" $"+tg.makeVar+`"`) || !strings.Contains(images, tg.makeVar+`="${`+tg.makeVar+":-"+image+`}"`) {
+			t.Errorf("hack/kind/images.sh does not build target %s as %s", tg.target, image)
+		}
+	}
+	var rendered []*unstructured.Unstructured
+	for _, dir := range []string{"config/quickstart", "config/samples-workloads"} {
+		objs, err := Kustomize(root, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rendered = append(rendered, objs...)
+	}
+	chart, err := Helm(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, o := range append(rendered, chart...) {
+		for _, path := range [][]string{{"spec", "template", "spec"}, {"spec", "workload", "template", "spec"}} {
+			podSpec, found, _ := unstructured.NestedMap(o.Object, path...)
+			if !found {
+				continue
+			}
+			for _, key := range []string{"initContainers", "containers"} {
+				list, _, _ := unstructured.NestedSlice(podSpec, key)
+				for _, c := range list {
+					image, _ := c.(map[string]any)["image"].(string)
+					if _, ok := targets[image]; !ok {
+						t.Errorf("%s %s runs image %q, which is no Dockerfile target", o.GetKind(), o.GetName(), image)
+					}
+					used[image] = true
+				}
+			}
+		}
+	}
+	if len(used) != len(targets) {
+		t.Errorf("the manifests run %d of the %d images: %v", len(used), len(targets), used)
+	}
+}
