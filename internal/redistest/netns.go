@@ -12,8 +12,9 @@ import (
 )
 
 // Netns is a network namespace joined to the host's by a veth pair, with an address on each end
-// in 198.19.0.0/16 (half of RFC 2544's benchmarking range 198.18.0.0/15: never a private
-// network, and a /30 that no network routed on the host overlaps). A server
+// in 198.18.64.0/18 (part of RFC 2544's benchmarking range 198.18.0.0/15: never a private
+// network; the part the project's kind cluster does not use; a /30 that no network routed on the
+// host overlaps). A server
 // in it is reached at InsideIP; it reaches the host's processes at HostIP. Cut drops every packet
 // on the namespace's end of the link (a partition: nothing is refused, nothing answers), Heal
 // lets them through again. The `dummy` link type is missing on the machine this was built on, so
@@ -52,12 +53,13 @@ func NewNetns(t testing.TB) *Netns {
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)
 		id := hex.EncodeToString(b[:3])
-		// A random /30 of 198.19.0.0/16, the upper half of the benchmarking range (container
-		// networks on this machine take 198.18.0.0/24), clear of every network routed here.
-		third, fourth := int(b[1]), int(b[2]&0xfc)
+		// A random /30 of 198.18.64.0/18: the part of the benchmarking range that the
+		// project's kind cluster leaves alone (hack/kind/lib.sh: its network 198.18.0.0/24, pods
+		// 198.18.128.0/17, services 198.19.0.0/16), and clear of every network routed here.
+		third, fourth := 64+int(b[1]&0x3f), int(b[2]&0xfc)
 		n := &Netns{t: t, Name: "a2af-" + id, hostIf: "a2af" + id + "h", insideIf: "a2af" + id + "n",
-			HostIP:   fmt.Sprintf("198.19.%d.%d", third, fourth+1),
-			InsideIP: fmt.Sprintf("198.19.%d.%d", third, fourth+2)}
+			HostIP:   fmt.Sprintf("198.18.%d.%d", third, fourth+1),
+			InsideIP: fmt.Sprintf("198.18.%d.%d", third, fourth+2)}
 		if routed(net.ParseIP(n.HostIP)) || routed(net.ParseIP(n.InsideIP)) {
 			lastErr = fmt.Errorf("%s/30 overlaps a routed network", n.HostIP)
 			continue

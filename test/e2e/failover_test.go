@@ -31,7 +31,7 @@ import (
 //   - "kill -9": the primary is killed, later restarted (empty: no persistence) and must rejoin
 //     as a replica of the promoted one.
 //   - "network cut": the primary runs in a network namespace of its own (redistest.Netns, a veth
-//     pair in 198.19.0.0/16, clear of routed networks); every packet on its link is dropped (nothing refuses, nothing
+//     pair in 198.18.64.0/18, clear of routed networks); every packet on its link is dropped (nothing refuses, nothing
 //     answers, established connections hang), later let through again, and it must be turned
 //     into a replica of the promoted one.
 //
