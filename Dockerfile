@@ -30,11 +30,14 @@ COPY controllers/ controllers/
 COPY examples/ examples/
 COPY internal/ internal/
 COPY pkg/ pkg/
+# The chaos suite's agent (test/chaos), shipped in the example-agents image as /chaosagent.
+COPY test/chaos/chaosagent/ test/chaos/chaosagent/
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w" -o /out/ \
-    ./cmd/manager ./cmd/conversation-service ./examples/confirm ./examples/echo ./examples/memory
+    ./cmd/manager ./cmd/conversation-service ./examples/confirm ./examples/echo ./examples/memory \
+    ./test/chaos/chaosagent
 
 FROM ${RUNTIME_IMAGE} AS conversation-service
 COPY --from=build /out/conversation-service /conversation-service
@@ -43,9 +46,10 @@ ENTRYPOINT ["/conversation-service"]
 
 # The example agents of config/samples (examples/): one image, the Agent's workload names the
 # binary (/confirm, /echo, /memory); each reads its identity and credentials from what the
-# operator injects (A2A_* variables, docs/registration.md).
+# operator injects (A2A_* variables, docs/registration.md). /chaosagent is the chaos suite's
+# agent (test/chaos/chaosagent: it journals every execution and drains on SIGTERM).
 FROM ${RUNTIME_IMAGE} AS example-agents
-COPY --from=build /out/confirm /out/echo /out/memory /
+COPY --from=build /out/confirm /out/echo /out/memory /out/chaosagent /
 USER 65532:65532
 ENTRYPOINT ["/echo"]
 

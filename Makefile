@@ -11,10 +11,14 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
 STATICCHECK_VERSION ?= v0.8.2
 HELM_VERSION ?= v3.22.0
+GOCYCLO_VERSION ?= v0.6.0
 CONTROLLER_GEN := $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE := $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 STATICCHECK := $(LOCALBIN)/staticcheck-$(STATICCHECK_VERSION)
 HELM := $(LOCALBIN)/helm-$(HELM_VERSION)
+GOCYCLO := $(LOCALBIN)/gocyclo-$(GOCYCLO_VERSION)
+# verify-complexity: functions of non-test code allowed above cyclomatic complexity 30 (docs/development.md).
+MAX_COMPLEX_FUNCS ?= 5
 # The images of the Dockerfile's two targets (manager, conversation-service), as the manifests
 # (config/manager, config/conversation-service) and the chart name them.
 IMG ?= a2a-fleet/operator:dev
@@ -34,7 +38,7 @@ DEV_FLAGS ?=
 DEV_BINS := $(LOCALBIN)/devstack $(LOCALBIN)/a2actl $(LOCALBIN)/foreground
 GO_SOURCES := $(shell find . -name '*.go' -not -path './bin/*' 2>/dev/null) go.mod go.sum
 # The suites that install on the kind cluster: they run after the others, one at a time.
-CLUSTER_SUITES := test/cluster
+CLUSTER_SUITES := test/cluster test/chaos
 MODULE := github.com/a2a-fleet/a2a-fleet
 # Generous ceiling for the whole suite; it takes a few minutes (docs/development.md).
 TEST_TIMEOUT ?= 25m
@@ -72,7 +76,7 @@ test: verify tools-test kind-up ## Every check and test: verify, then unit, envt
 		go test $$(go list ./... | grep -v -x -F $(foreach s,$(CLUSTER_SUITES),-e $(MODULE)/$(s))) -count=1 -timeout $(TEST_TIMEOUT) -v > $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
 		go test -p 1 $(addprefix ./,$(CLUSTER_SUITES)) -count=1 -timeout $(TEST_TIMEOUT) -v >> $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
 	if [ $$rc -ne 0 ]; then grep -v -E '^=== (RUN|PAUSE|CONT|NAME)' $(LOCALBIN)/test.log; fi; \
-	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|^cluster: kube-apiserver|localcluster: kube-apiserver|ACL matrix:|chaos result:|audit log:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
+	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|^cluster: kube-apiserver|ACL matrix:|chaos result:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
 	echo "$$(grep -c -E '^\s*--- PASS' $(LOCALBIN)/test.log) passed, $$(grep -c -E '^\s*--- FAIL' $(LOCALBIN)/test.log) failed, $$(grep -c -E '^\s*--- SKIP' $(LOCALBIN)/test.log) skipped"; \
 	exit $$rc
 
@@ -127,7 +131,7 @@ generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: verify
-verify: verify-generated fmt-check vet lint verify-mod verify-kustomize verify-chart verify-architecture ## Static checks that CI runs before the tests.
+verify: verify-generated fmt-check vet lint verify-mod verify-kustomize verify-chart verify-architecture verify-complexity ## Static checks that CI runs before the tests.
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail when generated files differ from what is committed.
@@ -159,6 +163,12 @@ verify-mod: ## Fail when go.mod/go.sum are not tidy.
 verify-architecture: ## Fail when docs/architecture.md's package diagram differs from the import graph (go list), or imports do not run one way.
 	go run ./hack/archgraph -check docs/architecture.md
 
+.PHONY: verify-complexity
+verify-complexity: $(GOCYCLO) ## Fail when more than MAX_COMPLEX_FUNCS functions of non-test code have a cyclomatic complexity above 30 (gocyclo, pinned).
+	@out="$$($(GOCYCLO) -over 30 -ignore '_test|^bin/' . || true)"; n=$$(printf '%s' "$$out" | grep -c . || true); \
+	printf '%s\n' "$$out"; echo "gocyclo -over 30: $$n functions (at most $(MAX_COMPLEX_FUNCS))"; \
+	if [ "$$n" -gt $(MAX_COMPLEX_FUNCS) ]; then echo "split the new one into named steps"; exit 1; fi
+
 .PHONY: verify-kustomize
 verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS component, mosquitto, conversation-service and its Sentinel component).
 	@for dir in config/default config/quickstart config/mosquitto config/conversation-service; do \
@@ -181,7 +191,7 @@ verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-flee
 CHART_ALL_OPTIONS := --set mosquitto.tls.enabled=true,broker.tls.caSecret=a2a-fleet-mosquitto-tls,broker.tls.clientCertificate=true \
 	--set conversationService.persistence.enabled=true,tracing.otlpEndpoint=http://otel-collector:4318 \
 	--set conversationService.replicas=2,conversationService.redis.sentinel.addresses={s0:26379\,s1:26379\,s2:26379},conversationService.redis.passwordSecret.name=redis-auth \
-	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false
+	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,conversationService.callerRate=50,conversationService.callerBurst=100,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false
 
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver, etcd and kubectl from source into bin/k8s (cached).
@@ -200,7 +210,7 @@ redis: ## Install redis-server and redis-sentinel from Debian packages (idempote
 	hack/install-redis.sh
 
 .PHONY: tools-test
-tools-test: control-plane mosquitto mosquitto-plugin redis $(DEV_BINS) ## Everything the tests need.
+tools-test: control-plane mosquitto mosquitto-plugin redis $(DEV_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart).
 
 .PHONY: build
 build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).
@@ -237,6 +247,10 @@ $(STATICCHECK):
 	GOBIN=$(LOCALBIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(LOCALBIN)/staticcheck $@
 
+$(GOCYCLO):
+	GOBIN=$(LOCALBIN) go install github.com/fzipp/gocyclo/cmd/gocyclo@$(GOCYCLO_VERSION)
+	mv $(LOCALBIN)/gocyclo $@
+
 $(KUSTOMIZE):
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 	mv $(LOCALBIN)/kustomize $@
@@ -246,7 +260,7 @@ $(HELM):
 	mv $(LOCALBIN)/helm $@
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(STATICCHECK) $(HELM) ## Build the pinned tools (controller-gen, kustomize, staticcheck, helm) into bin/.
+tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(STATICCHECK) $(HELM) $(GOCYCLO) ## Build the pinned tools (controller-gen, kustomize, staticcheck, helm, gocyclo) into bin/.
 
 ##@ Benchmarks (docs/benchmarks.md: each records ratios against a baseline of the same run and the load average)
 
@@ -266,7 +280,7 @@ bench: bench-sdk bench-broker bench-service bench-fleet ## Every benchmark below
 bench-fleet: tools-test ## Registration: a fleet of Agents to Ready, operator on the embedded broker (FLEET_SIZES) and on Mosquitto + dynsec (MOSQUITTO_FLEET_SIZES).
 	FLEET_SIZES="$(FLEET_SIZES)" MOSQUITTO_FLEET_SIZES="$(MOSQUITTO_FLEET_SIZES)" \
 		KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
-		go test ./internal/registration/ -run '^$$' -bench 'BenchmarkFleetRegistration' -benchtime 1x -timeout $(BENCH_FLEET_TIMEOUT)
+		go test ./test/registration/ -run '^$$' -bench 'BenchmarkFleetRegistration' -benchtime 1x -timeout $(BENCH_FLEET_TIMEOUT)
 
 .PHONY: bench-sdk
 bench-sdk: mosquitto ## SDK: SendMessage, streaming and the three inputs over loopback Mosquitto (SDK_BENCHTIME iterations).

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -155,15 +154,15 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 	if decision.LimitExceeded {
 		// The oldest Agents of the Tenant keep their place. An Agent's deletion (agentsOverTheLimit)
 		// or a Tenant change re-reconciles this one: no requeue.
-		r.setCondition(agent, a2av1.ConditionIdentityPermitted, metav1.ConditionFalse, a2av1.ReasonAgentLimitExceeded, decision.Message)
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionIdentityPermitted, metav1.ConditionFalse, a2av1.ReasonAgentLimitExceeded, decision.Message)
 		return ctrl.Result{}, r.refuseIdentity(ctx, view, before, agent, a2av1.ReasonAgentLimitExceeded, decision.Message)
 	}
 	if !decision.Permitted {
-		r.setCondition(agent, a2av1.ConditionIdentityPermitted, metav1.ConditionFalse, a2av1.ReasonIdentityNotPermitted, decision.Message)
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionIdentityPermitted, metav1.ConditionFalse, a2av1.ReasonIdentityNotPermitted, decision.Message)
 		// A Tenant change re-reconciles the Agent: no requeue.
 		return ctrl.Result{}, r.refuseIdentity(ctx, view, before, agent, a2av1.ReasonIdentityNotPermitted, decision.Message)
 	}
-	r.setCondition(agent, a2av1.ConditionIdentityPermitted, metav1.ConditionTrue, a2av1.ReasonIdentityPermitted, decision.Message)
+	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionIdentityPermitted, metav1.ConditionTrue, a2av1.ReasonIdentityPermitted, decision.Message)
 
 	if holder, err = view.Holder(ctx, agent); err != nil {
 		return ctrl.Result{}, err
@@ -251,17 +250,11 @@ func (r *AgentReconciler) writeStatus(ctx context.Context, before, agent *a2av1.
 	r.setReady(agent)
 	r.setConnected(agent, holder)
 	agent.Status.ObservedGeneration = agent.Generation
-	if equality.Semantic.DeepEqual(before.Status, agent.Status) {
-		return nil
+	patched, err := patchStatus(ctx, r.Client, before, agent, func(a *a2av1.Agent) any { return a.Status })
+	if patched {
+		r.emitTransitions(before, agent, holder)
 	}
-	if err := r.Status().Patch(ctx, agent, client.MergeFrom(before)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("update status: %w", err)
-	}
-	r.emitTransitions(before, agent, holder)
-	return nil
+	return err
 }
 
 // jitter returns d ±20 %.
@@ -404,16 +397,16 @@ func (r *AgentReconciler) registerOnBroker(ctx context.Context, view *tenancy.Vi
 	var tooLarge *registration.CardTooLargeError
 	switch {
 	case err == nil:
-		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionTrue, a2av1.ReasonRegistered,
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionRegistered, metav1.ConditionTrue, a2av1.ReasonRegistered,
 			"broker client "+identity.BrokerUsername(agent)+" exists and the agent card is published")
 	case errors.As(err, &tooLarge):
 		// Terminal until the card or the Tenant's limit changes (each reconciles): no retry, and
 		// nothing oversized ever reaches the broker.
-		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonCardTooLarge,
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonCardTooLarge,
 			"broker client "+identity.BrokerUsername(agent)+" exists, but "+tooLarge.Error())
 		return r.aclsSynced(ctx, view, agent), nil
 	case errors.As(err, &stage) && stage.Stage != registration.StageACLs:
-		r.setCondition(agent, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, err.Error())
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, err.Error())
 	default:
 		r.setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, err.Error())
 		return ctrl.Result{}, err
@@ -429,7 +422,7 @@ func (r *AgentReconciler) aclsSynced(ctx context.Context, view *tenancy.View, ag
 	resync := ctrl.Result{RequeueAfter: jitter(r.Resync)}
 	self, live, err := registration.MemberOf(ctx, view, agent)
 	if err != nil || !live {
-		r.setCondition(agent, a2av1.ConditionACLsSynced, metav1.ConditionFalse, a2av1.ReasonSharedACLsPending,
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionACLsSynced, metav1.ConditionFalse, a2av1.ReasonSharedACLsPending,
 			fmt.Sprintf("cannot tell whether the shared ACLs include this agent: %v", err))
 		return ctrl.Result{RequeueAfter: sharedPendingRecheck}
 	}
@@ -450,13 +443,13 @@ func (r *AgentReconciler) aclsSynced(ctx context.Context, view *tenancy.View, ag
 	}
 	if len(waiting) > 0 {
 		r.Shared.Poke(ctx, registration.KeysOf(self.Agent, r.Gating)...)
-		r.setCondition(agent, a2av1.ConditionACLsSynced, metav1.ConditionFalse, a2av1.ReasonSharedACLsPending,
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionACLsSynced, metav1.ConditionFalse, a2av1.ReasonSharedACLsPending,
 			"the agent's own ACLs are applied; waiting for the shared "+strings.Join(waiting, ", ")+" ACLs to include it")
 		return ctrl.Result{RequeueAfter: sharedPendingRecheck}
 	}
 	if agent.Spec.PoolID != "" && self.Pool == "" {
 		owner, _ := view.PoolOwner(ctx, agent)
-		r.setCondition(agent, a2av1.ConditionACLsSynced, metav1.ConditionFalse, a2av1.ReasonPoolNotGranted,
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionACLsSynced, metav1.ConditionFalse, a2av1.ReasonPoolNotGranted,
 			fmt.Sprintf("pool %s belongs to namespace %s (its oldest member), which grants namespace %s no AgentGrant of kind Pools: the agent is registered but not a pool member",
 				agent.Spec.PoolID, owner, agent.Namespace))
 		return resync
@@ -471,7 +464,7 @@ func (r *AgentReconciler) aclsSynced(ctx context.Context, view *tenancy.View, ag
 			}
 		}
 	}
-	r.setCondition(agent, a2av1.ConditionACLsSynced, metav1.ConditionTrue, a2av1.ReasonACLsApplied, msg)
+	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionACLsSynced, metav1.ConditionTrue, a2av1.ReasonACLsApplied, msg)
 	return resync
 }
 
@@ -481,8 +474,8 @@ func hasNamespaceSelectors(agent *a2av1.Agent) bool {
 
 // setBrokerConditions sets ACLsSynced and Registered alike.
 func (r *AgentReconciler) setBrokerConditions(agent *a2av1.Agent, status metav1.ConditionStatus, reason, message string) {
-	r.setCondition(agent, a2av1.ConditionACLsSynced, status, reason, message)
-	r.setCondition(agent, a2av1.ConditionRegistered, status, reason, message)
+	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionACLsSynced, status, reason, message)
+	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionRegistered, status, reason, message)
 }
 
 // setReady derives Ready from the other conditions: the first that is not True explains why.
@@ -493,11 +486,11 @@ func (r *AgentReconciler) setReady(agent *a2av1.Agent) {
 			continue // WorkloadAvailable exists only with a workload
 		}
 		if c.Status != metav1.ConditionTrue {
-			r.setCondition(agent, a2av1.ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
+			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
 			return
 		}
 	}
-	r.setCondition(agent, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled,
+	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled,
 		"the agent is registered and may connect as "+agent.Status.ClientID)
 }
 
@@ -509,12 +502,6 @@ func wasNotReady(c *metav1.Condition) bool {
 
 func removeCondition(agent *a2av1.Agent, condType string) {
 	meta.RemoveStatusCondition(&agent.Status.Conditions, condType)
-}
-
-func (r *AgentReconciler) setCondition(agent *a2av1.Agent, condType string, status metav1.ConditionStatus, reason, message string) {
-	meta.SetStatusCondition(&agent.Status.Conditions, metav1.Condition{
-		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: agent.Generation,
-	})
 }
 
 // emitTransitions records an Event for each change a human would want to see in kubectl describe.

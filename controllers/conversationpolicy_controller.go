@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -50,7 +51,7 @@ type ConversationPolicyReconciler struct {
 // +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents,verbs=get;list;watch
 
 // Reconcile recomputes a policy's selection and conflicts and writes them to status.
-func (r *ConversationPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *ConversationPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	p := &a2av1.ConversationPolicy{}
 	if err := r.Get(ctx, req.NamespacedName, p); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -61,17 +62,22 @@ func (r *ConversationPolicyReconciler) Reconcile(ctx context.Context, req ctrl.R
 	}
 	before := p.DeepCopy()
 	p.Status.ObservedGeneration = p.Generation
+	defer func() {
+		// Status once, at the end, only when it changed; Events for the transitions it made.
+		patched, err := patchStatus(ctx, r.Client, before, p, func(p *a2av1.ConversationPolicy) any { return p.Status })
+		if patched {
+			r.emitTransitions(before, p)
+		}
+		retErr = errors.Join(retErr, err)
+	}()
 
 	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.AgentSelector)
 	if err != nil {
 		p.Status.MatchedAgents, p.Status.AppliedAgents = 0, 0
 		p.Status.MatchedAgentNames, p.Status.Conflicts = nil, nil
-		r.setCondition(p, a2av1.ConditionReady, metav1.ConditionFalse, a2av1.ReasonInvalidSelector,
+		setCondition(&p.Status.Conditions, p.Generation, a2av1.ConditionReady, metav1.ConditionFalse, a2av1.ReasonInvalidSelector,
 			fmt.Sprintf("agentSelector is invalid: %v", err))
 		meta.RemoveStatusCondition(&p.Status.Conditions, a2av1.ConditionConflicted)
-		if err := r.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
-			return ctrl.Result{}, fmt.Errorf("update status: %w", err)
-		}
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, EventInvalidPolicy, "Resolve", "agentSelector is invalid: %v", err)
 		// A spec change fixes this, and a spec change triggers a reconcile: no requeue.
 		return ctrl.Result{}, nil
@@ -97,29 +103,24 @@ func (r *ConversationPolicyReconciler) Reconcile(ctx context.Context, req ctrl.R
 	if len(summary.matched) == 0 {
 		// Valid, but it governs nothing: almost always a label typo. Ready=False makes it show in
 		// `kubectl get cpol`, and emitTransitions adds a Warning event.
-		r.setCondition(p, a2av1.ConditionReady, metav1.ConditionFalse, a2av1.ReasonNoAgentsSelected,
+		setCondition(&p.Status.Conditions, p.Generation, a2av1.ConditionReady, metav1.ConditionFalse, a2av1.ReasonNoAgentsSelected,
 			fmt.Sprintf("agentSelector %s matches no Agent in namespace %s: this policy governs nothing", selectorText(sel), p.Namespace))
 	} else {
-		r.setCondition(p, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonSelectorResolved,
+		setCondition(&p.Status.Conditions, p.Generation, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonSelectorResolved,
 			fmt.Sprintf("selects %d Agents and applies to %d", len(summary.matched), summary.applied))
 	}
 	if n := len(summary.conflicts); n > 0 {
-		r.setCondition(p, a2av1.ConditionConflicted, metav1.ConditionTrue, a2av1.ReasonOverlappingPolicies,
+		setCondition(&p.Status.Conditions, p.Generation, a2av1.ConditionConflicted, metav1.ConditionTrue, a2av1.ReasonOverlappingPolicies,
 			fmt.Sprintf("%d selected Agents are also selected by %v; precedence: highest priority, then oldest, then name",
 				n, summary.others))
 	} else {
-		r.setCondition(p, a2av1.ConditionConflicted, metav1.ConditionFalse, a2av1.ReasonNoOverlap,
+		setCondition(&p.Status.Conditions, p.Generation, a2av1.ConditionConflicted, metav1.ConditionFalse, a2av1.ReasonNoOverlap,
 			"no other policy selects these Agents")
 	}
 
 	if err := r.withinLimits(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}
-
-	if err := r.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("update status: %w", err)
-	}
-	r.emitTransitions(before, p)
 	return ctrl.Result{}, nil
 }
 
@@ -130,7 +131,7 @@ func (r *ConversationPolicyReconciler) withinLimits(ctx context.Context, p *a2av
 	pol, err := conversation.NewPolicy(&p.Spec)
 	if err != nil {
 		// Admission refuses such a spec; the service runs it on the defaults.
-		r.setCondition(p, a2av1.ConditionWithinLimits, metav1.ConditionFalse, a2av1.ReasonTenantLimitExceeded, err.Error())
+		setCondition(&p.Status.Conditions, p.Generation, a2av1.ConditionWithinLimits, metav1.ConditionFalse, a2av1.ReasonTenantLimitExceeded, err.Error())
 		return nil
 	}
 	view, err := (&tenancy.Authorizer{Reader: r.Client}).View(ctx)
@@ -146,11 +147,11 @@ func (r *ConversationPolicyReconciler) withinLimits(ctx context.Context, p *a2av
 		who = "Tenant " + tenant.Name + "'s ceilings (limits.conversationPolicy)"
 	}
 	if _, over := pol.Within(limits.ConversationPolicy); len(over) > 0 {
-		r.setCondition(p, a2av1.ConditionWithinLimits, metav1.ConditionFalse, a2av1.ReasonTenantLimitExceeded,
+		setCondition(&p.Status.Conditions, p.Generation, a2av1.ConditionWithinLimits, metav1.ConditionFalse, a2av1.ReasonTenantLimitExceeded,
 			fmt.Sprintf("%s; the ceilings apply instead (%s)", strings.Join(over, "; "), who))
 		return nil
 	}
-	r.setCondition(p, a2av1.ConditionWithinLimits, metav1.ConditionTrue, a2av1.ReasonWithinLimits,
+	setCondition(&p.Status.Conditions, p.Generation, a2av1.ConditionWithinLimits, metav1.ConditionTrue, a2av1.ReasonWithinLimits,
 		"within "+who+"; limits left unlimited take the ceilings")
 	return nil
 }
@@ -198,12 +199,6 @@ func truncate(names []string) []string {
 		return names[:MaxStatusListItems]
 	}
 	return names
-}
-
-func (r *ConversationPolicyReconciler) setCondition(p *a2av1.ConversationPolicy, condType string, status metav1.ConditionStatus, reason, message string) {
-	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
-		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: p.Generation,
-	})
 }
 
 // selectorText shows a selector as kubectl does; the empty one selects everything.

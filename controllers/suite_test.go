@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	"go.uber.org/zap/zapcore"
 
@@ -242,12 +241,7 @@ func newNamespace(t *testing.T) string {
 
 // applyYAML creates the object a manifest describes, as kubectl would, and returns the API error.
 func applyYAML(ns, manifest string) error {
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
-		return fmt.Errorf("bad test manifest: %w", err)
-	}
-	u.SetNamespace(ns)
-	return k8s.Create(context.Background(), u)
+	return testenv.Create(context.Background(), k8s, ns, manifest)
 }
 
 func getAgent(t *testing.T, ns, name string) *a2av1.Agent {

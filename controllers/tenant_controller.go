@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,7 +60,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	t.Status.Namespaces = truncate(rep.Bound)
 	t.Status.ConflictingNamespaces = truncate(rep.Conflicting)
 	set := func(condType string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&t.Status.Conditions, metav1.Condition{Type: condType, Status: status, Reason: reason, Message: msg, ObservedGeneration: t.Generation})
+		setCondition(&t.Status.Conditions, t.Generation, condType, status, reason, msg)
 	}
 	switch {
 	case !rep.Effective:
@@ -84,11 +83,9 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			set(a2av1.ConditionConflicted, metav1.ConditionFalse, a2av1.ReasonNoOverlap, "no older Tenant claims its org or namespaces")
 		}
 	}
-	if equality.Semantic.DeepEqual(before.Status, t.Status) {
-		return ctrl.Result{}, nil
-	}
-	if err := r.Status().Patch(ctx, t, client.MergeFrom(before)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("update tenant status: %w", err)
+	patched, err := patchStatus(ctx, r.Client, before, t, func(t *a2av1.Tenant) any { return t.Status })
+	if !patched {
+		return ctrl.Result{}, err
 	}
 	was := meta.FindStatusCondition(before.Status.Conditions, a2av1.ConditionConflicted)
 	now := meta.FindStatusCondition(t.Status.Conditions, a2av1.ConditionConflicted)

@@ -24,6 +24,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -90,7 +91,7 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 			removeCondition(agent, a2av1.ConditionWorkloadAvailable)
 		} else {
 			ready := conditionOf(agent, a2av1.ConditionRegistered)
-			r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ready.Reason,
+			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ready.Reason,
 				"no workload runs without the agent's credentials: "+ready.Message)
 		}
 		return nil
@@ -103,7 +104,7 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 		}
 		// Terminal until the spec (or the namespace's level, or the Tenant) changes, each of which
 		// reconciles: no retry.
-		r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
 			"the workload is not run: "+strings.Join(violations, "; "))
 		return nil
 	}
@@ -113,7 +114,7 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 	if apierrors.IsNotFound(err) {
 		// The cache holds only Deployments with our label: never take over someone else's.
 		if err := r.APIReader.Get(ctx, key, deploy); err == nil && !metav1.IsControlledBy(deploy, agent) {
-			r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
+			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
 				fmt.Sprintf("Deployment %s exists and is not this Agent's; delete or rename it", key.Name))
 			return nil
 		} else if err != nil && !apierrors.IsNotFound(err) {
@@ -140,7 +141,7 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 		applied, err := r.applyDeployment(ctx, desired)
 		if err != nil {
 			if apierrors.IsInvalid(err) {
-				r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadInvalid, err.Error())
+				setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadInvalid, err.Error())
 				return nil
 			}
 			return fmt.Errorf("apply workload deployment: %w", err)
@@ -150,12 +151,12 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 	}
 	for _, c := range deploy.Status.Conditions {
 		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue {
-			r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionTrue, ReasonWorkloadAvailable,
+			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionTrue, ReasonWorkloadAvailable,
 				fmt.Sprintf("%d/%d replicas available", deploy.Status.AvailableReplicas, ptr.Deref(deploy.Spec.Replicas, 1)))
 			return nil
 		}
 	}
-	r.setCondition(agent, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadProgressing,
+	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadProgressing,
 		fmt.Sprintf("Deployment %s has %d/%d replicas available", key.Name, deploy.Status.AvailableReplicas, ptr.Deref(deploy.Spec.Replicas, 1)))
 	return nil
 }
@@ -291,6 +292,17 @@ func rolledOut(deploy *appsv1.Deployment, checksum string) bool {
 	return deploy.Status.UpdatedReplicas > 0 && deploy.Status.UpdatedReplicas == deploy.Status.Replicas
 }
 
+// workloadCard is the card the operator publishes for the Agent, as JSON, naming the broker URL
+// the workload connects to.
+func workloadCard(agent *a2av1.Agent, id a2amqtt.AgentRef, brokerURL string) string {
+	raw, err := json.Marshal(registration.BuildCard(agent, id, agent.Spec.PoolID, brokerURL))
+	if err != nil {
+		// An AgentCard of strings, lists and booleans always marshals.
+		panic(fmt.Sprintf("marshal the card of %s/%s: %v", agent.Namespace, agent.Name, err))
+	}
+	return string(raw)
+}
+
 func digestOf(v any) (string, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
@@ -325,6 +337,9 @@ func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
 		{Name: "A2A_USERNAME", ValueFrom: secretRef(identity.SecretKeyUsername)},
 		{Name: "A2A_PASSWORD", ValueFrom: secretRef(identity.SecretKeyPassword)},
 		{Name: a2amqtt.EnvCredentialsDir, Value: CredentialsMountPath},
+		// The manifest's card, for the process to publish with its presence: one card per agent,
+		// whoever writes the retained topic last (docs/api.md, "Which card is the agent's").
+		{Name: a2amqtt.EnvAgentCard, Value: workloadCard(agent, id, r.WorkloadBrokerURL)},
 	}
 	if agent.Spec.PoolID != "" {
 		env = append(env, corev1.EnvVar{Name: "A2A_POOLS", Value: agent.Spec.PoolID})

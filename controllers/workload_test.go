@@ -54,6 +54,11 @@ func TestWorkloadDeployment(t *testing.T) {
 	if env["LOG_LEVEL"].Value != "debug" {
 		t.Fatal("the template's own env was dropped")
 	}
+	// The manifest's card, for the process to publish: the card on the broker stays the manifest's.
+	t.Setenv(a2amqtt.EnvAgentCard, env[a2amqtt.EnvAgentCard].Value)
+	if card, err := a2amqtt.AgentCardFromEnv(); err != nil || card == nil || card.Name != a.Spec.Card.Name || card.Description != a.Spec.Card.Description {
+		t.Fatalf("%s is not the manifest's card (%q, %q): %v %+v", a2amqtt.EnvAgentCard, a.Spec.Card.Name, a.Spec.Card.Description, err, card)
+	}
 	if ref := env["A2A_PASSWORD"].ValueFrom; ref == nil || ref.SecretKeyRef.Name != "runner-mqtt-credentials" || env["A2A_PASSWORD"].Value != "" {
 		t.Fatalf("password must come from the Secret by reference: %+v", env["A2A_PASSWORD"])
 	}

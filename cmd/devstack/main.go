@@ -38,9 +38,7 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/controlplane"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
@@ -54,32 +52,25 @@ func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Br
 	cfg := registration.BrokerConfig{Client: mgr.GetClient(), Cache: mgr.GetCache(),
 		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker"),
 		ServiceSecret: &serviceSecret, OrphanInterval: registration.DefaultOrphanInterval}
-	var broker *registration.Broker
-	stop := func() {}
+	bc := brokers.Config{Kind: brokers.Embedded, URL: "mqtt://" + o.brokerAddr, MaxPacketSize: 1 << 20,
+		SnapshotPath: filepath.Join(stateDir, "broker-identities.json")}
 	if o.mosquittoURL != "" {
 		if o.mosquittoPassword == "" {
 			return nil, "", nil, errors.New("--mosquitto-url needs --mosquitto-admin-password (or $MOSQUITTO_ADMIN_PASSWORD)")
 		}
-		cfg.URL = o.mosquittoURL
-		b, err := registration.NewDynsecBroker(cfg, dynsec.Config{Username: o.mosquittoAdmin, Password: o.mosquittoPassword})
-		if err != nil {
-			return nil, "", nil, err
-		}
-		broker = b
-	} else {
-		srv, err := embedded.Start(embedded.Config{
-			Addr:          o.brokerAddr,
-			MaxPacketSize: 1 << 20,
-			Store:         embedded.StoreConfig{Prefix: acl.DefaultPrefix, SnapshotPath: filepath.Join(stateDir, "broker-identities.json")},
-		})
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("start embedded broker: %w", err)
-		}
-		cfg.URL, cfg.Backend, stop = srv.URL(), srv.Backend(), func() { _ = srv.Close() }
-		if broker, err = registration.NewBroker(cfg); err != nil {
-			stop()
-			return nil, "", nil, err
-		}
+		bc = brokers.Config{Kind: brokers.Dynsec, URL: o.mosquittoURL, Username: o.mosquittoAdmin, Password: o.mosquittoPassword,
+			Logger: slog.New(logr.ToSlogHandler(cfg.Log))}
+	}
+	backend, err := brokers.New(bc)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	stop := func() { _ = backend.Close() }
+	cfg.URL, cfg.Backend, cfg.Open = backend.URL, backend.Backend, backend.Open
+	broker, err := registration.NewBroker(cfg)
+	if err != nil {
+		stop()
+		return nil, "", nil, err
 	}
 	if err := mgr.Add(broker); err != nil {
 		stop()

@@ -3,10 +3,9 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -16,41 +15,39 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/go-logr/logr"
+
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // generatedAdminUsername is the dynsec admin of a generated admin Secret.
 const generatedAdminUsername = "admin"
 
-// dynsecBroker reads the admin credentials (once, through the API server: the cache is not
-// running yet), creating them first when asked to, and returns the broker runtime, which connects
-// when the manager starts it.
-func dynsecBroker(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate bool, serviceSecret string, orphanInterval time.Duration) (*registration.Broker, error) {
-	ns, name, ok := strings.Cut(o.adminSecret, "/")
-	if !ok || ns == "" || name == "" {
-		return nil, errors.New("--broker-admin-secret must be NAMESPACE/NAME when --broker-url is set")
-	}
-	key := client.ObjectKey{Namespace: ns, Name: name}
-	if o.generateAdminSecret {
-		if err := ensureAdminSecret(ctx, mgr.GetAPIReader(), mgr.GetClient(), key); err != nil {
+// brokerRuntime builds the operator's broker runtime for --broker-backend with the factory
+// every entry point uses (internal/mqtt/brokers). For Mosquitto's dynamic-security plugin it
+// reads the admin credentials (once, through the API server: the cache is not running yet),
+// creating them first when asked to; the admin connection opens when the manager starts the
+// runtime. The embedded broker runs in this process, listening on --broker-url.
+func brokerRuntime(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate bool, serviceSecret string, orphanInterval time.Duration) (*registration.Broker, error) {
+	bc := brokers.Config{Kind: o.kind, URL: o.url, Logger: slog.New(logr.ToSlogHandler(ctrl.Log.WithName("broker")))}
+	var err error
+	if bc.Kind == brokers.Dynsec {
+		if bc.Username, bc.Password, err = adminCredentials(ctx, mgr, o); err != nil {
+			return nil, err
+		}
+		if bc.TLS, err = brokerTLS(o); err != nil {
 			return nil, err
 		}
 	}
-	secret := &corev1.Secret{}
-	if err := mgr.GetAPIReader().Get(ctx, key, secret); err != nil {
-		return nil, fmt.Errorf("read broker admin secret %s: %w", o.adminSecret, err)
-	}
-	user, pass := string(secret.Data[identity.SecretKeyUsername]), string(secret.Data[identity.SecretKeyPassword])
-	if user == "" || pass == "" {
-		return nil, fmt.Errorf("broker admin secret %s needs non-empty keys username and password", o.adminSecret)
-	}
-	tlsCfg, err := brokerTLS(o)
+	backend, err := brokers.New(bc)
 	if err != nil {
 		return nil, err
 	}
-	cfg := registration.BrokerConfig{URL: o.url, TLS: tlsCfg, Client: mgr.GetClient(), Cache: mgr.GetCache(),
+	cfg := registration.BrokerConfig{URL: backend.URL, TLS: bc.TLS, Backend: backend.Backend, Open: backend.Open,
+		Client: mgr.GetClient(), Cache: mgr.GetCache(),
 		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker"), OrphanInterval: orphanInterval}
 	if gate {
 		ns, name, ok := strings.Cut(serviceSecret, "/")
@@ -59,7 +56,30 @@ func dynsecBroker(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate b
 		}
 		cfg.ServiceSecret = &client.ObjectKey{Namespace: ns, Name: name}
 	}
-	return registration.NewDynsecBroker(cfg, dynsec.Config{Username: user, Password: pass, TLS: tlsCfg})
+	return registration.NewBroker(cfg)
+}
+
+// adminCredentials reads the dynsec admin's username and password from --broker-admin-secret.
+func adminCredentials(ctx context.Context, mgr ctrl.Manager, o brokerOptions) (user, pass string, err error) {
+	ns, name, ok := strings.Cut(o.adminSecret, "/")
+	if !ok || ns == "" || name == "" {
+		return "", "", errors.New("--broker-admin-secret must be NAMESPACE/NAME when --broker-url is set")
+	}
+	key := client.ObjectKey{Namespace: ns, Name: name}
+	if o.generateAdminSecret {
+		if err := ensureAdminSecret(ctx, mgr.GetAPIReader(), mgr.GetClient(), key); err != nil {
+			return "", "", err
+		}
+	}
+	secret := &corev1.Secret{}
+	if err := mgr.GetAPIReader().Get(ctx, key, secret); err != nil {
+		return "", "", fmt.Errorf("read broker admin secret %s: %w", o.adminSecret, err)
+	}
+	user, pass = string(secret.Data[identity.SecretKeyUsername]), string(secret.Data[identity.SecretKeyPassword])
+	if user == "" || pass == "" {
+		return "", "", fmt.Errorf("broker admin secret %s needs non-empty keys username and password", o.adminSecret)
+	}
+	return user, pass, nil
 }
 
 // ensureAdminSecret creates the broker admin Secret with a random password unless it exists.
@@ -97,34 +117,14 @@ func ensureAdminSecret(ctx context.Context, r client.Reader, w client.Writer, ke
 	return nil
 }
 
-// brokerTLS is the TLS configuration of the operator's broker connections (nil: plain MQTT or
-// the system roots).
+// brokerTLS is the TLS configuration of the operator's broker connections (nil: plain MQTT),
+// built by a2amqtt.BrokerTLS like every other broker client's: the client certificate and the CA
+// are re-read at every (re)connect, so a rotated certificate is picked up without a restart.
 func brokerTLS(o brokerOptions) (*tls.Config, error) {
-	if o.caFile == "" && o.clientCertFile == "" && o.clientKeyFile == "" && !o.insecureSkipVerify {
-		return nil, nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: o.insecureSkipVerify} //nolint:gosec // opt-in flag for tests
-	if o.caFile != "" {
-		pem, err := os.ReadFile(o.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("read broker CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("broker CA file %s holds no PEM certificate", o.caFile)
-		}
-		cfg.RootCAs = pool
-	}
-	switch {
-	case o.clientCertFile == "" && o.clientKeyFile == "":
-	case o.clientCertFile == "" || o.clientKeyFile == "":
-		return nil, errors.New("--broker-client-cert-file and --broker-client-key-file go together")
-	default:
-		pair, err := tls.LoadX509KeyPair(o.clientCertFile, o.clientKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("broker client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
+	cfg, err := a2amqtt.BrokerTLS(o.url, a2amqtt.TLSFiles{CA: o.caFile, Cert: o.clientCertFile, Key: o.clientKeyFile,
+		InsecureSkipVerify: o.insecureSkipVerify})
+	if err != nil {
+		return nil, fmt.Errorf("broker TLS (--broker-url, --broker-ca-file, --broker-client-cert-file, --broker-client-key-file): %w", err)
 	}
 	return cfg, nil
 }

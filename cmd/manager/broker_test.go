@@ -52,16 +52,18 @@ func TestBrokerTLS(t *testing.T) {
 	if cfg, err := brokerTLS(brokerOptions{}); err != nil || cfg != nil {
 		t.Errorf("no TLS flags: want no TLS config, got %v %v", cfg, err)
 	}
-	cfg, err := brokerTLS(brokerOptions{caFile: cert, clientCertFile: cert, clientKeyFile: key})
-	if err != nil || cfg.RootCAs == nil || len(cfg.Certificates) != 1 {
+	const url = "mqtts://broker.example:8883"
+	cfg, err := brokerTLS(brokerOptions{url: url, caFile: cert, clientCertFile: cert, clientKeyFile: key})
+	if err != nil || cfg.VerifyConnection == nil || cfg.GetClientCertificate == nil || cfg.ServerName != "broker.example" {
 		t.Fatalf("CA and client pair: %v %+v", err, cfg)
 	}
 	for name, o := range map[string]brokerOptions{
-		"cert without key": {clientCertFile: cert},
-		"key without cert": {clientKeyFile: key},
-		"CA not PEM":       {caFile: notPEM},
-		"CA missing":       {caFile: filepath.Join(dir, "missing.pem")},
-		"key not matching": {clientCertFile: cert, clientKeyFile: notPEM},
+		"cert without key":     {url: url, clientCertFile: cert},
+		"key without cert":     {url: url, clientKeyFile: key},
+		"CA not PEM":           {url: url, caFile: notPEM},
+		"CA missing":           {url: url, caFile: filepath.Join(dir, "missing.pem")},
+		"key not matching":     {url: url, clientCertFile: cert, clientKeyFile: notPEM},
+		"TLS files, plain URL": {url: "tcp://broker:1883", caFile: cert},
 	} {
 		if _, err := brokerTLS(o); err == nil {
 			t.Errorf("%s: want an error", name)

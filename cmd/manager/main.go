@@ -25,6 +25,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/telemetry"
 )
@@ -47,7 +48,9 @@ type options struct {
 
 // brokerOptions say how the operator reaches and administers the broker.
 type brokerOptions struct {
-	url string
+	// kind is the backend (internal/mqtt/brokers: dynsec, embedded).
+	kind string
+	url  string
 	// adminSecret is NAMESPACE/NAME of the dynsec admin's credentials; generateAdminSecret creates
 	// it with a random password when it is missing (a broker installed with the operator).
 	adminSecret         string
@@ -65,7 +68,8 @@ func main() {
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
 	flag.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader-election Lease (defaults to the pod's namespace).")
-	flag.StringVar(&o.broker.url, "broker-url", "", "MQTT v5 broker with Mosquitto's dynamic-security plugin (mqtt://host:1883 or tls://host:8883). Empty: run without a broker (Agents report BrokerNotConfigured).")
+	flag.StringVar(&o.broker.url, "broker-url", "", "MQTT v5 broker (mqtt://host:1883 or tls://host:8883): where the operator administers it (--broker-backend dynsec) or where it runs the embedded broker (embedded). Empty: run without a broker (Agents report BrokerNotConfigured).")
+	flag.StringVar(&o.broker.kind, "broker-backend", brokers.Dynsec, fmt.Sprintf("How the operator manages the broker's identities: one of %v (dynsec: Mosquitto's dynamic-security plugin; embedded: a broker in the operator's process).", brokers.Kinds()))
 	flag.StringVar(&o.broker.adminSecret, "broker-admin-secret", "", "NAMESPACE/NAME of a Secret with keys username and password of a dynsec admin.")
 	flag.BoolVar(&o.broker.generateAdminSecret, "broker-admin-secret-generate", false, "Create the --broker-admin-secret (username admin, a random password) when it does not exist: for a broker installed with the operator that initialises dynsec from that Secret (config/mosquitto).")
 	flag.StringVar(&o.broker.caFile, "broker-ca-file", "", "PEM CA bundle to verify the broker's TLS certificate (tls:// URLs; default: the system roots).")
@@ -143,7 +147,7 @@ func run(o options) error {
 	copts.WorkloadBrokerURL = cmp.Or(o.workloadBrokerURL, o.broker.url)
 	readyz := healthz.Checker(healthz.Ping)
 	if o.broker.url != "" {
-		broker, err := dynsecBroker(ctx, mgr, o.broker, o.gate, o.serviceSecret, o.orphanInterval)
+		broker, err := brokerRuntime(ctx, mgr, o.broker, o.gate, o.serviceSecret, o.orphanInterval)
 		if err != nil {
 			return err
 		}

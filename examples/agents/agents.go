@@ -338,8 +338,14 @@ func Main(kind Kind) {
 	if *credsDir != "" {
 		creds, *user, *pass = a2amqtt.CredentialsDir(*credsDir), "", ""
 	}
+	// Under the operator, the Agent manifest's card (A2A_AGENT_CARD) is the one to publish.
+	card, err := a2amqtt.AgentCardFromEnv()
+	if err != nil {
+		logger.Error("invalid agent card", "err", err)
+		os.Exit(2)
+	}
 	opts := Options{
-		BrokerURL: *broker, Username: *user, Password: *pass, Credentials: creds, Agent: ref, Pools: poolIDs, Logger: logger,
+		BrokerURL: *broker, Username: *user, Password: *pass, Credentials: creds, Agent: ref, Pools: poolIDs, Logger: logger, Card: card,
 		Delay: *delay, ReferenceHandler: *reference, RequestTopic: *requestTopic,
 		TLS:           a2amqtt.TLSFiles{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey},
 		SessionExpiry: *sessionExpiry, HealthAddr: *healthAddr, HealthGrace: *healthGrace,

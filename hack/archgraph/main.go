@@ -1,6 +1,6 @@
 // Command archgraph keeps docs/architecture.md's package diagram true: it reads the module's
 // import graph from `go list` (every package's imports, and for packages that hold only tests,
-// their test imports), reduces it to the edges no other path implies (a transitive reduction:
+// their test imports; every library's test imports are checked too, not drawn), reduces it to the edges no other path implies (a transitive reduction:
 // what the diagram draws), checks that imports run one way (no cycle; nothing under internal/,
 // pkg/ or examples/ imports controllers or cmd/), and either prints the diagram (-print) or checks
 // that the document's mermaid block has exactly those packages and edges (-check FILE).
@@ -37,9 +37,9 @@ func main() {
 	print := flag.Bool("print", false, "print the mermaid edges of the reduced graph")
 	check := flag.String("check", "", "check that this document's mermaid diagram matches the reduced graph")
 	flag.Parse()
-	graph, err := load()
+	graph, tests, err := load()
 	if err == nil {
-		err = oneWay(graph)
+		err = oneWay(graph, tests)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "archgraph:", err)
@@ -61,26 +61,26 @@ func main() {
 }
 
 // load returns the module's packages and their imports of each other (relative paths).
-func load() (map[string][]string, error) {
+func load() (map[string][]string, map[string][]string, error) {
 	out, err := exec.Command("go", "list", "-json", "./...").Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return nil, fmt.Errorf("go list: %v\n%s", err, ee.Stderr)
+			return nil, nil, fmt.Errorf("go list: %v\n%s", err, ee.Stderr)
 		}
-		return nil, fmt.Errorf("go list: %w", err)
+		return nil, nil, fmt.Errorf("go list: %w", err)
 	}
 	var pkgs []goPackage
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for dec.More() {
 		var p goPackage
 		if err := dec.Decode(&p); err != nil {
-			return nil, fmt.Errorf("go list output: %w", err)
+			return nil, nil, fmt.Errorf("go list output: %w", err)
 		}
 		pkgs = append(pkgs, p)
 	}
 	if len(pkgs) == 0 || pkgs[0].Module == nil {
-		return nil, errors.New("no packages")
+		return nil, nil, errors.New("no packages")
 	}
 	prefix := pkgs[0].Module.Path + "/"
 	internal := func(name string, imports []string) []string {
@@ -94,10 +94,12 @@ func load() (map[string][]string, error) {
 		return deps
 	}
 	graph := map[string][]string{}
+	tests := map[string][]string{}
 	imported := map[string]bool{}
 	for _, p := range pkgs {
 		name := strings.TrimPrefix(p.ImportPath, prefix)
 		graph[name] = internal(name, p.Imports)
+		tests[name] = internal(name, append(append([]string{}, p.TestImports...), p.XTestImports...))
 		for _, d := range graph[name] {
 			imported[d] = true
 		}
@@ -108,19 +110,39 @@ func load() (map[string][]string, error) {
 			// A suite (test/chaos, test/e2e, internal/mqtt/conformance, ...): nothing imports it
 			// and its code is its tests, so their imports are its edges. (Other packages' test
 			// imports are not: the controllers' tests use test/testenv, which imports them.)
-			graph[name] = internal(name, append(append([]string{}, p.TestImports...), p.XTestImports...))
+			graph[name] = tests[name]
 		}
 	}
-	return graph, nil
+	return graph, tests, nil
 }
 
-// oneWay fails on a cycle and on a library package that imports the controllers or a command.
-func oneWay(graph map[string][]string) error {
+// library reports whether pkg is a library: it may not import, not even from its tests, the
+// controllers or a command.
+func library(pkg string) bool {
+	return strings.HasPrefix(pkg, "internal/") || strings.HasPrefix(pkg, "pkg/") || strings.HasPrefix(pkg, "examples/agents")
+}
+
+// above reports whether d is the controllers or a command.
+func above(d string) bool { return d == "controllers" || strings.HasPrefix(d, "cmd/") }
+
+// oneWay fails on a cycle and on a library package that imports the controllers or a command,
+// directly or through another package, from its code or from its tests (a library's test that
+// needs the controllers is a suite's test: it belongs under test/ or controllers/).
+func oneWay(graph, tests map[string][]string) error {
 	var errs []error
-	for pkg, deps := range graph {
-		library := strings.HasPrefix(pkg, "internal/") || strings.HasPrefix(pkg, "pkg/") || strings.HasPrefix(pkg, "examples/agents")
+	for pkg, deps := range tests {
+		if !library(pkg) {
+			continue
+		}
 		for _, d := range deps {
-			if library && (d == "controllers" || strings.HasPrefix(d, "cmd/")) {
+			if above(d) || reachesAbove(graph, d) {
+				errs = append(errs, fmt.Errorf("%s's tests import %s, which is or imports the controllers or a command: move the test under test/ or controllers/", pkg, d))
+			}
+		}
+	}
+	for pkg, deps := range graph {
+		for _, d := range deps {
+			if library(pkg) && above(d) {
 				errs = append(errs, fmt.Errorf("%s imports %s: libraries must not import the controllers or a command", pkg, d))
 			}
 			if reaches(graph, d, pkg, "") {
@@ -131,19 +153,30 @@ func oneWay(graph map[string][]string) error {
 	return errors.Join(errs...)
 }
 
+// reachesAbove reports whether from imports, directly or not, the controllers or a command.
+func reachesAbove(graph map[string][]string, from string) bool {
+	return walk(graph, []string{from}, above)
+}
+
 // reaches reports whether to is reachable from from, not using the direct edge from -> skip.
 func reaches(graph map[string][]string, from, to, skip string) bool {
-	seen := map[string]bool{}
-	stack := []string{}
+	var starts []string
 	for _, d := range graph[from] {
 		if d != skip {
-			stack = append(stack, d)
+			starts = append(starts, d)
 		}
 	}
+	return walk(graph, starts, func(n string) bool { return n == to })
+}
+
+// walk reports whether a package for which found is true is reachable from starts (included).
+func walk(graph map[string][]string, starts []string, found func(string) bool) bool {
+	seen := map[string]bool{}
+	stack := slices.Clone(starts)
 	for len(stack) > 0 {
 		n := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if n == to {
+		if found(n) {
 			return true
 		}
 		if seen[n] {

@@ -7,6 +7,7 @@
 #   a2a-fleet.local/static:nonroot    what distroless/static holds: CA certificates, tzdata,
 #                                     /etc/passwd with nonroot (65532), /tmp (RUNTIME_IMAGE)
 #   a2a-fleet.local/golang:<go>       the base plus this machine's own Go toolchain (GO_IMAGE)
+#   a2a-fleet.local/redis:bookworm    the base plus redis-server (the chaos suite's Redis)
 #
 # and the node's root filesystem (systemd, Debian's containerd, runc, CNI plugins, iptables, ...)
 # in A2A_FLEET_CACHE/kind/rootfs/node, which hack/kind/node-image.sh turns into the node image.
@@ -121,6 +122,26 @@ if ! stamp_ok "$goimage.stamp" "$go_key"; then
 fi
 import_dir "$goimage" "$LOCAL_GO_IMAGE" --change "ENV GOPROXY=$(go env GOPROXY) GOSUMDB=$(go env GOSUMDB)" --change "ENV PATH=/usr/local/go/bin:/root/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 	--change "ENV GOTOOLCHAIN=local" --change 'CMD ["bash"]'
+
+# Redis: the base plus Debian's redis-server (the chaos suite runs the conversation service on it),
+# non-root (nobody) like the project's images. Its name goes to KIND_STATE/redis-image, for up.sh
+# to load it and test/chaos to run it. (Named here, not in lib.sh: lib.sh is an input of the node
+# image, and Redis is not.)
+LOCAL_REDIS_IMAGE="a2a-fleet.local/redis:$DEBIAN_SUITE"
+redis="$rootfs/redis"
+redis_key="$(cat "$rootfs/base.stamp") redis-server"
+if ! stamp_ok "$redis.stamp" "$redis_key"; then
+	log "redis root filesystem: redis-server (~30 s)"
+	rm -rf "$redis.tmp" && cp -a "$rootfs/base" "$redis.tmp"
+	apt_install "$redis.tmp" redis-server
+	rm -f "$redis.tmp/etc/resolv.conf"
+	rm -rf "$redis" && mv "$redis.tmp" "$redis"
+	stamp_write "$redis.stamp" "$redis_key"
+	rm -f "$rootfs"/*redis*.image-stamp
+fi
+import_dir "$redis" "$LOCAL_REDIS_IMAGE" --change "ENV $hostpath" --change 'USER 65534:65534' \
+	--change 'ENTRYPOINT ["/usr/bin/redis-server"]' --change 'CMD ["--port", "6379", "--save", "", "--appendonly", "no", "--protected-mode", "no"]'
+printf '%s\n' "$LOCAL_REDIS_IMAGE" >"$KIND_STATE/redis-image"
 
 # The node's root filesystem.
 node_key="$(cat "$rootfs/base.stamp") ${NODE_PACKAGES[*]}"

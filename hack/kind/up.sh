@@ -8,7 +8,7 @@
 # 3. kind (sigs.k8s.io/kind, built from the module proxy) creates the cluster from the node image
 #    on a Docker network, pod subnet and service subnet in 198.18.0.0/15 (never a private range),
 #    with no default CNI (the node's bridge conflist) and kubeadm pointed at the preloaded images;
-# 4. the project's images are loaded into the node (`kind load docker-image`).
+# 4. the project's images and Redis are loaded into the node (`kind load docker-image`).
 # The kubeconfig is A2A_FLEET_CACHE/kind/<cluster>.kubeconfig (the API server on 127.0.0.1 only).
 # An existing cluster from the same node image is kept; one from another node image is recreated.
 set -euo pipefail
@@ -82,10 +82,11 @@ CONFIG
 fi
 "$kind" get kubeconfig --name "$KIND_CLUSTER" >"$kubeconfig"
 
-# The project's images, loaded when this node (container) has not been given this build yet.
+# The project's images and Redis (hack/kind/rootfs.sh, for test/chaos), loaded when this node
+# (container) has not been given this build yet.
 loaded="$KIND_STATE/loaded/$(docker inspect -f '{{.Id}}' "$node")"
 mkdir -p "$loaded"
-for image in $(cat "$KIND_STATE/project-images"); do
+for image in $(cat "$KIND_STATE/project-images" "$KIND_STATE/redis-image"); do
 	want="$(docker image inspect -f '{{.Id}}' "$image")"
 	stamp="$loaded/$(tr '/:' '__' <<<"$image")"
 	if ! stamp_ok "$stamp" "$want"; then

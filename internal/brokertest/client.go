@@ -27,6 +27,8 @@ type Client struct {
 	mu         sync.Mutex
 	serverDisc *paho.Disconnect // the broker's DISCONNECT, if one came
 	closedByUs bool
+	// kicksReset: ResetKicks ran after the connection had already ended.
+	kicksReset bool
 	// ended is closed when paho reported how the connection ended (the
 	// broker's DISCONNECT or a connection error), disconnected when it was
 	// the broker's DISCONNECT: paho closes the client first and calls back
@@ -51,6 +53,10 @@ type Options struct {
 	NoProblemInfo bool
 	// Timeout bounds the dial and the CONNACK (default 5 s).
 	Timeout time.Duration
+	// IgnoreMessages drops what the client receives instead of buffering it for Next and
+	// Messages: for clients that only probe the broker's decisions (retained cards would fill
+	// the buffer).
+	IgnoreMessages bool
 }
 
 // RefusedError is a CONNACK with a failure reason code (or a connection the
@@ -87,6 +93,9 @@ func Dial(t testing.TB, addr string, o Options) (*Client, error) {
 		Conn:     conn,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 			func(pr paho.PublishReceived) (bool, error) {
+				if o.IgnoreMessages {
+					return true, nil
+				}
 				select {
 				case c.msgs <- pr.Packet:
 				default:
@@ -306,6 +315,37 @@ func (c *Client) Kicked() (kicked bool, reason byte, sent bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return true, c.serverDisc.ReasonCode, true
+}
+
+// Kicks describes how the broker ended the connection ("DISCONNECT reason 0x98", or "connection
+// closed by the broker"), nil while it is up, after Close or after ResetKicks. The client never
+// reconnects, so there is at most one.
+func (c *Client) Kicks() []string {
+	c.mu.Lock()
+	reset := c.kicksReset
+	c.mu.Unlock()
+	if reset {
+		return nil
+	}
+	kicked, reason, sent := c.Kicked()
+	switch {
+	case !kicked:
+		return nil
+	case sent:
+		return []string{fmt.Sprintf("DISCONNECT reason 0x%02x", reason)}
+	}
+	return []string{"connection closed by the broker"}
+}
+
+// ResetKicks forgets a disconnect seen so far: Kicks then reports none.
+func (c *Client) ResetKicks() {
+	select {
+	case <-c.pc.Done():
+		c.mu.Lock()
+		c.kicksReset = true
+		c.mu.Unlock()
+	default:
+	}
 }
 
 // Watch counts the clients the broker disconnected among a set of

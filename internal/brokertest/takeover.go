@@ -36,13 +36,18 @@ func TakeoverLosses(t testing.TB, addr, topic string, subscriber, publisher Opti
 	for i := range n {
 		var wg sync.WaitGroup
 		var next *Client
+		var dialErr error
 		wg.Go(func() {
 			if _, err := pub.PublishWith(&paho.Publish{Topic: topic, QoS: 1, Payload: []byte(fmt.Sprint(i))}); err != nil {
 				t.Error(err)
 			}
 		})
-		wg.Go(func() { next = MustDial(t, addr, subscriber) })
+		// Dial, not MustDial: t.Fatal from another goroutine would leave next nil.
+		wg.Go(func() { next, dialErr = Dial(t, addr, subscriber) })
 		wg.Wait()
+		if dialErr != nil {
+			t.Fatalf("brokertest: take-over connection %d: %v", i, dialErr)
+		}
 		collect(next)
 	}
 	count := func() (lost []int, twice int) {

@@ -1,10 +1,11 @@
 package conversation
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 // Continuation is the continuation hint a responder declared on the status
@@ -29,16 +30,15 @@ const (
 )
 
 // CodeContinuationMismatch is the JSON-RPC code of a message that does not
-// answer a paused task the way its responder declared (-32063, next to the
-// other conversation codes).
-const CodeContinuationMismatch = -32063
+// answer a paused task the way its responder declared (pkg/rpcerr).
+const CodeContinuationMismatch = rpcerr.CodeContinuationMismatch
 
 // A2AErrorContinuationMismatch is error.data.a2a_error of
 // CodeContinuationMismatch.
-const A2AErrorContinuationMismatch = "continuation_mismatch"
+const A2AErrorContinuationMismatch = rpcerr.NameContinuationMismatch
 
 // ErrContinuationMismatch is the errors.Is target of a continuation refusal.
-var ErrContinuationMismatch = errors.New("message does not continue the conversation the way the responder declared")
+var ErrContinuationMismatch = rpcerr.ErrContinuationMismatch
 
 // hintOf returns the hint a waiting task declared (nil: none, or the task is
 // not waiting: a hint only binds the answer to the pause that declared it).
@@ -91,16 +91,10 @@ func newTaskMismatch(c *Context) *Error {
 // {"a2a_error": "continuation_mismatch", "expected": <the hint>, "reason": ...,
 // "taskId": <the waiting task>, "contextId": ...}.
 func errContinuationMismatch(contextID string, t *Task, reason string) *Error {
-	return &Error{
-		Code:     CodeContinuationMismatch,
-		Message:  reason,
-		Err:      ErrContinuationMismatch,
-		A2AError: A2AErrorContinuationMismatch,
-		Details: map[string]any{
-			"expected":  *t.Continuation,
-			"reason":    reason,
-			"taskId":    t.ID,
-			"contextId": contextID,
-		},
-	}
+	return rpcerr.New(A2AErrorContinuationMismatch, reason, map[string]any{
+		"expected":  *t.Continuation,
+		"reason":    reason,
+		"taskId":    t.ID,
+		"contextId": contextID,
+	})
 }

@@ -31,8 +31,12 @@ func mismatch(r Request) step {
 func wantExpected(task string, h Continuation) func(*testing.T, *Agent, Decision, Outcome, []Expiration) {
 	return func(t *testing.T, _ *Agent, d Decision, _ Outcome, _ []Expiration) {
 		t.Helper()
-		if d.Err.Details["expected"] != h || d.Err.Details["taskId"] != task {
-			t.Fatalf("refusal details %+v, want expected %+v for task %s", d.Err.Details, h, task)
+		var data struct {
+			Expected Continuation `json:"expected"`
+			TaskID   string       `json:"taskId"`
+		}
+		if err := json.Unmarshal(d.Err.Data, &data); err != nil || data.Expected != h || data.TaskID != task {
+			t.Fatalf("refusal data %s (%v), want expected %+v for task %s", d.Err.Data, err, h, task)
 		}
 	}
 }
@@ -187,10 +191,7 @@ func TestContinuationMismatchGolden(t *testing.T) {
 	if d.Kind != KindReject || !errors.Is(d.Err, ErrContinuationMismatch) {
 		t.Fatalf("decision %s %v", d.Kind, d.Err)
 	}
-	data, err := d.Err.Data(t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := d.Err.Data
 	got, err := json.MarshalIndent(map[string]any{"jsonrpc": "2.0", "id": "req-7",
 		"error": map[string]any{"code": d.Err.Code, "message": d.Err.Message, "data": json.RawMessage(data)}}, "", "  ")
 	if err != nil {

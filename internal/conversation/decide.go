@@ -132,7 +132,7 @@ func Decide(p Policy, now time.Time, v View, req Request) Decision {
 		d.Kind, d.Forward = KindRead, true
 	case MethodCancelTask:
 		if t != nil && t.Terminal() {
-			d.reject(a2aError(a2a.ErrTaskNotCancelable,
+			d.reject(a2aError(now, a2a.ErrTaskNotCancelable,
 				fmt.Sprintf("task %s is in terminal state %s and cannot be canceled", t.ID, t.State),
 				map[string]any{"taskId": t.ID, "state": string(t.State)}))
 			break
@@ -142,7 +142,7 @@ func Decide(p Policy, now time.Time, v View, req Request) Decision {
 		if t != nil && t.Terminal() {
 			// A2A v1.0: subscribing to a task in a terminal state is an
 			// unsupported operation; GetTask returns its final state.
-			d.reject(a2aError(a2a.ErrUnsupportedOperation,
+			d.reject(a2aError(now, a2a.ErrUnsupportedOperation,
 				fmt.Sprintf("task %s is in terminal state %s; there is nothing to subscribe to, use GetTask", t.ID, t.State),
 				map[string]any{"taskId": t.ID, "state": string(t.State)}))
 			break
@@ -172,30 +172,30 @@ func (d *Decision) reject(e *Error) {
 
 func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Task, taskCtx string, d *Decision) {
 	if req.TaskID == "" {
-		d.reject(errInvalidParams("message.taskId is required: over MQTT the requester creates task ids (A2A over MQTT profile)", nil))
+		d.reject(errInvalidParams(now, "message.taskId is required: over MQTT the requester creates task ids (A2A over MQTT profile)", nil))
 		return
 	}
 	if req.MessageID == "" {
-		d.reject(errInvalidParams("message.messageId is required", map[string]any{"taskId": req.TaskID}))
+		d.reject(errInvalidParams(now, "message.messageId is required", map[string]any{"taskId": req.TaskID}))
 		return
 	}
 	ctxID := req.ContextID
 	if taskCtx != "" {
 		if ctxID != "" && ctxID != taskCtx {
-			d.reject(errContextMismatch(req.TaskID, taskCtx, ctxID))
+			d.reject(errContextMismatch(now, req.TaskID, taskCtx, ctxID))
 			return
 		}
 		ctxID = taskCtx
 	}
 	if ctxID == "" {
-		d.reject(errInvalidParams(
+		d.reject(errInvalidParams(now,
 			fmt.Sprintf("message.contextId is required to start task %s: over MQTT the requester creates context ids (A2A over MQTT profile)", req.TaskID),
 			map[string]any{"taskId": req.TaskID}))
 		return
 	}
 	if v.ContextID != "" && v.ContextID != ctxID {
 		// The caller loaded the wrong context; refusing beats corrupting it.
-		d.reject(a2aError(a2a.ErrInternalError,
+		d.reject(a2aError(now, a2a.ErrInternalError,
 			fmt.Sprintf("internal error: state of context %q loaded for a request in context %q", v.ContextID, ctxID), nil))
 		return
 	}
@@ -214,7 +214,7 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 				d.Kind, d.Forward = KindRetry, true
 				return
 			}
-			d.reject(errTerminalTask(t, c.ID))
+			d.reject(errTerminalTask(now, t, c.ID))
 		case interrupted(t.State):
 			if req.MessageID == t.MessageID {
 				d.Kind, d.Forward = KindRetry, true

@@ -32,7 +32,8 @@ func wantState(task string, s a2a.TaskState) func(*testing.T, *Agent, Decision, 
 func wantDetail(key string, want any) func(*testing.T, *Agent, Decision, Outcome, []Expiration) {
 	return func(t *testing.T, _ *Agent, d Decision, _ Outcome, _ []Expiration) {
 		t.Helper()
-		if got := d.Err.Details[key]; got != want {
+		// error.data is JSON on the wire: numbers compare by their text.
+		if got := d.Err.Details()[key]; fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("error detail %s = %v (%T), want %v (%T); error %v", key, got, got, want, want, d.Err)
 		}
 	}
@@ -103,8 +104,8 @@ func TestSeed000MultiTurn(t *testing.T) {
 			req(send("T1", "C", "m1", "D1"), KindNewContext),
 			ev(status("T1", "D1", inputReq)),
 			rejected(send("T1", "C2", "m2", "D2"), -32602, a2a.ErrInvalidParams).with(func(t *testing.T, a *Agent, d Decision, _ Outcome, _ []Expiration) {
-				if d.Err.Details["taskContextId"] != "C" || d.Err.Details["contextId"] != "C2" {
-					t.Fatalf("details %v", d.Err.Details)
+				if d.Err.Details()["taskContextId"] != "C" || d.Err.Details()["contextId"] != "C2" {
+					t.Fatalf("details %v", d.Err.Details())
 				}
 				if a.Context("C2") != nil {
 					t.Fatal("a rejected request created context C2")
@@ -227,8 +228,8 @@ func TestConcurrencyLimit(t *testing.T) {
 				check: func(t *testing.T, a *Agent, d Decision, o Outcome, x []Expiration) {
 					wantDetail("limit", 1)(t, a, d, o, x)
 					wantDetail("scope", "context")(t, a, d, o, x)
-					if ids, _ := d.Err.Details["workingTaskIds"].([]string); len(ids) != 1 || ids[0] != "T1" {
-						t.Fatalf("workingTaskIds %v", d.Err.Details["workingTaskIds"])
+					if ids, _ := d.Err.Details()["workingTaskIds"].([]any); len(ids) != 1 || ids[0] != "T1" {
+						t.Fatalf("workingTaskIds %v", d.Err.Details()["workingTaskIds"])
 					}
 				}},
 			// Other contexts are not affected.
@@ -332,7 +333,7 @@ func TestInputRequiredTimeout(t *testing.T) {
 			}},
 			{req: ptr(send("T1", "C", "m2", "D2")), at: 7 * time.Minute, kind: KindReject, code: -32004, sentinel: a2a.ErrUnsupportedOperation,
 				check: func(t *testing.T, _ *Agent, d Decision, _ Outcome, _ []Expiration) {
-					if d.Err.Details["statusMessage"] == nil {
+					if d.Err.Details()["statusMessage"] == nil {
 						t.Fatalf("rejection does not say why the task failed: %v", d.Err)
 					}
 				}},

@@ -14,10 +14,7 @@ import (
 
 func mustJSON(t *testing.T, e *Error) map[string]any {
 	t.Helper()
-	raw, err := e.Data(t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := e.Data
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatalf("error.data %s is not an object: %v", raw, err)
@@ -62,17 +59,14 @@ func TestConversationErrorData(t *testing.T) {
 // pkg/a2amqtt's golden files (testdata/golden/error_context_mismatch.json,
 // error_terminal_task.json): a google.protobuf.Struct, then ErrorInfo.
 func TestA2AErrorData(t *testing.T) {
-	e := errContextMismatch("T1", "ctx-1", "ctx-2")
+	e := errContextMismatch(t0, "T1", "ctx-1", "ctx-2")
 	if e.Code != -32602 || !errors.Is(e, a2a.ErrInvalidParams) {
 		t.Fatalf("mismatch: %v", e)
 	}
 	if e.Message != `contextId "ctx-2" conflicts with task T1, which belongs to context "ctx-1"` {
 		t.Errorf("message %q differs from the SDK bridge's", e.Message)
 	}
-	raw, err := e.Data(t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := e.Data
 	var details []map[string]any
 	if err := json.Unmarshal(raw, &details); err != nil {
 		t.Fatalf("data %s: %v", raw, err)
@@ -83,7 +77,7 @@ func TestA2AErrorData(t *testing.T) {
 		details[1]["domain"] != "a2a-protocol.org" {
 		t.Errorf("data %s", raw)
 	}
-	term := errTerminalTask(&Task{ID: "T1", State: completed}, "ctx-1")
+	term := errTerminalTask(t0, &Task{ID: "T1", State: completed}, "ctx-1")
 	if term.Code != -32004 || !errors.Is(term, a2a.ErrUnsupportedOperation) ||
 		term.Message != "task T1 is in terminal state TASK_STATE_COMPLETED and accepts no further messages; start a new task in context ctx-1" {
 		t.Errorf("terminal: %v", term)

@@ -88,8 +88,8 @@ func run(t *testing.T, p Policy, steps []step) *Agent {
 				if s.sentinel != nil && !errors.Is(d.Err, s.sentinel) {
 					t.Fatalf("step %d: error %v is not %v", i, d.Err, s.sentinel)
 				}
-				if d.Err.A2AError != s.a2aErr {
-					t.Fatalf("step %d: a2a_error %q, want %q", i, d.Err.A2AError, s.a2aErr)
+				if d.Err.A2AError() != s.a2aErr {
+					t.Fatalf("step %d: a2a_error %q, want %q", i, d.Err.A2AError(), s.a2aErr)
 				}
 			} else if d.Err != nil {
 				t.Fatalf("step %d: %s with error %v", i, d.Kind, d.Err)

@@ -116,57 +116,41 @@ func Observe(p Policy, now time.Time, c *Context, ev Event) Outcome {
 		o.Stream = &s
 	}
 	wasActive := active(t.State)
-	endStream := ev.Final
-	remove := false
+	mapped := mapAgentIDs(t, ev)
+	endStream, remove := applyEvent(t, ev, si, now)
+	o.StreamEnded = endStreams(t, si, endStream)
+	if !remove && onlyActivityMoved(p, now, c, c.Tasks[i], t, mapped) {
+		// Nothing but the activity clock moved, and it moved less than the idle TTL could
+		// notice: skip the write. Streams of artifact chunks would otherwise cost one store
+		// write each.
+		o.Task = c.Tasks[i]
+		return o
+	}
+	return commitObserved(p, now, n, i, t, remove, wasActive, o)
+}
 
-	mapped := false
+// mapAgentIDs records the agent's own task and context ids an event names; it reports whether
+// they are new.
+func mapAgentIDs(t *Task, ev Event) (mapped bool) {
 	if ev.AgentTaskID != "" && ev.AgentTaskID != t.AgentTaskID {
 		t.AgentTaskID, mapped = ev.AgentTaskID, true
 	}
 	if ev.AgentContextID != "" && ev.AgentContextID != t.AgentContextID {
 		t.AgentContextID, mapped = ev.AgentContextID, true
 	}
+	return mapped
+}
 
+// applyEvent moves task t (its own copy) by one event on stream si (-1: unknown). It reports
+// whether the event ends its stream and whether the task must be removed (the agent refused
+// the first message of a task that never ran).
+func applyEvent(t *Task, ev Event, si int, now time.Time) (endStream, remove bool) {
+	endStream = ev.Final
 	switch ev.Kind {
 	case EventStatus, EventTask:
-		s := ev.State
-		if s == a2a.TaskStateUnspecified || t.Terminal() {
-			// Terminal is final: a late or replayed event cannot reopen a
-			// task (nor take a slot again).
-			break
-		}
-		if s == a2a.TaskStateSubmitted || (ev.Snapshot && !s.Terminal()) {
-			// The agent has the task: "submitted" from the agent, or the
-			// task snapshot a core A2A server opens a stream with (on a
-			// resume it still shows the state before the answer), only
-			// acknowledges the run; it neither pauses nor ends it.
-			if active(t.State) {
-				t.State = a2a.TaskStateWorking
-			}
-			break
-		}
-		switch {
-		case interrupted(s):
-			if !interrupted(t.State) {
-				t.WaitingSince = now
-			}
-			t.Continuation = ev.Continuation
-			switch {
-			case si >= 0:
-				n := t.Streams[si]
-				t.Notify = &n
-			case len(t.Streams) > 0:
-				n := t.Streams[0]
-				t.Notify = &n
-			}
+		if applyState(t, ev, si, now) {
 			endStream = true
-		case s.Terminal():
-			t.WaitingSince = time.Time{}
-			endStream = true
-		default:
-			t.WaitingSince = time.Time{}
 		}
-		t.State = s
 	case EventArtifact:
 		if t.State == a2a.TaskStateSubmitted {
 			// An artifact acknowledges the run as well as a status does.
@@ -193,29 +177,79 @@ func Observe(p Policy, now time.Time, c *Context, ev Event) Outcome {
 			}
 		}
 	}
+	return endStream, remove
+}
 
+// applyState applies a status (or task snapshot) event; it reports whether it ends the stream
+// (a pause or a terminal state).
+func applyState(t *Task, ev Event, si int, now time.Time) (endStream bool) {
+	s := ev.State
+	if s == a2a.TaskStateUnspecified || t.Terminal() {
+		// Terminal is final: a late or replayed event cannot reopen a
+		// task (nor take a slot again).
+		return false
+	}
+	if s == a2a.TaskStateSubmitted || (ev.Snapshot && !s.Terminal()) {
+		// The agent has the task: "submitted" from the agent, or the
+		// task snapshot a core A2A server opens a stream with (on a
+		// resume it still shows the state before the answer), only
+		// acknowledges the run; it neither pauses nor ends it.
+		if active(t.State) {
+			t.State = a2a.TaskStateWorking
+		}
+		return false
+	}
+	switch {
+	case interrupted(s):
+		if !interrupted(t.State) {
+			t.WaitingSince = now
+		}
+		t.Continuation = ev.Continuation
+		switch {
+		case si >= 0:
+			n := t.Streams[si]
+			t.Notify = &n
+		case len(t.Streams) > 0:
+			n := t.Streams[0]
+			t.Notify = &n
+		}
+		endStream = true
+	case s.Terminal():
+		t.WaitingSince = time.Time{}
+		endStream = true
+	default:
+		t.WaitingSince = time.Time{}
+	}
+	t.State = s
+	return endStream
+}
+
+// endStreams closes the streams an event ended and reports whether the event's own stream
+// ended: every stream when the run is over (finished or waiting for input: retries' streams
+// too), else the event's stream when the event ends it.
+func endStreams(t *Task, si int, endStream bool) (ended bool) {
 	if !active(t.State) {
-		// The run is over (finished or waiting for input): every stream of
-		// it is final, including retries' streams.
-		if len(t.Streams) > 0 && si >= 0 {
-			o.StreamEnded = true
-		}
+		ended = len(t.Streams) > 0 && si >= 0
 		t.Streams = nil
-	} else if endStream && si >= 0 {
+		return ended
+	}
+	if endStream && si >= 0 {
 		t.Streams = slices.Delete(t.Streams, si, si+1)
-		o.StreamEnded = true
+		return true
 	}
-	if !remove {
-		old := c.Tasks[i]
-		if !mapped && t.State == old.State && t.PrevState == old.PrevState && t.WaitingSince.Equal(old.WaitingSince) &&
-			t.Continuation == old.Continuation && len(t.Streams) == len(old.Streams) && now.Sub(c.LastActivity) < activityResolution(p) {
-			// Nothing but the activity clock moved, and it moved less than
-			// the idle TTL could notice: skip the write. Streams of
-			// artifact chunks would otherwise cost one store write each.
-			o.Task = old
-			return o
-		}
-	}
+	return false
+}
+
+// onlyActivityMoved reports whether an event changed nothing of task t (was old) but the
+// activity clock, by less than the idle TTL can notice.
+func onlyActivityMoved(p Policy, now time.Time, c *Context, old, t *Task, mapped bool) bool {
+	return !mapped && t.State == old.State && t.PrevState == old.PrevState && t.WaitingSince.Equal(old.WaitingSince) &&
+		t.Continuation == old.Continuation && len(t.Streams) == len(old.Streams) && now.Sub(c.LastActivity) < activityResolution(p)
+}
+
+// commitObserved finishes the new context n after an event on its task i (t, or removed): the
+// working count, the activity clock, eviction and the derived fields.
+func commitObserved(p Policy, now time.Time, n *Context, i int, t *Task, remove, wasActive bool, o Outcome) Outcome {
 	if remove {
 		n.Tasks = slices.Delete(n.Tasks, i, i+1)
 		t = nil

@@ -83,8 +83,8 @@ func walk(t *testing.T, seed uint64, steps int, seen map[string]int) {
 			op = fmt.Sprintf("%s %s/%s msg %s → %s %v", req.Method, req.TaskID, req.ContextID, req.MessageID, d.Kind, d.Err)
 			seen[string(d.Kind)]++
 			if d.Err != nil {
-				seen[fmt.Sprintf("code %d %s", d.Err.Code, d.Err.A2AError)]++
-				if scope, ok := d.Err.Details["scope"].(string); ok && d.Err.Code == CodeActiveContextsLimit {
+				seen[fmt.Sprintf("code %d %s", d.Err.Code, d.Err.A2AError())]++
+				if scope, ok := d.Err.Details()["scope"].(string); ok && d.Err.Code == CodeActiveContextsLimit {
 					seen["active contexts scope "+scope]++
 				}
 			}

@@ -125,7 +125,7 @@ func admitsCaller(ctx context.Context, v *tenancy.View, callee *a2av1.Agent, cal
 // Kubernetes objects through reader (a cache with tenancy.IndexFields), would
 // relay requests of caller to the gated agent callee: the decision a replica
 // makes, exported so that a test can hold it against the broker's ACLs pair
-// by pair (internal/registration's ACL matrix).
+// by pair (test/registration's ACL matrix).
 func AdmitsCaller(ctx context.Context, reader client.Reader, callee, caller a2amqtt.AgentRef) (bool, error) {
 	v, err := (&tenancy.Authorizer{Reader: reader}).View(ctx)
 	if err != nil {

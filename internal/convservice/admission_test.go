@@ -22,7 +22,7 @@ import (
 )
 
 // The service's admission is tenancy's rule, and the ACL matrix of
-// internal/registration holds it to the broker's decisions pair by pair on
+// test/registration holds it to the broker's decisions pair by pair on
 // real brokers. These unit tests pin the cases the security review found,
 // over an in-memory reader with the cache's own indexes.
 
@@ -125,7 +125,7 @@ func TestGatedSetKeysOnHolders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &registry{s: &Service{log: logr.Discard()}}
+	r := &registry{log: logr.Discard()}
 	got, err := r.gatedFrom(ctx, v, []a2av1.Agent{*squatter, *holder, *stranger}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func BenchmarkGatedFrom(b *testing.B) {
 				objs = append(objs, &all[i])
 			}
 			reader := readerOf(b, objs...)
-			reg := &registry{s: &Service{log: logr.Discard()}}
+			reg := &registry{log: logr.Discard()}
 			b.ReportAllocs()
 			for b.Loop() {
 				v, err := (&tenancy.Authorizer{Reader: reader}).View(context.Background())

@@ -4,11 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
-	"errors"
-	"fmt"
-	"os"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
@@ -34,33 +30,8 @@ func clientRef(secret []byte, replica string) a2amqtt.AgentRef {
 }
 
 // tlsConfig builds the broker connection's TLS settings from the config's
-// files; nil when none is set (the URL scheme still selects TLS with the
-// system roots).
+// files (a2amqtt.BrokerTLS: the client certificate and CA are re-read at every
+// reconnect); nil for a plaintext broker URL.
 func tlsConfig(cfg Config) (*tls.Config, error) {
-	if cfg.TLSCAFile == "" && cfg.TLSCertFile == "" && cfg.TLSKeyFile == "" {
-		return nil, nil
-	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12}
-	if cfg.TLSCAFile != "" {
-		pem, err := os.ReadFile(cfg.TLSCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("broker CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("broker CA file %s: no PEM certificate found", cfg.TLSCAFile)
-		}
-		c.RootCAs = pool
-	}
-	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
-		return nil, errors.New("broker client certificate and key must be given together")
-	}
-	if cfg.TLSCertFile != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("broker client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
+	return a2amqtt.BrokerTLS(cfg.BrokerURL, a2amqtt.TLSFiles{CA: cfg.TLSCAFile, Cert: cfg.TLSCertFile, Key: cfg.TLSKeyFile})
 }

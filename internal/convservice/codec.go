@@ -14,6 +14,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 // route is what the service needs to relay an agent's reply: which agent and
@@ -35,7 +36,16 @@ type route struct {
 	// Internal marks requests the service itself sent (CancelTask after an
 	// input-required timeout): their replies are observed, not relayed.
 	Internal bool
+	// Retry marks the forward of a repeated message (conversation.KindRetry): the task may have
+	// finished already, so its reply is judged a replay only by this route's own end (replay.go).
+	Retry bool
 }
+
+// Route flags, the sealed body's first byte.
+const (
+	routeInternal byte = 1 << iota
+	routeRetry
+)
 
 const (
 	// routeVersion 2: AES-256-GCM. Version 1 (HMAC only, readable) is
@@ -105,7 +115,10 @@ func (s *sealer) seal(r route) []byte {
 	plain := make([]byte, 0, 16+len(r.Agent)+len(r.TaskID)+len(r.ContextID)+len(r.Method)+len(r.Correlation)+len(r.ResponseTopic))
 	flags := byte(0)
 	if r.Internal {
-		flags = 1
+		flags |= routeInternal
+	}
+	if r.Retry {
+		flags |= routeRetry
 	}
 	plain = append(plain, flags)
 	plain = appendField(plain, []byte(r.Agent))
@@ -137,7 +150,7 @@ func (s *sealer) open(b []byte) (route, error) {
 	if err != nil || len(body) < 1 {
 		return route{}, errBadRoute
 	}
-	r := route{Internal: body[0]&1 != 0}
+	r := route{Internal: body[0]&routeInternal != 0, Retry: body[0]&routeRetry != 0}
 	rest := body[1:]
 	fields := make([][]byte, 6)
 	for i := range fields {
@@ -277,21 +290,14 @@ func parseReply(payload []byte) (parsedReply, error) {
 	return parsedReply{}, nil
 }
 
-// rpcError is a JSON-RPC error object.
-type rpcError struct {
-	Code    int             `json:"code"`
-	Message string          `json:"message"`
-	Data    json.RawMessage `json:"data,omitempty"`
-}
-
 type rpcResponse struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      any             `json:"id"`
 	Result  json.RawMessage `json:"result,omitempty"`
-	Error   *rpcError       `json:"error,omitempty"`
+	Error   *rpcerr.Error   `json:"error,omitempty"`
 }
 
-func encodeResponse(id any, result any, e *rpcError) ([]byte, error) {
+func encodeResponse(id any, result any, e *rpcerr.Error) ([]byte, error) {
 	resp := rpcResponse{JSONRPC: "2.0", ID: id, Error: e}
 	if e == nil {
 		b, err := json.Marshal(result)

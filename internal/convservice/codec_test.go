@@ -31,8 +31,15 @@ func TestSealIsEncryptedAndAuthenticated(t *testing.T) {
 	}
 	got, err := s.open(sealed)
 	if err != nil || got.ResponseTopic != r.ResponseTopic || !bytes.Equal(got.Correlation, r.Correlation) ||
-		got.Agent != r.Agent || got.TaskID != r.TaskID || got.ContextID != r.ContextID || got.Method != r.Method || got.Internal {
+		got.Agent != r.Agent || got.TaskID != r.TaskID || got.ContextID != r.ContextID || got.Method != r.Method || got.Internal || got.Retry {
 		t.Fatalf("open: %+v %v", got, err)
+	}
+	for _, flags := range []route{{Internal: true}, {Retry: true}, {Internal: true, Retry: true}} {
+		f := r
+		f.Internal, f.Retry = flags.Internal, flags.Retry
+		if got, err := s.open(s.seal(f)); err != nil || got.Internal != f.Internal || got.Retry != f.Retry {
+			t.Fatalf("flags internal=%v retry=%v: opened %+v %v", f.Internal, f.Retry, got, err)
+		}
 	}
 	for i := range sealed {
 		forged := bytes.Clone(sealed)

@@ -26,22 +26,23 @@ const kindParked = "parked"
 // replicas). It reports whether the request was taken care of: held back
 // until this replica holds the agent (it is assigned here: a hand-over or a
 // restart in progress), or left to the replica the agent is assigned to.
-// False: the request already waited HandoverWait; answer it -32004.
-func (s *Service) notHeld(in *inbound, agent string) bool {
+// retry handles the request again once held. False: the request already waited HandoverWait;
+// answer it -32004.
+func (s *handover) notHeld(in *inbound, agent string, retry func()) bool {
 	if s.owners.place(agent) == placeElsewhere {
 		s.m.requests.WithLabelValues(kindElsewhere).Inc()
 		s.log.V(1).Info("request for an agent another replica serves left to it", "agent", agent, "topic", in.topic)
 		s.gated.dropStale(in.topic)
 		return true
 	}
-	return s.parkUntilHeld(in, agent, func() { s.handleRequest(in) })
+	return s.parkUntilHeld(in, agent, retry)
 }
 
 // parkUntilHeld runs retry (on the message's worker) once this replica holds
 // agent, once the agent turns out to be assigned elsewhere, or after
 // HandoverWait since the message arrived. False when the message was parked
 // before (or too many are): the caller answers it.
-func (s *Service) parkUntilHeld(in *inbound, agent string, retry func()) bool {
+func (s *handover) parkUntilHeld(in *inbound, agent string, retry func()) bool {
 	if in.parked {
 		return false
 	}
@@ -63,7 +64,7 @@ func (s *Service) parkUntilHeld(in *inbound, agent string, retry func()) bool {
 
 // unavailable answers a request for an agent this replica could not take
 // over in time.
-func (s *Service) unavailable(ctx context.Context, in *inbound, id any, agent string) {
+func (s *handover) unavailable(ctx context.Context, in *inbound, id any, agent string) {
 	s.m.rejections.WithLabelValues(a2amqtt.A2AErrorResponderUnavailable).Inc()
 	s.replyError(ctx, in, id, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
 		fmt.Sprintf("agent %s is being taken over by another conversation service replica; retry", agent)))
@@ -75,7 +76,7 @@ func (s *Service) unavailable(ctx context.Context, in *inbound, id any, agent st
 // receives the replies to what its previous run forwarded before it holds
 // the agents again. Bounded by HandoverWait; then the event is handed to the
 // owner's inbox as for any agent this replica does not hold.
-func (s *Service) awaitReplyAgent(ctx context.Context, agent string) {
+func (s *handover) awaitReplyAgent(ctx context.Context, agent string) {
 	if s.owners == nil || s.owners.place(agent) != placeSoon {
 		return
 	}

@@ -14,13 +14,14 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 // maxListPageSize caps ListTasks pages (the history per context is bounded
 // by the policy anyway).
 const maxListPageSize = 100
 
-func (s *Service) onHistoryRequest(p *paho.Publish) {
+func (s *history) onHistoryRequest(p *paho.Publish) {
 	in := newInbound(p)
 	s.dispatch(in.corr, func() { s.handleHistory(in) })
 }
@@ -32,7 +33,7 @@ func (s *Service) onHistoryRequest(p *paho.Publish) {
 // defaulting to the caller: a responder reads its own conversations, and a
 // requester may read the contexts it opened with a gated agent, nobody
 // else's.
-func (s *Service) handleHistory(in *inbound) {
+func (s *history) handleHistory(in *inbound) {
 	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
 	defer cancel()
 	// The caller is the publisher the broker stamped, asking on its own
@@ -56,7 +57,7 @@ func (s *Service) handleHistory(in *inbound) {
 	now := s.cfg.Now()
 	p := s.gated.policyOf(agent)
 	var result any
-	var rerr *rpcError
+	var rerr *rpcerr.Error
 	var sv served
 	method, _ := conversation.ParseMethod(req.Method)
 	role := s.historyRole(agent)
@@ -74,8 +75,8 @@ func (s *Service) handleHistory(in *inbound) {
 			// This replica is taking the agent over: answer once it has.
 			return
 		}
-		rerr = bindingError(a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
-			fmt.Sprintf("the history of %s is being taken over by another conversation service replica; retry", agent)))
+		rerr = rpcerr.New(rpcerr.NameResponderUnavailable,
+			fmt.Sprintf("the history of %s is being taken over by another conversation service replica; retry", agent), nil)
 	default:
 		if s.owners != nil {
 			// An event another replica relayed after the agent moved here
@@ -89,7 +90,7 @@ func (s *Service) handleHistory(in *inbound) {
 		case conversation.MethodListTasks:
 			result, rerr = s.listTasks(agent, p, now, req, allowed, &sv)
 		default:
-			rerr = &rpcError{Code: -32601, Message: fmt.Sprintf("method %q is not served by the conversation service: it answers GetTask and ListTasks", req.Method)}
+			rerr = rpcerr.NewA2A(a2a.ErrMethodNotFound, fmt.Sprintf("method %q is not served by the conversation service: it answers GetTask and ListTasks", req.Method), nil, now)
 		}
 	}
 	if caller == agent && sv.contextID != "" {
@@ -112,19 +113,19 @@ type served struct {
 	artifacts []string
 }
 
-func (s *Service) getTask(agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool, sv *served) (any, *rpcError) {
+func (s *history) getTask(agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool, sv *served) (any, *rpcerr.Error) {
 	var params a2a.GetTaskRequest
 	if len(req.Params) > 0 {
 		if err := json.Unmarshal(req.Params, &params); err != nil {
-			return nil, &rpcError{Code: -32602, Message: "params: " + err.Error()}
+			return nil, rpcerr.NewA2A(a2a.ErrInvalidParams, "params: "+err.Error(), nil, now)
 		}
 	}
 	if req.TaskID == "" {
-		return nil, &rpcError{Code: -32602, Message: "params.id (the task id) is required"}
+		return nil, rpcerr.NewA2A(a2a.ErrInvalidParams, "params.id (the task id) is required", nil, now)
 	}
 	c, t := s.mem.Task(agent, req.TaskID)
 	if t == nil || !c.Live(p, now) || !allowed(c) || (p.History == a2av1.HistoryNone && t.Terminal()) {
-		return nil, &rpcError{Code: -32001, Message: fmt.Sprintf("task %s not found in the conversation history of %s", req.TaskID, agent)}
+		return nil, rpcerr.NewA2A(a2a.ErrTaskNotFound, fmt.Sprintf("task %s not found in the conversation history of %s", req.TaskID, agent), nil, now)
 	}
 	_, items := s.mem.History(agent, c.ID)
 	sv.contextID = c.ID
@@ -136,15 +137,15 @@ func (s *Service) getTask(agent string, p conversation.Policy, now time.Time, re
 // historyLength is unset (a2a-go's task store default).
 const listHistoryDefault = 100
 
-func (s *Service) listTasks(agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool, sv *served) (any, *rpcError) {
+func (s *history) listTasks(agent string, p conversation.Policy, now time.Time, req *a2amqtt.InboundRequest, allowed func(*conversation.Context) bool, sv *served) (any, *rpcerr.Error) {
 	var params a2a.ListTasksRequest
 	if len(req.Params) > 0 {
 		if err := json.Unmarshal(req.Params, &params); err != nil {
-			return nil, &rpcError{Code: -32602, Message: "params: " + err.Error()}
+			return nil, rpcerr.NewA2A(a2a.ErrInvalidParams, "params: "+err.Error(), nil, now)
 		}
 	}
 	if params.ContextID == "" {
-		return nil, &rpcError{Code: -32602, Message: "params.contextId is required: the conversation service lists the tasks of one context"}
+		return nil, rpcerr.NewA2A(a2a.ErrInvalidParams, "params.contextId is required: the conversation service lists the tasks of one context", nil, now)
 	}
 	c, items := s.mem.History(agent, params.ContextID)
 	resp := &a2a.ListTasksResponse{Tasks: []*a2a.Task{}}
@@ -153,10 +154,9 @@ func (s *Service) listTasks(agent string, p conversation.Policy, now time.Time, 
 		c = nil
 	}
 	if c != nil && c.Expired != nil {
-		data, _ := json.Marshal(map[string]any{"a2a_error": conversation.A2AErrorContextExpired, "contextId": c.ID,
-			"reason": string(c.Expired.Reason), "expiredAt": c.Expired.At.UTC().Format(time.RFC3339)})
-		return nil, &rpcError{Code: conversation.CodeContextExpired,
-			Message: fmt.Sprintf("context %s expired at %s; its history is gone", c.ID, c.Expired.At.UTC().Format(time.RFC3339)), Data: data}
+		return nil, rpcerr.New(rpcerr.NameContextExpired,
+			fmt.Sprintf("context %s expired at %s; its history is gone", c.ID, c.Expired.At.UTC().Format(time.RFC3339)),
+			map[string]any{"contextId": c.ID, "reason": string(c.Expired.Reason), "expiredAt": c.Expired.At.UTC().Format(time.RFC3339)})
 	}
 	if c == nil || !c.Live(p, now) {
 		return resp, nil
@@ -194,7 +194,7 @@ func (s *Service) listTasks(agent string, p conversation.Policy, now time.Time, 
 // (state, times, the engine's own status message, the continuation hint
 // with its digest under the extension URI in metadata) and, in history mode
 // Messages, its messages (the last historyLength; nil = all) and artifacts.
-func (s *Service) renderTask(contextID string, t *conversation.Task, items []*convstore.Item, historyLength *int, withArtifacts bool, sv *served) *a2a.Task {
+func (s *history) renderTask(contextID string, t *conversation.Task, items []*convstore.Item, historyLength *int, withArtifacts bool, sv *served) *a2a.Task {
 	out := taskOf(contextID, t)
 	var msgs []*a2a.Message
 	var seqs []uint64
@@ -240,7 +240,7 @@ func (s *Service) renderTask(contextID string, t *conversation.Task, items []*co
 }
 
 // runningTasks lists the tasks of a context that are in a run.
-func (s *Service) runningTasks(agent, contextID string) []string {
+func (s *history) runningTasks(agent, contextID string) []string {
 	c := s.mem.Context(agent, contextID)
 	if c == nil {
 		return nil
@@ -274,9 +274,4 @@ func taskOf(contextID string, t *conversation.Task) *a2a.Task {
 		out.Metadata[a2amqtt.ContinuationExtensionURI] = wireHint(*t.Continuation)
 	}
 	return out
-}
-
-// bindingError converts an a2amqtt binding error for encodeResponse.
-func bindingError(e *a2amqtt.RPCError) *rpcError {
-	return &rpcError{Code: e.Code, Message: e.Message, Data: e.Data}
 }

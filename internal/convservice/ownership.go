@@ -11,6 +11,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/go-logr/logr"
+
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
 )
@@ -40,7 +42,13 @@ import (
 // restarted under the same id takes its leases back from its crashed
 // previous run at once (RedisJournal.TakeOver).
 type ownership struct {
-	s     *Service
+	replica string
+	ttl     time.Duration
+	log     logr.Logger
+	now     func() time.Time
+	mem     *convstore.Memory
+	// gated is the registry of gated agents (set once it exists: it is built after the state).
+	gated *registry
 	j     *convstore.RedisJournal
 	token string
 
@@ -59,16 +67,17 @@ type ownership struct {
 	stored map[string]bool
 }
 
-func newOwnership(s *Service, j *convstore.RedisJournal) *ownership {
+func newOwnership(cfg Config, log logr.Logger, mem *convstore.Memory, j *convstore.RedisJournal) *ownership {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	return &ownership{s: s, j: j, token: s.cfg.ReplicaID + "/" + hex.EncodeToString(b), held: map[string]bool{}, stored: map[string]bool{},
+	return &ownership{replica: cfg.ReplicaID, ttl: cfg.LeaseTTL, log: log, now: cfg.Now, mem: mem,
+		j: j, token: cfg.ReplicaID + "/" + hex.EncodeToString(b), held: map[string]bool{}, stored: map[string]bool{},
 		changed: make(chan struct{})}
 }
 
 // incarnation is the prefix of every lease token of this replica id, in
 // this run and earlier ones (replica ids have no "/").
-func (o *ownership) incarnation() string { return o.s.cfg.ReplicaID + "/" }
+func (o *ownership) incarnation() string { return o.replica + "/" }
 
 // signalLocked wakes what waits for a change of held or live; o.mu held.
 func (o *ownership) signalLocked() {
@@ -101,7 +110,7 @@ func (o *ownership) placeLocked(agent string) placement {
 	switch {
 	case o.held[agent]:
 		return placeHere
-	case !o.liveKnown || assigned(agent, o.s.cfg.ReplicaID, o.live):
+	case !o.liveKnown || assigned(agent, o.replica, o.live):
 		return placeSoon
 	}
 	return placeElsewhere
@@ -114,7 +123,7 @@ func (o *ownership) placeLocked(agent string) placement {
 func (o *ownership) consumes(agent string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.held[agent] || (o.liveKnown && assigned(agent, o.s.cfg.ReplicaID, o.live))
+	return o.held[agent] || (o.liveKnown && assigned(agent, o.replica, o.live))
 }
 
 // awaitHeld blocks until this replica holds agent (true), or the agent is
@@ -147,13 +156,13 @@ func (o *ownership) historyRole(agent string) historyRole {
 	o.mu.Lock()
 	live, stored := o.live, o.stored[agent]
 	o.mu.Unlock()
-	if !slices.Contains(live, o.s.cfg.ReplicaID) {
-		live = append(slices.Clone(live), o.s.cfg.ReplicaID)
+	if !slices.Contains(live, o.replica) {
+		live = append(slices.Clone(live), o.replica)
 	}
-	if AssignedReplica(agent, live) != o.s.cfg.ReplicaID {
+	if AssignedReplica(agent, live) != o.replica {
 		return historyIgnore
 	}
-	if stored || o.s.gated.agent(agent) != nil {
+	if stored || o.gated.agent(agent) != nil {
 		return historyUnavailable
 	}
 	return historyAnswer
@@ -200,7 +209,7 @@ func (o *ownership) run(ctx context.Context, poke chan struct{}, waiting bool) {
 		}
 	}
 	go o.j.WatchChanges(ctx, kick)
-	round := o.s.cfg.LeaseTTL / 3
+	round := o.ttl / 3
 	joined := false
 	for first := true; ; first = false {
 		if !first {
@@ -231,34 +240,59 @@ func (o *ownership) run(ctx context.Context, poke chan struct{}, waiting bool) {
 // rebalance takes, renews and gives up leases to match the assignment. It
 // reports whether an agent assigned here is still held by another replica.
 func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
-	ttl := o.s.cfg.LeaseTTL
-	live, err := o.j.Heartbeat(ctx, o.s.cfg.ReplicaID, ttl)
-	if err != nil {
-		if ctx.Err() == nil {
-			o.s.log.Info("replica heartbeat failed; keeping current agents until their leases lapse", "err", err.Error())
-		}
+	live, changed, ok := o.heartbeat(ctx)
+	if !ok {
 		return false
 	}
-	if !slices.Contains(live, o.s.cfg.ReplicaID) {
-		live = append(live, o.s.cfg.ReplicaID)
+	agents, stale := o.agentsToOwn(ctx)
+	empty := o.forgetEmpty(ctx, agents)
+	for agent := range empty {
+		stale = append(stale, agent)
+	}
+	renew, takeOvers, handOffs := o.plan(agents, empty, live)
+	handOffs = append(stale, handOffs...)
+	moved, waiting := o.move(ctx, handOffs, takeOvers)
+	if o.renew(ctx, renew) || moved {
+		changed = true
+	}
+	if changed {
+		// Subscribe or unsubscribe the request topics to match.
+		o.gated.poke()
+	}
+	return waiting
+}
+
+// heartbeat records this replica as live and returns the live replicas, and whether they
+// changed (the assignment may have moved: subscriptions and parked requests follow).
+func (o *ownership) heartbeat(ctx context.Context) (live []string, changed, ok bool) {
+	live, err := o.j.Heartbeat(ctx, o.replica, o.ttl)
+	if err != nil {
+		if ctx.Err() == nil {
+			o.log.Info("replica heartbeat failed; keeping current agents until their leases lapse", "err", err.Error())
+		}
+		return nil, false, false
+	}
+	if !slices.Contains(live, o.replica) {
+		live = append(live, o.replica)
 		slices.Sort(live)
 	}
-	changed := false
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	if !o.liveKnown || !slices.Equal(o.live, live) {
-		// The assignment may have moved: subscriptions and parked requests
-		// follow.
 		o.live, o.liveKnown, changed = live, true, true
 		o.signalLocked()
 	}
-	o.mu.Unlock()
-	// The agents to own: the gated ones, and those with state in Redis (an
-	// agent that stopped being gated keeps its contexts until they expire,
-	// under the default policy, and someone must sweep them).
-	agents := o.s.gated.keys()
+	return live, changed, true
+}
+
+// agentsToOwn are the gated agents and those with state in Redis (an agent that stopped being
+// gated keeps its contexts until they expire, under the default policy, and someone must sweep
+// them); stale are the agents this replica holds that are neither.
+func (o *ownership) agentsToOwn(ctx context.Context) (agents, stale []string) {
+	agents = o.gated.keys()
 	storedList, err := o.j.Agents(ctx)
 	if err != nil {
-		o.s.log.Info("cannot list the agents with stored state; keeping the last list", "err", err.Error())
+		o.log.Info("cannot list the agents with stored state; keeping the last list", "err", err.Error())
 		o.mu.Lock()
 		for a := range o.stored {
 			storedList = append(storedList, a)
@@ -280,43 +314,43 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 		}
 	}
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.stored = stored
-	var stale []string
 	for agent := range o.held {
 		if !toOwn[agent] {
 			stale = append(stale, agent)
 		}
 	}
-	o.mu.Unlock()
+	return agents, stale
+}
+
+// forgetEmpty forgets the agents this replica holds that are not gated and whose every context
+// was swept: their state is gone (they come back if gated again). It returns them.
+func (o *ownership) forgetEmpty(ctx context.Context, agents []string) map[string]bool {
 	empty := map[string]bool{}
 	for _, agent := range agents {
-		if o.owns(agent) && o.s.gated.agent(agent) == nil && o.s.mem.Empty(agent) {
+		if o.owns(agent) && o.gated.agent(agent) == nil && o.mem.Empty(agent) {
 			empty[agent] = true
 		}
 	}
 	for agent := range empty {
-		// Not gated and every context swept: its state is gone; forget it
-		// (it comes back if it is gated again).
 		if err := o.j.ForgetAgent(ctx, agent); err != nil {
-			o.s.log.Info("cannot forget an agent without state", "agent", agent, "err", err.Error())
+			o.log.Info("cannot forget an agent without state", "agent", agent, "err", err.Error())
 			delete(empty, agent)
 			continue
 		}
-		stale = append(stale, agent)
-		o.s.log.Info("agent no longer gated and without contexts: forgotten", "agent", agent)
+		o.log.Info("agent no longer gated and without contexts: forgotten", "agent", agent)
 	}
-	// Take-overs and hand-overs are a few Redis round trips each (the
-	// lease, the agent's state, the requests handled last, its inbox):
-	// they run ownershipParallel at a time, so a replica that starts, or
-	// survives another, holds thousands of agents in a fraction of a second
-	// instead of seconds.
-	handOffs := stale
-	var renew, takeOvers []string
+	return empty
+}
+
+// plan sorts the agents by what this replica does with their leases under the assignment.
+func (o *ownership) plan(agents []string, skip map[string]bool, live []string) (renew, takeOvers, handOffs []string) {
 	for _, agent := range agents {
-		if empty[agent] {
+		if skip[agent] {
 			continue
 		}
-		mine := assigned(agent, o.s.cfg.ReplicaID, live)
+		mine := assigned(agent, o.replica, live)
 		held := o.owns(agent)
 		switch {
 		case mine && held:
@@ -327,6 +361,15 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 			handOffs = append(handOffs, agent)
 		}
 	}
+	return renew, takeOvers, handOffs
+}
+
+// move hands agents off and takes agents over. Each is a few Redis round trips (the lease, the
+// agent's state, the requests handled last, its inbox): they run ownershipParallel at a time, so
+// a replica that starts, or survives another, holds thousands of agents in a fraction of a
+// second instead of seconds. It reports whether any agent moved, and whether one assigned here
+// is still held by another replica.
+func (o *ownership) move(ctx context.Context, handOffs, takeOvers []string) (moved, waiting bool) {
 	began := time.Now()
 	var mu sync.Mutex
 	var taken int
@@ -345,17 +388,10 @@ func (o *ownership) rebalance(ctx context.Context) (waiting bool) {
 		_ = o.j.AnnounceChange(ctx)
 	}
 	if taken > 0 || len(handOffs) > 0 {
-		changed = true
-		o.s.log.Info("agents moved", "taken_over", taken, "handed_over", len(handOffs), "duration", time.Since(began).Round(time.Millisecond).String())
+		o.log.Info("agents moved", "taken_over", taken, "handed_over", len(handOffs), "duration", time.Since(began).Round(time.Millisecond).String())
+		return true, waiting
 	}
-	if o.renew(ctx, renew) {
-		changed = true
-	}
-	if changed {
-		// Subscribe or unsubscribe the request topics to match.
-		o.s.gated.poke()
-	}
-	return waiting
+	return false, waiting
 }
 
 // handedKeep is how long the requests a previous owner handled are dropped
@@ -376,7 +412,7 @@ func (o *ownership) drop(agent string) [][]byte {
 	// What this replica decided must be durable before the next owner
 	// rebuilds the agent (a commit that was fenced off has nothing to wait
 	// for: it failed, and its request was answered with -32004).
-	durable, handled := o.s.mem.Drop(agent)
+	durable, handled := o.mem.Drop(agent)
 	_ = durable.Wait(ctx)
 	return handled
 }
@@ -387,10 +423,10 @@ func (o *ownership) drop(agent string) [][]byte {
 func (o *ownership) handOff(ctx context.Context, agent string) {
 	handled := o.drop(agent)
 	if err := o.j.RecordHandled(ctx, agent, handled, handedKeep); err != nil {
-		o.s.log.Info("cannot record the requests handled before the hand-over; the next owner may answer one twice", "agent", agent, "err", err.Error())
+		o.log.Info("cannot record the requests handled before the hand-over; the next owner may answer one twice", "agent", agent, "err", err.Error())
 	}
 	_ = o.j.Release(ctx, agent, o.token)
-	o.s.log.V(1).Info("agent handed over", "agent", agent)
+	o.log.V(1).Info("agent handed over", "agent", agent)
 }
 
 // takeOver takes an agent assigned here: its lease (also from this
@@ -398,26 +434,26 @@ func (o *ownership) handOff(ctx context.Context, agent string) {
 // the requests the previous owner handled last and its inbox. busy: the
 // previous owner still holds the lease (try again soon).
 func (o *ownership) takeOver(ctx context.Context, agent string) (taken, busy bool) {
-	ok, err := o.j.TakeOver(ctx, agent, o.token, o.incarnation(), o.s.cfg.LeaseTTL)
+	ok, err := o.j.TakeOver(ctx, agent, o.token, o.incarnation(), o.ttl)
 	if err != nil || !ok {
 		return false, true
 	}
-	if err := o.s.mem.Recover(ctx, agent, &convstore.Fence{Token: o.token}); err != nil {
-		o.s.log.Error(err, "rebuild agent state", "agent", agent)
+	if err := o.mem.Recover(ctx, agent, &convstore.Fence{Token: o.token}); err != nil {
+		o.log.Error(err, "rebuild agent state", "agent", agent)
 		_ = o.j.Release(ctx, agent, o.token)
 		return false, false
 	}
 	if handed, err := o.j.Handled(ctx, agent); err != nil {
-		o.s.log.Info("cannot read the requests the previous owner handled; a request both received may be answered twice", "agent", agent, "err", err.Error())
+		o.log.Info("cannot read the requests the previous owner handled; a request both received may be answered twice", "agent", agent, "err", err.Error())
 	} else {
-		o.s.mem.Handed(agent, handed, handedKeep)
+		o.mem.Handed(agent, handed, handedKeep)
 	}
 	o.applyInbox(ctx, agent)
 	o.mu.Lock()
 	o.held[agent] = true
 	o.signalLocked()
 	o.mu.Unlock()
-	o.s.log.V(1).Info("agent taken over", "agent", agent)
+	o.log.V(1).Info("agent taken over", "agent", agent)
 	return true, false
 }
 
@@ -440,7 +476,7 @@ func eachAgent(agents []string, fn func(agent string)) {
 // owner (Redis inbox), which applies it on its next round.
 func (o *ownership) handOver(ctx context.Context, agent string, ev conversation.Event) {
 	if err := o.j.PushEvent(ctx, agent, ev); err != nil {
-		o.s.log.Error(err, "hand reply event to the agent's owner", "agent", agent, "task", ev.TaskID)
+		o.log.Error(err, "hand reply event to the agent's owner", "agent", agent, "task", ev.TaskID)
 	}
 }
 
@@ -452,12 +488,12 @@ func (o *ownership) renew(ctx context.Context, agents []string) (lost bool) {
 	if len(agents) == 0 {
 		return false
 	}
-	held, err := o.j.RenewLeases(ctx, agents, o.token, o.s.cfg.LeaseTTL)
+	held, err := o.j.RenewLeases(ctx, agents, o.token, o.ttl)
 	if err != nil {
 		// Keep the agents: a lease that lapses meanwhile fences this
 		// replica's commits off, and the next round finds it lost.
 		if ctx.Err() == nil {
-			o.s.log.Info("cannot renew the leases this round; retrying at the next", "agents", len(agents), "err", err.Error())
+			o.log.Info("cannot renew the leases this round; retrying at the next", "agents", len(agents), "err", err.Error())
 		}
 		return false
 	}
@@ -467,13 +503,13 @@ func (o *ownership) renew(ctx context.Context, agents []string) (lost bool) {
 			kept = append(kept, agent)
 			continue
 		}
-		o.s.log.Info("lease on agent lost to another replica", "agent", agent)
+		o.log.Info("lease on agent lost to another replica", "agent", agent)
 		o.drop(agent)
 		lost = true
 	}
 	inboxes, err := o.j.PopInboxes(ctx, kept, inboxBatch)
 	if err != nil && ctx.Err() == nil {
-		o.s.log.Error(err, "read handed-over events")
+		o.log.Error(err, "read handed-over events")
 	}
 	for agent, evs := range inboxes {
 		o.applyEvents(agent, evs)
@@ -495,7 +531,7 @@ func (o *ownership) applyPending(ctx context.Context, agent string) bool {
 	}
 	evs, err := o.j.PopEvents(ctx, agent, inboxBatch)
 	if err != nil {
-		o.s.log.Error(err, "read handed-over events", "agent", agent)
+		o.log.Error(err, "read handed-over events", "agent", agent)
 		return false
 	}
 	o.applyEvents(agent, evs)
@@ -505,7 +541,7 @@ func (o *ownership) applyPending(ctx context.Context, agent string) bool {
 func (o *ownership) applyInbox(ctx context.Context, agent string) {
 	evs, err := o.j.PopEvents(ctx, agent, inboxBatch)
 	if err != nil {
-		o.s.log.Error(err, "read handed-over events", "agent", agent)
+		o.log.Error(err, "read handed-over events", "agent", agent)
 		return
 	}
 	o.applyEvents(agent, evs)
@@ -513,8 +549,8 @@ func (o *ownership) applyInbox(ctx context.Context, agent string) {
 
 func (o *ownership) applyEvents(agent string, evs []conversation.Event) {
 	for _, ev := range evs {
-		if _, _, err := o.s.mem.Observe(agent, o.s.gated.policyOf(agent), o.s.cfg.Now(), ev); err != nil {
-			o.s.log.Error(err, "apply handed-over event", "agent", agent, "task", ev.TaskID)
+		if _, _, err := o.mem.Observe(agent, o.gated.policyOf(agent), o.now(), ev); err != nil {
+			o.log.Error(err, "apply handed-over event", "agent", agent, "task", ev.TaskID)
 		}
 	}
 }
@@ -532,7 +568,7 @@ func (o *ownership) release() {
 	o.held = map[string]bool{}
 	o.mu.Unlock()
 	if err := o.j.ReleaseLeases(ctx, agents, o.token); err != nil {
-		o.s.log.Info("could not give every lease up; the others take those agents over when the leases lapse", "err", err.Error())
+		o.log.Info("could not give every lease up; the others take those agents over when the leases lapse", "err", err.Error())
 	}
-	_ = o.j.Leave(ctx, o.s.cfg.ReplicaID)
+	_ = o.j.Leave(ctx, o.replica)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 // reasonNoMatchingSubscribers is PUBACK reason 0x10: nobody reads the topic
@@ -59,7 +60,7 @@ func newInbound(p *paho.Publish) *inbound {
 }
 
 // onRequest runs on the MQTT receive goroutine: hand over to a worker.
-func (s *Service) onRequest(topic string, p *paho.Publish) {
+func (s *requests) onRequest(topic string, p *paho.Publish) {
 	in := newInbound(p)
 	in.topic = topic
 	if g := s.gated.byRequestTopic(topic); g != nil && s.serves(g.key) && !s.withinRate(in) {
@@ -75,19 +76,19 @@ func (s *Service) onRequest(topic string, p *paho.Publish) {
 // replica is started.
 func (s *Service) onQueued(p *paho.Publish) {
 	in := newInbound(p)
-	s.dispatch(in.corr, func() {
+	s.workers.dispatch(in.corr, func() {
 		switch {
 		case in.topic == s.replyTopic:
-			s.handleReply(in)
+			s.replies.handleReply(in)
 		case in.topic == identity.Service.RequestTopic():
-			s.handleHistory(in)
+			s.history.handleHistory(in)
 		default:
-			s.handleRequest(in)
+			s.requests.handleRequest(in)
 		}
 	})
 }
 
-func (s *Service) onReply(p *paho.Publish) {
+func (s *replies) onReply(p *paho.Publish) {
 	in := newInbound(p)
 	s.dispatch(in.corr, func() { s.handleReply(in) })
 }
@@ -98,7 +99,7 @@ func (s *Service) onReply(p *paho.Publish) {
 // answered: the answer would go where the requester may not publish. On
 // success the request is marked verified and in.caller set: only then may
 // the service answer it (replyError).
-func (s *Service) verifySender(in *inbound) bool {
+func (s *admission) verifySender(in *inbound) bool {
 	caller, reason, why := verifiedCaller(in)
 	if reason != "" {
 		s.log.Info("dropping request: "+why, "topic", in.topic, "response_topic", in.respTo, "sender", in.user.Get(identity.SenderProperty))
@@ -135,7 +136,7 @@ func verifiedCaller(in *inbound) (caller a2amqtt.AgentRef, reason, why string) {
 // as the message arrives or in the worker; false when the request was
 // refused (its answer queued, or dropped unanswered). A request whose
 // publisher cannot be verified passes: verifySender drops it, counted.
-func (s *Service) withinRate(in *inbound) bool {
+func (s *admission) withinRate(in *inbound) bool {
 	if s.limiter == nil || in.rateChecked {
 		return true
 	}
@@ -152,12 +153,12 @@ func (s *Service) withinRate(in *inbound) bool {
 		s.m.rejections.WithLabelValues(reasonRateLimitedUnanswered).Inc()
 		return false
 	}
-	s.m.rejections.WithLabelValues(A2AErrorRateLimited).Inc()
+	s.m.rejections.WithLabelValues(rpcerr.NameRateLimited).Inc()
 	var probe struct {
 		ID any `json:"id"`
 	}
 	_ = json.Unmarshal(in.payload, &probe) // the id, when there is one to echo
-	b, err := encodeResponse(probe.ID, nil, bindingError(s.limiter.rateLimitedError(caller, wait)))
+	b, err := encodeResponse(probe.ID, nil, s.limiter.rateLimitedError(caller, wait))
 	if err != nil {
 		s.log.Error(err, "encode rate-limit answer")
 		return false
@@ -173,7 +174,7 @@ func (s *Service) withinRate(in *inbound) bool {
 
 // answerRateLimited publishes the rate-limit answers, without waiting for
 // their PUBACKs, until the replica closes.
-func (s *Service) answerRateLimited() {
+func (s *admission) answerRateLimited() {
 	for {
 		select {
 		case <-s.quit:
@@ -191,7 +192,7 @@ func (s *Service) answerRateLimited() {
 // checkRequest applies the profile's checks of a verified request shared by
 // the proxy and the history endpoint, answering the ones it refuses. It
 // returns false when the request was answered.
-func (s *Service) checkRequest(ctx context.Context, in *inbound) bool {
+func (s *admission) checkRequest(ctx context.Context, in *inbound) bool {
 	if len(in.corr) == 0 {
 		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorTransportProtocolError).Inc()
 		s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorTransportProtocolError, "request lacks MQTT Correlation Data"))
@@ -207,103 +208,111 @@ func (s *Service) checkRequest(ctx context.Context, in *inbound) bool {
 	return true
 }
 
-func (s *Service) decode(ctx context.Context, in *inbound, requireTaskID bool) *a2amqtt.InboundRequest {
+func (s *admission) decode(ctx context.Context, in *inbound, requireTaskID bool) *a2amqtt.InboundRequest {
 	req, err := a2amqtt.DecodeRequest(in.payload, a2amqtt.DecodeLimits{MaxPayloadBytes: s.cfg.MaxPayloadBytes, RequireTaskID: requireTaskID})
 	if err == nil {
 		return req
 	}
 	var de *a2amqtt.DecodeError
 	if errors.As(err, &de) {
-		s.m.rejections.WithLabelValues(reasonOfRPC(de.Err)).Inc()
+		s.m.rejections.WithLabelValues(de.Err.Reason()).Inc()
 		s.replyError(ctx, in, de.ID, de.Err)
 		return nil
 	}
 	s.m.rejections.WithLabelValues("invalid_request").Inc()
-	s.replyError(ctx, in, nil, &a2amqtt.RPCError{Code: -32600, Message: err.Error()})
+	s.replyError(ctx, in, nil, rpcerr.NewA2A(a2a.ErrInvalidRequest, err.Error(), nil, s.cfg.Now()))
 	return nil
 }
 
-func reasonOfRPC(e *a2amqtt.RPCError) string {
-	if k := e.A2AError(); k != "" {
-		return k
-	}
-	switch e.Code {
-	case -32700:
-		return "parse_error"
-	case -32600:
-		return "invalid_request"
-	case -32601:
-		return "method_not_found"
-	case -32602:
-		return "invalid_params"
-	}
-	return fmt.Sprintf("code_%d", e.Code)
+// turn is one request on its way through the request path.
+type turn struct {
+	in  *inbound
+	g   *gatedAgent
+	req *a2amqtt.InboundRequest
+	sp  trace.Span
+	// log is built only when a line is written: WithValues encodes its fields.
+	log    func() logr.Logger
+	method conversation.Method
+	ruled  bool
+	rt     route
+	d      conversation.Decision
+	// tracked: the decision started a run that a failed forward must undo.
+	tracked bool
+	// durable, when set, is the ticket the forward waits for without blocking the worker
+	// (decided: when the decision was made).
+	durable *convstore.Ticket
+	decided time.Time
+	// payload and user are the request as the agent takes it.
+	payload []byte
+	user    paho.UserProperties
 }
 
-// reasonOf labels an engine rejection for the rejections metric.
-func reasonOf(e *conversation.Error) string {
-	if e.A2AError != "" {
-		return e.A2AError
-	}
-	switch e.Code {
-	case -32602:
-		if _, ok := e.Details["taskContextId"]; ok {
-			return "context_mismatch"
-		}
-		return "invalid_params"
-	case -32004:
-		return "terminal_task"
-	case -32002:
-		return "task_not_cancelable"
-	}
-	return fmt.Sprintf("code_%d", e.Code)
-}
-
-func (s *Service) handleRequest(in *inbound) {
+// handleRequest takes a request to a gated agent through the named steps of the request path;
+// each step answers (or drops) what it refuses and says whether the request goes on.
+func (s *requests) handleRequest(in *inbound) {
 	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
 	defer cancel()
 	ctx, sp := s.span(traceFrom(ctx, in.user), "conversation.request", trace.SpanKindConsumer)
 	defer sp.End()
-	g := s.gated.byRequestTopic(in.topic)
-	if g != nil && !s.serves(g.key) && s.notHeld(in, g.key) {
+	t := &turn{in: in, sp: sp}
+	if !s.admit(ctx, t) || !s.decodeTurn(ctx, t) || !s.decide(ctx, t) {
+		return
+	}
+	s.present(t)
+	s.forwardWhenDurable(ctx, t)
+}
+
+// admit: the agent is served here, the publisher is who it says, the agent admits it as a
+// caller, within its rate, and the profile's checks pass.
+func (s *requests) admit(ctx context.Context, t *turn) bool {
+	in := t.in
+	t.g = s.gated.byRequestTopic(in.topic)
+	if t.g != nil && !s.serves(t.g.key) && s.notHeld(in, t.g.key, func() { s.handleRequest(in) }) {
 		// Held back until this replica has taken the agent over, or left
 		// to the replica that serves it: nothing to answer here.
-		return
+		return false
 	}
 	if !s.verifySender(in) {
-		fail(sp, "publisher not verified")
-		return
+		fail(t.sp, "publisher not verified")
+		return false
 	}
-	if g == nil {
+	if t.g == nil {
 		// Unsubscribe raced with this message: the agent is no longer gated.
 		s.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorResponderUnavailable,
 			"agent is no longer served by the conversation service; retry"))
-		return
+		return false
 	}
-	if !s.gated.callers.admits(ctx, g.agent, in.caller) {
+	if !s.gated.callers.admits(ctx, t.g.agent, in.caller) {
 		// The broker's ACLs are compiled from the same rule: this is a
 		// publish the broker let through before its ACLs caught up (or a
 		// cache behind them). Dropped, not answered.
-		s.log.Info("dropping request of a caller the agent does not admit", "agent", g.key, "caller", in.caller.String())
+		s.log.Info("dropping request of a caller the agent does not admit", "agent", t.g.key, "caller", in.caller.String())
 		s.m.rejections.WithLabelValues(reasonCallerNotAdmitted).Inc()
-		fail(sp, "caller not admitted")
-		return
+		fail(t.sp, "caller not admitted")
+		return false
 	}
 	if !s.withinRate(in) {
-		fail(sp, "rate limited")
-		return
+		fail(t.sp, "rate limited")
+		return false
 	}
 	if !s.checkRequest(ctx, in) {
-		fail(sp, "refused at admission")
-		return
+		fail(t.sp, "refused at admission")
+		return false
 	}
+	return true
+}
+
+// decodeTurn decodes the JSON-RPC request, holds its header to its body, and gives a v0.3
+// request without ids the ids the rules key on.
+func (s *requests) decodeTurn(ctx context.Context, t *turn) bool {
+	in, g := t.in, t.g
 	req := s.decode(ctx, in, true)
 	if req == nil {
-		return
+		return false
 	}
-	sp.SetAttributes(attrAgent.String(g.key), a2amqtt.AttrMethod.String(req.Method), a2amqtt.AttrTaskID.String(req.TaskID), a2amqtt.AttrContextID.String(req.ContextID))
-	// Built only when a line is written: WithValues encodes its fields.
-	log := func() logr.Logger {
+	t.req = req
+	t.sp.SetAttributes(attrAgent.String(g.key), a2amqtt.AttrMethod.String(req.Method), a2amqtt.AttrTaskID.String(req.TaskID), a2amqtt.AttrContextID.String(req.ContextID))
+	t.log = func() logr.Logger {
 		return s.log.WithValues("agent", g.key, "method", req.Method, "task", req.TaskID, "context", req.ContextID)
 	}
 	if prop := in.user.Get(a2amqtt.PropContextID); prop != "" && req.HasMessage && prop != req.ContextID {
@@ -312,7 +321,7 @@ func (s *Service) handleRequest(in *inbound) {
 		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorTransportProtocolError).Inc()
 		s.replyError(ctx, in, req.ID, a2amqtt.NewBindingError(a2amqtt.A2AErrorTransportProtocolError,
 			fmt.Sprintf("%s user property %q does not match params.message.contextId %q", a2amqtt.PropContextID, prop, req.ContextID)))
-		return
+		return false
 	}
 	if req.Dialect == a2amqtt.DialectV03 && req.HasMessage && req.TaskID == "" {
 		// v0.3 lets the server create task (and context) ids; over MQTT the
@@ -324,155 +333,173 @@ func (s *Service) handleRequest(in *inbound) {
 		}
 		payload, err := assignIDs(in.payload, req.TaskID, req.ContextID)
 		if err != nil {
-			s.replyError(ctx, in, req.ID, &a2amqtt.RPCError{Code: -32602, Message: err.Error()})
-			return
+			s.replyError(ctx, in, req.ID, rpcerr.NewA2A(a2a.ErrInvalidParams, err.Error(), nil, s.cfg.Now()))
+			return false
 		}
 		in.payload = payload
 	}
-	method, ruled := conversation.ParseMethod(req.Method)
-	rt := route{Agent: g.key, TaskID: req.TaskID, ContextID: req.ContextID, Method: method, Correlation: in.corr, ResponseTopic: in.respTo}
-	var d conversation.Decision
-	tracked := false
-	// durable, when set, is the ticket the forward waits for without
-	// blocking this worker (decided: when the decision was made).
-	var durable *convstore.Ticket
-	var decided time.Time
-	payload, user := in.payload, in.user
-	switch {
-	case !ruled, method == conversation.MethodGetTask, method == conversation.MethodListTasks:
-		// Reads and methods the engine does not rule on change no state:
-		// forward without a store round trip.
-		if s.owners != nil {
-			dup, err := s.mem.Note(g.key, in.corr)
-			switch {
-			case errors.Is(err, convstore.ErrNotOwner) && s.notHeld(in, g.key):
-				return
-			case err != nil:
-				s.unavailable(ctx, in, req.ID, g.key)
-				return
-			case dup:
-				log().V(1).Info("request the previous owner answered dropped")
-				return
-			}
-		}
-		s.m.requests.WithLabelValues(string(conversation.KindRead)).Inc()
-		if method == conversation.MethodGetTask && req.TaskID != "" && s.agentCreatesIDs(g.key) {
-			if _, t := s.mem.Task(g.key, req.TaskID); t != nil && t.AgentTaskID != "" {
-				payload = s.agentPayload(payload, method, t)
-			}
-		}
-	default:
-		now := s.cfg.Now()
-		var err error
-		dctx, dsp := s.span(ctx, "conversation.decide", trace.SpanKindInternal)
-		var ticket *convstore.Ticket
-		var items []convstore.Item
-		if req.HasMessage && g.policy.KeepsMessages() {
-			if items, err = requestItems(in.payload, req.Dialect, req.MessageID); err != nil {
-				log().Info("request message not kept in the history", "err", err.Error())
-			}
-		}
-		request := conversation.Request{
-			Method: method, TaskID: req.TaskID, ContextID: req.ContextID, MessageID: req.MessageID,
-			Correlation: in.corr, ResponseTopic: in.respTo, Requester: in.caller.String(),
-			Approval: req.HasMessage && isApproval(in.payload, req.Dialect),
-		}
-		d, ticket, err = s.mem.Decide(g.key, g.policy, now, request, items...)
-		if err == nil && d.Kind == conversation.KindReject && s.owners != nil && s.owners.applyPending(dctx, g.key) {
-			// Another replica relayed an event of this agent's tasks after
-			// the agent moved here, and handed it over (the inbox) before the
-			// requester saw it: a completion this follow-up may be waiting
-			// for. Applied, the rules may say otherwise: decide again. Only
-			// refusals pay this round trip.
-			earlier := d.Expirations
-			d, ticket, err = s.mem.Decide(g.key, g.policy, now, request, items...)
-			d.Expirations = append(earlier, d.Expirations...)
-		}
-		if errors.Is(err, convstore.ErrNotOwner) {
-			// The agent went (or has not come yet) between the check above
-			// and the decision; nothing was decided.
-			dsp.End()
-			if s.owners == nil || !s.notHeld(in, g.key) {
-				s.unavailable(ctx, in, req.ID, g.key)
-			}
-			return
-		}
-		// Forward only what is durable: after a crash, no accepted request
-		// is forgotten and no slot is granted twice. In the common case (no
-		// expired tasks to announce first) the goroutine that commits the
-		// decision forwards it (Ticket.Then, below): this worker does not
-		// park for the commit.
-		decided = time.Now()
+	t.method, t.ruled = conversation.ParseMethod(req.Method)
+	t.rt = route{Agent: g.key, TaskID: req.TaskID, ContextID: req.ContextID, Method: t.method, Correlation: in.corr, ResponseTopic: in.respTo}
+	t.payload, t.user = in.payload, in.user
+	return true
+}
+
+// decide: reads and methods the engine does not rule on pass (they change no state); the rest
+// is decided by the conversation rules.
+func (s *requests) decide(ctx context.Context, t *turn) bool {
+	if !t.ruled || t.method == conversation.MethodGetTask || t.method == conversation.MethodListTasks {
+		return s.passRead(ctx, t)
+	}
+	return s.decideByRules(ctx, t) && s.actOnDecision(ctx, t)
+}
+
+// passRead forwards a read without a store round trip, once per request across replicas.
+func (s *requests) passRead(ctx context.Context, t *turn) bool {
+	in, g, req := t.in, t.g, t.req
+	if s.owners != nil {
+		dup, err := s.mem.Note(g.key, in.corr)
 		switch {
-		case err == nil && d.Forward && len(d.Expirations) == 0:
-			durable = ticket
-		case err == nil && d.Forward:
-			err = ticket.Wait(dctx)
-			s.m.durableRequest.Observe(time.Since(decided).Seconds())
-		}
-		dsp.SetAttributes(attrDecision.String(string(d.Kind)))
-		dsp.End()
-		if err != nil {
-			fail(sp, "state unavailable")
-			s.notDurable(ctx, g, in, req, d, err, log)
-			return
-		}
-		s.m.requests.WithLabelValues(string(d.Kind)).Inc()
-		for _, x := range d.Expirations {
-			s.expired(ctx, g.key, x)
-		}
-		if d.Kind == conversation.KindReject {
-			fail(sp, reasonOf(d.Err))
-			log().V(1).Info("request rejected", "code", d.Err.Code, "reason", reasonOf(d.Err))
-			s.m.rejections.WithLabelValues(reasonOf(d.Err)).Inc()
-			data, err := d.Err.Data(now)
-			if err != nil {
-				log().Error(err, "encode rejection data")
-			}
-			s.replyError(ctx, in, req.ID, &a2amqtt.RPCError{Code: d.Err.Code, Message: d.Err.Message, Data: data})
-			return
-		}
-		if !d.Forward {
-			// QoS 1 redelivery of a request already forwarded: its replies
-			// flow on the tracked correlation.
-			log().V(1).Info("duplicate delivery dropped")
-			return
-		}
-		if d.Context != nil {
-			rt.ContextID = d.Context.ID
-		}
-		tracked = d.Changed && d.Task != nil
-		if d.Task != nil {
-			payload, user = s.presentToAgent(g, in, req, method, d)
+		case errors.Is(err, convstore.ErrNotOwner) && s.notHeld(in, g.key, func() { s.handleRequest(in) }):
+			return false
+		case err != nil:
+			s.unavailable(ctx, in, req.ID, g.key)
+			return false
+		case dup:
+			t.log().V(1).Info("request the previous owner answered dropped")
+			return false
 		}
 	}
-	if durable == nil {
-		s.forward(ctx, g, in, req, payload, user, rt, tracked, log)
+	s.m.requests.WithLabelValues(string(conversation.KindRead)).Inc()
+	if t.method == conversation.MethodGetTask && req.TaskID != "" && s.agentCreatesIDs(g.key) {
+		if _, task := s.mem.Task(g.key, req.TaskID); task != nil && task.AgentTaskID != "" {
+			t.payload = s.agentPayload(t.payload, t.method, task)
+		}
+	}
+	return true
+}
+
+// decideByRules asks the rules (convstore.Memory.Decide) and arranges for the decision to be
+// durable before the request is forwarded: in the common case (no expired tasks to announce
+// first) the goroutine that commits it forwards it (Ticket.Then), so this worker does not park
+// for the commit. After a crash no accepted request is forgotten and no slot granted twice.
+func (s *requests) decideByRules(ctx context.Context, t *turn) bool {
+	in, g, req := t.in, t.g, t.req
+	now := s.cfg.Now()
+	dctx, dsp := s.span(ctx, "conversation.decide", trace.SpanKindInternal)
+	defer dsp.End()
+	var items []convstore.Item
+	var err error
+	if req.HasMessage && g.policy.KeepsMessages() {
+		if items, err = requestItems(in.payload, req.Dialect, req.MessageID); err != nil {
+			t.log().Info("request message not kept in the history", "err", err.Error())
+		}
+	}
+	request := conversation.Request{
+		Method: t.method, TaskID: req.TaskID, ContextID: req.ContextID, MessageID: req.MessageID,
+		Correlation: in.corr, ResponseTopic: in.respTo, Requester: in.caller.String(),
+		Approval: req.HasMessage && isApproval(in.payload, req.Dialect),
+	}
+	d, ticket, err := s.mem.Decide(g.key, g.policy, now, request, items...)
+	if err == nil && d.Kind == conversation.KindReject && s.owners != nil && s.owners.applyPending(dctx, g.key) {
+		// Another replica relayed an event of this agent's tasks after the agent moved here,
+		// and handed it over (the inbox) before the requester saw it: a completion this
+		// follow-up may be waiting for. Applied, the rules may say otherwise: decide again.
+		// Only refusals pay this round trip.
+		earlier := d.Expirations
+		d, ticket, err = s.mem.Decide(g.key, g.policy, now, request, items...)
+		d.Expirations = append(earlier, d.Expirations...)
+	}
+	if errors.Is(err, convstore.ErrNotOwner) {
+		// The agent went (or has not come yet) between the check above and the decision;
+		// nothing was decided.
+		if s.owners == nil || !s.notHeld(in, g.key, func() { s.handleRequest(in) }) {
+			s.unavailable(ctx, in, req.ID, g.key)
+		}
+		return false
+	}
+	t.d, t.decided = d, time.Now()
+	switch {
+	case err == nil && d.Forward && len(d.Expirations) == 0:
+		t.durable = ticket
+	case err == nil && d.Forward:
+		err = ticket.Wait(dctx)
+		s.m.durableRequest.Observe(time.Since(t.decided).Seconds())
+	}
+	dsp.SetAttributes(attrDecision.String(string(d.Kind)))
+	if err != nil {
+		fail(t.sp, "state unavailable")
+		s.notDurable(ctx, g, in, req, d, err, t.log)
+		return false
+	}
+	return true
+}
+
+// actOnDecision counts the decision, acts on what expired, and answers a refusal; a redelivery
+// of a request already forwarded goes no further.
+func (s *requests) actOnDecision(ctx context.Context, t *turn) bool {
+	d := t.d
+	s.m.requests.WithLabelValues(string(d.Kind)).Inc()
+	for _, x := range d.Expirations {
+		s.expired(ctx, t.g.key, x)
+	}
+	if d.Kind == conversation.KindReject {
+		fail(t.sp, d.Err.Reason())
+		t.log().V(1).Info("request rejected", "code", d.Err.Code, "reason", d.Err.Reason())
+		s.m.rejections.WithLabelValues(d.Err.Reason()).Inc()
+		s.replyError(ctx, t.in, t.req.ID, d.Err)
+		return false
+	}
+	if !d.Forward {
+		// QoS 1 redelivery of a request already forwarded: its replies flow on the tracked
+		// correlation.
+		t.log().V(1).Info("duplicate delivery dropped")
+		return false
+	}
+	if d.Context != nil {
+		t.rt.ContextID = d.Context.ID
+	}
+	t.rt.Retry = d.Kind == conversation.KindRetry
+	t.tracked = d.Changed && d.Task != nil
+	return true
+}
+
+// present shapes the request as the agent takes it (presentToAgent) when it addresses a task.
+func (s *requests) present(t *turn) {
+	if t.d.Task != nil {
+		t.payload, t.user = s.presentToAgent(t.g, t.in, t.req, t.method, t.d)
+	}
+}
+
+// forwardWhenDurable forwards now, or, when the decision is still being committed, from the
+// goroutine that commits it.
+func (s *requests) forwardWhenDurable(ctx context.Context, t *turn) {
+	if t.durable == nil {
+		s.forward(ctx, t.g, t.in, t.req, t.payload, t.user, t.rt, t.tracked, t.log)
 		return
 	}
 	detached := context.WithoutCancel(ctx)
-	durable.Then(func(err error) {
-		s.m.durableRequest.Observe(time.Since(decided).Seconds())
+	t.durable.Then(func(err error) {
+		s.m.durableRequest.Observe(time.Since(t.decided).Seconds())
 		if err != nil {
 			// Off the committing goroutine: answering publishes.
 			go func() {
-				if tracked {
-					s.runs.end(g.key, req.TaskID)
+				if t.tracked {
+					s.runs.end(t.g.key, t.req.TaskID)
 				}
-				s.notDurable(detached, g, in, req, d, err, log)
+				s.notDurable(detached, t.g, t.in, t.req, t.d, err, t.log)
 			}()
 			return
 		}
 		ctx, cancel := context.WithTimeout(detached, handleTimeout)
 		defer cancel()
-		s.forward(ctx, g, in, req, payload, user, rt, tracked, log)
+		s.forward(ctx, t.g, t.in, t.req, t.payload, t.user, t.rt, t.tracked, t.log)
 	})
 }
 
 // notDurable answers a request whose decision could not be made durable
 // (the store is unavailable, or another replica fenced this one off) and
 // undoes the run the decision started.
-func (s *Service) notDurable(ctx context.Context, g *gatedAgent, in *inbound, req *a2amqtt.InboundRequest, d conversation.Decision, err error, log func() logr.Logger) {
+func (s *requests) notDurable(ctx context.Context, g *gatedAgent, in *inbound, req *a2amqtt.InboundRequest, d conversation.Decision, err error, log func() logr.Logger) {
 	if d.Changed && d.Task != nil {
 		s.undoRun(g, req.TaskID, in.corr)
 	}
@@ -490,7 +517,7 @@ func (s *Service) notDurable(ctx context.Context, g *gatedAgent, in *inbound, re
 
 // forward sends an admitted request on to the agent; when the agent does
 // not take it, it undoes the run and answers the requester.
-func (s *Service) forward(ctx context.Context, g *gatedAgent, in *inbound, req *a2amqtt.InboundRequest, payload []byte, user paho.UserProperties, rt route, tracked bool, log func() logr.Logger) {
+func (s *requests) forward(ctx context.Context, g *gatedAgent, in *inbound, req *a2amqtt.InboundRequest, payload []byte, user paho.UserProperties, rt route, tracked bool, log func() logr.Logger) {
 	fctx, fsp := s.span(ctx, "conversation.forward", trace.SpanKindProducer)
 	defer fsp.End()
 	failed := func(err error) {
@@ -517,7 +544,7 @@ func (s *Service) forward(ctx context.Context, g *gatedAgent, in *inbound, req *
 // a send starts: a task the agent knows by its own id is named by it; a new
 // task for an agent that creates its own task ids goes without one
 // (taskids.go).
-func (s *Service) presentToAgent(g *gatedAgent, in *inbound, req *a2amqtt.InboundRequest, method conversation.Method, d conversation.Decision) ([]byte, paho.UserProperties) {
+func (s *requests) presentToAgent(g *gatedAgent, in *inbound, req *a2amqtt.InboundRequest, method conversation.Method, d conversation.Decision) ([]byte, paho.UserProperties) {
 	payload, user := in.payload, in.user
 	agentIDs := false
 	switch {
@@ -540,7 +567,7 @@ func (s *Service) presentToAgent(g *gatedAgent, in *inbound, req *a2amqtt.Inboun
 
 // agentPayload names the agent's ids in a request (the requester's when the
 // rewrite fails: the agent then answers TaskNotFound, which is relayed).
-func (s *Service) agentPayload(payload []byte, method conversation.Method, t *conversation.Task) []byte {
+func (s *requests) agentPayload(payload []byte, method conversation.Method, t *conversation.Task) []byte {
 	out, err := toAgentIDs(payload, method, t)
 	if err != nil {
 		s.log.Info("cannot name the agent's task id in the request", "task", t.ID, "err", err.Error())
@@ -560,7 +587,7 @@ var errNoSubscribers = errors.New("no subscriber on the delivery topic")
 // own: the worker does not wait for the PUBACK (the agent receives the
 // request while it travels), so it is free for the next message. With a nil
 // failed, forwardTo waits for the PUBACK and returns what it says.
-func (s *Service) forwardTo(ctx context.Context, g *gatedAgent, in *inbound, payload []byte, user paho.UserProperties, rt route, failed func(error)) error {
+func (s *forwarder) forwardTo(ctx context.Context, g *gatedAgent, in *inbound, payload []byte, user paho.UserProperties, rt route, failed func(error)) error {
 	out := &paho.Publish{
 		Topic: g.delivery, QoS: 1, Payload: payload,
 		Properties: &paho.PublishProperties{
@@ -597,7 +624,7 @@ func (s *Service) forwardTo(ctx context.Context, g *gatedAgent, in *inbound, pay
 // the task must not hold a concurrency slot forever. Written behind: a
 // crash before it is durable leaves a submitted task that the first-event
 // deadline undoes.
-func (s *Service) undoRun(g *gatedAgent, taskID string, corr []byte) {
+func (s *requests) undoRun(g *gatedAgent, taskID string, corr []byte) {
 	_, _, err := s.mem.Observe(g.key, g.policy, s.cfg.Now(), conversation.Event{
 		Kind: conversation.EventError, TaskID: taskID, Correlation: corr, Final: true,
 	})
@@ -612,7 +639,7 @@ func streaming(m conversation.Method) bool {
 	return m == conversation.MethodSendStreamingMessage || m == conversation.MethodSubscribeToTask
 }
 
-func (s *Service) handleReply(in *inbound) {
+func (s *replies) handleReply(in *inbound) {
 	ctx, cancel := context.WithTimeout(context.Background(), handleTimeout)
 	defer cancel()
 	ctx, sp := s.span(traceFrom(ctx, in.user), "conversation.relay", trace.SpanKindConsumer)
@@ -659,6 +686,12 @@ func (s *Service) handleReply(in *inbound) {
 		s.m.replies.WithLabelValues("internal").Inc()
 		return
 	}
+	s.relay(ctx, in, rt, payload, last, durable, log)
+}
+
+// relay sends a reply on to the requester: a stream item pipelined (after its event is durable
+// when it must be), the last reply once its event is durable (relayLast).
+func (s *replies) relay(ctx context.Context, in *inbound, rt route, payload []byte, last bool, durable *convstore.Ticket, log func() logr.Logger) {
 	out := &paho.Publish{
 		Topic: rt.ResponseTopic, QoS: 1, Payload: payload,
 		Properties: &paho.PublishProperties{CorrelationData: rt.Correlation, ContentType: in.contentType, User: withTrace(ctx, in.user)},
@@ -712,7 +745,7 @@ func (s *Service) handleReply(in *inbound) {
 // relayLast relays the last reply of a stream (or a unary result), counted
 // by its PUBACK (in order behind the pipelined items), so the counters say
 // what the broker did with it; nothing waits for the PUBACK.
-func (s *Service) relayLast(ctx context.Context, in *inbound, rt route, out *paho.Publish, log func() logr.Logger) {
+func (s *replies) relayLast(ctx context.Context, in *inbound, rt route, out *paho.Publish, log func() logr.Logger) {
 	err := s.conn.PublishNotify(ctx, out, func(resp *paho.PublishResponse, err error) {
 		switch {
 		case resp != nil && resp.ReasonCode >= 0x80:
@@ -745,7 +778,7 @@ func (s *Service) relayLast(ctx context.Context, in *inbound, rt route, out *pah
 // present the task again is not), whether it ends its stream and, for a
 // final event, the ticket that must be durable before it is relayed (nil
 // when nothing is left to wait for).
-func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, last bool) ([]byte, bool, bool, *convstore.Ticket) {
+func (s *replies) observeReply(ctx context.Context, rt route, payload []byte, last bool) ([]byte, bool, bool, *convstore.Ticket) {
 	// Built only when a line is written: WithValues encodes its fields.
 	log := func() logr.Logger { return s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method) }
 	pr, err := parseReply(payload)
@@ -761,17 +794,7 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 		return nil, false, last, nil
 	}
 	ev := pr.ev
-	if s.agentCreatesIDs(rt.Agent) {
-		pairs := replyPairs(rt, pr)
-		for _, p := range pairs {
-			if p.requester == rt.TaskID {
-				ev.AgentTaskID = p.agent
-			} else {
-				ev.AgentContextID = p.agent
-			}
-		}
-		payload = toRequesterIDs(payload, pairs)
-	}
+	payload = s.toRequesterIDs(rt, pr, &ev, payload)
 	// The sealed route, not the payload, says which task this is: error
 	// replies carry no task id, and an agent must not move another task's
 	// state.
@@ -781,25 +804,7 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 	ev.Snapshot = pr.isTask && streaming(rt.Method)
 	pause := !ev.Snapshot && (ev.State == a2a.TaskStateInputRequired || ev.State == a2a.TaskStateAuthRequired)
 	if pause && !rt.Internal {
-		h, err := hintOf(pr.statusMessage)
-		if err != nil {
-			log().Info("ignoring a malformed continuation hint", "err", err.Error())
-		}
-		digest, known, err := s.runs.digest(rt.Agent, rt.TaskID)
-		switch {
-		case err != nil:
-			log().Info("cannot compute the accepted history digest", "err", err.Error())
-		case !known:
-			log().V(1).Info("run unknown (forwarded before a restart): pause relayed without a digest")
-		}
-		ev.Continuation = withDigest(h, digest)
-		if digest != "" {
-			if stamped, err := stampHint(payload, *ev.Continuation); err == nil {
-				payload = stamped
-			} else if !errors.Is(err, errNoStatusMessage) {
-				log().Info("cannot stamp the digest into the relayed status", "err", err.Error())
-			}
-		}
+		payload = s.recordHint(rt, pr, &ev, payload, log)
 	}
 	pol := s.gated.policyOf(rt.Agent)
 	var items []convstore.Item
@@ -810,6 +815,56 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 	}
 	last = last || ev.Final || ev.Kind == conversation.EventError || ev.Kind == conversation.EventMessage ||
 		ev.State.Terminal() || pause
+	durable := s.record(ctx, rt, pol, ev, items, log)
+	return payload, true, last, durable
+}
+
+// toRequesterIDs names the requester's ids in a reply of an agent that creates its own task
+// ids, and records the agent's ids on the event (taskids.go).
+func (s *replies) toRequesterIDs(rt route, pr parsedReply, ev *conversation.Event, payload []byte) []byte {
+	if !s.agentCreatesIDs(rt.Agent) {
+		return payload
+	}
+	pairs := replyPairs(rt, pr)
+	for _, p := range pairs {
+		if p.requester == rt.TaskID {
+			ev.AgentTaskID = p.agent
+		} else {
+			ev.AgentContextID = p.agent
+		}
+	}
+	return toRequesterIDs(payload, pairs)
+}
+
+// recordHint records the continuation hint of a pause with the service's
+// accepted_history_digest and stamps the digest into the relayed status message.
+func (s *replies) recordHint(rt route, pr parsedReply, ev *conversation.Event, payload []byte, log func() logr.Logger) []byte {
+	h, err := hintOf(pr.statusMessage)
+	if err != nil {
+		log().Info("ignoring a malformed continuation hint", "err", err.Error())
+	}
+	digest, known, err := s.runs.digest(rt.Agent, rt.TaskID)
+	switch {
+	case err != nil:
+		log().Info("cannot compute the accepted history digest", "err", err.Error())
+	case !known:
+		log().V(1).Info("run unknown (forwarded before a restart): pause relayed without a digest")
+	}
+	ev.Continuation = withDigest(h, digest)
+	if digest != "" {
+		if stamped, err := stampHint(payload, *ev.Continuation); err == nil {
+			payload = stamped
+		} else if !errors.Is(err, errNoStatusMessage) {
+			log().Info("cannot stamp the digest into the relayed status", "err", err.Error())
+		}
+	}
+	return payload
+}
+
+// record applies a reply event to the agent's state, ends the run it finished and acts on what
+// expired. For the final event of a stream it returns the ticket that must be durable before
+// the event is relayed (nil when nothing is left to wait for).
+func (s *replies) record(ctx context.Context, rt route, pol conversation.Policy, ev conversation.Event, items []convstore.Item, log func() logr.Logger) *convstore.Ticket {
 	o, ticket, err := s.mem.Observe(rt.Agent, pol, s.cfg.Now(), ev, items...)
 	var durable *convstore.Ticket
 	switch {
@@ -839,7 +894,7 @@ func (s *Service) observeReply(ctx context.Context, rt route, payload []byte, la
 	for _, x := range o.Expirations {
 		s.expired(ctx, rt.Agent, x)
 	}
-	return payload, true, last, durable
+	return durable
 }
 
 // runningState reports whether a task in state st is in a run (forwarded,
@@ -850,7 +905,7 @@ func runningState(st a2a.TaskState) bool {
 
 // contextPairs are the id translations of every task of a context that the
 // agent knows by its own ids.
-func (s *Service) contextPairs(agent, contextID string) []idPair {
+func (s *replies) contextPairs(agent, contextID string) []idPair {
 	c := s.mem.Context(agent, contextID)
 	if c == nil {
 		return nil
@@ -869,7 +924,7 @@ func (s *Service) contextPairs(agent, contextID string) []idPair {
 
 // replyError answers the requester itself, echoing its correlation data;
 // only a requester verifySender has verified, on its own reply topic.
-func (s *Service) replyError(ctx context.Context, in *inbound, id any, e *a2amqtt.RPCError) {
+func (s *outbox) replyError(ctx context.Context, in *inbound, id any, e *a2amqtt.RPCError) {
 	if !in.verified {
 		s.unverified(in)
 		return
@@ -878,17 +933,17 @@ func (s *Service) replyError(ctx context.Context, in *inbound, id any, e *a2amqt
 }
 
 // unverified drops an answer to a requester that was not verified.
-func (s *Service) unverified(in *inbound) {
+func (s *outbox) unverified(in *inbound) {
 	s.log.Error(errors.New("answer to an unverified requester"), "not answering", "topic", in.topic, "response_topic", in.respTo)
 	s.m.rejections.WithLabelValues(reasonUnverifiedAnswer).Inc()
 }
 
 // answer publishes a JSON-RPC error to a requester's reply path.
-func (s *Service) answer(ctx context.Context, respTo string, corr []byte, id any, e *a2amqtt.RPCError) {
+func (s *outbox) answer(ctx context.Context, respTo string, corr []byte, id any, e *a2amqtt.RPCError) {
 	if respTo == "" {
 		return
 	}
-	b, err := encodeResponse(id, nil, &rpcError{Code: e.Code, Message: e.Message, Data: e.Data})
+	b, err := encodeResponse(id, nil, e)
 	if err != nil {
 		s.log.Error(err, "encode error reply")
 		return
@@ -896,7 +951,7 @@ func (s *Service) answer(ctx context.Context, respTo string, corr []byte, id any
 	s.sendTo(ctx, respTo, corr, b)
 }
 
-func (s *Service) send(ctx context.Context, in *inbound, payload []byte) {
+func (s *outbox) send(ctx context.Context, in *inbound, payload []byte) {
 	if !in.verified {
 		s.unverified(in)
 		return
@@ -904,7 +959,7 @@ func (s *Service) send(ctx context.Context, in *inbound, payload []byte) {
 	s.sendTo(ctx, in.respTo, in.corr, payload)
 }
 
-func (s *Service) sendTo(ctx context.Context, respTo string, corr, payload []byte) {
+func (s *outbox) sendTo(ctx context.Context, respTo string, corr, payload []byte) {
 	_, err := s.publish(ctx, &paho.Publish{
 		Topic: respTo, QoS: 1, Payload: payload,
 		Properties: &paho.PublishProperties{CorrelationData: corr, ContentType: "application/json"},
@@ -917,7 +972,7 @@ func (s *Service) sendTo(ctx context.Context, respTo string, corr, payload []byt
 // notifyFailed tells a requester on a stream that already ended that the
 // engine failed its task: a final A2A v1.0 statusUpdate (TASK_STATE_FAILED
 // with the engine's status message).
-func (s *Service) notifyFailed(ctx context.Context, st conversation.Stream, contextID, taskID, why string) {
+func (s *outbox) notifyFailed(ctx context.Context, st conversation.Stream, contextID, taskID, why string) {
 	ev := a2a.NewStatusUpdateEvent(a2a.TaskInfo{TaskID: a2a.TaskID(taskID), ContextID: contextID}, a2a.TaskStateFailed,
 		a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart(why)))
 	result, err := json.Marshal(map[string]any{"statusUpdate": ev})
@@ -935,7 +990,7 @@ func (s *Service) notifyFailed(ctx context.Context, st conversation.Stream, cont
 
 // cancelAtAgent sends CancelTask for a task the engine gave up on, so the
 // agent frees what it holds; the reply is observed, not relayed.
-func (s *Service) cancelAtAgent(ctx context.Context, agent, contextID, taskID string) {
+func (s *forwarder) cancelAtAgent(ctx context.Context, agent, contextID, taskID string) {
 	g := s.gated.agent(agent)
 	if g == nil {
 		return

@@ -1,7 +1,6 @@
 package convservice
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 // Per-caller request rate (docs/conversation-service.md, "Limits"): every verified caller has a
@@ -22,13 +22,10 @@ import (
 // its rate gets the excess dropped unanswered (counted), so answering a flood cannot cost the
 // broker as much as the flood itself.
 
-// CodeRateLimited is the JSON-RPC error code of a request refused for its caller's rate; data
-// carries a2a_error "rate_limited" and retry_after, the seconds until it would be admitted.
-const CodeRateLimited = -32070
-
-// A2AErrorRateLimited is the a2a_error of CodeRateLimited, and the rejections_total reason of
-// the requests answered with it.
-const A2AErrorRateLimited = "rate_limited"
+// CodeRateLimited (pkg/rpcerr) is the JSON-RPC error code of a request refused for its caller's
+// rate; data carries a2a_error "rate_limited" (also the rejections_total reason of the requests
+// answered with it) and retry_after, the seconds until it would be admitted.
+const CodeRateLimited = rpcerr.CodeRateLimited
 
 // reasonRateLimitedUnanswered counts (rejections_total) the requests beyond twice their caller's
 // rate, dropped without an answer.
@@ -99,11 +96,8 @@ func (l *callerLimiter) allow(caller a2amqtt.AgentRef, now time.Time) (ok bool, 
 // rateLimitedError is the answer to a request beyond its caller's rate.
 func (l *callerLimiter) rateLimitedError(caller a2amqtt.AgentRef, wait time.Duration) *a2amqtt.RPCError {
 	retryAfter := math.Ceil(wait.Seconds()*1000) / 1000
-	data, _ := json.Marshal(map[string]any{
-		"a2a_error": A2AErrorRateLimited, "retry_after": retryAfter,
-		"caller": caller.String(), "rate": float64(l.limit), "burst": l.burst,
-	})
-	return &a2amqtt.RPCError{Code: CodeRateLimited, Data: data, Message: fmt.Sprintf(
+	return rpcerr.New(rpcerr.NameRateLimited, fmt.Sprintf(
 		"too many requests from %s: at most %g per second (bursts of %d) per conversation service replica; retry after %.3fs",
-		caller, float64(l.limit), l.burst, retryAfter)}
+		caller, float64(l.limit), l.burst, retryAfter),
+		map[string]any{"retry_after": retryAfter, "caller": caller.String(), "rate": float64(l.limit), "burst": l.burst})
 }

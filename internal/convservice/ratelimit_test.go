@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 func TestCallerLimiter(t *testing.T) {
@@ -42,7 +43,7 @@ func TestCallerLimiter(t *testing.T) {
 		Kind       string  `json:"a2a_error"`
 		RetryAfter float64 `json:"retry_after"`
 	}
-	if err := json.Unmarshal(e.Data, &data); err != nil || e.Code != CodeRateLimited || data.Kind != A2AErrorRateLimited || data.RetryAfter != 0.124 {
+	if err := json.Unmarshal(e.Data, &data); err != nil || e.Code != CodeRateLimited || data.Kind != rpcerr.NameRateLimited || data.RetryAfter != 0.124 {
 		t.Fatalf("error %d %s %+v (%v)", e.Code, e.Data, data, err)
 	}
 	// Idle callers are forgotten once their bucket is full again.

@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
@@ -42,8 +44,17 @@ type gatedAgent struct {
 // gated agent's request topic. Policy edits take effect on the next request
 // without a restart: handlers read the policy at decision time.
 type registry struct {
-	s     *Service
-	cache cache.Cache
+	resyncEvery time.Duration
+	log         logr.Logger
+	conn        *a2amqtt.Conn
+	gauge       prometheus.Gauge
+	// consumes says whether this replica subscribes an agent's request topic; onRequest
+	// handles what arrives there.
+	consumes  func(agent string) bool
+	onRequest func(topic string, p *paho.Publish)
+	// ownersKick, when set (several replicas), wakes the ownership loop when the agents change.
+	ownersKick chan struct{}
+	cache      cache.Cache
 	// callers decides who each gated agent admits as caller.
 	callers *callerDirectory
 	kick    chan struct{}
@@ -58,15 +69,26 @@ type registry struct {
 	leaving map[string]bool
 }
 
-func newRegistry(ctx context.Context, s *Service) (*registry, error) {
+// registryDeps are what the registry needs from the rest of the replica.
+type registryDeps struct {
+	cfg        Config
+	log        logr.Logger
+	conn       *a2amqtt.Conn
+	gauge      prometheus.Gauge
+	consumes   func(agent string) bool
+	onRequest  func(topic string, p *paho.Publish)
+	ownersKick chan struct{}
+}
+
+func newRegistry(ctx context.Context, d registryDeps) (*registry, error) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(a2av1.AddToScheme(scheme))
 	utilruntime.Must(corev1.AddToScheme(scheme))
 	opts := cache.Options{Scheme: scheme}
-	if s.cfg.Namespace != "" {
-		opts.DefaultNamespaces = map[string]cache.Config{s.cfg.Namespace: {}}
+	if d.cfg.Namespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{d.cfg.Namespace: {}}
 	}
-	c, err := cache.New(s.cfg.RestConfig, opts)
+	c, err := cache.New(d.cfg.RestConfig, opts)
 	if err != nil {
 		return nil, fmt.Errorf("conversation service: kubernetes cache: %w", err)
 	}
@@ -76,7 +98,8 @@ func newRegistry(ctx context.Context, s *Service) (*registry, error) {
 		return nil, fmt.Errorf("conversation service: %w", err)
 	}
 	r := &registry{
-		s: s, cache: c, callers: newCallerDirectory(c), kick: make(chan struct{}, 1), done: make(chan struct{}),
+		resyncEvery: d.cfg.ResyncInterval, log: d.log, conn: d.conn, gauge: d.gauge, consumes: d.consumes, onRequest: d.onRequest,
+		ownersKick: d.ownersKick, cache: c, callers: newCallerDirectory(c), kick: make(chan struct{}, 1), done: make(chan struct{}),
 		byTopic: map[string]*gatedAgent{}, byKey: map[string]*gatedAgent{}, subs: map[string]*a2amqtt.Subscription{},
 		leaving: map[string]bool{},
 	}
@@ -101,7 +124,7 @@ func newRegistry(ctx context.Context, s *Service) (*registry, error) {
 	go func() {
 		defer close(r.done)
 		if err := c.Start(cctx); err != nil {
-			s.log.Error(err, "kubernetes cache stopped")
+			d.log.Error(err, "kubernetes cache stopped")
 		}
 	}()
 	syncCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -125,7 +148,7 @@ func (r *registry) poke() {
 }
 
 func (r *registry) run(ctx context.Context) {
-	t := time.NewTicker(r.s.cfg.ResyncInterval)
+	t := time.NewTicker(r.resyncEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -180,7 +203,7 @@ func (r *registry) gatedFrom(ctx context.Context, view *tenancy.View, agents []a
 		name := p.Namespace + "/" + p.Name
 		pol, err := conversation.NewPolicy(&p.Spec)
 		if err != nil {
-			r.s.log.Error(err, "invalid conversation policy, using defaults", "policy", name)
+			r.log.Error(err, "invalid conversation policy, using defaults", "policy", name)
 			pol = conversation.DefaultPolicy()
 		}
 		compiled[name] = pol
@@ -234,7 +257,7 @@ func (r *registry) gatedFrom(ctx context.Context, view *tenancy.View, agents []a
 func (r *registry) resync(ctx context.Context) {
 	want, err := r.desired(ctx)
 	if err != nil {
-		r.s.log.Error(err, "read gated agents")
+		r.log.Error(err, "read gated agents")
 		return
 	}
 	byKey := make(map[string]*gatedAgent, len(want))
@@ -245,20 +268,20 @@ func (r *registry) resync(ctx context.Context) {
 	r.byTopic, r.byKey = want, byKey
 	var add, remove []string
 	for topic, g := range want {
-		if r.subs[topic] == nil && r.s.consumes(g.key) {
+		if r.subs[topic] == nil && r.consumes(g.key) {
 			add = append(add, topic)
 		}
 	}
 	for topic := range r.subs {
-		if g := want[topic]; g == nil || !r.s.consumes(g.key) {
+		if g := want[topic]; g == nil || !r.consumes(g.key) {
 			remove = append(remove, topic)
 		}
 	}
 	r.mu.Unlock()
-	if r.s.owners != nil {
+	if r.ownersKick != nil {
 		// The set of gated agents may have changed: rebalance ownership.
 		select {
-		case r.s.ownersKick <- struct{}{}:
+		case r.ownersKick <- struct{}{}:
 		default:
 		}
 	}
@@ -269,25 +292,25 @@ func (r *registry) resync(ctx context.Context) {
 		delete(r.subs, topic)
 		r.mu.Unlock()
 		if err := sub.Close(ctx); err != nil {
-			r.s.log.Error(err, "unsubscribe agent that is no longer gated", "topic", topic)
+			r.log.Error(err, "unsubscribe agent that is no longer gated", "topic", topic)
 		} else {
-			r.s.log.Info("stopped consuming request topic", "topic", topic)
+			r.log.Info("stopped consuming request topic", "topic", topic)
 		}
 	}
 	for _, topic := range add {
 		topic := topic
-		sub, err := r.s.conn.Subscribe(ctx, topic, func(p *paho.Publish) { r.s.onRequest(topic, p) })
+		sub, err := r.conn.Subscribe(ctx, topic, func(p *paho.Publish) { r.onRequest(topic, p) })
 		if err != nil {
-			r.s.log.Info("cannot consume request topic yet, will retry", "topic", topic, "err", err.Error())
+			r.log.Info("cannot consume request topic yet, will retry", "topic", topic, "err", err.Error())
 			continue
 		}
 		r.mu.Lock()
 		r.subs[topic] = sub
 		r.mu.Unlock()
-		r.s.log.Info("consuming request topic", "topic", topic, "agent", want[topic].key, "policy", want[topic].policyName)
+		r.log.Info("consuming request topic", "topic", topic, "agent", want[topic].key, "policy", want[topic].policyName)
 	}
 	r.mu.RLock()
-	r.s.m.gatedAgents.Set(float64(len(r.subs)))
+	r.gauge.Set(float64(len(r.subs)))
 	r.mu.RUnlock()
 }
 
@@ -314,15 +337,15 @@ func (r *registry) dropStale(topic string) {
 		// Conn has no bare unsubscribe: take a handler and give it back,
 		// which unsubscribes unless the registry subscribed the topic
 		// meanwhile (then its handler keeps the subscription).
-		sub, err := r.s.conn.Subscribe(ctx, topic, func(*paho.Publish) {})
+		sub, err := r.conn.Subscribe(ctx, topic, func(*paho.Publish) {})
 		if err == nil {
 			err = sub.Close(ctx)
 		}
 		if err != nil {
-			r.s.log.Info("cannot drop a stale request subscription", "topic", topic, "err", err.Error())
+			r.log.Info("cannot drop a stale request subscription", "topic", topic, "err", err.Error())
 			return
 		}
-		r.s.log.Info("dropped a request subscription left from a previous run", "topic", topic)
+		r.log.Info("dropped a request subscription left from a previous run", "topic", topic)
 	}()
 }
 

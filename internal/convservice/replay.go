@@ -16,7 +16,14 @@ import (
 //     task no longer tracks the route's stream: the run ended or paused (durable state, so on
 //     any replica and after a restart, for as long as the context lives);
 //   - for any route, when this replica relayed its last reply within replayWindow (memory):
-//     reads, and tasks the engine no longer knows.
+//     reads, retries, and tasks the engine no longer knows.
+//
+// A retry (the requester repeats the message of a task, with fresh correlation data, because
+// it got no answer) is the exception to the first rule: the task may have finished before the
+// retry was forwarded (its last reply was lost on the way, e.g. with a broker's state), and the
+// agent answers the repeat with the finished task. That answer is the requester's only one, so
+// it is judged by its own route's end alone. Found on kind: a broker restarted on an empty
+// volume lost two relayed replies, and the retries' answers were dropped as replays.
 
 // replayWindow is how long a replica remembers the routes it finished.
 const replayWindow = time.Hour
@@ -66,11 +73,11 @@ func (f *finishedRoutes) finished(sealed []byte, now time.Time) bool {
 }
 
 // replayed reports whether a reply on rt (sealed as corr) comes after its route finished.
-func (s *Service) replayed(rt route, corr []byte) bool {
+func (s *replies) replayed(rt route, corr []byte) bool {
 	if s.finished.finished(corr, time.Now()) {
 		return true
 	}
-	if rt.Internal || rt.TaskID == "" || (rt.Method != conversation.MethodSendMessage && rt.Method != conversation.MethodSendStreamingMessage) {
+	if rt.Internal || rt.Retry || rt.TaskID == "" || (rt.Method != conversation.MethodSendMessage && rt.Method != conversation.MethodSendStreamingMessage) {
 		return false
 	}
 	_, t := s.mem.Task(rt.Agent, rt.TaskID)

@@ -243,9 +243,6 @@ type Service struct {
 	ids  *idModes
 
 	shards []chan func()
-	// parked counts requests held back until this replica holds their
-	// agent (bounded by maxParked).
-	parked atomic.Int64
 	// runCtx ends when the replica closes.
 	runCtx context.Context
 	// quit is closed by Close: workers finish what is queued and exit, and
@@ -259,10 +256,21 @@ type Service struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 	ready   atomic.Bool
-	// lastSweep is when the sweep loop last ran (unix ns), for /healthz.
-	lastSweep atomic.Int64
-	https     []*http.Server
-	closed    sync.Once
+	https   []*http.Server
+	closed  sync.Once
+
+	// The parts (parts.go), built by wire.
+	workers   *workers
+	spans     *spans
+	outbox    *outbox
+	handover  *handover
+	admission *admission
+	taskIDs   *taskIDs
+	forwarder *forwarder
+	sweeper   *sweeper
+	history   *history
+	requests  *requests
+	replies   *replies
 }
 
 // Run starts a replica and serves until ctx ends.
@@ -316,14 +324,6 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		_ = s.Close()
 		return nil, err
 	}
-	if err := s.serveHTTP(); err != nil {
-		return fail(err)
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.answerRateLimited()
-	}()
 	s.shards = make([]chan func(), cfg.Workers)
 	for i := range s.shards {
 		ch := make(chan func(), 256)
@@ -355,7 +355,16 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 			}
 		}()
 	}
-	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
+	s.wire()
+	if err := s.serveHTTP(); err != nil {
+		return fail(err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.admission.answerRateLimited()
+	}()
+	conn, err := s.connectBroker(ctx, a2amqtt.Config{
 		BrokerURL: cfg.BrokerURL,
 		Username:  cfg.Username,
 		Password:  cfg.Password,
@@ -371,17 +380,26 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		return fail(fmt.Errorf("conversation service: connect broker: %w", err))
 	}
 	s.conn = conn
+	s.wireConn()
 	// Replies first: a request forwarded before this subscription existed
 	// could be answered into the void.
-	if _, err := conn.Subscribe(ctx, s.replyTopic, s.onReply); err != nil {
+	if _, err := conn.Subscribe(ctx, s.replyTopic, s.replies.onReply); err != nil {
 		return fail(fmt.Errorf("conversation service: subscribe reply topic: %w", err))
 	}
-	if _, err := conn.Subscribe(ctx, identity.Service.RequestTopic(), s.onHistoryRequest); err != nil {
+	if _, err := conn.Subscribe(ctx, identity.Service.RequestTopic(), s.history.onHistoryRequest); err != nil {
 		return fail(fmt.Errorf("conversation service: subscribe own request topic: %w", err))
 	}
-	s.gated, err = newRegistry(ctx, s)
+	deps := registryDeps{cfg: cfg, log: s.log, conn: conn, gauge: s.m.gatedAgents, consumes: s.handover.consumes, onRequest: s.requests.onRequest}
+	if s.owners != nil {
+		deps.ownersKick = s.ownersKick
+	}
+	s.gated, err = newRegistry(ctx, deps)
 	if err != nil {
 		return fail(err)
+	}
+	s.wireGated() // before any worker runs
+	if s.owners != nil {
+		s.owners.gated = s.gated
 	}
 	close(s.started)
 	if s.owners != nil {
@@ -396,8 +414,8 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.gated.run(runCtx) }()
-	go func() { defer s.wg.Done(); s.sweepLoop(runCtx) }()
-	go func() { defer s.wg.Done(); s.statsLoop(runCtx) }()
+	go func() { defer s.wg.Done(); s.sweeper.sweepLoop(runCtx) }()
+	go func() { defer s.wg.Done(); s.sweeper.statsLoop(runCtx) }()
 	s.ready.Store(true)
 	kind, _, _ := strings.Cut(cfg.Store, ":")
 	s.log.Info("conversation service started", "reply_topic", s.replyTopic, "store", kind)
@@ -438,12 +456,36 @@ func (s *Service) openState(ctx context.Context) error {
 			return fmt.Errorf("conversation service: %w", err)
 		}
 		s.journal, s.mem, s.ping = j, convstore.NewMemory(j, false), j.Ping
-		s.owners = newOwnership(s, j)
+		s.owners = newOwnership(s.cfg, s.log, s.mem, j)
 		s.log.Info("redis store", "store", rs.Describe(), "kind", rs.Kind, "wait_replicas", rs.WaitReplicas, "wait_timeout", rs.WaitTimeout.String())
 	default:
 		return fmt.Errorf("conversation service: store %q: want bolt:PATH, redis://, redis+sentinel:// or redis+cluster://", s.cfg.Store)
 	}
 	return nil
+}
+
+// connectBroker connects until it succeeds or ctx ends: at an install's start the broker (or this
+// service's broker identity, which the operator creates) may come after the service, and a replica
+// that exits then only restarts later (measured on kind: the pod restarted once, 10 s after its
+// start, "connection refused" from the broker's Service). Meanwhile /readyz says not started.
+func (s *Service) connectBroker(ctx context.Context, cfg a2amqtt.Config) (*a2amqtt.Conn, error) {
+	backoff := time.Second
+	for attempt := 1; ; attempt++ {
+		conn, err := a2amqtt.Connect(ctx, cfg)
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		s.log.Info("broker not reachable yet; retrying", "attempt", attempt, "in", backoff, "err", err.Error())
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
 }
 
 func (s *Service) serveHTTP() error {
@@ -506,7 +548,7 @@ func (s *Service) Ready(ctx context.Context) error {
 // live fails only for a wedged process: the sweep loop, which ticks every
 // SweepInterval, has not come round for a long time.
 func (s *Service) live() error {
-	last := s.lastSweep.Load()
+	last := s.sweeper.lastSweep.Load()
 	if last == 0 {
 		return nil
 	}
@@ -519,13 +561,13 @@ func (s *Service) live() error {
 
 // serves reports whether this replica decides for agent: always with one
 // replica, else while it owns the agent.
-func (s *Service) serves(agent string) bool {
+func (s *handover) serves(agent string) bool {
 	return s.owners == nil || s.owners.owns(agent)
 }
 
 // consumes reports whether this replica subscribes agent's request topic:
 // always with one replica, else while it owns the agent or is assigned it.
-func (s *Service) consumes(agent string) bool {
+func (s *handover) consumes(agent string) bool {
 	return s.owners == nil || s.owners.consumes(agent)
 }
 
@@ -545,7 +587,7 @@ const (
 	historyUnavailable
 )
 
-func (s *Service) historyRole(agent string) historyRole {
+func (s *handover) historyRole(agent string) historyRole {
 	if s.serves(agent) {
 		return historyAnswer
 	}
@@ -603,7 +645,7 @@ func (s *Service) Close() error {
 // dispatch runs job on the worker owning key (the correlation data), so
 // messages of one reply stream are handled in order. It blocks when that
 // worker is saturated, which applies backpressure to the broker.
-func (s *Service) dispatch(key []byte, job func()) {
+func (s *workers) dispatch(key []byte, job func()) {
 	h := fnv.New32a()
 	h.Write(key)
 	select {
@@ -619,7 +661,7 @@ const publishTimeout = 30 * time.Second
 
 // publish sends p, waiting for the PUBACK at most publishTimeout. A handler's
 // context already ends sooner (handleTimeout): no second timer per message.
-func (s *Service) publish(ctx context.Context, p *paho.Publish) (*paho.PublishResponse, error) {
+func (s *outbox) publish(ctx context.Context, p *paho.Publish) (*paho.PublishResponse, error) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= publishTimeout {
 		return s.conn.Publish(ctx, p)
 	}
@@ -628,7 +670,7 @@ func (s *Service) publish(ctx context.Context, p *paho.Publish) (*paho.PublishRe
 	return s.conn.Publish(pctx, p)
 }
 
-func (s *Service) sweepLoop(ctx context.Context) {
+func (s *sweeper) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
 	lastPrune := time.Now()
@@ -668,7 +710,7 @@ const runPruneInterval = 30 * time.Second
 // expired acts on what expiry did: tasks failed by the input-required
 // timeout and unfinished tasks of an expired context are canceled at the
 // agent, which still believes they wait or run.
-func (s *Service) expired(ctx context.Context, agent string, x conversation.Expiration) {
+func (s *sweeper) expired(ctx context.Context, agent string, x conversation.Expiration) {
 	for _, t := range x.TimedOut {
 		s.runs.end(agent, t.TaskID)
 		s.log.Info("input-required timeout: task failed", "agent", agent, "context", x.ContextID, "task", t.TaskID, "waiting_since", t.WaitingSince)
@@ -703,7 +745,7 @@ func (s *Service) expired(ctx context.Context, agent string, x conversation.Expi
 	}
 }
 
-func (s *Service) statsLoop(ctx context.Context) {
+func (s *sweeper) statsLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.StatsInterval)
 	defer t.Stop()
 	for {
@@ -718,7 +760,7 @@ func (s *Service) statsLoop(ctx context.Context) {
 
 // refreshStats sets the gauges from the counters the in-memory state keeps
 // (no scan of the store).
-func (s *Service) refreshStats(context.Context) {
+func (s *sweeper) refreshStats(context.Context) {
 	live, states := s.mem.Stats()
 	s.m.activeContexts.Reset()
 	for a, n := range live {

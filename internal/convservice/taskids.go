@@ -12,6 +12,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 // Task ids between requesters and agents (issue 12.5). The profile has the
@@ -46,7 +47,7 @@ type idModes struct {
 func newIDModes() *idModes { return &idModes{m: map[string]bool{}} }
 
 // agentCreatesIDs reports whether agent creates its own task ids.
-func (s *Service) agentCreatesIDs(agent string) bool {
+func (s *taskIDs) agentCreatesIDs(agent string) bool {
 	s.ids.mu.Lock()
 	v, known := s.ids.m[agent]
 	s.ids.mu.Unlock()
@@ -62,7 +63,7 @@ func (s *Service) agentCreatesIDs(agent string) bool {
 	return v
 }
 
-func (s *Service) setAgentCreatesIDs(agent string, v bool) {
+func (s *taskIDs) setAgentCreatesIDs(agent string, v bool) {
 	s.ids.mu.Lock()
 	s.ids.m[agent] = v
 	s.ids.mu.Unlock()
@@ -155,14 +156,14 @@ func toRequesterIDs(payload []byte, pairs []idPair) []byte {
 // -32005 to a request without one): the service learns the agent's mode
 // and presents the same request again in the other shape. It reports
 // whether it did (the error is then not relayed).
-func (s *Service) reshape(ctx context.Context, rt route, pr parsedReply) bool {
+func (s *replies) reshape(ctx context.Context, rt route, pr parsedReply) bool {
 	ru := s.runs.get(rt.Agent, rt.TaskID)
 	if ru == nil || ru.reshaped || ru.in == nil {
 		return false
 	}
 	createsIDs := false
 	switch {
-	case !ru.agentIDs && pr.errCode == -32001:
+	case !ru.agentIDs && pr.errCode == rpcerr.CodeTaskNotFound:
 		createsIDs = true // core A2A: TaskNotFound for an id it did not create
 	case ru.agentIDs && pr.errCode == a2amqtt.CodeTransportProtocolError && pr.errKind == a2amqtt.A2AErrorTransportProtocolError:
 		createsIDs = false // profile responder: taskId is required

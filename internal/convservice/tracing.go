@@ -41,7 +41,7 @@ func withTrace(ctx context.Context, user paho.UserProperties) paho.UserPropertie
 	return out
 }
 
-func (s *Service) span(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+func (s *spans) span(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	return s.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }
 

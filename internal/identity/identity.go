@@ -12,12 +12,13 @@ import (
 	"fmt"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-// BrokerPrefix marks every broker object (client, role, group) the operator owns, so hand-made
-// broker objects (the dynsec admin, say) are never touched.
-const BrokerPrefix = "a2a:"
+// BrokerPrefix marks every broker object (client, role, group) the operator owns: the broker
+// model's acl.DefaultPrefix.
+const BrokerPrefix = acl.DefaultPrefix
 
 // Of is the Agent's resolved identity: spec.agentID defaults to metadata.name.
 func Of(agent *a2av1.Agent) a2amqtt.AgentRef {

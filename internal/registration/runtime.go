@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
@@ -32,10 +31,13 @@ type BrokerConfig struct {
 	URL string
 	// TLS for tls:// URLs.
 	TLS *tls.Config
-	// Backend manages the broker's identities. NewBroker takes it ready to use (the embedded
-	// store, or a dynsec backend the caller opened); NewDynsecBroker creates one and opens it
-	// with the manager's context.
+	// Backend manages the broker's identities (internal/mqtt/brokers builds it). A backend with
+	// an admin connection of its own (NotifyReady) gets the runtime's state check on every
+	// reconnect.
 	Backend acl.Backend
+	// Open, when set, opens the backend's connection with the manager's context when the runtime
+	// starts (brokers.Broker.Open); nil: the backend is ready.
+	Open func(context.Context) error
 	// Client reads Agents (for resyncs and card republishing) and reads and writes the service
 	// credentials Secret: the manager's cached client.
 	Client client.Client
@@ -133,41 +135,15 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 		b.cfg.Client = tenancy.WithAgentCounts(cfg.Client, tenancy.NewAgentCounts(cfg.Cache))
 	}
 	b.cards = newCardConn(b)
+	b.opener = cfg.Open
+	if n, ok := cfg.Backend.(interface{ NotifyReady(func(context.Context)) }); ok {
+		// A backend with an admin connection of its own: every reconnect checks the broker
+		// for lost state.
+		n.NotifyReady(func(context.Context) { b.CheckState() })
+	}
 	if cfg.ServiceSecret != nil {
 		b.service = &serviceIdentity{b: b, key: *cfg.ServiceSecret, wake: make(chan struct{}, 1)}
 	}
-	return b, nil
-}
-
-// NewDynsecBroker returns the broker runtime for Mosquitto's dynamic-security plugin: the admin
-// connection is opened when the Broker starts (with the manager's context), reconnects for
-// ever, and every reconnect checks the broker for lost state.
-func NewDynsecBroker(cfg BrokerConfig, admin dynsec.Config) (*Broker, error) {
-	var b *Broker
-	admin.OnReady = func(context.Context) {
-		if b != nil {
-			b.CheckState()
-		}
-	}
-	if admin.Logger == nil {
-		admin.Logger = slog.New(logr.ToSlogHandler(cfg.Log))
-	}
-	if admin.URL == "" {
-		admin.URL = cfg.URL
-	}
-	if admin.TLS == nil {
-		admin.TLS = cfg.TLS
-	}
-	backend, err := dynsec.New(admin)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Backend = backend
-	b, err = NewBroker(cfg)
-	if err != nil {
-		return nil, err
-	}
-	b.opener = backend.Open
 	return b, nil
 }
 

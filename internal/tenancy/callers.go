@@ -16,7 +16,7 @@ import (
 // Who may call whom is decided here, once, for everything that needs it: the ACL compiler
 // (internal/registration compiles the broker's grants from it) and the conversation service
 // (internal/convservice admits a gated agent's callers by it). The two can therefore never
-// disagree; TestACLMatrix* in internal/registration checks, pair by pair, that the broker's
+// disagree; TestACLMatrix* in test/registration checks, pair by pair, that the broker's
 // decisions and the service's agree.
 
 // ScopeAdmits reports whether callers.scope admits caller by identity alone: every agent of the

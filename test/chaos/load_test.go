@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -52,6 +53,7 @@ type record struct {
 	start, end time.Time
 	outcome    string
 	err        string
+	ids        string // of a request that broke the bar (identify)
 }
 
 // ledger records every request of a load.
@@ -70,9 +72,10 @@ func (l *ledger) add(r record, msgIDs ...string) {
 	}
 }
 
-// load runs workers that send requests until stopped: echo requests alternately to the direct
-// and the gated agent, and every fourth one a two-turn conversation with the gated agent
-// (input-required, then the answer in the same task).
+// load runs workers that send requests until stopped: the even ones echo requests to the direct
+// agent, the odd ones alternately echo requests and two-turn conversations (input-required, then
+// the answer in the same task) to the gated agent. A worker serves one agent, so that a fault of
+// one path (the service) does not stall the requests of the other.
 type load struct {
 	f      *fleet
 	ledger *ledger
@@ -95,10 +98,10 @@ func (f *fleet) startLoadWith(workers int, work time.Duration) *load {
 			defer l.wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
 				switch {
-				case i%4 == 3:
-					l.conversation(ctx)
-				case (i+w)%2 == 0:
+				case w%2 == 0:
 					l.echo(ctx, "direct")
+				case i%2 == 1:
+					l.conversation(ctx)
 				default:
 					l.echo(ctx, "gated")
 				}
@@ -141,15 +144,24 @@ func (l *load) echo(ctx context.Context, agent string) {
 	if l.work > 0 {
 		text = fmt.Sprintf("work:%s:%s", l.work, want)
 	}
-	start := time.Now()
-	res, msg, err := l.call(agent, uuid.NewString(), uuid.NewString(), text)
+	start, task := time.Now(), uuid.NewString()
+	res, msg, err := l.call(agent, task, uuid.NewString(), text)
 	r := record{agent: agent, start: start, end: time.Now(), outcome: classify(err)}
 	if err != nil {
 		r.err = err.Error()
 	} else if got := a2amqtt.ResultText(res); got != want {
 		r.outcome, r.err = mismatched, fmt.Sprintf("want %q, got %q", want, got)
 	}
+	r.identify(task, msg.ID)
 	l.ledger.add(r, msg.ID)
+}
+
+// identify adds the ids and start of a request that broke the bar to its error, so that it can
+// be found in the logs of the service and the agents.
+func (r *record) identify(task, msgID string) {
+	if r.outcome == lost || r.outcome == frozen || r.outcome == mismatched {
+		r.ids = fmt.Sprintf(" [task %s, message %s, started %s]", task, msgID, r.start.UTC().Format("15:04:05.000"))
+	}
 }
 
 func (l *load) conversation(ctx context.Context) {
@@ -173,10 +185,12 @@ func (l *load) conversation(ctx context.Context) {
 			r.outcome, r.err = mismatched, fmt.Sprintf("turn 2: want %q, got %q", first+"+"+second, a2amqtt.ResultText(res))
 		}
 		r.end = time.Now()
+		r.identify(task, m1.ID+", "+m2.ID)
 		l.ledger.add(r, m1.ID, m2.ID)
 		return
 	}
 	r.end = time.Now()
+	r.identify(task, m1.ID)
 	l.ledger.add(r, m1.ID)
 }
 
@@ -185,31 +199,30 @@ type report struct {
 	name                                                               string
 	requests, completed, errored, lost, duplicated, frozen, mismatched int
 	errors                                                             map[string]int
-	recovery                                                           map[string]time.Duration
-	duration                                                           time.Duration
-	loadavg                                                            string
+	// outage is, per agent, the longest stretch of the run without a completed request: how long
+	// its clients went without an answer.
+	outage   map[string]time.Duration
+	duration time.Duration
+	loadavg  string
 }
 
-// stop ends the load, waits for the requests in flight and counts, with the agents' journals,
-// the executions of each request (more than one is a duplicate). faults are the times of the
-// injected faults: recovery is, per agent, the time from the last fault to the first request
-// started after it that completed.
-func (l *load) stop(name string, started time.Time, lastFault time.Time) report {
+// stop ends the load, waits for the requests in flight and counts, with the agents' journals (on
+// their workloads' volumes, so the executions of pods a rollout deleted count too), the
+// executions of each request (more than one is a duplicate), and per agent the longest stretch
+// without a completed request (its outage as its clients saw it).
+func (l *load) stop(ctx context.Context, name string, started time.Time) report {
 	l.cancel()
 	l.wg.Wait()
-	rep := report{name: name, errors: map[string]int{}, recovery: map[string]time.Duration{}, duration: time.Since(started), loadavg: loadavg()}
+	rep := report{name: name, errors: map[string]int{}, outage: map[string]time.Duration{}, duration: time.Since(started), loadavg: loadavg()}
 	l.ledger.mu.Lock()
 	defer l.ledger.mu.Unlock()
+	completions := map[string][]time.Time{}
 	for _, r := range l.ledger.records {
 		rep.requests++
 		switch r.outcome {
 		case completed:
 			rep.completed++
-			if !lastFault.IsZero() && r.start.After(lastFault) {
-				if d, ok := rep.recovery[r.agent]; !ok || r.end.Sub(lastFault) < d {
-					rep.recovery[r.agent] = r.end.Sub(lastFault)
-				}
-			}
+			completions[r.agent] = append(completions[r.agent], r.end)
 		case errored:
 			rep.errored++
 		case lost:
@@ -220,10 +233,18 @@ func (l *load) stop(name string, started time.Time, lastFault time.Time) report 
 			rep.mismatched++
 		}
 		if r.err != "" {
-			rep.errors[r.outcome+": "+shorten(r.err)]++
+			rep.errors[r.outcome+": "+shorten(r.err)+r.ids]++
 		}
 	}
-	for id, runs := range l.f.journals() {
+	for agent, ends := range completions {
+		slices.SortFunc(ends, time.Time.Compare)
+		prev := started
+		for _, end := range ends {
+			rep.outage[agent] = max(rep.outage[agent], end.Sub(prev))
+			prev = end
+		}
+	}
+	for id, runs := range l.f.journals(ctx) {
 		if l.ledger.msgIDs[id] && len(runs) > 1 {
 			rep.duplicated += len(runs) - 1
 			rep.errors[fmt.Sprintf("duplicated: message %s executed %d times: %s", id, len(runs), strings.Join(runs, "; "))]++
@@ -254,11 +275,11 @@ func (rep report) check(t *testing.T) {
 	t.Helper()
 	var rec []string
 	for _, k := range []string{"direct", "gated", "gated-2turn"} {
-		if d, ok := rep.recovery[k]; ok {
+		if d, ok := rep.outage[k]; ok {
 			rec = append(rec, fmt.Sprintf("%s %.1fs", k, d.Seconds()))
 		}
 	}
-	fmt.Printf("chaos result: %s: %d requests in %s: %d completed, %d errored, %d lost, %d duplicated, %d mismatched, %d frozen; recovery (first completed request after the fault): %s; load average %s\n",
+	fmt.Printf("chaos result: %s: %d requests in %s: %d completed, %d errored, %d lost, %d duplicated, %d mismatched, %d frozen; longest stretch without a completed request: %s; load average %s\n",
 		rep.name, rep.requests, rep.duration.Round(time.Second), rep.completed, rep.errored, rep.lost, rep.duplicated, rep.mismatched, rep.frozen, strings.Join(rec, ", "), rep.loadavg)
 	var kinds []string
 	for k := range rep.errors {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -19,21 +17,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
-	"github.com/a2a-fleet/a2a-fleet/test/deploy/installed"
+	"github.com/a2a-fleet/a2a-fleet/test/cluster"
 )
-
-// brokerClaim is the broker's volume (config/mosquitto/pvc.yaml).
-const brokerClaim = "a2a-fleet-mosquitto-data"
 
 // brokerState reads the dynsec state Mosquitto keeps on its volume (dynamic-security.json, written
 // at every change) as one line per client, group and role, without password hashes and salts
 // (a re-created client has the same password under a new salt): what the operator put on the
-// broker, comparable across a state loss.
-func (f *fleet) brokerState() (map[string]string, error) {
-	data, err := os.ReadFile(filepath.Join(f.Cluster.ClaimDir(installed.Namespace, brokerClaim), "dynamic-security.json"))
+// broker, comparable across a state loss. It reads the file in the broker's container.
+func (f *fleet) brokerState(ctx context.Context) (map[string]string, error) {
+	ready, err := env.Pods(ctx, cluster.Namespace, brokerPods)
+	if err != nil || len(ready) != 1 {
+		return nil, fmt.Errorf("%d ready broker pods (%v)", len(ready), err)
+	}
+	out, err := env.Exec(ctx, cluster.Namespace, ready[0].Name, "mosquitto", "cat", "/mosquitto/data/dynamic-security.json")
 	if err != nil {
 		return nil, err
 	}
+	data := []byte(out)
 	type roleRef struct {
 		Name     string `json:"rolename"`
 		Priority int    `json:"priority"`
@@ -75,14 +75,14 @@ func (f *fleet) brokerState() (map[string]string, error) {
 		sort.Strings(out)
 		return strings.Join(out, ",")
 	}
-	out := map[string]string{}
+	entries := map[string]string{}
 	for _, c := range state.Clients {
 		var groups []string
 		for _, g := range c.Groups {
 			groups = append(groups, g.Name)
 		}
 		sort.Strings(groups)
-		out["client "+c.Username] = fmt.Sprintf("clientid=%s roles=[%s] groups=[%s]", c.ClientID, roles(c.Roles), strings.Join(groups, ","))
+		entries["client "+c.Username] = fmt.Sprintf("clientid=%s roles=[%s] groups=[%s]", c.ClientID, roles(c.Roles), strings.Join(groups, ","))
 	}
 	for _, g := range state.Groups {
 		var members []string
@@ -90,7 +90,7 @@ func (f *fleet) brokerState() (map[string]string, error) {
 			members = append(members, c.Username)
 		}
 		sort.Strings(members)
-		out["group "+g.Name] = fmt.Sprintf("roles=[%s] clients=[%s]", roles(g.Roles), strings.Join(members, ","))
+		entries["group "+g.Name] = fmt.Sprintf("roles=[%s] clients=[%s]", roles(g.Roles), strings.Join(members, ","))
 	}
 	for _, r := range state.Roles {
 		var acls []string
@@ -98,9 +98,9 @@ func (f *fleet) brokerState() (map[string]string, error) {
 			acls = append(acls, fmt.Sprintf("%s %s %d %v", a.Type, a.Topic, a.Priority, a.Allow))
 		}
 		sort.Strings(acls)
-		out["role "+r.Name] = strings.Join(acls, "; ")
+		entries["role "+r.Name] = strings.Join(acls, "; ")
 	}
-	return out, nil
+	return entries, nil
 }
 
 // missingFrom lists the entries of want that got does not hold identically.
@@ -136,7 +136,7 @@ type conditionEntry struct {
 // watchConditions starts recording the chaos namespace's Agents' Ready and ACLsSynced.
 func (f *fleet) watchConditions(ctx context.Context) *conditionLog {
 	f.t.Helper()
-	wc, err := client.NewWithWatch(f.Cluster.Config, client.Options{Scheme: f.Cluster.Scheme})
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -210,7 +210,8 @@ func (l *conditionLog) wentFalseAndBack(agent string, since time.Time, aclsSynce
 }
 
 // checkFlipped fails the test unless every named Agent's ACLsSynced and Ready went False after
-// since and True again (status says the truth through a broker state loss), and logs when.
+// since, said BrokerStateLost, and went True again (status says the truth through a broker state
+// loss), and logs when.
 func (l *conditionLog) checkFlipped(t *testing.T, since time.Time, agents ...string) {
 	t.Helper()
 	for _, name := range agents {
@@ -221,6 +222,8 @@ func (l *conditionLog) checkFlipped(t *testing.T, since time.Time, agents ...str
 				t.Errorf("Agent %s: %s never went False after the broker lost its state (reasons seen: %v): status claimed a registration the broker no longer had", name, cond, reasons)
 			case trueAt.IsZero():
 				t.Errorf("Agent %s: %s went False %.1fs after the loss and never True again (reasons seen: %v)", name, cond, falseAt.Sub(since).Seconds(), reasons)
+			case !slices.Contains(reasons, "BrokerStateLost"):
+				t.Errorf("Agent %s: %s went False and True again, but never said BrokerStateLost (reasons seen: %v)", name, cond, reasons)
 			default:
 				t.Logf("Agent %s: %s False %.1fs after the loss, True again %.1fs after it (reasons %v)", name, cond, falseAt.Sub(since).Seconds(), trueAt.Sub(since).Seconds(), reasons)
 			}

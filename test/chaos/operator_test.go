@@ -3,48 +3,65 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
-	"github.com/a2a-fleet/a2a-fleet/test/deploy/installed"
-	"github.com/a2a-fleet/a2a-fleet/test/deploy/localcluster"
-	"github.com/a2a-fleet/a2a-fleet/test/deploy/render"
+	"github.com/a2a-fleet/a2a-fleet/test/cluster"
 )
 
-// leader is the operator pod that holds the leader Lease: the one whose current process logged
-// that it acquired it (the Lease's holder identity starts with the host name, which is this
-// machine's for every pod here, not the pod's).
-func (f *fleet) leader(ctx context.Context) *localcluster.Pod {
+// leaderLease is the operator's leader election Lease (cmd/manager).
+const leaderLease = "a2a-fleet-operator.a2a.fleet.dev"
+
+// leader is the operator pod that holds the leader Lease, under a holder identity other than
+// not (the identity of a leader that was killed; "" for any): the identity starts with the
+// holder's host name, which is its pod's name.
+func (f *fleet) leader(ctx context.Context, not string) (*corev1.Pod, string) {
 	f.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		for _, p := range f.Pods[installed.Operator] {
-			if proc := p.Proc("manager"); proc != nil && strings.Contains(proc.Output(), "Successfully acquired lease") {
-				return p
+	var leader *corev1.Pod
+	holder := ""
+	err := cluster.Poll(ctx, time.Minute, "an operator pod that holds the lease", func(ctx context.Context) (bool, string, error) {
+		lease := &coordinationv1.Lease{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: leaderLease}, lease); err != nil {
+			return false, err.Error(), nil
+		}
+		holder = ""
+		if lease.Spec.HolderIdentity != nil {
+			holder = *lease.Spec.HolderIdentity
+		}
+		if holder == "" || holder == not {
+			return false, "holder " + holder, nil
+		}
+		for _, p := range pods(ctx, f.t, cluster.Namespace, operatorPods) {
+			if strings.HasPrefix(holder, p.Name+"_") && p.DeletionTimestamp == nil {
+				leader = &p
+				return true, "", nil
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		return false, "holder " + holder + " is no operator pod", nil
+	})
+	if err != nil {
+		f.t.Fatal(err)
 	}
-	lease := &coordinationv1.Lease{}
-	_ = f.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: installed.Namespace, Name: "a2a-fleet-operator.a2a.fleet.dev"}, lease)
-	f.t.Fatalf("no operator pod says it holds the lease (lease %+v)", lease.Spec)
-	return nil
+	return leader, holder
 }
 
 // A rollout of 100 new Agents is under way when the leading operator replica is killed with
-// SIGKILL (the kubelet restarts it); the other replica takes the lease over and every Agent
-// becomes Ready, while the load on the existing agents loses nothing.
+// SIGKILL (the kubelet restarts its container); the other replica takes the lease over once it
+// expires and every Agent becomes Ready, while the load on the existing agents loses nothing.
 func TestOperatorKilledDuringRollout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	f := newFleet(ctx, t, quickstart(t).objs)
-	l := f.startLoad(3)
+	f := newFleet(ctx, t, quickstartInstall)
+	l := f.startLoad(4)
 	started := time.Now()
 	time.Sleep(2 * time.Second)
 
@@ -62,18 +79,37 @@ spec:
 ---
 `, i, chaosNS, chaosOrg, i)
 	}
-	objs, err := render.Decode([]byte(b.String()))
+	file := filepath.Join(t.TempDir(), "rollout.yaml")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The rollout's Agents go when the scenario ends, whatever happened (the fleet is kept).
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if _, err := env.KubectlRun(ctx, "delete", "-f", file, "--ignore-not-found", "--wait=true", "--timeout=2m"); err != nil {
+			t.Errorf("delete the rollout's Agents: %v", err)
+		}
+	})
+	leader, identity := f.leader(ctx, "")
+	// Kill as soon as the rollout is visibly under way (some Agents Ready, not all): the first
+	// Ready one seen by a watch, while kubectl still creates the others.
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leader := f.leader(ctx)
-	if err := f.Cluster.Apply(ctx, objs, chaosNS); err != nil {
+	w, err := wc.Watch(ctx, &a2av1.AgentList{}, client.InNamespace(chaosNS), client.MatchingLabels{"rollout": "yes"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Kill as soon as the rollout is visibly under way (some Agents Ready, not all).
+	applied := make(chan error, 1)
+	go func() {
+		_, err := env.KubectlRun(ctx, "apply", "--server-side", "-f", file)
+		applied <- err
+	}()
 	readyCount := func() int {
 		var list a2av1.AgentList
-		if err := f.Cluster.Client.List(ctx, &list, client.InNamespace(chaosNS), client.MatchingLabels{"rollout": "yes"}); err != nil {
+		if err := env.Client.List(ctx, &list, client.InNamespace(chaosNS), client.MatchingLabels{"rollout": "yes"}); err != nil {
 			t.Fatal(err)
 		}
 		ready := 0
@@ -84,26 +120,36 @@ spec:
 		}
 		return ready
 	}
-	deadline := time.Now().Add(time.Minute)
-	for readyCount() == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	firstReady := time.After(2 * time.Minute)
+wait:
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if a, ok := ev.Object.(*a2av1.Agent); ok && meta.IsStatusConditionTrue(a.Status.Conditions, a2av1.ConditionReady) {
+				break wait
+			}
+		case <-firstReady:
+			t.Fatal("no Agent of the rollout Ready within 2 minutes")
+		}
 	}
-	before := readyCount()
+	w.Stop()
 	killed := time.Now()
-	if err := leader.KillContainer(ctx, "manager"); err != nil {
+	f.kill(ctx, leader, "manager")
+	before := readyCount()
+	t.Logf("killed the leader %s (kill -9; its container restarted %.1fs later, %d/%d Agents of the rollout Ready then)", leader.Name, time.Since(killed).Seconds(), before, n)
+	if err := <-applied; err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("killed the leader %s with %d/%d Agents of the rollout Ready", leader.Name, before, n)
 	for readyCount() < n {
 		if time.Since(killed) > 3*time.Minute {
 			t.Fatalf("only %d/%d Agents Ready %s after the leader was killed", readyCount(), n, time.Since(killed).Round(time.Second))
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 	}
 	converged := time.Since(killed)
-	newLeader := f.leader(ctx)
+	newLeader, _ := f.leader(ctx, identity)
 	t.Logf("all %d Agents Ready %.1fs after kill -9 of the leader; leader now %s", n, converged.Seconds(), newLeader.Name)
-	rep := l.stop(fmt.Sprintf("operator kill -9 during a rollout of %d Agents (%d Ready at the kill; all Ready %.1fs later)", n, before, converged.Seconds()), started, killed)
+	rep := l.stop(ctx, fmt.Sprintf("operator kill -9 during a rollout of %d Agents (%d Ready at the kill; all Ready %.1fs later)", n, before, converged.Seconds()), started)
 	rep.check(t)
 	f.checkNoFrozenProcess(ctx)
 }

@@ -2,15 +2,13 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"regexp"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/a2a-fleet/a2a-fleet/test/deploy/installed"
-	"github.com/a2a-fleet/a2a-fleet/test/deploy/localcluster"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/a2a-fleet/a2a-fleet/test/cluster"
 )
 
 // readinessGrace is the operator's --broker-readiness-grace default; serviceReadinessGrace the
@@ -20,77 +18,98 @@ const (
 	serviceReadinessGrace = 10 * time.Second
 )
 
-// notReadyAnswer is a probe error that is the endpoint's answer (controller-runtime's healthz
-// says 500, the service 503), as opposed to no answer in time on a loaded machine.
-var notReadyAnswer = regexp.MustCompile(`GET \S+: 5[0-9][0-9]`)
+// probe asks a pod's /readyz (through the API server's pod proxy) and returns whether it answered
+// ready, not ready (its own 5xx: controller-runtime's healthz says 500, the service 503), or not
+// at all (err: the pod unreachable, or no answer in time on a loaded machine).
+func probe(ctx context.Context, pod *corev1.Pod) (ready bool, answer string, err error) {
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	code, body, err := env.PodGet(pctx, pod.Namespace, pod.Name, healthPort, "/readyz")
+	if err != nil {
+		return false, "", err
+	}
+	if code != 200 && code < 500 {
+		return false, "", fmt.Errorf("/readyz of %s: %d %s", pod.Name, code, body)
+	}
+	return code == 200, fmt.Sprintf("%d %s", code, body), nil
+}
 
-func unready(err error) bool { return err != nil && notReadyAnswer.MatchString(err.Error()) }
-
-// waitProbe polls a pod's readiness probe until it reports want (true: ready).
-func waitProbe(ctx context.Context, p *localcluster.Pod, want bool, timeout time.Duration) (time.Duration, error) {
+// waitProbe polls a pod's /readyz until it answers want (true: ready).
+func waitProbe(ctx context.Context, pod *corev1.Pod, want bool, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for {
-		err := p.Probe(ctx, true)
-		if (want && err == nil) || (!want && unready(err)) {
+		ready, answer, err := probe(ctx, pod)
+		if err == nil && ready == want {
 			return time.Since(start), nil
 		}
 		if time.Since(start) > timeout {
-			if err == nil {
-				err = errors.New("ready")
-			}
-			return time.Since(start), fmt.Errorf("still %v after %s", err, timeout)
+			return time.Since(start), fmt.Errorf("still %q (%v) after %s", answer, err, timeout)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 }
 
+// brokerDown scales the broker to 0 and returns when it was asked to (its process stops at once on
+// SIGTERM); brokerUp scales it back and returns when its pod was ready.
+func (f *fleet) brokerDown(ctx context.Context) time.Time {
+	f.t.Helper()
+	// A scenario that fails while the broker is down leaves it as it found it.
+	f.t.Cleanup(func() {
+		if err := env.Scale(context.Background(), cluster.Namespace, brokerDeployment, 1); err != nil {
+			f.t.Errorf("scale the broker up again: %v", err)
+		}
+	})
+	down := time.Now()
+	f.scaleBroker(ctx, 0)
+	f.t.Logf("broker pod gone %.1fs after the scale-down", time.Since(down).Seconds())
+	return down
+}
+
+func (f *fleet) brokerUp(ctx context.Context) time.Time {
+	f.t.Helper()
+	start := time.Now()
+	f.scaleBroker(ctx, 1)
+	f.t.Logf("broker pod ready %.1fs after the scale-up", time.Since(start).Seconds())
+	return time.Now()
+}
+
 // The leading operator's /readyz says the truth about the broker: it stays ready through a short
-// broker restart (within the grace period), fails once the broker has been gone longer than the
-// grace, and is ready again soon after the broker is back, without a restart. (The leader is
-// the replica with broker connections; a follower's readiness is logged, not asserted.)
+// broker outage (within the grace period), fails once the broker has been gone longer than the
+// grace, and is ready again soon after the broker is back, without a restart. (The leader is the
+// replica with broker connections; a follower's readiness is logged, not asserted.)
 func TestOperatorReadinessFollowsTheBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	f := newFleet(ctx, t, quickstart(t).objs)
-	broker := f.Pods[installed.Broker][0]
-	leader := f.leader(ctx)
-	operators := []*localcluster.Pod{leader}
+	f := newFleet(ctx, t, quickstartInstall)
+	leader, _ := f.leader(ctx, "")
 	defer func() {
-		for _, p := range f.Pods[installed.Operator] {
-			if p != leader {
-				t.Logf("follower %s at the end: readiness %v", p.Name, p.Probe(ctx, true))
+		for _, p := range pods(ctx, t, cluster.Namespace, operatorPods) {
+			if p.Name != leader.Name {
+				ready, answer, err := probe(ctx, &p)
+				t.Logf("follower %s at the end: ready %v (%q, %v)", p.Name, ready, answer, err)
 			}
 		}
 	}()
 
-	broker.StopContainer("mosquitto", syscall.SIGKILL)
-	down := time.Now()
+	down := f.brokerDown(ctx)
 	// Ready through a broker restart's worth of downtime (well within the grace)...
-	for failed := false; !failed && time.Since(down) < readinessGrace-10*time.Second; time.Sleep(time.Second) {
-		for _, p := range operators {
-			if err := p.Probe(ctx, true); unready(err) && time.Since(down) < readinessGrace-10*time.Second {
-				t.Errorf("%s unready %.1fs after the broker went, within the %s grace: %v", p.Name, time.Since(down).Seconds(), readinessGrace, err)
-				failed = true
-			}
+	for time.Since(down) < readinessGrace-10*time.Second {
+		if ready, answer, err := probe(ctx, leader); err == nil && !ready && time.Since(down) < readinessGrace-10*time.Second {
+			t.Errorf("%s unready %.1fs after the broker went, within the %s grace: %s", leader.Name, time.Since(down).Seconds(), readinessGrace, answer)
+			break
 		}
+		time.Sleep(time.Second)
 	}
-	for _, p := range operators {
-		// ...then unready.
-		if _, err := waitProbe(ctx, p, false, readinessGrace+30*time.Second); err != nil {
-			t.Fatalf("%s still ready %.1fs after the broker went: %v", p.Name, time.Since(down).Seconds(), err)
-		}
-		t.Logf("%s unready %.1fs after the broker went (grace %s)", p.Name, time.Since(down).Seconds(), readinessGrace)
+	// ...then unready.
+	if _, err := waitProbe(ctx, leader, false, readinessGrace+30*time.Second); err != nil {
+		t.Fatalf("%s still ready %.1fs after the broker went: %v", leader.Name, time.Since(down).Seconds(), err)
 	}
-	if err := broker.StartContainer(ctx, "mosquitto"); err != nil {
-		t.Fatal(err)
+	t.Logf("%s unready %.1fs after the broker went (grace %s)", leader.Name, time.Since(down).Seconds(), readinessGrace)
+	up := f.brokerUp(ctx)
+	if _, err := waitProbe(ctx, leader, true, time.Minute); err != nil {
+		t.Fatalf("%s not ready again %.1fs after the broker came back: %v", leader.Name, time.Since(up).Seconds(), err)
 	}
-	up := time.Now()
-	for _, p := range operators {
-		if _, err := waitProbe(ctx, p, true, time.Minute); err != nil {
-			t.Fatalf("%s not ready again %.1fs after the broker came back: %v", p.Name, time.Since(up).Seconds(), err)
-		}
-		t.Logf("%s ready again %.1fs after the broker came back", p.Name, time.Since(up).Seconds())
-	}
+	t.Logf("%s ready again %.1fs after the broker pod was ready", leader.Name, time.Since(up).Seconds())
 	f.checkNoFrozenProcess(ctx)
 }
 
@@ -99,25 +118,21 @@ func TestOperatorReadinessFollowsTheBroker(t *testing.T) {
 func TestServiceReadinessFollowsTheBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	f := newFleet(ctx, t, quickstart(t).objs)
-	broker := f.Pods[installed.Broker][0]
-	svc := f.Pods[installed.Service][0]
-	broker.StopContainer("mosquitto", syscall.SIGKILL)
-	down := time.Now()
+	f := newFleet(ctx, t, quickstartInstall)
+	svc := readyPod(ctx, t, cluster.Namespace, servicePods, time.Minute)
+	down := f.brokerDown(ctx)
 	if _, err := waitProbe(ctx, svc, false, 40*time.Second); err != nil {
 		t.Fatalf("%s still ready %.1fs after the broker went: %v", svc.Name, time.Since(down).Seconds(), err)
 	}
-	t.Logf("%s unready %.1fs after the broker went (grace %s)", svc.Name, time.Since(down).Seconds(), serviceReadinessGrace)
-	if took := time.Since(down); took < serviceReadinessGrace-time.Second {
+	took := time.Since(down)
+	t.Logf("%s unready %.1fs after the broker went (grace %s)", svc.Name, took.Seconds(), serviceReadinessGrace)
+	if took < serviceReadinessGrace-time.Second {
 		t.Errorf("%s unready %.1fs after the broker went, within its %s grace: a broker restart would flap it", svc.Name, took.Seconds(), serviceReadinessGrace)
 	}
-	if err := broker.StartContainer(ctx, "mosquitto"); err != nil {
-		t.Fatal(err)
-	}
-	up := time.Now()
+	up := f.brokerUp(ctx)
 	if _, err := waitProbe(ctx, svc, true, time.Minute); err != nil {
 		t.Fatalf("%s not ready again %.1fs after the broker came back: %v", svc.Name, time.Since(up).Seconds(), err)
 	}
-	t.Logf("%s ready again %.1fs after the broker came back", svc.Name, time.Since(up).Seconds())
+	t.Logf("%s ready again %.1fs after the broker pod was ready", svc.Name, time.Since(up).Seconds())
 	f.checkNoFrozenProcess(ctx)
 }

@@ -2,43 +2,46 @@ package chaos
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"github.com/a2a-fleet/a2a-fleet/test/deploy/installed"
-	"github.com/a2a-fleet/a2a-fleet/test/deploy/localcluster"
-	"github.com/a2a-fleet/a2a-fleet/test/deploy/render"
+	"github.com/a2a-fleet/a2a-fleet/test/cluster"
 )
 
-// killService is kill -9 of the container of a service replica under load, with conversations
-// waiting in input-required that must complete after the restart.
-func killService(ctx context.Context, t *testing.T, f *fleet, name string, replica int) {
+// killService is kill -9 of the container of a service replica under load (the kubelet restarts
+// it in the same pod: same state volume), twice, with conversations waiting in input-required
+// that must complete after the restart.
+func killService(ctx context.Context, t *testing.T, f *fleet, name string, replicas int) {
 	t.Helper()
-	svc := f.Pods[installed.Service][replica]
+	if n := len(pods(ctx, t, cluster.Namespace, servicePods)); n != replicas {
+		t.Fatalf("%d service replicas, want %d", n, replicas)
+	}
 	l := f.startLoad(4)
 	started := time.Now()
 	time.Sleep(3 * time.Second)
-	var lastFault time.Time
 	for round := range 2 {
 		convs := openConversations(ctx, t, f, 5)
 		time.Sleep(2 * time.Second)
-		lastFault = time.Now()
-		// The kubelet starts the container again at once, in the same pod (same state volume).
-		if err := svc.KillContainer(ctx, "conversation-service"); err != nil {
+		svc := pods(ctx, t, cluster.Namespace, servicePods)[0]
+		fault := time.Now()
+		f.kill(ctx, &svc, "conversation-service")
+		restarted := time.Since(fault)
+		if err := cluster.Poll(ctx, 2*time.Minute, svc.Name+" ready", func(ctx context.Context) (bool, string, error) {
+			ready, err := env.Pods(ctx, cluster.Namespace, servicePods)
+			for _, p := range ready {
+				if p.Name == svc.Name {
+					return true, "", err
+				}
+			}
+			return false, "", err
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := svc.WaitReady(ctx, 2*time.Minute); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("round %d: replica %s ready %.1fs after kill -9", round+1, svc.Name, time.Since(lastFault).Seconds())
+		t.Logf("round %d: replica %s restarted %.1fs and ready %.1fs after kill -9", round+1, svc.Name, restarted.Seconds(), time.Since(fault).Seconds())
 		resume(ctx, t, f, convs)
 		time.Sleep(3 * time.Second)
 	}
-	rep := l.stop(name, started, lastFault)
+	rep := l.stop(ctx, name, started)
 	rep.check(t)
 	f.checkNoFrozenProcess(ctx)
 }
@@ -47,8 +50,8 @@ func killService(ctx context.Context, t *testing.T, f *fleet, name string, repli
 func TestServiceKilledUnderLoadBbolt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	f := newFleet(ctx, t, quickstart(t).objs)
-	killService(ctx, t, f, "service kill -9 ×2 (bbolt, 1 replica)", 0)
+	f := newFleet(ctx, t, quickstartInstall)
+	killService(ctx, t, f, "service kill -9 ×2 (bbolt, 1 replica)", 1)
 }
 
 // Two replicas on Redis (the quickstart scaled out as docs/conversation-service.md says: a Redis,
@@ -57,77 +60,6 @@ func TestServiceKilledUnderLoadBbolt(t *testing.T) {
 func TestServiceKilledUnderLoadRedis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	root, err := render.RepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := redisOverlay(root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFleetWith(ctx, t, objs, map[string]localcluster.Image{"redis": localcluster.RedisImage()})
-	if n := len(f.Pods[installed.Service]); n != 2 {
-		t.Fatalf("%d service replicas, want 2", n)
-	}
-	killService(ctx, t, f, "service kill -9 ×2 (Redis, 2 replicas)", 0)
-}
-
-// redisOverlay is a user's overlay of config/quickstart that scales the service out on Redis.
-func redisOverlay(root, dir string) ([]*unstructured.Unstructured, error) {
-	files := map[string]string{
-		"redis.yaml": `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: a2a-fleet-redis, namespace: a2a-fleet-system, labels: {app.kubernetes.io/name: redis}}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app.kubernetes.io/name: redis}}
-  template:
-    metadata: {labels: {app.kubernetes.io/name: redis}}
-    spec:
-      automountServiceAccountToken: false
-      containers:
-      - name: redis
-        image: redis:7.2
-        args: ["--port", "6379", "--save", "", "--appendonly", "no"]
-        ports: [{name: redis, containerPort: 6379}]
-        readinessProbe: {tcpSocket: {port: redis}}
----
-apiVersion: v1
-kind: Service
-metadata: {name: a2a-fleet-redis, namespace: a2a-fleet-system}
-spec:
-  selector: {app.kubernetes.io/name: redis}
-  ports: [{name: redis, port: 6379, targetPort: redis}]
-`,
-		"service-redis.yaml": `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: conversation-service, namespace: a2a-fleet-system}
-spec:
-  replicas: 2
-  strategy: {type: RollingUpdate}
-  template:
-    spec:
-      containers:
-      - name: conversation-service
-        args:
-        - --broker=$(A2A_BROKER)
-        - --store=redis://a2a-fleet-redis.a2a-fleet-system.svc:6379/0
-        - --metrics-bind-address=:8080
-        - --health-probe-bind-address=:8081
-`,
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			return nil, err
-		}
-	}
-	rel, err := filepath.Rel(dir, filepath.Join(root, "config", "quickstart"))
-	if err != nil {
-		return nil, err
-	}
-	k := "resources:\n- " + rel + "\n- redis.yaml\npatches:\n- path: service-redis.yaml\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		return nil, err
-	}
-	return render.Kustomize(root, dir)
+	f := newFleet(ctx, t, redisInstall)
+	killService(ctx, t, f, "service kill -9 ×2 (Redis, 2 replicas)", 2)
 }

@@ -14,6 +14,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,14 +162,35 @@ func (e *Env) KubectlRun(ctx context.Context, args ...string) (string, error) {
 }
 
 // Kustomization is a folder of the repository as `kubectl apply -k` takes it: the folder itself,
-// or, with image overrides, an overlay of it in dir that sets them.
-func (e *Env) Kustomization(dir, folder string) (string, error) {
+// or, with image overrides or components, an overlay of it in dir that sets them (a component is
+// used as a user's overlay uses it, e.g. config/quickstart/tls).
+func (e *Env) Kustomization(dir, folder string, components ...string) (string, error) {
 	path := filepath.Join(e.Root, folder)
-	if len(e.Images) == 0 {
+	if len(e.Images) == 0 && len(components) == 0 {
 		return path, nil
 	}
+	overlay := filepath.Join(dir, strings.ReplaceAll(folder, "/", "-"))
+	// kustomize takes only relative paths, from the overlay's folder.
+	rel := func(p string) (string, error) { return filepath.Rel(overlay, filepath.Join(e.Root, p)) }
 	var b strings.Builder
-	fmt.Fprintf(&b, "resources:\n- %s\nimages:\n", path)
+	r, err := rel(folder)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&b, "resources:\n- %s\n", r)
+	if len(components) > 0 {
+		b.WriteString("components:\n")
+		for _, c := range components {
+			r, err := rel(c)
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(&b, "- %s\n", r)
+		}
+	}
+	if len(e.Images) > 0 {
+		b.WriteString("images:\n")
+	}
 	for name, image := range e.Images {
 		newName, tag, _ := strings.Cut(image, ":")
 		fmt.Fprintf(&b, "- name: %s\n  newName: %s\n", name, newName)
@@ -175,7 +198,6 @@ func (e *Env) Kustomization(dir, folder string) (string, error) {
 			fmt.Fprintf(&b, "  newTag: %q\n", tag)
 		}
 	}
-	overlay := filepath.Join(dir, strings.ReplaceAll(folder, "/", "-"))
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
 		return "", err
 	}
@@ -417,4 +439,206 @@ func podReady(p *corev1.Pod) bool {
 // Deployment starts a new one.
 func (e *Env) Kill(ctx context.Context, pod *corev1.Pod) error {
 	return e.Clientset.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+}
+
+// Image is the image the cluster runs for one of the manifests' image names (imageVars): its
+// override, or the manifests' own (tag dev).
+func (e *Env) Image(name string) string {
+	if image, ok := e.Images[name]; ok {
+		return image
+	}
+	return name + ":dev"
+}
+
+// PodGet sends GET path to a pod's port through the API server's pod proxy (the host cannot reach
+// pod addresses) and returns the status and body the pod answered. An error means no answer from
+// the pod: the API server's own (a Status object: the pod unreachable, not found) or the request's.
+// (client-go's REST client drops the status and body of a plain-text error answer, which is what
+// a failing /readyz says; hence the plain HTTP client of the cluster's config.)
+func (e *Env) PodGet(ctx context.Context, namespace, pod, port, path string) (int, []byte, error) {
+	httpClient, err := rest.HTTPClientFor(e.Config)
+	if err != nil {
+		return 0, nil, err
+	}
+	url := fmt.Sprintf("%s/api/v1/namespaces/%s/pods/%s:%s/proxy%s", strings.TrimSuffix(e.Config.Host, "/"), namespace, pod, port, path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	res, err := httpClient.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return 0, nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if res.StatusCode >= 300 && strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") && bytes.Contains(body, []byte(`"kind":"Status"`)) {
+		return res.StatusCode, body, fmt.Errorf("GET %s: the API server answered %d: %s", url, res.StatusCode, body)
+	}
+	return res.StatusCode, body, nil
+}
+
+// Exec runs a command in a pod's container (kubectl exec) and returns its output.
+func (e *Env) Exec(ctx context.Context, namespace, pod, container string, command ...string) (string, error) {
+	return e.KubectlRun(ctx, append([]string{"exec", "-n", namespace, pod, "-c", container, "--"}, command...)...)
+}
+
+// Scale sets a Deployment's replicas (its scale subresource, as `kubectl scale` does).
+func (e *Env) Scale(ctx context.Context, namespace, name string, replicas int32) error {
+	deployments := e.Clientset.AppsV1().Deployments(namespace)
+	scale, err := deployments.GetScale(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("scale of %s/%s: %w", namespace, name, err)
+	}
+	scale.Spec.Replicas = replicas
+	if _, err := deployments.UpdateScale(ctx, name, scale, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("scale %s/%s to %d: %w", namespace, name, replicas, err)
+	}
+	return nil
+}
+
+// nodeToolsNamespace holds the pods that act on nodes (Signal): not the install's namespace,
+// which enforces the restricted Pod Security level.
+const nodeToolsNamespace = "a2a-fleet-e2e-node"
+
+// signalScript signals every process whose cgroup names container ID $1 with signal $2, and
+// prints their process IDs: run in the node's process namespace, it finds a container's
+// processes as the kubelet's runtime placed them (the cgroup path holds the container's ID under
+// either cgroup driver).
+const signalScript = `set -eu
+pids=""
+for f in /proc/[0-9]*/cgroup; do
+	if grep -qF "$1" "$f" 2>/dev/null; then p="${f#/proc/}"; pids="$pids ${p%/cgroup}"; fi
+done
+[ -n "$pids" ] || { echo "no process of container $1 on this node" >&2; exit 1; }
+kill -s "$2" $pids
+echo $pids`
+
+// Signal sends signal (a name: KILL, TERM, ...) to the processes of a pod's container, as a
+// process crash or a kill on the node would: the pod stays and its kubelet restarts the container
+// (unlike Kill, which deletes the pod; a deletion with grace 0 still lets the kubelet stop the
+// containers with SIGTERM first). It runs the kill from a pod on the pod's node in the node's
+// process namespace (hostPID), on the broker image (a Debian with a shell), and returns once the
+// signal was sent; the caller waits for the outcome it expects (a restart, an exit).
+func (e *Env) Signal(ctx context.Context, pod *corev1.Pod, container, signal string) error {
+	id := ""
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container && cs.State.Running != nil {
+			_, id, _ = strings.Cut(cs.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		return fmt.Errorf("pod %s/%s: container %s is not running", pod.Namespace, pod.Name, container)
+	}
+	tools, err := e.nodeTools(ctx, pod.Spec.NodeName)
+	if err != nil {
+		return err
+	}
+	if _, err := e.Exec(ctx, nodeToolsNamespace, tools, "signal", "sh", "-c", signalScript, "signal", id, signal); err != nil {
+		return fmt.Errorf("SIG%s to %s/%s [%s]: %w", signal, pod.Namespace, pod.Name, container, err)
+	}
+	return nil
+}
+
+// nodeTools starts (once) the pod that signals containers on node, and returns its name.
+func (e *Env) nodeTools(ctx context.Context, node string) (string, error) {
+	name := "signal-" + node
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeToolsNamespace}}
+	if err := e.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("create namespace %s: %w", nodeToolsNamespace, err)
+	}
+	root := int64(0)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeToolsNamespace}, Spec: corev1.PodSpec{
+		NodeName:                      node,
+		HostPID:                       true,
+		AutomountServiceAccountToken:  new(bool),
+		TerminationGracePeriodSeconds: new(int64),
+		Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		Containers: []corev1.Container{{
+			Name: "signal", Image: e.Image("a2a-fleet/mosquitto"), ImagePullPolicy: corev1.PullIfNotPresent,
+			Command:         []string{"sleep", "infinity"},
+			SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root},
+		}},
+	}}
+	if err := e.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("create pod %s/%s: %w", nodeToolsNamespace, name, err)
+	}
+	err := Poll(ctx, 2*time.Minute, "pod "+nodeToolsNamespace+"/"+name+" running", func(ctx context.Context) (bool, string, error) {
+		if err := e.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return false, "", err
+		}
+		return pod.DeletionTimestamp == nil && pod.Status.Phase == corev1.PodRunning && podReady(pod), string(pod.Status.Phase), nil
+	})
+	return name, err
+}
+
+// Uninstall removes a2a-fleet from the cluster, so that an install starts from a cluster without
+// it: every Agent first, while the operator still runs to remove its finalizers (the finalizers
+// of those it did not remove are dropped), a Helm release, config/quickstart, and the
+// a2a.fleet.dev CRDs (the chart keeps them); it waits until the namespace and the CRDs are gone.
+func (e *Env) Uninstall(ctx context.Context, logf func(format string, args ...any)) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	agents := &a2av1.AgentList{}
+	if err := e.Client.List(ctx, agents); err == nil && len(agents.Items) > 0 {
+		logf("deleting the %d Agents of an earlier run", len(agents.Items))
+		for i := range agents.Items {
+			if err := e.Client.Delete(ctx, &agents.Items[i]); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete Agent %s/%s: %w", agents.Items[i].Namespace, agents.Items[i].Name, err)
+			}
+		}
+		err := Poll(ctx, 2*time.Minute, "Agents finalized", func(ctx context.Context) (bool, string, error) {
+			if err := e.Client.List(ctx, agents); err != nil {
+				return false, "", err
+			}
+			return len(agents.Items) == 0, fmt.Sprintf("%d left", len(agents.Items)), nil
+		})
+		if err != nil {
+			logf("%v: their finalizers are removed", err)
+		}
+		for i := range agents.Items {
+			a := &agents.Items[i]
+			patch := client.MergeFrom(a.DeepCopy())
+			a.Finalizers = nil
+			if err := e.Client.Patch(ctx, a, patch); err != nil && !apierrors.IsNotFound(err) {
+				logf("remove finalizers of %s/%s: %v", a.Namespace, a.Name, err)
+			}
+		}
+	}
+	if out, _ := e.Command(ctx, e.Helm, "list", "-n", Namespace, "-q"); strings.Contains(out, "a2a-fleet") {
+		if _, err := e.Command(ctx, e.Helm, "uninstall", "a2a-fleet", "-n", Namespace, "--wait"); err != nil {
+			return err
+		}
+	}
+	if _, err := e.KubectlRun(ctx, "delete", "-k", filepath.Join(e.Root, "config/quickstart"), "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
+		return err
+	}
+	crds := &apiextensionsv1.CustomResourceDefinitionList{}
+	if err := e.Client.List(ctx, crds); err == nil {
+		for i := range crds.Items {
+			if crds.Items[i].Spec.Group == a2av1.GroupVersion.Group {
+				_ = e.Client.Delete(ctx, &crds.Items[i])
+			}
+		}
+	}
+	return Poll(ctx, 3*time.Minute, "namespace "+Namespace+" and the a2a.fleet.dev CRDs gone", func(ctx context.Context) (bool, string, error) {
+		err := e.Client.Get(ctx, client.ObjectKey{Name: Namespace}, &corev1.Namespace{})
+		if err == nil {
+			return false, "namespace terminating", nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return false, "", err
+		}
+		if err := e.Client.List(ctx, crds); err != nil {
+			return false, "", err
+		}
+		for _, crd := range crds.Items {
+			if crd.Spec.Group == a2av1.GroupVersion.Group {
+				return false, "CRD " + crd.Name + " terminating", nil
+			}
+		}
+		return true, "", nil
+	})
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -77,7 +76,9 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	}
 	t.Logf("operator, conversation service and Mosquitto available %.1fs after the apply", time.Since(start).Seconds())
 	b := runSamples(ctx, t)
-
+	if !t.Run("no restarts, no RBAC refusals, one leader", func(t *testing.T) { healthy(ctx, t) }) {
+		return
+	}
 	if !t.Run("chat through the conversation service", func(t *testing.T) { b.chatConfirm(ctx, t) }) {
 		return
 	}
@@ -115,7 +116,43 @@ func TestHelmChartOnARealCluster(t *testing.T) {
 	}
 	t.Logf("operator, conversation service and Mosquitto available %.1fs after helm install", time.Since(start).Seconds())
 	b := runSamples(ctx, t)
+	t.Run("no restarts, no RBAC refusals, one leader", func(t *testing.T) { healthy(ctx, t) })
 	t.Run("chat through the conversation service", func(t *testing.T) { b.chatConfirm(ctx, t) })
+}
+
+// healthy checks what the install must not do on its own: restart a container, be refused by the
+// API server (RBAC the manifests forgot) or run without a leader.
+func healthy(ctx context.Context, t *testing.T) {
+	for _, ns := range []string{Namespace, samplesNamespace} {
+		restarts, err := env.Restarts(ctx, ns, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for container, n := range restarts {
+			if n > 0 {
+				t.Errorf("%s/%s restarted %d times", ns, container, n)
+			}
+		}
+	}
+	for _, deploy := range []string{"a2a-fleet-controller-manager", "a2a-fleet-conversation-service"} {
+		out, err := env.KubectlRun(ctx, "logs", "-n", Namespace, "deploy/"+deploy, "--all-containers", "--tail", "-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(strings.ToLower(line), "forbidden") {
+				t.Errorf("%s was refused by the API server: %s", deploy, line)
+			}
+		}
+	}
+	lease, err := env.Clientset.CoordinationV1().Leases(Namespace).Get(ctx, "a2a-fleet-operator.a2a.fleet.dev", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the operator's leader election Lease: %v", err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Fatal("the leader election Lease has no holder")
+	}
+	t.Logf("no restarts, no refusals; leader %s", *lease.Spec.HolderIdentity)
 }
 
 // bus is the installed stack as the host sees it: the broker through the suite's NodePort, with
@@ -164,12 +201,52 @@ func runSamples(ctx context.Context, t *testing.T) *bus {
 			t.Fatal(err)
 		}
 	}
+	b.checkCards(ctx, t)
 	return b
 }
 
-// a2actl runs the CLI from this machine as the console.
+// checkCards checks that the cards on the broker are the manifests' (the pods publish the card
+// the operator gives them, docs/api.md) and that a2actl sees every example agent online.
+func (b *bus) checkCards(ctx context.Context, t *testing.T) {
+	t.Helper()
+	want := map[string]string{"acme/demo/echo": "", "acme/demo/confirm": "", "acme/demo/memory-agent": ""}
+	for _, name := range sampleAgents {
+		a := &a2av1.Agent{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: samplesNamespace, Name: name}, a); err != nil {
+			t.Fatal(err)
+		}
+		want["acme/demo/"+cmpOr(a.Spec.AgentID, a.Name)] = a.Spec.Card.Name
+	}
+	var out string
+	err := Poll(ctx, time.Minute, "a2actl agents shows every example agent online with its manifest's card", func(ctx context.Context) (bool, string, error) {
+		var err error
+		if out, err = b.a2actl(ctx, "agents"); err != nil {
+			return false, err.Error(), nil
+		}
+		for ref, name := range want {
+			ok := false
+			for _, line := range strings.Split(out, "\n") {
+				f := strings.Fields(line)
+				if len(f) >= 3 && f[0] == ref && f[1] == "online" && strings.Contains(line, " "+name+" ") {
+					ok = true
+				}
+			}
+			if !ok {
+				return false, fmt.Sprintf("%s not online as %q:\n%s", ref, name, out), nil
+			}
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a2actl agents:\n%s", out)
+}
+
+// a2actl runs the CLI from this machine as the console; one call may take 30 s (its own
+// timeouts are shorter), so that a wait retries a call that hangs.
 func (b *bus) a2actl(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	args = append(args, "--broker", b.broker, "--credentials-dir", b.console, "--as", "acme/demo/console")
 	return env.Command(ctx, env.A2actl, args...)
@@ -424,71 +501,7 @@ func (b *bus) killAndRecover(ctx context.Context, t *testing.T) {
 // the CRDs), so that each install starts from a cluster without a2a-fleet.
 func uninstall(ctx context.Context, t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	// Agents first, while their operator still runs to remove its finalizers.
-	if out, err := env.KubectlRun(ctx, "delete", "-n", samplesNamespace, "-k", filepath.Join(env.Root, "config/samples-workloads"), "--ignore-not-found", "--wait=true", "--timeout=2m"); err != nil {
-		t.Logf("deleting the samples: %v (their finalizers are removed below)", err)
-	} else if strings.TrimSpace(out) != "" {
-		t.Logf("deleted the samples of an earlier run")
-	}
-	dropFinalizers(ctx, t)
-	if out, _ := env.Command(ctx, env.Helm, "list", "-n", Namespace, "-q"); strings.Contains(out, "a2a-fleet") {
-		if _, err := env.Command(ctx, env.Helm, "uninstall", "a2a-fleet", "-n", Namespace, "--wait"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := env.KubectlRun(ctx, "delete", "-k", filepath.Join(env.Root, "config/quickstart"), "--ignore-not-found", "--wait=true", "--timeout=3m"); err != nil {
+	if err := env.Uninstall(ctx, t.Logf); err != nil {
 		t.Fatal(err)
-	}
-	// The chart keeps its CRDs (helm.sh/resource-policy: keep); each install brings its own.
-	crds := &apiextensionsv1.CustomResourceDefinitionList{}
-	if err := env.Client.List(ctx, crds); err == nil {
-		for i := range crds.Items {
-			if crds.Items[i].Spec.Group == a2av1.GroupVersion.Group {
-				_ = env.Client.Delete(ctx, &crds.Items[i])
-			}
-		}
-	}
-	err := Poll(ctx, 3*time.Minute, "namespace "+Namespace+" and the a2a.fleet.dev CRDs gone", func(ctx context.Context) (bool, string, error) {
-		err := env.Client.Get(ctx, client.ObjectKey{Name: Namespace}, &corev1.Namespace{})
-		if err == nil {
-			return false, "namespace terminating", nil
-		}
-		if !apierrors.IsNotFound(err) {
-			return false, "", err
-		}
-		if err := env.Client.List(ctx, crds); err != nil {
-			return false, "", err
-		}
-		for _, crd := range crds.Items {
-			if crd.Spec.Group == a2av1.GroupVersion.Group {
-				return false, "CRD " + crd.Name + " terminating", nil
-			}
-		}
-		return true, "", nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// dropFinalizers removes the operator's finalizers from Agents no operator is left to finalize
-// (a run that failed half-way), so that their CRD can go.
-func dropFinalizers(ctx context.Context, t *testing.T) {
-	list := &a2av1.AgentList{}
-	if err := env.Client.List(ctx, list); err != nil {
-		return // no CRD: nothing to do
-	}
-	for i := range list.Items {
-		a := &list.Items[i]
-		if len(a.Finalizers) == 0 {
-			continue
-		}
-		patch := client.MergeFrom(a.DeepCopy())
-		a.Finalizers = nil
-		if err := env.Client.Patch(ctx, a, patch); err != nil && !apierrors.IsNotFound(err) {
-			t.Logf("remove finalizers of %s/%s: %v", a.Namespace, a.Name, err)
-		}
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -47,4 +48,42 @@ func TestReadinessFollowsTheBroker(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// TestServiceWaitsForTheBroker: a replica started while the broker is down (an install's start,
+// where the broker's pod comes up after the service's) keeps trying, not ready, and serves once
+// the broker is there, instead of exiting (found on kind: the service's pod restarted once).
+func TestServiceWaitsForTheBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st := newStack(t, ctx, "mosquitto")
+	st.mosquitto.Kill()
+	started := make(chan error, 1)
+	go func() {
+		svc, err := convservice.Start(ctx, convservice.Config{
+			BrokerURL: st.brokerURL, Username: st.svcUser, Password: st.svcPass, ReplicaID: "late-broker",
+			Store: "bolt:" + filepath.Join(t.TempDir(), "state.db"), BoltNoSync: true,
+			RestConfig: restCfg, Namespace: st.ns, Logger: serviceLogger(t), CallerRate: -1,
+		})
+		if err == nil {
+			t.Cleanup(func() { _ = svc.Close() })
+		}
+		started <- err
+	}()
+	select {
+	case err := <-started:
+		t.Fatalf("Start returned while the broker was down (the replica would exit): %v", err)
+	case <-time.After(15 * time.Second): // longer than a connect attempt (10 s)
+	}
+	if err := st.mosquitto.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("Start failed once the broker was back: %v", err)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("Start still waiting 45 s after the broker came back")
+	}
 }

@@ -20,13 +20,11 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/yaml"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
@@ -208,14 +206,7 @@ spec:
 
 func apply(t testing.TB, ctx context.Context, ns, manifest string) {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
-		t.Fatalf("manifest: %v\n%s", err, manifest)
-	}
-	u.SetNamespace(ns)
-	if err := k8s.Create(ctx, u); err != nil {
-		t.Fatalf("create %s: %v", u.GetName(), err)
-	}
+	testenv.MustCreate(t, ctx, k8s, ns, manifest)
 }
 
 // startOperator runs the controllers with gating on, scoped to a fresh

@@ -20,9 +20,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
@@ -142,14 +140,7 @@ spec:
 
 func apply(t *testing.T, ctx context.Context, ns, manifest string) {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
-		t.Fatalf("manifest: %v\n%s", err, manifest)
-	}
-	u.SetNamespace(ns)
-	if err := k8s.Create(ctx, u); err != nil {
-		t.Fatalf("create %s: %v", u.GetName(), err)
-	}
+	testenv.MustCreate(t, ctx, k8s, ns, manifest)
 }
 
 // glueDir copies js/*.mjs next to the installed node_modules (Node resolves ES module imports

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
 
@@ -57,12 +58,12 @@ func BenchmarkFloodIsolation(b *testing.B) {
 				w.startService(b, ctx, "bench-"+strings.NewReplacer("=", "-", "(", "-", ")", "", "/", "-").Replace(mode.name), mode.rate, mode.burst)
 				victim(b, ctx, w, console, 25) // warm up
 				quiet := victim(b, ctx, w, console, requests)
-				limitedBefore := w.rejections(b, convservice.A2AErrorRateLimited)
+				limitedBefore := w.rejections(b, rpcerr.NameRateLimited)
 				stop := flood(ctx, w, flooder, rate)
 				time.Sleep(time.Second) // the flood in full swing
 				loaded := victim(b, ctx, w, console, requests)
 				sent, elapsed := stop()
-				limited := w.rejections(b, convservice.A2AErrorRateLimited) - limitedBefore
+				limited := w.rejections(b, rpcerr.NameRateLimited) - limitedBefore
 				ratio := float64(p(loaded, 90)) / float64(p(quiet, 90))
 				b.Logf("%s %s: victim p50 %s -> %s, p90 %s -> %s (%.2fx); flood %d requests in %s (%.0f/s), %.0f rate limited; loadavg %s",
 					kind, mode.name, p(quiet, 50), p(loaded, 50), p(quiet, 90), p(loaded, 90), ratio,

@@ -100,11 +100,10 @@ func (w *world) service(t *testing.T, ctx context.Context) *mqttClient {
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: w.system, Name: "service"}, s); err != nil {
 		t.Fatal(err)
 	}
-	c, err := dial(ctx, w.addr, string(s.Data["username"]), "a2a-fleet/system/conversation-service-0", string(s.Data["password"]))
+	c, err := dial(t, w.addr, string(s.Data["username"]), "a2a-fleet/system/conversation-service-0", string(s.Data["password"]))
 	if err != nil {
 		t.Fatalf("service: %v", err)
 	}
-	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
 	return c
 }
 
@@ -149,8 +148,8 @@ spec: {orgID: a2a-fleet, namespaces: [x]}
 		}
 		// Attack 2: take over the service's session with an agent's credentials and the
 		// service's client ID. The broker ties every agent username to its own client ID.
-		if c, err := dial(ctx, addr, "a2a:acme/sales/alpha", "a2a-fleet/system/conversation-service-0", ready(t, ctx, w.a, "alpha")); err == nil {
-			_ = c.Disconnect(&paho.Disconnect{})
+		if c, err := dial(t, addr, "a2a:acme/sales/alpha", "a2a-fleet/system/conversation-service-0", ready(t, ctx, w.a, "alpha")); err == nil {
+			c.Close()
 			t.Error("an agent's credentials connected with the service's client ID")
 		}
 		if !mayPublish(t, ctx, svc, identity.DeliveryTopic(identity.Of(getAgent(t, ctx, w.a, "gated")))) {
@@ -395,7 +394,7 @@ func patch(t *testing.T, ctx context.Context, ns, name, merge string) {
 func readRetained(t *testing.T, ctx context.Context, c *mqttClient, topic string) (string, bool) {
 	t.Helper()
 	got := make(chan string, 1)
-	c.AddOnPublishReceived(func(pr paho.PublishReceived) (bool, error) {
+	c.Paho().AddOnPublishReceived(func(pr paho.PublishReceived) (bool, error) {
 		if pr.Packet.Topic == topic && len(pr.Packet.Payload) > 0 {
 			select {
 			case got <- string(pr.Packet.Payload):
@@ -405,7 +404,7 @@ func readRetained(t *testing.T, ctx context.Context, c *mqttClient, topic string
 		return true, nil
 	})
 	if !maySubscribe(t, ctx, c, topic) {
-		t.Fatalf("%s cannot subscribe to %s", c.ID, topic)
+		t.Fatalf("%s cannot subscribe to %s", c.Name(), topic)
 	}
 	select {
 	case p := <-got:

@@ -11,11 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
 
@@ -27,14 +26,7 @@ func eventually(t testing.TB, what string, check func() error) {
 // create creates the object a manifest describes in ns ("" for cluster-scoped or as written).
 func create(t testing.TB, ctx context.Context, c client.Client, ns, manifest string) error {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
-		t.Fatalf("manifest: %v\n%s", err, manifest)
-	}
-	if ns != "" {
-		u.SetNamespace(ns)
-	}
-	return c.Create(ctx, u)
+	return testenv.Create(ctx, c, ns, manifest)
 }
 
 func mustCreate(t testing.TB, ctx context.Context, ns, manifest string) {
@@ -98,22 +90,25 @@ func ready(t testing.TB, ctx context.Context, ns, name string) string {
 	return string(s.Data["password"])
 }
 
-type mqttClient = testenv.MQTTClient
+// mqttClient is the suites' one test MQTT client: raw paho v5, no reconnects, every disconnect
+// visible.
+type mqttClient = brokertest.Client
 
-func dial(ctx context.Context, addr, username, clientID, password string) (*mqttClient, error) {
-	return testenv.Dial(ctx, addr, username, clientID, password)
+func dial(t testing.TB, addr, username, clientID, password string) (*mqttClient, error) {
+	t.Helper()
+	return brokertest.Dial(t, addr, brokertest.Options{Username: username, ClientID: clientID, Password: password, IgnoreMessages: true})
 }
 
-func connectAgent(t testing.TB, ctx context.Context, addr, clientID, password string) *mqttClient {
+func connectAgent(t testing.TB, _ context.Context, addr, clientID, password string) *mqttClient {
 	t.Helper()
-	return testenv.DialAgent(t, ctx, addr, clientID, password)
+	return testenv.DialAgent(t, addr, clientID, password)
 }
 
 // publishVerdict sends a QoS 1 publish and reads the broker's verdict from the PUBACK.
 func publishVerdict(ctx context.Context, c *mqttClient, topic string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(`{}`)})
+	resp, err := c.Paho().Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(`{}`)})
 	if resp != nil {
 		return resp.ReasonCode < 0x80, nil
 	}
@@ -124,7 +119,7 @@ func mayPublish(t testing.TB, ctx context.Context, c *mqttClient, topic string) 
 	t.Helper()
 	ok, err := publishVerdict(ctx, c, topic)
 	if err != nil {
-		t.Fatalf("%s publish %s: %v", c.ID, topic, err)
+		t.Fatalf("%s publish %s: %v", c.Name(), topic, err)
 	}
 	return ok
 }
@@ -132,21 +127,21 @@ func mayPublish(t testing.TB, ctx context.Context, c *mqttClient, topic string) 
 // maySubscribe subscribes and reads the verdict from the SUBACK, then unsubscribes.
 func maySubscribe(t testing.TB, ctx context.Context, c *mqttClient, filter string) bool {
 	t.Helper()
-	ack, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
+	ack, err := c.Paho().Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
 	if ack == nil || len(ack.Reasons) != 1 {
-		t.Fatalf("%s subscribe %s: %v", c.ID, filter, err)
+		t.Fatalf("%s subscribe %s: %v", c.Name(), filter, err)
 	}
 	if ack.Reasons[0] >= 0x80 {
 		return false
 	}
-	_, _ = c.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{filter}})
+	_, _ = c.Paho().Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{filter}})
 	return true
 }
 
 // eventuallyPublish waits until c's publish verdict on topic is want.
 func eventuallyPublish(t testing.TB, ctx context.Context, c *mqttClient, topic string, want bool) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%s publish %s allowed=%v", c.ID, topic, want), func() error {
+	eventually(t, fmt.Sprintf("%s publish %s allowed=%v", c.Name(), topic, want), func() error {
 		got, err := publishVerdict(ctx, c, topic)
 		if err != nil {
 			return err
@@ -163,7 +158,7 @@ func noKicks(t testing.TB, what string, clients ...*mqttClient) {
 	t.Helper()
 	for _, c := range clients {
 		if ev := c.Kicks(); len(ev) > 0 {
-			t.Errorf("%s: %s was disconnected %d times: %v", what, c.ID, len(ev), ev)
+			t.Errorf("%s: %s was disconnected %d times: %v", what, c.Name(), len(ev), ev)
 		}
 	}
 }

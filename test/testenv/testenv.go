@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,7 +31,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/controlplane"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 )
 
@@ -236,9 +237,9 @@ type Operator struct {
 	Broker registration.BrokerConfig
 	// Controllers are the controllers' options (the Registrar is the broker runtime's).
 	Controllers controllers.Options
-	// DynsecAdmin, when set, makes the broker runtime create and open its own dynsec backend
-	// (as cmd/manager does) instead of using Broker.Backend.
-	DynsecAdmin *dynsec.Config
+	// Admin, when set, makes the broker runtime build its own backend with the factory and open
+	// it (as cmd/manager does) instead of using Broker.Backend; Broker.URL defaults to its URL.
+	Admin *brokers.Config
 	// NoControllers runs only the broker runtime (to test it alone).
 	NoControllers bool
 	// Config, when set, replaces the control plane's config for the operator's manager (e.g.
@@ -317,12 +318,19 @@ func (c *ControlPlane) RunOperator(ctx context.Context, o Operator) (run Running
 	if bc.Log.GetSink() == nil {
 		bc.Log = ctrl.Log.WithName("broker")
 	}
-	var broker *registration.Broker
-	if o.DynsecAdmin != nil {
-		broker, err = registration.NewDynsecBroker(bc, *o.DynsecAdmin)
-	} else {
-		broker, err = registration.NewBroker(bc)
+	if o.Admin != nil {
+		admin := *o.Admin
+		admin.URL = cmp.Or(admin.URL, bc.URL)
+		if admin.TLS == nil {
+			admin.TLS = bc.TLS
+		}
+		b, err := brokers.New(admin)
+		if err != nil {
+			return run, nil, fmt.Errorf("broker backend: %w", err)
+		}
+		bc.URL, bc.Backend, bc.Open = cmp.Or(bc.URL, b.URL), b.Backend, b.Open
 	}
+	broker, err := registration.NewBroker(bc)
 	if err != nil {
 		return run, nil, fmt.Errorf("broker runtime: %w", err)
 	}

@@ -52,9 +52,33 @@ type Stats struct {
 	KickedUsernames uint64
 }
 
-// CommandError is a command the broker refused, with its own words.
+// Verdict is a backend's judgement of one command, in the model's terms. Each backend maps its
+// own replies to it (Mosquitto's dynsec texts in package dynsec, the embedded store's own
+// checks), so that "already exists" and "not found" mean the same everywhere.
+type Verdict int
+
+const (
+	// Applied: the command did what it says.
+	Applied Verdict = iota
+	// AlreadyDone: the command's goal was reached before it ran (the object, link or rule it
+	// creates exists; the one it deletes is gone). A success: retries and races converge.
+	AlreadyDone
+	// LostContent: a create found its object already there while it carried content (a role
+	// with rules): the broker kept the existing object as it is, so what the command meant to
+	// write was not written. It happens when another writer created the object between the
+	// caller's observation and its command; the caller observes again and modifies.
+	LostContent
+	// Refused: anything else the broker would not do.
+	Refused
+)
+
+// Failed reports whether v is reported as an error (LostContent or Refused).
+func (v Verdict) Failed() bool { return v == LostContent || v == Refused }
+
+// CommandError is a command the broker refused, with its verdict and its own words.
 type CommandError struct {
 	Command Command
+	Verdict Verdict
 	// Message is the broker's error text, e.g. "Role not found".
 	Message string
 }
@@ -63,47 +87,7 @@ func (e *CommandError) Error() string {
 	return fmt.Sprintf("%s: broker refused: %s", e.Command, e.Message)
 }
 
-// Benign reports whether a broker error text means the command's goal is
-// already reached, which makes retries and races idempotent. Texts are the
-// exact replies of Mosquitto 2.0.11's dynsec (the embedded backend uses the
-// same ones).
-func Benign(op Op, message string) bool {
-	switch op {
-	case OpCreateRole:
-		return message == "Role already exists"
-	case OpCreateGroup:
-		return message == "Group already exists"
-	case OpCreateClient:
-		return message == "Client already exists"
-	case OpDeleteRole:
-		return message == "Role not found"
-	case OpDeleteGroup:
-		return message == "Group not found"
-	case OpDeleteClient:
-		return message == "Client not found"
-	case OpAddGroupRole:
-		return message == "Group is already in this role"
-	case OpAddGroupClient:
-		return message == "Client is already in this group"
-	case OpRemoveRoleACL:
-		// Used as the revocation kick; the rule may be gone already.
-		return message == "ACL not found"
-	case OpAddRoleACL:
-		return message == "ACL with this topic already exists"
-	}
-	return false
-}
-
-// LostContent reports a create that found its object already there while it carried content
-// (a createRole with ACLs): the broker kept the existing object as it is, so what the command
-// meant to write was not written. It happens when another writer created the object between
-// the caller's observation and its command; the backends report it as an error, so the caller
-// observes again and modifies instead of believing its content applied.
-func LostContent(c Command, message string) bool {
-	return c.Op == OpCreateRole && message == "Role already exists" && len(c.ACLs) > 0
-}
-
-// OnlyLostContent reports whether err is made only of LostContent refusals (however joined or
+// OnlyLostContent reports whether err is made only of LostContent verdicts (however joined or
 // wrapped): a race with another writer that the next observation resolves, not a failure.
 func OnlyLostContent(err error) bool {
 	if err == nil {
@@ -111,7 +95,7 @@ func OnlyLostContent(err error) bool {
 	}
 	switch e := err.(type) {
 	case *CommandError:
-		return LostContent(e.Command, e.Message)
+		return e.Verdict == LostContent
 	case interface{ Unwrap() []error }:
 		for _, inner := range e.Unwrap() {
 			if !OnlyLostContent(inner) {

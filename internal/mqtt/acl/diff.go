@@ -11,31 +11,36 @@ import (
 // tests use to simulate hand-made drift, are listed.
 type Op string
 
-// Mutating dynsec commands (all exist in Mosquitto 2.0.11).
+// The broker model's changes: create, modify or delete a client, a role or a group; add or
+// remove one of a role's rules, a role of a client or a group, a client of a group; set a
+// client's password or client id; set the default access. Each backend maps them to its own
+// API (package dynsec: Mosquitto's dynamic-security commands, wire.go; package embedded: its
+// store) and judges its own replies (Verdict). The values are for logs and errors.
 const (
-	OpSetDefaultACLAccess Op = "setDefaultACLAccess"
-	OpCreateRole          Op = "createRole"
-	OpModifyRole          Op = "modifyRole"
-	OpDeleteRole          Op = "deleteRole"
-	OpAddRoleACL          Op = "addRoleACL"
-	OpRemoveRoleACL       Op = "removeRoleACL"
-	OpCreateGroup         Op = "createGroup"
-	OpDeleteGroup         Op = "deleteGroup"
-	OpAddGroupRole        Op = "addGroupRole"
-	OpRemoveGroupRole     Op = "removeGroupRole"
-	OpCreateClient        Op = "createClient"
-	OpModifyClient        Op = "modifyClient"
-	OpDeleteClient        Op = "deleteClient"
-	OpSetClientPassword   Op = "setClientPassword"
-	OpSetClientID         Op = "setClientId"
-	OpAddClientRole       Op = "addClientRole"
-	OpRemoveClientRole    Op = "removeClientRole"
-	OpAddGroupClient      Op = "addGroupClient"
-	OpRemoveGroupClient   Op = "removeGroupClient"
+	OpSetDefaultACLAccess Op = "set default access"
+	OpCreateRole          Op = "create role"
+	OpModifyRole          Op = "modify role"
+	OpDeleteRole          Op = "delete role"
+	OpAddRoleACL          Op = "add role rule"
+	OpRemoveRoleACL       Op = "remove role rule"
+	OpCreateGroup         Op = "create group"
+	OpDeleteGroup         Op = "delete group"
+	OpAddGroupRole        Op = "add group role"
+	OpRemoveGroupRole     Op = "remove group role"
+	OpCreateClient        Op = "create client"
+	OpModifyClient        Op = "modify client"
+	OpDeleteClient        Op = "delete client"
+	OpSetClientPassword   Op = "set client password"
+	OpSetClientID         Op = "set client id"
+	OpAddClientRole       Op = "add client role"
+	OpRemoveClientRole    Op = "remove client role"
+	OpAddGroupClient      Op = "add group client"
+	OpRemoveGroupClient   Op = "remove group client"
 )
 
-// Command is one dynsec command. Which fields matter depends on Op, exactly
-// as in the plugin's JSON (see docs/broker.md); backends translate it.
+// Command is one change to the broker's state. Which fields matter depends on Op (the fields
+// mirror Mosquitto's dynamic-security JSON, the first backend; see docs/broker.md); backends
+// translate it.
 type Command struct {
 	Op       Op
 	Role     string // rolename
@@ -84,7 +89,7 @@ func (c Command) Target() string {
 }
 
 // String never includes the password.
-func (c Command) String() string { return string(c.Op) + " " + c.Target() }
+func (c Command) String() string { return string(c.Op) + ": " + c.Target() }
 
 // Kicks reports whether Mosquitto 2.0.11 disconnects clients when it runs
 // this command (the plugin's "enforce any changes" kicks); the embedded
@@ -321,7 +326,7 @@ func sortedStrings(in []string) []string {
 	return out
 }
 
-// Summary counts commands by op, e.g. "createRole=2 modifyClient=1", for
+// Summary counts commands by op, e.g. "create role=2 modify client=1", for
 // logs and benchmarks.
 func Summary(cmds []Command) string {
 	counts := map[Op]int{}

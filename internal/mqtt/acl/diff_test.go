@@ -222,9 +222,9 @@ func TestDesiredValidate(t *testing.T) {
 // TestOnlyLostContent: the shared reconcile treats a createRole race as expected only when every
 // refusal in the error is one; anything else stays an error.
 func TestOnlyLostContent(t *testing.T) {
-	lost := &CommandError{Command: Command{Op: OpCreateRole, Role: "r", ACLs: []ACL{{Type: SubscribeLiteral, Topic: "t", Allow: true}}}, Message: "Role already exists"}
-	emptyCreate := &CommandError{Command: Command{Op: OpCreateRole, Role: "r"}, Message: "Role already exists"}
-	other := &CommandError{Command: Command{Op: OpAddGroupRole, Group: "g", Role: "r"}, Message: "Group not found"}
+	lost := &CommandError{Command: Command{Op: OpCreateRole, Role: "r", ACLs: []ACL{{Type: SubscribeLiteral, Topic: "t", Allow: true}}}, Verdict: LostContent, Message: "Role already exists"}
+	emptyCreate := &CommandError{Command: Command{Op: OpCreateRole, Role: "r"}, Verdict: Refused, Message: "Role already exists"}
+	other := &CommandError{Command: Command{Op: OpAddGroupRole, Group: "g", Role: "r"}, Verdict: Refused, Message: "Group not found"}
 	for _, c := range []struct {
 		name string
 		err  error

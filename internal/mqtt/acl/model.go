@@ -22,12 +22,13 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 )
 
-// DefaultPrefix marks the broker objects this operator owns.
-const DefaultPrefix = identity.BrokerPrefix
+// DefaultPrefix marks every broker object (client, role, group) the operator owns, so hand-made
+// broker objects (the dynsec admin, say) are never touched. It lives here, with the broker
+// model, so that the model needs nothing from Kubernetes; internal/identity names agents'
+// objects under it (identity.BrokerPrefix).
+const DefaultPrefix = "a2a:"
 
 // ACLType is a dynsec ACL type; the values are the plugin's JSON names.
 type ACLType string

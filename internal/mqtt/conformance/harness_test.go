@@ -14,6 +14,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 )
@@ -35,19 +36,44 @@ type broker struct {
 	log  func() string
 }
 
-// forEachBroker runs fn against a fresh Mosquitto+dynsec and a fresh
-// embedded broker, in parallel. Mosquitto missing fails (brokertest points
-// at hack/install-mosquitto.sh); it is never skipped.
+// table is the conformance table: every backend kind the operator's factory knows
+// (brokers.Kinds), with how to start a fresh broker of it and its tampering hooks. A kind
+// missing here fails TestEveryBackendConforms: a new backend is not done until every scenario
+// of this suite passes on it (docs/broker.md, "Adding a backend").
+var table = map[string]struct {
+	name  string
+	start func(t testing.TB) *broker
+}{
+	brokers.Dynsec:   {"mosquitto", startMosquitto},
+	brokers.Embedded: {"embedded", startEmbedded},
+}
+
+// TestEveryBackendConforms: the factory and this suite's table list the same backends.
+func TestEveryBackendConforms(t *testing.T) {
+	for _, kind := range brokers.Kinds() {
+		if _, ok := table[kind]; !ok {
+			t.Errorf("backend %q (internal/mqtt/brokers) has no row in the conformance table", kind)
+		}
+	}
+	if len(table) != len(brokers.Kinds()) {
+		t.Errorf("conformance table rows %d, factory kinds %v", len(table), brokers.Kinds())
+	}
+}
+
+// forEachBroker runs fn against a fresh broker of every kind in the table, in parallel.
+// Mosquitto missing fails (brokertest points at hack/install-mosquitto.sh); it is never skipped.
 func forEachBroker(t *testing.T, fn func(t *testing.T, b *broker)) {
 	t.Helper()
-	t.Run("mosquitto", func(t *testing.T) {
-		t.Parallel()
-		fn(t, startMosquitto(t))
-	})
-	t.Run("embedded", func(t *testing.T) {
-		t.Parallel()
-		fn(t, startEmbedded(t))
-	})
+	for _, kind := range brokers.Kinds() {
+		row, ok := table[kind]
+		if !ok {
+			t.Fatalf("backend %q has no row in the conformance table", kind)
+		}
+		t.Run(row.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, row.start(t))
+		})
+	}
 }
 
 func startMosquitto(t testing.TB) *broker {

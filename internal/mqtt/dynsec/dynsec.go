@@ -116,7 +116,15 @@ type Backend struct {
 
 	stop   context.CancelFunc // set by Connect
 	opened chan struct{}      // closed by Open
+
+	// onReady is NotifyReady's callback (besides Config.OnReady).
+	onReady atomic.Pointer[func(context.Context)]
 }
+
+// NotifyReady sets a callback run like Config.OnReady after every (re)connection, for a caller
+// that gets the backend ready-made (the operator's broker runtime checks its state sentinel
+// there).
+func (b *Backend) NotifyReady(fn func(context.Context)) { b.onReady.Store(&fn) }
 
 // New checks cfg and returns a backend that is not connected yet: Open
 // starts its connection.
@@ -192,6 +200,9 @@ func (b *Backend) open(ctx context.Context, onRefused func(error)) error {
 		OnReady: func(ctx context.Context, _ *session.Link) {
 			if b.cfg.OnReady != nil {
 				b.cfg.OnReady(ctx)
+			}
+			if fn := b.onReady.Load(); fn != nil {
+				(*fn)(ctx)
 			}
 		},
 		Logger: b.cfg.Logger,
@@ -531,14 +542,44 @@ func (b *Backend) Execute(ctx context.Context, cmds []acl.Command) error {
 		}
 		for i, r := range resps {
 			c := cmds[start+i]
-			if r.Error != "" && (!acl.Benign(c.Op, r.Error) || acl.LostContent(c, r.Error)) {
-				errs = append(errs, &acl.CommandError{Command: c, Message: r.Error})
+			if v := verdict(c, r.Error); v.Failed() {
+				errs = append(errs, &acl.CommandError{Command: c, Verdict: v, Message: r.Error})
 			}
 			b.reportKick(ctx, c, r.Error, before)
 		}
 		start = end
 	}
 	return errors.Join(errs...)
+}
+
+// alreadyDone are Mosquitto 2.0.11 dynsec's replies that mean a command's goal was reached
+// before it ran: the object, link or rule it creates exists, or the one it deletes is gone.
+var alreadyDone = map[acl.Op]string{
+	acl.OpCreateRole:     "Role already exists",
+	acl.OpCreateGroup:    "Group already exists",
+	acl.OpCreateClient:   "Client already exists",
+	acl.OpDeleteRole:     "Role not found",
+	acl.OpDeleteGroup:    "Group not found",
+	acl.OpDeleteClient:   "Client not found",
+	acl.OpAddGroupRole:   "Group is already in this role",
+	acl.OpAddGroupClient: "Client is already in this group",
+	// Used as the revocation kick; the rule may be gone already.
+	acl.OpRemoveRoleACL: "ACL not found",
+	acl.OpAddRoleACL:    "ACL with this topic already exists",
+}
+
+// verdict maps dynsec's reply to a command ("" for success) to the model's verdict.
+func verdict(c acl.Command, errText string) acl.Verdict {
+	switch {
+	case errText == "":
+		return acl.Applied
+	case c.Op == acl.OpCreateRole && errText == alreadyDone[acl.OpCreateRole] && len(c.ACLs) > 0:
+		// dynsec keeps the existing role as it is: the ACLs of this create were not written.
+		return acl.LostContent
+	case alreadyDone[c.Op] == errText:
+		return acl.AlreadyDone
+	}
+	return acl.Refused
 }
 
 // kicked reports whether dynsec 2.0.11 ran its "enforce any changes" kick

@@ -134,7 +134,7 @@ func TestExecuteReportsBrokerErrors(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Command.Op != acl.OpModifyRole || ce.Message != "Role does not exist" {
 		t.Fatalf("want the broker's modifyRole error, got %v", err)
 	}
-	if !strings.Contains(err.Error(), `modifyRole role "a2a:missing"`) {
+	if !strings.Contains(err.Error(), `modify role: role "a2a:missing"`) {
 		t.Errorf("error should name the command and object: %v", err)
 	}
 	st, err := b.Observe(context.Background(), &acl.Names{Roles: []string{"a2a:ok", "a2a:missing"}})

@@ -115,11 +115,34 @@ func toWireGroups(groups []string) *[]wireGroup {
 	return &out
 }
 
+// commandNames are the plugin's names of the model's changes (all exist in Mosquitto 2.0.11).
+var commandNames = map[acl.Op]string{
+	acl.OpSetDefaultACLAccess: "setDefaultACLAccess",
+	acl.OpCreateRole:          "createRole",
+	acl.OpModifyRole:          "modifyRole",
+	acl.OpDeleteRole:          "deleteRole",
+	acl.OpAddRoleACL:          "addRoleACL",
+	acl.OpRemoveRoleACL:       "removeRoleACL",
+	acl.OpCreateGroup:         "createGroup",
+	acl.OpDeleteGroup:         "deleteGroup",
+	acl.OpAddGroupRole:        "addGroupRole",
+	acl.OpRemoveGroupRole:     "removeGroupRole",
+	acl.OpCreateClient:        "createClient",
+	acl.OpModifyClient:        "modifyClient",
+	acl.OpDeleteClient:        "deleteClient",
+	acl.OpSetClientPassword:   "setClientPassword",
+	acl.OpSetClientID:         "setClientId",
+	acl.OpAddClientRole:       "addClientRole",
+	acl.OpRemoveClientRole:    "removeClientRole",
+	acl.OpAddGroupClient:      "addGroupClient",
+	acl.OpRemoveGroupClient:   "removeGroupClient",
+}
+
 // encode translates a model command into the plugin's JSON. The choices of
 // which fields to send are deliberate (see acl.Diff and docs/broker.md):
 // createClient never carries roles, lists are always sent in full.
 func encode(c acl.Command) (wireCmd, error) {
-	w := wireCmd{Command: string(c.Op)}
+	w := wireCmd{Command: commandNames[c.Op]}
 	switch c.Op {
 	case acl.OpSetDefaultACLAccess:
 		w.DefaultACLs = []wireDefault{

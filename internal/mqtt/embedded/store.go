@@ -381,10 +381,10 @@ func (s *Store) Execute(ctx context.Context, cmds []acl.Command) error {
 	kicks := make([]kickSet, len(cmds))
 	var errs []error
 	for i, c := range cmds {
-		msg, kicked := s.apply(c, creds[i], touched)
-		kicks[i] = kicked
-		if msg != "" && (!acl.Benign(c.Op, msg) || acl.LostContent(c, msg)) {
-			errs = append(errs, &acl.CommandError{Command: c, Message: msg})
+		r := s.apply(c, creds[i], touched)
+		kicks[i] = r.kick
+		if r.verdict.Failed() {
+			errs = append(errs, &acl.CommandError{Command: c, Verdict: r.verdict, Message: r.msg})
 		}
 	}
 	s.policy.Sync(s.state, touched.names())
@@ -559,266 +559,363 @@ func (s *Store) setGroupRoles(group string, refs []acl.RoleRef) {
 	s.state.Groups[group] = g
 }
 
-// apply runs one command (with mu held) and returns dynsec's error text ("" on
-// success) and whom the command disconnects.
-func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) (string, kickSet) {
-	st := &s.state
-	switch c.Op {
-	case acl.OpSetDefaultACLAccess:
-		d := c.Default
-		st.DefaultACL = &d
+// reply is the embedded backend's verdict on one command, in the broker model's terms, with
+// the text Mosquitto 2.0.11's dynsec answers in the same case (so that errors read the same on
+// both brokers) and whom the command disconnects.
+type reply struct {
+	verdict acl.Verdict
+	msg     string
+	kick    kickSet
+}
 
-	case acl.OpCreateRole:
-		if _, ok := st.Roles[c.Role]; ok {
-			return "Role already exists", kickSet{}
-		}
-		r := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
-		if err := r.Validate(); err != nil {
-			return "Invalid ACL topic", kickSet{}
-		}
-		st.Roles[c.Role] = r
-		t.role(c.Role)
-	case acl.OpModifyRole:
-		r, ok := st.Roles[c.Role]
-		if !ok {
-			return "Role does not exist", kickSet{}
-		}
-		nr := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
-		if err := nr.Validate(); err != nil {
-			return "Invalid ACL topic", kickSet{}
-		}
-		r.ACLs = nr.ACLs
-		st.Roles[c.Role] = r // like dynsec: no disconnects
-		t.role(c.Role)
-	case acl.OpDeleteRole:
-		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found", kickSet{}
-		}
-		kicked := s.holders(c.Role)
-		delete(st.Roles, c.Role)
-		t.role(c.Role)
-		for u := range s.direct[c.Role] {
-			cl := st.Clients[u]
-			cl.Roles = slices.DeleteFunc(slices.Clone(cl.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
-			st.Clients[u] = cl
-			t.client(u)
-		}
-		delete(s.direct, c.Role)
-		for g := range s.roleGroups[c.Role] {
-			gr := st.Groups[g]
-			gr.Roles = slices.DeleteFunc(slices.Clone(gr.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
-			st.Groups[g] = gr
-			t.group(g)
-		}
-		delete(s.roleGroups, c.Role)
-		return "", kicked
-	case acl.OpAddRoleACL:
-		r, ok := st.Roles[c.Role]
-		if !ok {
-			return "Role not found", kickSet{}
-		}
-		if !c.ACL.Type.Valid() {
-			return "Unknown acltype", kickSet{}
-		}
-		if acl.ValidateFilter(c.ACL.Topic) != nil {
-			return "Invalid ACL topic", kickSet{}
-		}
-		if slices.ContainsFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic }) {
-			return "ACL with this topic already exists", kickSet{}
-		}
-		r.ACLs = acl.Canonical(append(slices.Clone(r.ACLs), c.ACL))
-		st.Roles[c.Role] = r
-		t.role(c.Role)
-		return "", s.holders(c.Role)
-	case acl.OpRemoveRoleACL:
-		r, ok := st.Roles[c.Role]
-		if !ok {
-			return "Role not found", kickSet{}
-		}
-		i := slices.IndexFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic })
-		if i < 0 {
-			return "ACL not found", kickSet{}
-		}
-		r.ACLs = slices.Delete(slices.Clone(r.ACLs), i, i+1)
-		st.Roles[c.Role] = r
-		t.role(c.Role)
-		return "", s.holders(c.Role)
+func done(k kickSet) reply                { return reply{verdict: acl.Applied, kick: k} }
+func already(msg string, k kickSet) reply { return reply{verdict: acl.AlreadyDone, msg: msg, kick: k} }
+func refused(msg string, k kickSet) reply { return reply{verdict: acl.Refused, msg: msg, kick: k} }
 
-	case acl.OpCreateGroup:
-		if _, ok := st.Groups[c.Group]; ok {
-			return "Group already exists", kickSet{}
-		}
-		st.Groups[c.Group] = acl.Group{Name: c.Group}
-		t.group(c.Group)
-	case acl.OpDeleteGroup:
-		if _, ok := st.Groups[c.Group]; !ok {
-			return "Group not found", kickSet{}
-		}
-		kicked := s.memberSet(c.Group)
-		s.setGroupRoles(c.Group, nil)
-		delete(st.Groups, c.Group)
-		t.group(c.Group)
-		for u := range s.members[c.Group] {
-			cl := st.Clients[u]
-			cl.Groups = slices.DeleteFunc(slices.Clone(cl.Groups), func(g string) bool { return g == c.Group })
-			st.Clients[u] = cl
-			t.client(u)
-		}
-		delete(s.members, c.Group)
-		return "", kicked
-	case acl.OpAddGroupRole:
-		g, ok := st.Groups[c.Group]
-		if !ok {
-			return "Group not found", kickSet{}
-		}
-		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found", kickSet{}
-		}
-		if slices.ContainsFunc(g.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
-			return "Group is already in this role", kickSet{}
-		}
-		ref := acl.RoleRef{Name: c.Role, Priority: c.Priority}
-		at, _ := slices.BinarySearchFunc(g.Roles, ref, refCmp)
-		g.Roles = slices.Insert(slices.Clone(g.Roles), at, ref)
-		st.Groups[c.Group] = g
-		link(s.roleGroups, c.Role, c.Group)
-		t.group(c.Group)
-		return "", s.memberSet(c.Group)
-	case acl.OpRemoveGroupRole:
-		g, ok := st.Groups[c.Group]
-		if !ok {
-			return "Group not found", kickSet{}
-		}
-		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found", kickSet{}
-		}
-		g.Roles = slices.DeleteFunc(slices.Clone(g.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
-		st.Groups[c.Group] = g
-		unlink(s.roleGroups, c.Role, c.Group)
-		t.group(c.Group)
-		return "", s.memberSet(c.Group)
+// applyFuncs run one command each (with mu held), as its dynsec counterpart does.
+var applyFuncs = map[acl.Op]func(*Store, acl.Command, *credential, *touchSet) reply{
+	acl.OpSetDefaultACLAccess: (*Store).applySetDefaultACLAccess,
+	acl.OpCreateRole:          (*Store).applyCreateRole,
+	acl.OpModifyRole:          (*Store).applyModifyRole,
+	acl.OpDeleteRole:          (*Store).applyDeleteRole,
+	acl.OpAddRoleACL:          (*Store).applyAddRoleACL,
+	acl.OpRemoveRoleACL:       (*Store).applyRemoveRoleACL,
+	acl.OpCreateGroup:         (*Store).applyCreateGroup,
+	acl.OpDeleteGroup:         (*Store).applyDeleteGroup,
+	acl.OpAddGroupRole:        (*Store).applyAddGroupRole,
+	acl.OpRemoveGroupRole:     (*Store).applyRemoveGroupRole,
+	acl.OpCreateClient:        (*Store).applyCreateClient,
+	acl.OpModifyClient:        (*Store).applyModifyClient,
+	acl.OpDeleteClient:        (*Store).applyDeleteClient,
+	acl.OpSetClientPassword:   (*Store).applySetClientPassword,
+	acl.OpSetClientID:         (*Store).applySetClientID,
+	acl.OpAddClientRole:       (*Store).applyAddClientRole,
+	acl.OpRemoveClientRole:    (*Store).applyRemoveClientRole,
+	acl.OpAddGroupClient:      (*Store).applyAddGroupClient,
+	acl.OpRemoveGroupClient:   (*Store).applyRemoveGroupClient,
+}
 
-	case acl.OpCreateClient:
-		if _, ok := st.Clients[c.Username]; ok {
-			return "Client already exists", kickSet{}
-		}
-		for _, g := range c.Groups {
-			if _, ok := st.Groups[g]; !ok {
-				return "Group not found", kickSet{}
-			}
-		}
-		s.putClient(acl.Client{Username: c.Username, ClientID: c.ClientID, Groups: c.Groups})
-		if cred != nil {
-			s.creds[c.Username] = cred
-		}
-		t.client(c.Username)
-	case acl.OpModifyClient:
-		cl, ok := st.Clients[c.Username]
-		if !ok {
-			return "Client not found", kickSet{}
-		}
-		// dynsec changes the client ID and password before it looks at the
-		// roles, and keeps those changes when a role is missing.
-		cl.ClientID = c.ClientID
-		if cred != nil {
-			s.creds[c.Username] = cred
-		}
-		st.Clients[c.Username] = cl
-		for _, r := range c.Roles {
-			if _, ok := st.Roles[r.Name]; !ok {
-				return "Role not found", userKick(c.Username)
-			}
-		}
-		cl.Roles = c.Roles
-		// dynsec skips unknown groups silently here
-		cl.Groups = slices.DeleteFunc(slices.Clone(c.Groups), func(g string) bool { _, ok := st.Groups[g]; return !ok })
-		s.putClient(cl)
-		t.client(c.Username)
-		return "", userKick(c.Username)
-	case acl.OpDeleteClient:
-		if _, ok := st.Clients[c.Username]; !ok {
-			return "Client not found", kickSet{}
-		}
-		s.dropClientLinks(c.Username)
-		delete(st.Clients, c.Username)
-		delete(s.creds, c.Username)
-		t.client(c.Username)
-		return "", userKick(c.Username)
-	case acl.OpSetClientPassword:
-		if c.Password == "" {
-			return "Empty password is not allowed", kickSet{}
-		}
-		if _, ok := st.Clients[c.Username]; !ok {
-			return "Client not found", kickSet{}
-		}
-		s.creds[c.Username] = cred
-		return "", userKick(c.Username)
-	case acl.OpSetClientID:
-		cl, ok := st.Clients[c.Username]
-		if !ok {
-			return "Client not found", kickSet{}
-		}
-		cl.ClientID = c.ClientID
-		st.Clients[c.Username] = cl
-		return "", userKick(c.Username)
-	case acl.OpAddClientRole:
-		cl, ok := st.Clients[c.Username]
-		if !ok {
-			return "Client not found", kickSet{}
-		}
-		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found", kickSet{}
-		}
-		if slices.ContainsFunc(cl.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
-			return "Internal error", kickSet{} // sic: dynsec 2.0.11's reply for a role the client already has
-		}
-		cl.Roles = append(slices.Clone(cl.Roles), acl.RoleRef{Name: c.Role, Priority: c.Priority})
-		s.putClient(cl)
-		t.client(c.Username)
-		return "", userKick(c.Username)
-	case acl.OpRemoveClientRole:
-		cl, ok := st.Clients[c.Username]
-		if !ok {
-			return "Client not found", kickSet{}
-		}
-		if _, ok := st.Roles[c.Role]; !ok {
-			return "Role not found", kickSet{}
-		}
-		cl.Roles = slices.DeleteFunc(slices.Clone(cl.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
-		s.putClient(cl)
-		t.client(c.Username)
-		return "", userKick(c.Username)
-	case acl.OpAddGroupClient:
-		cl, ok := st.Clients[c.Username]
-		if !ok {
-			return "Client not found", kickSet{}
-		}
-		if _, ok := st.Groups[c.Group]; !ok {
-			return "Group not found", kickSet{}
-		}
-		if slices.Contains(cl.Groups, c.Group) {
-			return "Client is already in this group", userKick(c.Username)
-		}
-		cl.Groups = append(slices.Clone(cl.Groups), c.Group)
-		s.putClient(cl)
-		t.client(c.Username)
-		return "", userKick(c.Username)
-	case acl.OpRemoveGroupClient:
-		cl, ok := st.Clients[c.Username]
-		if !ok {
-			return "Client not found", kickSet{}
-		}
-		if _, ok := st.Groups[c.Group]; !ok {
-			return "Group not found", kickSet{}
-		}
-		cl.Groups = slices.DeleteFunc(slices.Clone(cl.Groups), func(g string) bool { return g == c.Group })
-		s.putClient(cl)
-		t.client(c.Username)
-		return "", userKick(c.Username)
-	default:
-		return "Unknown command", kickSet{}
+// apply runs one command (with mu held).
+func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) reply {
+	f, ok := applyFuncs[c.Op]
+	if !ok {
+		return refused("Unknown command", kickSet{})
 	}
-	return "", kickSet{}
+	return f(s, c, cred, t)
+}
+
+func (s *Store) applySetDefaultACLAccess(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	d := c.Default
+	st.DefaultACL = &d
+	return done(kickSet{})
+}
+
+func (s *Store) applyCreateRole(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	if _, ok := st.Roles[c.Role]; ok {
+		if len(c.ACLs) > 0 {
+			// The role stays as it is: what this create meant to write is not written.
+			return reply{verdict: acl.LostContent, msg: "Role already exists"}
+		}
+		return already("Role already exists", kickSet{})
+	}
+	r := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
+	if err := r.Validate(); err != nil {
+		return refused("Invalid ACL topic", kickSet{})
+	}
+	st.Roles[c.Role] = r
+	t.role(c.Role)
+	return done(kickSet{})
+}
+
+func (s *Store) applyModifyRole(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	r, ok := st.Roles[c.Role]
+	if !ok {
+		return refused("Role does not exist", kickSet{})
+	}
+	nr := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
+	if err := nr.Validate(); err != nil {
+		return refused("Invalid ACL topic", kickSet{})
+	}
+	r.ACLs = nr.ACLs
+	st.Roles[c.Role] = r // like dynsec: no disconnects
+	t.role(c.Role)
+	return done(kickSet{})
+}
+
+func (s *Store) applyDeleteRole(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	if _, ok := st.Roles[c.Role]; !ok {
+		return already("Role not found", kickSet{})
+	}
+	kicked := s.holders(c.Role)
+	delete(st.Roles, c.Role)
+	t.role(c.Role)
+	for u := range s.direct[c.Role] {
+		cl := st.Clients[u]
+		cl.Roles = slices.DeleteFunc(slices.Clone(cl.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
+		st.Clients[u] = cl
+		t.client(u)
+	}
+	delete(s.direct, c.Role)
+	for g := range s.roleGroups[c.Role] {
+		gr := st.Groups[g]
+		gr.Roles = slices.DeleteFunc(slices.Clone(gr.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
+		st.Groups[g] = gr
+		t.group(g)
+	}
+	delete(s.roleGroups, c.Role)
+	return done(kicked)
+}
+
+func (s *Store) applyAddRoleACL(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	r, ok := st.Roles[c.Role]
+	if !ok {
+		return refused("Role not found", kickSet{})
+	}
+	if !c.ACL.Type.Valid() {
+		return refused("Unknown acltype", kickSet{})
+	}
+	if acl.ValidateFilter(c.ACL.Topic) != nil {
+		return refused("Invalid ACL topic", kickSet{})
+	}
+	if slices.ContainsFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic }) {
+		return already("ACL with this topic already exists", kickSet{})
+	}
+	r.ACLs = acl.Canonical(append(slices.Clone(r.ACLs), c.ACL))
+	st.Roles[c.Role] = r
+	t.role(c.Role)
+	return done(s.holders(c.Role))
+}
+
+func (s *Store) applyRemoveRoleACL(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	r, ok := st.Roles[c.Role]
+	if !ok {
+		return refused("Role not found", kickSet{})
+	}
+	i := slices.IndexFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic })
+	if i < 0 {
+		return already("ACL not found", kickSet{})
+	}
+	r.ACLs = slices.Delete(slices.Clone(r.ACLs), i, i+1)
+	st.Roles[c.Role] = r
+	t.role(c.Role)
+	return done(s.holders(c.Role))
+}
+
+func (s *Store) applyCreateGroup(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	if _, ok := st.Groups[c.Group]; ok {
+		return already("Group already exists", kickSet{})
+	}
+	st.Groups[c.Group] = acl.Group{Name: c.Group}
+	t.group(c.Group)
+	return done(kickSet{})
+}
+
+func (s *Store) applyDeleteGroup(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	if _, ok := st.Groups[c.Group]; !ok {
+		return already("Group not found", kickSet{})
+	}
+	kicked := s.memberSet(c.Group)
+	s.setGroupRoles(c.Group, nil)
+	delete(st.Groups, c.Group)
+	t.group(c.Group)
+	for u := range s.members[c.Group] {
+		cl := st.Clients[u]
+		cl.Groups = slices.DeleteFunc(slices.Clone(cl.Groups), func(g string) bool { return g == c.Group })
+		st.Clients[u] = cl
+		t.client(u)
+	}
+	delete(s.members, c.Group)
+	return done(kicked)
+}
+
+func (s *Store) applyAddGroupRole(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	g, ok := st.Groups[c.Group]
+	if !ok {
+		return refused("Group not found", kickSet{})
+	}
+	if _, ok := st.Roles[c.Role]; !ok {
+		return refused("Role not found", kickSet{})
+	}
+	if slices.ContainsFunc(g.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
+		return already("Group is already in this role", kickSet{})
+	}
+	ref := acl.RoleRef{Name: c.Role, Priority: c.Priority}
+	at, _ := slices.BinarySearchFunc(g.Roles, ref, refCmp)
+	g.Roles = slices.Insert(slices.Clone(g.Roles), at, ref)
+	st.Groups[c.Group] = g
+	link(s.roleGroups, c.Role, c.Group)
+	t.group(c.Group)
+	return done(s.memberSet(c.Group))
+}
+
+func (s *Store) applyRemoveGroupRole(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	g, ok := st.Groups[c.Group]
+	if !ok {
+		return refused("Group not found", kickSet{})
+	}
+	if _, ok := st.Roles[c.Role]; !ok {
+		return refused("Role not found", kickSet{})
+	}
+	g.Roles = slices.DeleteFunc(slices.Clone(g.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
+	st.Groups[c.Group] = g
+	unlink(s.roleGroups, c.Role, c.Group)
+	t.group(c.Group)
+	return done(s.memberSet(c.Group))
+}
+
+func (s *Store) applyCreateClient(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	if _, ok := st.Clients[c.Username]; ok {
+		return already("Client already exists", kickSet{})
+	}
+	for _, g := range c.Groups {
+		if _, ok := st.Groups[g]; !ok {
+			return refused("Group not found", kickSet{})
+		}
+	}
+	s.putClient(acl.Client{Username: c.Username, ClientID: c.ClientID, Groups: c.Groups})
+	if cred != nil {
+		s.creds[c.Username] = cred
+	}
+	t.client(c.Username)
+	return done(kickSet{})
+}
+
+func (s *Store) applyModifyClient(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	cl, ok := st.Clients[c.Username]
+	if !ok {
+		return refused("Client not found", kickSet{})
+	}
+	// dynsec changes the client ID and password before it looks at the
+	// roles, and keeps those changes when a role is missing.
+	cl.ClientID = c.ClientID
+	if cred != nil {
+		s.creds[c.Username] = cred
+	}
+	st.Clients[c.Username] = cl
+	for _, r := range c.Roles {
+		if _, ok := st.Roles[r.Name]; !ok {
+			return refused("Role not found", userKick(c.Username))
+		}
+	}
+	cl.Roles = c.Roles
+	// dynsec skips unknown groups silently here
+	cl.Groups = slices.DeleteFunc(slices.Clone(c.Groups), func(g string) bool { _, ok := st.Groups[g]; return !ok })
+	s.putClient(cl)
+	t.client(c.Username)
+	return done(userKick(c.Username))
+}
+
+func (s *Store) applyDeleteClient(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	if _, ok := st.Clients[c.Username]; !ok {
+		return already("Client not found", kickSet{})
+	}
+	s.dropClientLinks(c.Username)
+	delete(st.Clients, c.Username)
+	delete(s.creds, c.Username)
+	t.client(c.Username)
+	return done(userKick(c.Username))
+}
+
+func (s *Store) applySetClientPassword(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	if c.Password == "" {
+		return refused("Empty password is not allowed", kickSet{})
+	}
+	if _, ok := st.Clients[c.Username]; !ok {
+		return refused("Client not found", kickSet{})
+	}
+	s.creds[c.Username] = cred
+	return done(userKick(c.Username))
+}
+
+func (s *Store) applySetClientID(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	cl, ok := st.Clients[c.Username]
+	if !ok {
+		return refused("Client not found", kickSet{})
+	}
+	cl.ClientID = c.ClientID
+	st.Clients[c.Username] = cl
+	return done(userKick(c.Username))
+}
+
+func (s *Store) applyAddClientRole(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	cl, ok := st.Clients[c.Username]
+	if !ok {
+		return refused("Client not found", kickSet{})
+	}
+	if _, ok := st.Roles[c.Role]; !ok {
+		return refused("Role not found", kickSet{})
+	}
+	if slices.ContainsFunc(cl.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
+		return refused("Internal error", kickSet{}) // sic: dynsec 2.0.11's reply for a role the client already has
+	}
+	cl.Roles = append(slices.Clone(cl.Roles), acl.RoleRef{Name: c.Role, Priority: c.Priority})
+	s.putClient(cl)
+	t.client(c.Username)
+	return done(userKick(c.Username))
+}
+
+func (s *Store) applyRemoveClientRole(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	cl, ok := st.Clients[c.Username]
+	if !ok {
+		return refused("Client not found", kickSet{})
+	}
+	if _, ok := st.Roles[c.Role]; !ok {
+		return refused("Role not found", kickSet{})
+	}
+	cl.Roles = slices.DeleteFunc(slices.Clone(cl.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
+	s.putClient(cl)
+	t.client(c.Username)
+	return done(userKick(c.Username))
+}
+
+func (s *Store) applyAddGroupClient(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	cl, ok := st.Clients[c.Username]
+	if !ok {
+		return refused("Client not found", kickSet{})
+	}
+	if _, ok := st.Groups[c.Group]; !ok {
+		return refused("Group not found", kickSet{})
+	}
+	if slices.Contains(cl.Groups, c.Group) {
+		return already("Client is already in this group", userKick(c.Username))
+	}
+	cl.Groups = append(slices.Clone(cl.Groups), c.Group)
+	s.putClient(cl)
+	t.client(c.Username)
+	return done(userKick(c.Username))
+}
+
+func (s *Store) applyRemoveGroupClient(c acl.Command, cred *credential, t *touchSet) reply {
+	st := &s.state
+	cl, ok := st.Clients[c.Username]
+	if !ok {
+		return refused("Client not found", kickSet{})
+	}
+	if _, ok := st.Groups[c.Group]; !ok {
+		return refused("Group not found", kickSet{})
+	}
+	cl.Groups = slices.DeleteFunc(slices.Clone(cl.Groups), func(g string) bool { return g == c.Group })
+	s.putClient(cl)
+	t.client(c.Username)
+	return done(userKick(c.Username))
 }
 
 var _ acl.Backend = (*Store)(nil)

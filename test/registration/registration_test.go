@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,12 +17,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/yaml"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
@@ -149,11 +146,11 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 	clientID := env.clientID
 	env.checkSquatters(t, ctx, backend)
 
-	clients := make([]*testenv.MQTTClient, len(fleet))
+	clients := make([]*brokertest.Client, len(fleet))
 	conns := make([]*paho.Client, len(fleet))
 	for i := range fleet {
-		clients[i] = testenv.DialAgent(t, ctx, brokerAddr, clientID(i), creds[i])
-		conns[i] = clients[i].Client
+		clients[i] = testenv.DialAgent(t, brokerAddr, clientID(i), creds[i])
+		conns[i] = clients[i].Paho()
 	}
 	checked := 0
 	for c := range fleet {
@@ -204,10 +201,10 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 	}
 
 	// A wrong password and a foreign client ID are refused at CONNECT.
-	if _, err := tryConnect(ctx, brokerAddr, clientID(0), "wrong"); err == nil {
+	if _, err := tryConnect(t, brokerAddr, clientID(0), "wrong"); err == nil {
 		t.Fatal("wrong password accepted")
 	}
-	if _, err := tryConnectAs(ctx, brokerAddr, "a2a:"+clientID(0), "someone-else", creds[0]); err == nil {
+	if _, err := tryConnectAs(t, brokerAddr, "a2a:"+clientID(0), "someone-else", creds[0]); err == nil {
 		t.Fatal("credentials accepted with another client ID")
 	}
 
@@ -224,14 +221,14 @@ func checkFleetOnBroker(t *testing.T, ctx context.Context, backend acl.Backend, 
 		if pw == old {
 			return fmt.Errorf("not rotated yet")
 		}
-		c, err := tryConnect(ctx, brokerAddr, clientID(1), pw)
+		c, err := tryConnect(t, brokerAddr, clientID(1), pw)
 		if err != nil {
 			return err
 		}
 		_ = c.Disconnect(&paho.Disconnect{})
 		return nil
 	})
-	if _, err := tryConnect(ctx, brokerAddr, clientID(1), old); err == nil {
+	if _, err := tryConnect(t, brokerAddr, clientID(1), old); err == nil {
 		t.Fatal("old password still accepted after rotation")
 	}
 	// From here on, no change to one Agent may disconnect another: count the disconnects of
@@ -318,7 +315,7 @@ spec: {orgID: acme, unitID: support, card: {name: newbie, description: test agen
 		}
 		return nil
 	})
-	if _, err := tryConnect(ctx, brokerAddr, clientID(3), creds[3]); err == nil {
+	if _, err := tryConnect(t, brokerAddr, clientID(3), creds[3]); err == nil {
 		t.Fatal("deleted agent can still connect")
 	}
 	// Relabelling, rotating nobody else's password, creating and deleting Agents of the same unit
@@ -501,14 +498,7 @@ metadata: {name: governed}
 spec:
   agentSelector: {matchLabels: {role: auditor}}
 `
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(policy), &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	u.SetNamespace(ns)
-	if err := k8s.Create(ctx, u); err != nil {
-		t.Fatalf("create policy: %v", err)
-	}
+	applyManifest(t, ctx, ns, policy)
 	creds := env.applyFleet(t, ctx)
 	// helpdesk (index 2) is governed (label role=auditor) and admits all of acme (SameOrg).
 	const gated, caller, stranger = 2, 0, 4
@@ -539,7 +529,7 @@ spec:
 	if err := k8s.Get(ctx, secretKey, s); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := tryConnectAs(ctx, brokerAddr, string(s.Data["username"]), "a2a-fleet/system/conversation-service-0", string(s.Data["password"]))
+	svc, err := tryConnectAs(t, brokerAddr, string(s.Data["username"]), "a2a-fleet/system/conversation-service-0", string(s.Data["password"]))
 	if err != nil {
 		t.Fatalf("service cannot connect with its credentials: %v", err)
 	}
@@ -601,14 +591,7 @@ spec:
 
 func applyManifest(t testing.TB, ctx context.Context, ns, manifest string) {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(manifest), &u.Object); err != nil {
-		t.Fatalf("manifest: %v\n%s", err, manifest)
-	}
-	u.SetNamespace(ns)
-	if err := k8s.Create(ctx, u); err != nil {
-		t.Fatalf("create %s: %v", u.GetName(), err)
-	}
+	testenv.MustCreate(t, ctx, k8s, ns, manifest)
 }
 
 // applyFleet creates the fleet and the squatters, waits for every fleet Agent to be Ready and
@@ -706,35 +689,23 @@ func updateAnnotation(t *testing.T, ctx context.Context, ns, name, key, value st
 	}
 }
 
-func tryConnect(ctx context.Context, addr, clientID, password string) (*paho.Client, error) {
-	return tryConnectAs(ctx, addr, "a2a:"+clientID, clientID, password)
+func tryConnect(t testing.TB, addr, clientID, password string) (*paho.Client, error) {
+	return tryConnectAs(t, addr, "a2a:"+clientID, clientID, password)
 }
 
 // tryConnectAs connects with an explicit username, to try a client ID the username does not own.
-func tryConnectAs(ctx context.Context, addr, username, clientID, password string) (*paho.Client, error) {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+func tryConnectAs(t testing.TB, addr, username, clientID, password string) (*paho.Client, error) {
+	t.Helper()
+	c, err := brokertest.Dial(t, addr, brokertest.Options{Username: username, ClientID: clientID, Password: password, IgnoreMessages: true})
 	if err != nil {
-		return nil, err
-	}
-	c := paho.NewClient(paho.ClientConfig{Conn: conn})
-	ack, err := c.Connect(ctx, &paho.Connect{
-		ClientID: clientID, CleanStart: true, KeepAlive: 30,
-		Username: username, UsernameFlag: true, Password: []byte(password), PasswordFlag: true,
-	})
-	if err != nil {
-		_ = conn.Close()
 		return nil, fmt.Errorf("connect %s: %w", clientID, err)
 	}
-	if ack.ReasonCode != 0 {
-		_ = conn.Close()
-		return nil, fmt.Errorf("connect %s: reason %d", clientID, ack.ReasonCode)
-	}
-	return c, nil
+	return c.Paho(), nil
 }
 
 func connect(t *testing.T, ctx context.Context, addr, clientID, password string) *paho.Client {
 	t.Helper()
-	c, err := tryConnect(ctx, addr, clientID, password)
+	c, err := tryConnect(t, addr, clientID, password)
 	if err != nil {
 		t.Fatalf("agent %s cannot connect with its generated credentials: %v", clientID, err)
 	}

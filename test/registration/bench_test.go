@@ -57,7 +57,7 @@ import (
 //     fleet is applied must never be disconnected (and the embedded broker's own kick count).
 //
 //	make bench-fleet                                     # embedded 1000,3000,10000; Mosquitto 1000,3000
-//	FLEET_SIZES=1000 go test ./internal/registration -run '^$' -bench FleetRegistrationEmbedded -benchtime 1x
+//	FLEET_SIZES=1000 go test ./test/registration -run '^$' -bench FleetRegistrationEmbedded -benchtime 1x
 //
 // FLEET_SIZES (embedded) and MOSQUITTO_FLEET_SIZES override the sizes (FLEET_AGENTS, a single
 // size, is still honoured for both); FLEET_HEAPPROFILE_DIR writes a heap profile of the operator

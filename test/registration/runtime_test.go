@@ -21,6 +21,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
@@ -455,8 +456,8 @@ func TestBrokerRuntimeOutlivesCallersAndOutages(t *testing.T) {
 	user, pass := m.DynSecAdmin()
 	m.Stop()
 	op := cp.StartOperatorWith(t, ctx, testenv.Operator{Prefix: "life-",
-		Broker:      registration.BrokerConfig{URL: m.URL(), SentinelInterval: 200 * time.Millisecond},
-		DynsecAdmin: &dynsec.Config{Username: user, Password: pass, Logger: quiet}})
+		Broker: registration.BrokerConfig{URL: m.URL(), SentinelInterval: 200 * time.Millisecond},
+		Admin:  &brokers.Config{Kind: brokers.Dynsec, Username: user, Password: pass, Logger: quiet}})
 	agents := createAgents(t, ctx, op.Namespace, "life", 1)
 	eventually(t, "readiness fails while the broker is down", func() error {
 		err := op.Broker.Healthy(500 * time.Millisecond)
