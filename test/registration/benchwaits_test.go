@@ -102,14 +102,13 @@ func runDelay(pid int) float64 {
 
 // waitSample is the machine's and the processes' waiting at one moment.
 type waitSample struct {
-	at                                  time.Time
-	cpu                                 cpuTimes
-	pressure                            pressure
-	delayOperator, delayAPI, delayEtcd  float64
-	apiserver                           apiserverStats
-	apiserverErr                        error
-	operatorAPI                         map[string]apiTiming
-	operatorReconcile, operatorRequeues float64
+	at                                 time.Time
+	cpu                                cpuTimes
+	pressure                           pressure
+	delayOperator, delayAPI, delayEtcd float64
+	apiserver                          apiserverStats
+	apiserverErr                       error
+	operatorAPI                        map[string]apiTiming
 }
 
 // apiserverStats are sums of kube-apiserver's own request histograms (all clients).
