@@ -115,7 +115,7 @@ func TestRedisCommitsWaitForReplicas(t *testing.T) {
 	ctx := context.Background()
 	primary := redistest.Start(t, redistest.Options{})
 	replica := redistest.Start(t, redistest.Options{Args: []string{"--replicaof", primary.Host, fmt.Sprint(primary.Port)}})
-	waitLinked(t, replica)
+	waitLinked(t, primary, replica)
 	j := openRedisURL(t, "redis://"+primary.Addr()+"/0?wait_replicas=1&wait_timeout=300ms", "wait")
 	defer j.Close()
 	unwaited := openRedisURL(t, "redis://"+primary.Addr()+"/0", "nowait")
@@ -163,7 +163,7 @@ func TestRedisCommitsWaitForReplicas(t *testing.T) {
 	}
 
 	replica.Restart()
-	waitLinked(t, replica)
+	waitLinked(t, primary, replica)
 	if err := decide(m, "replica-back"); err != nil {
 		t.Fatalf("commit once the replica is back: %v", err)
 	}
@@ -172,16 +172,30 @@ func TestRedisCommitsWaitForReplicas(t *testing.T) {
 	}
 }
 
-func waitLinked(t *testing.T, replica *redistest.Server) {
+// waitLinked waits until the primary streams its writes to the replica: a write on one
+// connection is acknowledged by WAIT. The replica's "link up" and the primary's "online" both come
+// before that (Redis 7.0 after a diskless full sync: the primary starts streaming at the replica's
+// first REPLCONF ACK, sent up to a second later), and a commit's WAIT with a shorter timeout would
+// fail in between.
+func waitLinked(t *testing.T, primary, replica *redistest.Server) {
 	t.Helper()
+	ctx := context.Background()
+	conn := primary.Client().Conn()
+	defer conn.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		role, _, up, err := replica.Role(context.Background())
+		role, _, up, err := replica.Role(ctx)
+		acked := int64(0)
 		if err == nil && role == "slave" && up {
+			if err = conn.Set(ctx, "waitlinked-probe", time.Now().String(), 0).Err(); err == nil {
+				acked, err = conn.Do(ctx, "wait", 1, 2000).Int64()
+			}
+		}
+		if acked > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("replica %s not linked to its primary: %s %v %v", replica.Addr(), role, up, err)
+			t.Fatalf("replica %s not linked to its primary: %s, link up %v, write acknowledged by %d; %v", replica.Addr(), role, up, acked, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
