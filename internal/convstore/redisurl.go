@@ -35,6 +35,10 @@ import (
 //	                   fewer within wait_timeout it fails, and the request it carried is refused
 //	                   with -32004 (retryable). Default: 1 with Sentinel, 0 otherwise.
 //	wait_timeout=D     how long a commit waits for those acknowledgements (default 1s).
+//
+// With Sentinel, dial_timeout defaults to SentinelDialTimeout instead of go-redis' 5 s: after a
+// network cut of the primary a retry dials the old primary's address until the sentinels name
+// another, and each such dial waits out the timeout (docs/reliability.md, "Redis failover").
 
 // RedisStore is what a Redis store URL says: how to reach the data and what makes a commit
 // durable.
@@ -52,6 +56,11 @@ type RedisStore struct {
 
 // DefaultWaitTimeout bounds how long a commit waits for its replica acknowledgements.
 const DefaultWaitTimeout = time.Second
+
+// SentinelDialTimeout is a Sentinel store's dial timeout unless its URL sets dial_timeout: a
+// connect to a node of the set, its TLS handshake included, takes milliseconds inside a
+// cluster, and a dropped SYN should not hold a commit for long. Raise it for slow links.
+const SentinelDialTimeout = time.Second
 
 // IsRedisURL reports whether store names a Redis store (any of the schemes above).
 func IsRedisURL(store string) bool {
@@ -112,6 +121,9 @@ func ParseRedisURL(store string) (*RedisStore, error) {
 		}
 		if !q.Has("username") && !q.Has("password") {
 			s.failover.Username, s.failover.Password = s.failover.SentinelUsername, s.failover.SentinelPassword
+		}
+		if !q.Has("dial_timeout") {
+			s.failover.DialTimeout = SentinelDialTimeout
 		}
 		if s.failover.TLSConfig != nil {
 			// Verify each node against its own address, not the first sentinel's name.

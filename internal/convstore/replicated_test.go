@@ -39,6 +39,15 @@ func TestParseRedisURL(t *testing.T) {
 				if f.SentinelPassword != "secret" || f.Password != "secret" || f.DB != 1 || f.TLSConfig != nil {
 					t.Errorf("options %+v", f)
 				}
+				if f.DialTimeout != SentinelDialTimeout {
+					t.Errorf("dial timeout %s, want the Sentinel default %s", f.DialTimeout, SentinelDialTimeout)
+				}
+			}},
+		{url: "redis+sentinel://s1:26379/0?master_name=m&dial_timeout=4s", kind: "sentinel", wait: 1,
+			desc: `sentinel set "m" via s1:26379`, check: func(t *testing.T, s *RedisStore) {
+				if s.failover.DialTimeout != 4*time.Second {
+					t.Errorf("dial timeout %s, want the URL's 4s", s.failover.DialTimeout)
+				}
 			}},
 		{url: "rediss+sentinel://:s@s1:26379/0?master_name=m&password=data&wait_replicas=0", kind: "sentinel", wait: 0,
 			desc: `sentinel set "m" via s1:26379`, check: func(t *testing.T, s *RedisStore) {
