@@ -9,8 +9,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
 // TestTenantLimits: a Tenant's maxAgents refuses its newest Agents beyond the limit (no client ID,
@@ -89,4 +92,69 @@ func TestTenantLimits(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAgentCountsFollowTheCache: the Tenant limit's count (tenancy.AgentCounts, kept by an Agent
+// informer's event handler instead of listing every Agent of a Tenant in every reconcile) says
+// what a list of the same cache says, as Agents come and go.
+func TestAgentCountsFollowTheCache(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nsA, nsB := plainNamespace(t), plainNamespace(t)
+	c, err := cache.New(restCfg, cache.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	counts := tenancy.NewAgentCounts(c)
+	listed := func(ns string) int {
+		var l a2av1.AgentList
+		if err := c.List(ctx, &l, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		return len(l.Items)
+	}
+	agree := func(what string) {
+		t.Helper()
+		eventually(t, what, func() error {
+			for _, ns := range []string{nsA, nsB} {
+				n, ok := counts.AgentCount(ns)
+				if !ok || n != listed(ns) {
+					return fmt.Errorf("%s: counted %d (ok %v), the cache lists %d", ns, n, ok, listed(ns))
+				}
+			}
+			return nil
+		})
+	}
+	for i := range 7 {
+		ns := nsA
+		if i%3 == 0 {
+			ns = nsB
+		}
+		if err := applyYAML(ns, agentManifest(fmt.Sprintf("c%d", i), "cnt-"+nsA, "u", nil, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agree("counts after creates")
+	if n, _ := counts.AgentCount(nsA); n != 4 {
+		t.Fatalf("%s holds %d Agents by the count, want 4", nsA, n)
+	}
+	for _, name := range []string{"c1", "c2"} {
+		a := getAgent(t, nsA, name)
+		if err := k8s.Delete(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Deleted Agents count until they are gone from the cache (their finalizer removed), as a
+	// list of the cache would.
+	eventually(t, "the deleted Agents are gone", func() error {
+		if n := listed(nsA); n != 2 {
+			return fmt.Errorf("%d listed", n)
+		}
+		return nil
+	})
+	agree("counts after deletes")
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
 // Options configure the controllers.
@@ -112,11 +113,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	resync := cmp.Or(opts.ResyncPeriod, DefaultResyncPeriod)
+	// The reconcilers' reads count a Tenant's Agents from an informer-kept count instead of
+	// listing them all in every reconcile (tenancy.AgentCounts).
+	c := tenancy.WithAgentCounts(mgr.GetClient(), tenancy.NewAgentCounts(mgr.GetCache()))
 	var tracker *SharedTracker
 	if opts.Registrar != nil {
 		tracker = NewSharedTracker()
 		if err := (&SharedReconciler{
-			Client: mgr.GetClient(), Registrar: opts.Registrar, Tracker: tracker, Gating: opts.Gating, Resync: resync,
+			Client: c, Registrar: opts.Registrar, Tracker: tracker, Gating: opts.Gating, Resync: resync,
 		}).SetupWithManager(mgr, 4); err != nil {
 			return fmt.Errorf("set up shared ACL controller: %w", err)
 		}
@@ -129,7 +133,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		}
 	}
 	if err := (&AgentReconciler{
-		Client:    mgr.GetClient(),
+		Client:    c,
 		Resyncs:   resyncs,
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("a2a-fleet-agent"),
@@ -147,13 +151,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}
 	if err := (&TenantReconciler{
-		Client:   mgr.GetClient(),
+		Client:   c,
 		Recorder: mgr.GetEventRecorder("a2a-fleet-tenant"),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up tenant controller: %w", err)
 	}
 	if err := (&ConversationPolicyReconciler{
-		Client:   mgr.GetClient(),
+		Client:   c,
 		Recorder: mgr.GetEventRecorder("a2a-fleet-conversationpolicy"),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up conversation policy controller: %w", err)

@@ -114,6 +114,17 @@ func (m *Mosquitto) DynSecAdmin() (user, password string) {
 // Log returns what the broker wrote so far (useful in failure messages).
 func (m *Mosquitto) Log() string { return m.log.String() }
 
+// PID is the running broker's process id (0 when it is not running): benchmarks read its
+// /proc accounting.
+func (m *Mosquitto) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil || m.cmd.Process == nil || m.stopped {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
 // StartMosquitto writes a config into t.TempDir(), starts the broker
 // ($MOSQUITTO_BIN or /usr/sbin/mosquitto), waits until it accepts connections
 // and kills it when the test ends. A missing binary fails the test with a

@@ -31,7 +31,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"k8s.io/client-go/rest"
@@ -55,10 +54,12 @@ type Config struct {
 	// $a2a/v1/reply/a2a-fleet/system/conversation-service/{ReplicaID}.
 	// Must match ^[A-Za-z0-9_.-]+$; defaults to the host name.
 	ReplicaID string
-	// Store is "bolt:PATH" (one replica, survives restarts) or
-	// "redis://host:port/db" (several replicas: each owns a share of the
-	// gated agents, decides for them from memory and consumes only their
-	// request topics; docs/conversation-service.md, "Replicas").
+	// Store is "bolt:PATH" (one replica, survives restarts) or a Redis URL
+	// (several replicas: each owns a share of the gated agents, decides for
+	// them from memory and consumes only their request topics;
+	// docs/conversation-service.md, "Replicas"): redis://host:port/db, or a
+	// Sentinel-managed primary (redis+sentinel://), or a cluster
+	// (redis+cluster://), as convstore.ParseRedisURL reads them.
 	Store string
 	// RedisPrefix namespaces the Redis keys (default "a2af").
 	RedisPrefix string
@@ -156,7 +157,7 @@ func (c *Config) defaults() error {
 		return errors.New("kubernetes rest config is required")
 	}
 	if c.Store == "" {
-		return errors.New("store is required (bolt:PATH or redis://...)")
+		return errors.New("store is required (bolt:PATH, redis://..., redis+sentinel://... or redis+cluster://...)")
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -442,23 +443,23 @@ func (s *Service) openState(ctx context.Context) error {
 			n += v
 		}
 		s.log.Info("conversation state recovered", "live_contexts", n, "took", time.Since(start).Round(time.Millisecond))
-	case strings.HasPrefix(s.cfg.Store, "redis://"), strings.HasPrefix(s.cfg.Store, "rediss://"):
-		opts, err := redis.ParseURL(s.cfg.Store)
+	case convstore.IsRedisURL(s.cfg.Store):
+		// redis://, redis+sentinel://, redis+cluster:// (convstore.ParseRedisURL).
+		rs, err := convstore.ParseRedisURL(s.cfg.Store)
 		if err != nil {
-			return fmt.Errorf("conversation service: parse redis URL: %w", err)
+			return fmt.Errorf("conversation service: %w", err)
 		}
-		c := redis.NewClient(opts)
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := c.Ping(pctx).Err(); err != nil {
-			_ = c.Close()
-			return fmt.Errorf("conversation service: redis %s unreachable: %w", opts.Addr, err)
+		j, err := rs.Open(pctx, s.cfg.RedisPrefix)
+		if err != nil {
+			return fmt.Errorf("conversation service: %w", err)
 		}
-		j := convstore.NewRedisJournal(c, s.cfg.RedisPrefix)
 		s.journal, s.mem, s.ping = j, convstore.NewMemory(j, false), j.Ping
 		s.owners = newOwnership(s.cfg, s.log, s.mem, j)
+		s.log.Info("redis store", "store", rs.Describe(), "kind", rs.Kind, "wait_replicas", rs.WaitReplicas, "wait_timeout", rs.WaitTimeout.String())
 	default:
-		return fmt.Errorf("conversation service: store %q: want bolt:PATH or redis://", s.cfg.Store)
+		return fmt.Errorf("conversation service: store %q: want bolt:PATH, redis://, redis+sentinel:// or redis+cluster://", s.cfg.Store)
 	}
 	return nil
 }

@@ -18,10 +18,11 @@ import (
 // The batched lease calls of a replica's round do what their per-agent forms
 // do, across several pipelines (more agents than leaseBatch) and on a server
 // that has not loaded the lease script yet (NOSCRIPT, then a retry).
-func TestBatchedLeasesMatchPerAgent(t *testing.T) {
-	addr := startRedis(t)
+func TestBatchedLeasesMatchPerAgent(t *testing.T) { onRedisStores(t, batchedLeasesMatchPerAgent) }
+
+func batchedLeasesMatchPerAgent(t *testing.T, openStore func(prefix string) *RedisJournal) {
 	ctx := context.Background()
-	open := func() *RedisJournal { return NewRedisJournal(redis.NewClient(&redis.Options{Addr: addr}), "batch") }
+	open := func() *RedisJournal { return openStore("batch") }
 	mine, other := open(), open()
 	defer mine.Close()
 	defer other.Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+	"github.com/a2a-fleet/a2a-fleet/internal/redistest"
 )
 
 var t0 = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -38,6 +40,9 @@ type journalKind struct {
 
 func journals(t *testing.T) []journalKind {
 	addr := startRedis(t)
+	// A cluster of 3 primaries with a replica each, commits waiting for it
+	// (one pipeline and one WAIT per shard).
+	cluster := redistest.StartCluster(t, 3, 1).StoreURL("wait_replicas=1")
 	n := 0
 	return []journalKind{
 		{"bolt", func(t *testing.T) (Journal, func() Journal) {
@@ -55,6 +60,12 @@ func journals(t *testing.T) []journalKind {
 			n++
 			prefix := fmt.Sprintf("t%d", n)
 			open := func() Journal { return NewRedisJournal(redis.NewClient(&redis.Options{Addr: addr}), prefix) }
+			return open(), open
+		}},
+		{"redis-cluster", func(t *testing.T) (Journal, func() Journal) {
+			n++
+			prefix := fmt.Sprintf("t%d", n)
+			open := func() Journal { return openRedisURL(t, cluster, prefix) }
 			return open(), open
 		}},
 	}
@@ -169,7 +180,7 @@ func TestMemoryJournals(t *testing.T) {
 				// Read what is durable now through a second journal handle
 				// where the storage allows it (Redis); bbolt: after close.
 				var m2 *Memory
-				if jk.name == "redis" {
+				if strings.HasPrefix(jk.name, "redis") {
 					j2 := reopen()
 					defer j2.Close()
 					m2 = NewMemory(j2, true)
@@ -186,7 +197,7 @@ func TestMemoryJournals(t *testing.T) {
 				if c == nil || c.Task("A").State != a2a.TaskStateWorking || m2.Context("o/u/b", "CB") == nil {
 					t.Fatalf("durable state %+v", snapshot(m2))
 				}
-				if jk.name == "redis" {
+				if strings.HasPrefix(jk.name, "redis") {
 					_ = j.Close()
 				}
 			})
@@ -255,10 +266,11 @@ func TestMemoryJournals(t *testing.T) {
 // TestRedisFencing: a replica whose lease was taken over can no longer
 // commit (the correctness bar of several replicas), and the new owner
 // rebuilds what the old one had made durable.
-func TestRedisFencing(t *testing.T) {
-	addr := startRedis(t)
+func TestRedisFencing(t *testing.T) { onRedisStores(t, redisFencing) }
+
+func redisFencing(t *testing.T, openStore func(prefix string) *RedisJournal) {
 	ctx := context.Background()
-	open := func() *RedisJournal { return NewRedisJournal(redis.NewClient(&redis.Options{Addr: addr}), "fence") }
+	open := func() *RedisJournal { return openStore("fence") }
 	j1, j2 := open(), open()
 	defer j1.Close()
 	defer j2.Close()
@@ -320,10 +332,11 @@ func TestRedisFencing(t *testing.T) {
 // off and cannot renew); another replica's lease is not taken. A hand-over
 // passes the requests the previous owner handled to the next one, which
 // drops them as duplicates instead of answering them a second time.
-func TestRedisHandOver(t *testing.T) {
-	addr := startRedis(t)
+func TestRedisHandOver(t *testing.T) { onRedisStores(t, redisHandOver) }
+
+func redisHandOver(t *testing.T, openStore func(prefix string) *RedisJournal) {
 	ctx := context.Background()
-	open := func() *RedisJournal { return NewRedisJournal(redis.NewClient(&redis.Options{Addr: addr}), "handover") }
+	open := func() *RedisJournal { return openStore("handover") }
 	j1, j2, j3 := open(), open(), open()
 	defer j1.Close()
 	defer j2.Close()

@@ -38,20 +38,53 @@ import (
 //	P:replicas           zset replica id → lease expiry (ms): live replicas
 //
 // A group commit is one pipeline: one script call per agent in the group.
+//
+// With WaitReplicas set (a primary with replicas: Sentinel, a cluster's
+// shards) the pipeline ends with WAIT: a group is durable once that many
+// replicas acknowledged it, so a failover to one of them loses no
+// acknowledged turn (docs/conversation-service.md, "Replicated Redis").
 type RedisJournal struct {
-	c       redis.UniversalClient
-	prefix  string
-	g       *groupCommitter
-	commits atomic.Int64
+	c            redis.UniversalClient
+	prefix       string
+	waitReplicas int
+	waitTimeout  time.Duration
+	g            *groupCommitter
+	commits      atomic.Int64
 }
+
+// RedisJournalOptions configure a RedisJournal.
+type RedisJournalOptions struct {
+	// Prefix namespaces the keys ("" = "a2af").
+	Prefix string
+	// WaitReplicas: a group commit is durable once this many replicas
+	// acknowledged it (WAIT); 0: once the primary applied it.
+	WaitReplicas int
+	// WaitTimeout bounds the wait for those acknowledgements (default
+	// DefaultWaitTimeout); a commit with fewer fails (ErrNotReplicated).
+	WaitTimeout time.Duration
+}
+
+// ErrNotReplicated: a commit was applied by the primary but not acknowledged
+// by as many replicas as the journal waits for, within its timeout. It is
+// not durable: a failover may lose it.
+var ErrNotReplicated = errors.New("not acknowledged by enough replicas")
 
 // NewRedisJournal returns a journal on client c, which it owns (Close closes
 // it). prefix namespaces the keys ("" = "a2af").
 func NewRedisJournal(c redis.UniversalClient, prefix string) *RedisJournal {
-	if prefix == "" {
-		prefix = "a2af"
+	return NewRedisJournalWith(c, RedisJournalOptions{Prefix: prefix})
+}
+
+// NewRedisJournalWith returns a journal on client c, which it owns (Close
+// closes it).
+func NewRedisJournalWith(c redis.UniversalClient, o RedisJournalOptions) *RedisJournal {
+	if o.Prefix == "" {
+		o.Prefix = "a2af"
 	}
-	j := &RedisJournal{c: c, prefix: prefix}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = DefaultWaitTimeout
+	}
+	j := &RedisJournal{c: c, prefix: o.Prefix, waitReplicas: o.WaitReplicas, waitTimeout: o.WaitTimeout}
 	j.g = newGroupCommitter(j.commit)
 	return j
 }
@@ -107,62 +140,144 @@ func (j *RedisJournal) commit(changes []Change) error {
 		}
 		byAgent[ch.Agent] = append(byAgent[ch.Agent], ch)
 	}
+	if cc, ok := j.c.(*redis.ClusterClient); ok && j.waitReplicas > 0 {
+		return j.commitPerShard(ctx, cc, order, byAgent)
+	}
+	if err := j.commitOn(ctx, j.c, order, byAgent, true); err != nil {
+		return fmt.Errorf("commit %d conversation changes: %w", len(changes), err)
+	}
+	j.commits.Add(1)
+	return nil
+}
+
+// commitOn runs one pipeline on c: a fenced script per agent (and the
+// agents' membership of P:agents when withIndex), then WAIT when the journal
+// waits for replicas. c is a primary (or a failover client's primary): WAIT
+// counts the replicas that acknowledged everything this connection wrote.
+func (j *RedisJournal) commitOn(ctx context.Context, c redis.Cmdable, order []string, byAgent map[string][]Change, withIndex bool) error {
 	cmds := make([]*redis.Cmd, len(order))
-	_, err := j.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+	var wait *redis.Cmd
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for n, agent := range order {
-			chs := byAgent[agent]
-			base := j.base(agent)
-			keys := []string{base + "owner", base + "s"}
-			token := ""
-			if f := chs[len(chs)-1].Fence; f != nil {
-				token = f.Token
+			if withIndex {
+				p.SAdd(ctx, j.prefix+":agents", agent)
 			}
-			args := []any{token}
-			for _, ch := range chs {
-				keys = append(keys, base+"c:"+ch.ContextID)
-				op := "P"
-				switch {
-				case ch.Delete:
-					op = "D"
-				case ch.Header == nil:
-					op = "C"
-				}
-				args = append(args, op, ch.ContextID, ch.Header, len(ch.Put)+len(ch.PutContent), len(ch.Del)+len(ch.DelContent))
-				for _, t := range ch.Put {
-					args = append(args, "t:"+t.ID, t.Data)
-				}
-				for _, it := range ch.PutContent {
-					args = append(args, itemField(it.Seq), it.Data)
-				}
-				for _, id := range ch.Del {
-					args = append(args, "t:"+id)
-				}
-				for _, seq := range ch.DelContent {
-					args = append(args, itemField(seq))
-				}
-			}
-			p.SAdd(ctx, j.prefix+":agents", agent)
-			cmds[n] = commitScript.EvalSha(ctx, p, keys, args...)
+			cmds[n] = j.queueCommit(ctx, p, agent, byAgent[agent])
+		}
+		if j.waitReplicas > 0 {
+			// WAIT is not among the pipeliner's typed commands.
+			wait = p.Do(ctx, "wait", j.waitReplicas, j.waitTimeout.Milliseconds())
 		}
 		return nil
 	})
 	if err != nil && isNoScript(err) {
-		// First use on this server: load the script, then retry once.
-		if lerr := commitScript.Load(ctx, j.c).Err(); lerr != nil {
+		// First use on this server (or a primary that just took over):
+		// load the script, then retry once.
+		if lerr := commitScript.Load(ctx, c).Err(); lerr != nil {
 			return fmt.Errorf("load commit script: %w", lerr)
 		}
-		return j.commit(changes)
+		return j.commitOn(ctx, c, order, byAgent, withIndex)
 	}
 	if err != nil {
-		return fmt.Errorf("commit %d conversation changes: %w", len(changes), err)
+		return err
 	}
 	for n, cmd := range cmds {
 		if v, _ := cmd.Int64(); v != 1 {
 			return fmt.Errorf("commit changes of agent %s: %w (fenced off)", order[n], ErrNotOwner)
 		}
 	}
+	if wait != nil {
+		if acked, _ := wait.Int64(); acked < int64(j.waitReplicas) {
+			return fmt.Errorf("acknowledged by %d replicas within %s, want %d: %w", acked, j.waitTimeout, j.waitReplicas, ErrNotReplicated)
+		}
+	}
+	return nil
+}
+
+// commitPerShard is commit on a cluster that waits for replicas: WAIT counts
+// what one connection wrote to one primary, so the group is split by the
+// primary that holds each agent's slot (every key of an agent shares its hash
+// tag), one pipeline with its own WAIT per primary, run concurrently. The
+// agents' membership of P:agents (another slot) goes through the cluster
+// client beside them; it lists agents for recovery, and a gated agent is
+// known without it.
+func (j *RedisJournal) commitPerShard(ctx context.Context, cc *redis.ClusterClient, order []string, byAgent map[string][]Change) error {
+	shards := map[string]*redis.Client{}
+	byShard := map[string][]string{}
+	for _, agent := range order {
+		node, err := cc.MasterForKey(ctx, j.base(agent)+"owner")
+		if err != nil {
+			return fmt.Errorf("commit %d agents' changes: the primary of %s: %w", len(order), agent, err)
+		}
+		addr := node.Options().Addr
+		shards[addr] = node
+		byShard[addr] = append(byShard[addr], agent)
+	}
+	errs := make(chan error, len(shards)+1)
+	go func() { errs <- cc.SAdd(ctx, j.prefix+":agents", anySlice(order)...).Err() }()
+	for addr, node := range shards {
+		go func() {
+			if err := j.commitOn(ctx, node, byShard[addr], byAgent, false); err != nil {
+				errs <- fmt.Errorf("shard %s: %w", addr, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	var all []error
+	for range len(shards) + 1 {
+		if err := <-errs; err != nil {
+			all = append(all, err)
+		}
+	}
+	if err := errors.Join(all...); err != nil {
+		return fmt.Errorf("commit %d agents' changes: %w", len(order), err)
+	}
 	j.commits.Add(1)
 	return nil
+}
+
+func anySlice(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// queueCommit queues agent's changes as one call of the fenced commit script.
+func (j *RedisJournal) queueCommit(ctx context.Context, p redis.Pipeliner, agent string, chs []Change) *redis.Cmd {
+	base := j.base(agent)
+	keys := []string{base + "owner", base + "s"}
+	token := ""
+	if f := chs[len(chs)-1].Fence; f != nil {
+		token = f.Token
+	}
+	args := []any{token}
+	for _, ch := range chs {
+		keys = append(keys, base+"c:"+ch.ContextID)
+		op := "P"
+		switch {
+		case ch.Delete:
+			op = "D"
+		case ch.Header == nil:
+			op = "C"
+		}
+		args = append(args, op, ch.ContextID, ch.Header, len(ch.Put)+len(ch.PutContent), len(ch.Del)+len(ch.DelContent))
+		for _, t := range ch.Put {
+			args = append(args, "t:"+t.ID, t.Data)
+		}
+		for _, it := range ch.PutContent {
+			args = append(args, itemField(it.Seq), it.Data)
+		}
+		for _, id := range ch.Del {
+			args = append(args, "t:"+id)
+		}
+		for _, seq := range ch.DelContent {
+			args = append(args, itemField(seq))
+		}
+	}
+	return commitScript.EvalSha(ctx, p, keys, args...)
 }
 
 // itemField is the hash field of a history item.
@@ -264,12 +379,45 @@ func (j *RedisJournal) ForgetAgent(ctx context.Context, agent string) error {
 	return nil
 }
 
-// Ping checks that Redis answers (readiness).
+// Ping checks that Redis answers and, when commits wait for replicas, that
+// the primary (every primary of a cluster) has that many replicas online
+// (readiness: without them every commit fails).
 func (j *RedisJournal) Ping(ctx context.Context) error {
 	if err := j.c.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
+	if j.waitReplicas == 0 {
+		return nil
+	}
+	check := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return fmt.Errorf("redis: replication info: %w", err)
+		}
+		if n := onlineReplicas(info); n < j.waitReplicas {
+			return fmt.Errorf("redis primary %s has %d replicas online, commits wait for %d (wait_replicas)", c.Options().Addr, n, j.waitReplicas)
+		}
+		return nil
+	}
+	switch c := j.c.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		return check(ctx, c)
+	}
 	return nil
+}
+
+// onlineReplicas counts the replicas an INFO replication section lists as
+// online ("slave0:ip=...,port=...,state=online,...").
+func onlineReplicas(info string) int {
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") {
+			n++
+		}
+	}
+	return n
 }
 
 // Close implements Journal.

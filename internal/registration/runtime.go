@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
 // BrokerConfig configures a Broker.
@@ -128,6 +129,10 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 		resyncs:  make(chan event.TypedGenericEvent[client.Object], 1024),
 		checkNow: make(chan struct{}, 1),
 		presence: newPresenceState(),
+	}
+	if cfg.Cache != nil {
+		// The Registrar's tenancy views count a Tenant's Agents instead of listing them.
+		b.cfg.Client = tenancy.WithAgentCounts(cfg.Client, tenancy.NewAgentCounts(cfg.Cache))
 	}
 	b.cards = newCardConn(b)
 	b.opener = cfg.Open

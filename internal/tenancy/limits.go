@@ -134,6 +134,11 @@ func (v *View) quotaOf(ctx context.Context, t *a2av1.Tenant, namespace string) (
 			namespaces = append(namespaces, namespace)
 		}
 	}
+	if n, ok := countAgents(v.reader, namespaces); ok && n+countSlack < q.max {
+		// Clear of the limit: every Agent fits, and a count is enough (no list, no ranking).
+		q.count = n
+		return q, nil
+	}
 	var members []*a2av1.Agent
 	for _, ns := range namespaces {
 		var list a2av1.AgentList
@@ -169,4 +174,27 @@ func (v *View) quotaOf(ctx context.Context, t *a2av1.Tenant, namespace string) (
 		q.ranked[m.UID] = i
 	}
 	return q, nil
+}
+
+// countSlack is how far below limits.maxAgents a Tenant's counted Agents must be for the count
+// alone to decide (AgentCounter): a counter kept by event handlers may trail the cache by the
+// events it has not handled yet, so near the limit the Agents are listed and ranked exactly.
+const countSlack = 128
+
+// countAgents counts the Agents of namespaces with the reader's AgentCounter, if it has one that
+// can tell.
+func countAgents(r client.Reader, namespaces []string) (int, bool) {
+	c, ok := r.(AgentCounter)
+	if !ok {
+		return 0, false
+	}
+	total := 0
+	for _, ns := range namespaces {
+		n, ok := c.AgentCount(ns)
+		if !ok {
+			return 0, false
+		}
+		total += n
+	}
+	return total, true
 }

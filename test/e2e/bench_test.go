@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"os"
@@ -25,7 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
+	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/redistest"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -34,19 +38,113 @@ import (
 // without decoding anything or storing anything. The requester's Response
 // Topic and Correlation Data ride in the forwarded correlation data in the
 // clear (length-prefixed), so replies need no lookup.
+//
+// With a relayJournal it is the durable floor: the bare relay that also
+// makes each turn's durable writes as the service does, with the service's
+// journal and group commit: a request is forwarded, and a reply relayed, only
+// once its records are durable (the request's context header and task record,
+// then the reply's; the sizes the service writes for a turn), and, as in the
+// service, messages are handed to 32 workers by correlation data and the
+// forward is the group commit's continuation (Ticket.Then). What the service
+// adds above it is its own work: decoding, the rules, encoding, routing.
 type bareRelay struct {
-	c     *paho.Client
-	reply string
+	c       *paho.Client
+	reply   string
+	durable *relayJournal
 }
 
-func startBareRelay(t testing.TB, ctx context.Context, st *stack, agent a2amqtt.AgentRef) *bareRelay {
+// relayJournal is the durable floor's store.
+type relayJournal struct {
+	j     convstore.Journal
+	agent string
+	fence *convstore.Fence
+	// shards are the workers (the service's 32, by correlation data).
+	shards []chan func()
+	// waited sums the time from append to durable, and counts the writes.
+	waited, writes atomic.Int64
+}
+
+// The floor's records: what the service writes for a turn (measured with
+// its encoders: a context header of 69 bytes, a submitted task of 222 bytes
+// with the request, a completed one of 66 bytes with the reply).
+var (
+	floorHeader      = make([]byte, 69)
+	floorTaskRequest = make([]byte, 222)
+	floorTaskReply   = make([]byte, 66)
+)
+
+func newRelayJournal(j convstore.Journal, agent string, fence *convstore.Fence) *relayJournal {
+	r := &relayJournal{j: j, agent: agent, fence: fence, shards: make([]chan func(), 32)}
+	for i := range r.shards {
+		ch := make(chan func(), 256)
+		r.shards[i] = ch
+		go func() {
+			for job := range ch {
+				job()
+			}
+		}()
+	}
+	return r
+}
+
+// persist makes a turn's records durable (the request's, or the reply's
+// when reply), then runs then, on the worker of key (the requester's
+// correlation data).
+func (r *relayJournal) persist(key []byte, reply bool, then func()) {
+	h := fnv.New32a()
+	h.Write(key)
+	r.shards[h.Sum32()%uint32(len(r.shards))] <- func() {
+		id := hex.EncodeToString(key)
+		task := floorTaskRequest
+		if reply {
+			task = floorTaskReply
+		}
+		start := time.Now()
+		r.j.Append(convstore.Change{Agent: r.agent, ContextID: "c" + id, Header: floorHeader,
+			Put: []convstore.TaskRecord{{ID: "t" + id, Data: task}}, Fence: r.fence}).Then(func(err error) {
+			r.waited.Add(int64(time.Since(start)))
+			r.writes.Add(1)
+			if err == nil {
+				then()
+			}
+		})
+	}
+}
+
+func (r *relayJournal) close() {
+	for _, ch := range r.shards {
+		close(ch)
+	}
+	_ = r.j.Close()
+}
+
+// meanWait is the mean time from append to durable per write.
+func (r *relayJournal) meanWait() time.Duration {
+	if n := r.writes.Load(); n > 0 {
+		return time.Duration(r.waited.Load() / n)
+	}
+	return 0
+}
+
+func startBareRelay(t testing.TB, ctx context.Context, st *stack, agent a2amqtt.AgentRef, durable *relayJournal) *bareRelay {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", st.addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &bareRelay{reply: identity.Service.ReplyTopic("floor")}
+	r := &bareRelay{reply: identity.Service.ReplyTopic("floor"), durable: durable}
 	delivery, request := identity.DeliveryTopic(agent), agent.RequestTopic()
+	// send publishes now, or once the turn's records are durable.
+	send := func(key []byte, reply bool, p *paho.Publish) {
+		publish := func() {
+			_, _ = r.c.PublishWithOptions(context.Background(), p, paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
+		}
+		if r.durable == nil {
+			publish()
+			return
+		}
+		r.durable.persist(key, reply, publish)
+	}
 	r.c = paho.NewClient(paho.ClientConfig{
 		Conn: conn,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
@@ -57,9 +155,8 @@ func startBareRelay(t testing.TB, ctx context.Context, st *stack, agent a2amqtt.
 			if p.Topic == request {
 				cd := binary.AppendUvarint(nil, uint64(len(p.Properties.ResponseTopic)))
 				cd = append(append(cd, p.Properties.ResponseTopic...), p.Properties.CorrelationData...)
-				_, _ = r.c.PublishWithOptions(context.Background(), &paho.Publish{Topic: delivery, QoS: 1, Payload: p.Payload,
-					Properties: &paho.PublishProperties{ResponseTopic: r.reply, CorrelationData: cd, ContentType: p.Properties.ContentType}},
-					paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
+				send(p.Properties.CorrelationData, false, &paho.Publish{Topic: delivery, QoS: 1, Payload: p.Payload,
+					Properties: &paho.PublishProperties{ResponseTopic: r.reply, CorrelationData: cd, ContentType: p.Properties.ContentType}})
 				return true, nil
 			}
 			n, k := binary.Uvarint(p.Properties.CorrelationData)
@@ -67,9 +164,8 @@ func startBareRelay(t testing.TB, ctx context.Context, st *stack, agent a2amqtt.
 				return true, nil
 			}
 			rest := p.Properties.CorrelationData[k:]
-			_, _ = r.c.PublishWithOptions(context.Background(), &paho.Publish{Topic: string(rest[:n]), QoS: 1, Payload: p.Payload,
-				Properties: &paho.PublishProperties{CorrelationData: rest[n:], ContentType: p.Properties.ContentType}},
-				paho.PublishOptions{Method: paho.PublishMethod_AsyncSend})
+			send(rest[n:], true, &paho.Publish{Topic: string(rest[:n]), QoS: 1, Payload: p.Payload,
+				Properties: &paho.PublishProperties{CorrelationData: rest[n:], ContentType: p.Properties.ContentType}})
 			return true, nil
 		}},
 	})
@@ -85,7 +181,12 @@ func startBareRelay(t testing.TB, ctx context.Context, st *stack, agent a2amqtt.
 	return r
 }
 
-func (r *bareRelay) close() { _ = r.c.Disconnect(&paho.Disconnect{}) }
+func (r *bareRelay) close() {
+	_ = r.c.Disconnect(&paho.Disconnect{})
+	if r.durable != nil {
+		r.durable.close()
+	}
+}
 
 // cpuTime is the process's user+system CPU time so far.
 func cpuTime() time.Duration {
@@ -184,14 +285,21 @@ func benchRun(b *testing.B, ctx context.Context, tr *a2amqtt.Transport, name str
 // pays what a deployed service pays for logging.
 func benchLogger() logrLogger { return zap.New(zap.WriteTo(io.Discard)) }
 
-// BenchmarkProxyVsDirect measures request → final reply three ways on the
-// same Mosquitto broker in the same run, with the same plain-paho echo agent:
-// direct (no proxy), the bare-relay floor, and the conversation service on
-// bbolt (fsync on) and on Redis. Ratios are against the floor and direct.
+// BenchmarkProxyVsDirect measures request → final reply on the same Mosquitto
+// broker in the same run, with the same plain-paho echo agent: direct (no
+// proxy), the bare-relay floor, and per store the durable floor (the bare
+// relay that also makes the service's durable writes, bareRelay with a
+// relayJournal) and the conversation service: on bbolt (fsync on), on one
+// Redis, and on a Sentinel set (a primary, two replicas, three sentinels;
+// commits acknowledged by a replica, the redis+sentinel default). Ratios are
+// against the floor, direct and, for the service, its store's durable floor
+// (issue 25's targets: p50 ≤ 1.1×, p99 ≤ 1.3×, throughput ≥ 0.85×).
 //
 //	go test ./test/e2e/ -run '^$' -bench BenchmarkProxyVsDirect -benchtime 1x
+//
+// E2E_BENCH_STORES picks the stores (bolt,redis,sentinel).
 func BenchmarkProxyVsDirect(b *testing.B) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	st := newStack(b, ctx, "mosquitto")
 	var r *a2amqtt.Requester
@@ -200,7 +308,19 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 		startRawAgent(b, ctx, st.addr, st.usernames["direct"], st.passwords["direct"], ref("direct"), ref("direct").RequestTopic())
 	})
 	labeled("requester", func() { r = st.requester(b, ctx) })
-	redisAddr := startRedis(b)
+	stores := []string{"bolt", "redis", "sentinel"}
+	if v := os.Getenv("E2E_BENCH_STORES"); v != "" {
+		stores = strings.Split(v, ",")
+	}
+	storeURL := map[string]string{}
+	for _, store := range stores {
+		switch store {
+		case "redis":
+			storeURL[store] = "redis://" + startRedis(b) + "/0"
+		case "sentinel":
+			storeURL[store] = redistest.StartSentinelSet(b, redistest.SentinelOptions{}).StoreURL("")
+		}
+	}
 	report := func(name string, res, floor, direct benchResult) {
 		b.ReportMetric(float64(res.p50.Microseconds()), name+"-p50-µs")
 		b.ReportMetric(float64(res.p99.Microseconds()), name+"-p99-µs")
@@ -215,29 +335,67 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 			b.ReportMetric(res.rps/floor.rps, name+"-rps/floor")
 		}
 	}
+	reportDurable := func(store string, svc, durable benchResult) {
+		b.ReportMetric(float64(svc.p50)/float64(durable.p50), store+"-p50/durable")
+		b.ReportMetric(float64(svc.p99)/float64(durable.p99), store+"-p99/durable")
+		b.ReportMetric(svc.rps/durable.rps, store+"-rps/durable")
+	}
+	// openJournal opens the durable floor's journal on store, as the service
+	// opens its own (bbolt with its log and fsync; Redis with a lease and
+	// fenced commits).
+	openJournal := func(store string) (convstore.Journal, *convstore.Fence) {
+		if store == "bolt" {
+			j, err := convstore.OpenBoltJournal(filepath.Join(b.TempDir(), "floor.db"), &convstore.BoltOptions{NoSync: os.Getenv("E2E_BENCH_NOSYNC") == "1", Timeout: 5 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return j, nil
+		}
+		rs, err := convstore.ParseRedisURL(storeURL[store])
+		if err != nil {
+			b.Fatal(err)
+		}
+		j, err := rs.Open(ctx, "floor")
+		if err != nil {
+			b.Fatal(err)
+		}
+		token := "floor/" + uuid.NewString()
+		if ok, err := j.Acquire(ctx, ref("raw").String(), token, time.Hour); err != nil || !ok {
+			b.Fatalf("floor lease: %v %v", ok, err)
+		}
+		return j, &convstore.Fence{Token: token}
+	}
 	b.ResetTimer()
 	for range b.N {
 		b.Logf("load average before: %s", loadavg())
 		direct := benchRun(b, ctx, r.Transport(ref("direct")), "direct")
 		var relay *bareRelay
-		labeled("relay", func() { relay = startBareRelay(b, ctx, st, ref("raw")) })
+		labeled("relay", func() { relay = startBareRelay(b, ctx, st, ref("raw"), nil) })
 		floor := benchRun(b, ctx, r.Transport(ref("raw")), "floor")
 		relay.close()
 		report("direct", direct, floor, direct)
 		report("floor", floor, floor, direct)
-		stores := []string{"bolt", "redis"}
-		if v := os.Getenv("E2E_BENCH_STORES"); v != "" {
-			stores = strings.Split(v, ",")
-		}
+		var lines []string
 		for _, store := range stores {
+			// The durable floor on this store.
+			j, fence := openJournal(store)
+			rj := newRelayJournal(j, ref("raw").String(), fence)
+			labeled("relay", func() { relay = startBareRelay(b, ctx, st, ref("raw"), rj) })
+			var floorWrite time.Duration
+			durable := benchRun(b, ctx, r.Transport(ref("raw")), store+"-durable-floor", func() { floorWrite = rj.meanWait() })
+			relay.close()
+			report(store+"-durable-floor", durable, floor, direct)
+			// The sequential phase's durable write, beside the service's durable-request/reply.
+			b.ReportMetric(float64(floorWrite.Microseconds()), store+"-durable-floor-write-mean-µs")
+
+			// The service on this store.
 			var svc *convservice.Service
 			labeled("service", func() {
 				svc = st.startServiceCfg(b, ctx, &clock{}, "bench-"+store, func(c *convservice.Config) {
 					c.BoltNoSync = os.Getenv("E2E_BENCH_NOSYNC") == "1"
 					c.Logger = benchLogger()
-					if store == "redis" {
-						c.Store = "redis://" + redisAddr + "/0"
-					} else {
+					c.Store = storeURL[store]
+					if store == "bolt" {
 						c.Store = "bolt:" + filepath.Join(b.TempDir(), "bench.db")
 					}
 				})
@@ -249,6 +407,10 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 			})
 			_ = svc.Close()
 			report(store, res, floor, direct)
+			reportDurable(store, res, durable)
+			lines = append(lines, fmt.Sprintf("%s: durable floor p50 %s p99 %s %.0f req/s (a durable write %s); service p50 %s p99 %s %.0f req/s: %.2f× / %.2f× / %.2f× the durable floor",
+				store, durable.p50, durable.p99, durable.rps, floorWrite, res.p50, res.p99, res.rps,
+				float64(res.p50)/float64(durable.p50), float64(res.p99)/float64(durable.p99), res.rps/durable.rps))
 			// Where the sequential phase's time above the floor goes: the
 			// service's own latency per message (request in → forwarded,
 			// reply in → relayed) and, inside it, the durable writes.
@@ -264,6 +426,10 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 				b.ReportMetric(float64(res.p99.Microseconds()), "proxy-p99-µs")
 				b.ReportMetric(res.rps, "proxy-req/s")
 			}
+		}
+		b.Logf("direct p50 %s p99 %s %.0f req/s; bare floor p50 %s p99 %s %.0f req/s", direct.p50, direct.p99, direct.rps, floor.p50, floor.p99, floor.rps)
+		for _, l := range lines {
+			b.Logf("%s", l)
 		}
 		b.Logf("load average after: %s", loadavg())
 	}

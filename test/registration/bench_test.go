@@ -1,6 +1,7 @@
 package registration_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -189,10 +190,7 @@ func (r fleetRow) describeCPU(elapsed time.Duration) string {
 	if !r.separate {
 		procs = fmt.Sprintf("test process (operator, broker runtime, benchmark) %.1f s", r.cpu.self)
 	}
-	total := r.cpu.apiserver + r.cpu.etcd + r.cpu.self
-	if r.separate {
-		total += r.cpu.operator
-	}
+	total := r.cpu.total(r.separate)
 	return fmt.Sprintf("CPU over %.1f s: %s, kube-apiserver %.1f s, etcd %.1f s (%.2f cores of 2)",
 		elapsed.Seconds(), procs, r.cpu.apiserver, r.cpu.etcd, total/elapsed.Seconds())
 }
@@ -252,15 +250,36 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 	before := snap(false)
 	meter := newCPUMeter(cp.Config, op.pid())
 	cpuBefore := meter.sample()
+	waitSnap := func(s operatorSnapshot) waitSample {
+		w := waitSample{at: time.Now(), cpu: readCPUTimes(), pressure: readPressure(), delayOperator: runDelay(meter.operator),
+			delayAPI: runDelay(meter.apiserver), delayEtcd: runDelay(meter.etcd), operatorAPI: s.API}
+		w.apiserver, w.apiserverErr = scrapeAPIServer(cp.Config)
+		return w
+	}
+	waitsBefore := waitSnap(before)
 	profiled := profileAPIServer(b, ctx, fmt.Sprintf("apiserver-%s-%d.prof", brokerName, n))
+	if dir := os.Getenv("FLEET_CPUPROFILE_DIR"); dir != "" {
+		// The operator process's CPU over the timed part.
+		if err := op.cpuProfile(filepath.Join(dir, fmt.Sprintf("operator-cpu-%s-%d.prof", brokerName, n))); err != nil {
+			b.Fatal(err)
+		}
+	}
 	start := time.Now()
 	stopProgress := logProgress(ctx, meter, tracker)
 	createFleet(b, ctx, ns, w, n)
+	created := time.Since(start)
 	tracker.wait(b, ctx, n)
 	elapsed := time.Since(start)
 	stopProgress()
 	cpuUsed := meter.sample().minus(cpuBefore)
 	after := snap(false)
+	waitsAfter := waitSnap(after)
+	if os.Getenv("FLEET_CPUPROFILE_DIR") != "" {
+		if err := op.cpuProfile(""); err != nil {
+			b.Fatal(err)
+		}
+	}
+	memory := describeMemory(meter, float64(n))
 	<-profiled
 	kicked := watch.Kicked()
 	peakRSS := op.peakRSSMiB()
@@ -314,7 +333,12 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 	b.Logf("%s", row)
 	b.Logf("%s", row.describeCPU(elapsed))
 	b.Logf("controllers: %s", describeControllers(row.controllers, applied))
-	b.Logf("operator reads per agent (cache misses and API reader): %s", perAgent(row.apiReads, applied))
+	agentCtl := row.controllers["agent"]
+	workers := cmp.Or(copts.MaxConcurrentReconciles, controllers.DefaultMaxConcurrentReconciles)
+	b.Logf("waits: the fleet was created in %.1f s (%d writers); the Agent controller's %d workers were busy %.0f %% of the run; %s",
+		created.Seconds(), fleetWriters, workers, 100*agentCtl.ReconcileSeconds/(float64(workers)*elapsed.Seconds()),
+		describeWaits(waitsBefore, waitsAfter, agentCtl.ReconcileSeconds, agentCtl.Reconciles, applied, row.cpu.total(row.separate)))
+	b.Logf("operator reads per agent (cache misses and API reader): %s; memory with the fleet Ready: %s", perAgent(row.apiReads, applied), memory)
 	if len(kicked) > 0 {
 		b.Errorf("collateral kicks: applying the fleet disconnected witness agents %v", kicked)
 	}
@@ -331,15 +355,19 @@ func (r fleetRow) String() string {
 		r.cmds, r.trips, r.reads, r.writes, strings.Join(by, " "), r.collateral, r.witnesses, r.backendKicks, r.aclsPerAgnt, r.load)
 }
 
-// createFleet creates agents [from, to) with 8 parallel writers.
+// fleetWriters is how many Agents the benchmark creates at once (a kubectl apply of a fleet,
+// or several).
+const fleetWriters = 8
+
+// createFleet creates agents [from, to) with fleetWriters parallel writers.
 func createFleet(b *testing.B, ctx context.Context, ns map[string]string, from, to int) {
 	var wg sync.WaitGroup
 	var failed atomic.Value
-	for w := range 8 {
+	for w := range fleetWriters {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := from + w; i < to; i += 8 {
+			for i := from + w; i < to; i += fleetWriters {
 				if err := k8s.Create(ctx, benchAgent(ns, i)); err != nil {
 					failed.Store(err)
 					return
@@ -494,26 +522,49 @@ type writeCounter struct {
 	mu    sync.Mutex
 	by    map[string]int
 	reads map[string]int
+	// timed are the requests other than watches and the time each kind took, from the request
+	// until its response's headers (what the caller waits for).
+	timed map[string]apiTiming
 }
 
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		key := req.Method + " " + resourceOf(req.URL.Path)
+		watch := req.URL.Query().Get("watch") == "true"
 		switch {
 		case req.Method != http.MethodGet:
-			key := req.Method + " " + resourceOf(req.URL.Path)
 			w.mu.Lock()
 			w.by[key]++
 			w.mu.Unlock()
-		case req.URL.Query().Get("watch") != "true":
+		case !watch:
 			w.mu.Lock()
 			if w.reads == nil {
 				w.reads = map[string]int{}
 			}
-			w.reads["GET "+resourceOf(req.URL.Path)]++
+			w.reads[key]++
 			w.mu.Unlock()
 		}
-		return rt.RoundTrip(req)
+		start := time.Now()
+		resp, err := rt.RoundTrip(req)
+		if !watch {
+			w.mu.Lock()
+			if w.timed == nil {
+				w.timed = map[string]apiTiming{}
+			}
+			t := w.timed[key]
+			t.Count++
+			t.Seconds += time.Since(start).Seconds()
+			w.timed[key] = t
+			w.mu.Unlock()
+		}
+		return resp, err
 	})
+}
+
+func (w *writeCounter) snapshotTimed() map[string]apiTiming {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.timed)
 }
 
 func (w *writeCounter) snapshotReads() map[string]int {

@@ -102,6 +102,16 @@ func (m cpuMeter) sample() cpuSample {
 	return cpuSample{self: cpuSeconds(m.self), operator: cpuSeconds(m.operator), apiserver: cpuSeconds(m.apiserver), etcd: cpuSeconds(m.etcd)}
 }
 
+// total is the CPU of every process of the run (the operator's counted once: separate says it
+// runs in a process of its own).
+func (s cpuSample) total(separate bool) float64 {
+	t := s.self + s.apiserver + s.etcd
+	if separate {
+		t += s.operator
+	}
+	return t
+}
+
 func (s cpuSample) minus(o cpuSample) cpuSample {
 	return cpuSample{self: s.self - o.self, operator: s.operator - o.operator, apiserver: s.apiserver - o.apiserver, etcd: s.etcd - o.etcd}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -47,6 +48,8 @@ type fleetOperator interface {
 	// process).
 	peakRSSMiB() float64
 	writeHeapProfile(path string) error
+	// cpuProfile starts the operator process's CPU profile into path, or stops it ("").
+	cpuProfile(path string) error
 }
 
 // operatorSnapshot is the operator side's counters at one moment.
@@ -55,6 +58,7 @@ type operatorSnapshot struct {
 	Kicks       int64 // the broker's count of live connections kicked other than the commanded one
 	Writes      map[string]int
 	Reads       map[string]int
+	API         map[string]apiTiming // the operator's requests (no watches) and their time, by kind
 	Controllers map[string]controllerStats
 	HeapInuse   uint64
 	Clients     int
@@ -72,7 +76,7 @@ func (c operatorCounters) snapshot(observe bool) (operatorSnapshot, error) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	s := operatorSnapshot{Stats: c.backend.Stats(), Kicks: c.others.n.Load(), Writes: c.writes.snapshot(),
-		Reads: c.writes.snapshotReads(), Controllers: controllerMetrics(), HeapInuse: ms.HeapInuse}
+		Reads: c.writes.snapshotReads(), API: c.writes.snapshotTimed(), Controllers: controllerMetrics(), HeapInuse: ms.HeapInuse}
 	if observe {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -94,6 +98,9 @@ type inProcessOperator struct{ operatorCounters }
 func (inProcessOperator) pid() int                           { return os.Getpid() }
 func (inProcessOperator) peakRSSMiB() float64                { return peakRSSMiB(os.Getpid()) }
 func (inProcessOperator) writeHeapProfile(path string) error { return writeHeapProfileTo(path) }
+
+// cpuProfile is a no-op in the test process: its own -cpuprofile covers it.
+func (inProcessOperator) cpuProfile(string) error { return nil }
 
 // fleetOperatorConfig is the child's configuration.
 type fleetOperatorConfig struct {
@@ -190,6 +197,24 @@ func (c *childOperator) snapshot(observe bool) (operatorSnapshot, error) {
 	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
+// cpuProfile starts (path != "") or stops the operator process's CPU profile.
+func (c *childOperator) cpuProfile(path string) error {
+	url := c.base + "/cpuprofile/stop"
+	if path != "" {
+		url = c.base + "/cpuprofile/start?path=" + path
+	}
+	resp, err := http.Post(url, "text/plain", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("operator process CPU profile: %s: %s", resp.Status, msg)
+	}
+	return nil
+}
+
 func (c *childOperator) writeHeapProfile(path string) error {
 	resp, err := http.Post(c.base+"/heapprofile?path="+path, "text/plain", nil)
 	if err != nil {
@@ -240,6 +265,27 @@ func runFleetOperator(conf string) error {
 			return
 		}
 		_ = json.NewEncoder(w).Encode(s)
+	})
+	var cpuProfile *os.File
+	mux.HandleFunc("POST /cpuprofile/start", func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Create(r.URL.Query().Get("path"))
+		if err == nil {
+			if err = pprof.StartCPUProfile(f); err != nil {
+				_ = f.Close()
+			}
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		cpuProfile = f
+	})
+	mux.HandleFunc("POST /cpuprofile/stop", func(w http.ResponseWriter, r *http.Request) {
+		if cpuProfile != nil {
+			pprof.StopCPUProfile()
+			_ = cpuProfile.Close()
+			cpuProfile = nil
+		}
 	})
 	mux.HandleFunc("POST /heapprofile", func(w http.ResponseWriter, r *http.Request) {
 		if err := writeHeapProfileTo(r.URL.Query().Get("path")); err != nil {

@@ -37,3 +37,16 @@ mqtt://{{ include "a2a-fleet.name" . }}-mosquitto.{{ .Release.Namespace }}.svc:1
   value: {{ .Values.tracing.otlpEndpoint | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* The conversation service's --store: the Sentinel set of conversationService.redis when its
+addresses are set, else conversationService.store. */}}
+{{- define "a2a-fleet.conversationStore" -}}
+{{- $r := .Values.conversationService.redis -}}
+{{- with $r.sentinel.addresses -}}
+{{ ternary "rediss" "redis" $r.tls }}+sentinel://{{ first . }}/{{ $r.db }}?master_name={{ required "conversationService.redis.sentinel.masterName" $r.sentinel.masterName | urlquery }}
+{{- range rest . }}&addr={{ . }}{{ end -}}
+&wait_replicas={{ $r.sentinel.waitReplicas }}&wait_timeout={{ $r.sentinel.waitTimeout }}
+{{- else -}}
+{{ .Values.conversationService.store }}
+{{- end -}}
+{{- end -}}
