@@ -36,6 +36,9 @@ DEV_FLAGS ?=
 # What `make dev` runs, and test/docs runs the docs' commands with: built only when a Go source
 # changed, so a `make dev` right after a build starts at once.
 DEV_BINS := $(LOCALBIN)/devstack $(LOCALBIN)/a2actl $(LOCALBIN)/foreground
+# Programs the tests run as they are (examples/agents' SIGTERM test runs examples/echo): built
+# before the tests, never inside a test's deadline.
+TEST_BINS := $(LOCALBIN)/echo
 GO_SOURCES := $(shell find . -name '*.go' -not -path './bin/*' 2>/dev/null) go.mod go.sum
 # The suites that install on the kind cluster: they run after the others, one at a time.
 CLUSTER_SUITES := test/cluster test/chaos
@@ -210,7 +213,7 @@ redis: ## Install redis-server and redis-sentinel from Debian packages (idempote
 	hack/install-redis.sh
 
 .PHONY: tools-test
-tools-test: control-plane mosquitto mosquitto-plugin redis $(DEV_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart).
+tools-test: control-plane mosquitto mosquitto-plugin redis $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart).
 
 .PHONY: build
 build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).
@@ -219,6 +222,10 @@ build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, d
 $(DEV_BINS) &: $(GO_SOURCES)
 	@mkdir -p $(LOCALBIN)
 	go build -o $(LOCALBIN)/ ./cmd/devstack ./cmd/a2actl ./hack/foreground
+
+$(TEST_BINS) &: $(GO_SOURCES)
+	@mkdir -p $(LOCALBIN)
+	go build -o $(LOCALBIN)/ ./examples/echo
 
 .PHONY: docker-build
 docker-build: ## Build the four images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG.

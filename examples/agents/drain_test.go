@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,31 +21,18 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-var echoBinary struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// buildEcho builds examples/echo once per test binary: the SIGTERM test runs the real program.
-func buildEcho(t *testing.T) string {
+// echoBinary is examples/echo, built before the tests by `make tools-test` (make test does):
+// the SIGTERM test runs the real program.
+func echoBinary(t *testing.T) string {
 	t.Helper()
-	echoBinary.once.Do(func() {
-		dir, err := os.MkdirTemp("", "a2a-echo-")
-		if err != nil {
-			echoBinary.err = err
-			return
-		}
-		echoBinary.path = filepath.Join(dir, "echo")
-		out, err := exec.Command("go", "build", "-o", echoBinary.path, "github.com/a2a-fleet/a2a-fleet/examples/echo").CombinedOutput()
-		if err != nil {
-			echoBinary.err = fmt.Errorf("go build examples/echo: %v\n%s", err, out)
-		}
-	})
-	if echoBinary.err != nil {
-		t.Fatal(echoBinary.err)
+	path, err := filepath.Abs(filepath.Join("..", "..", "bin", "echo"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return echoBinary.path
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("bin/echo is missing: run `make tools-test` (make test does) before this test: %v", err)
+	}
+	return path
 }
 
 // agentProcess is a running example agent program whose log lines the test can wait for.
@@ -58,7 +44,7 @@ type agentProcess struct {
 
 func startEchoProcess(t *testing.T, b brokertest.Broker, ref a2amqtt.AgentRef, delay time.Duration) *agentProcess {
 	t.Helper()
-	cmd := exec.Command(buildEcho(t), "--broker", b.URL(), "--org", ref.Org, "--unit", ref.Unit, "--agent", ref.Agent,
+	cmd := exec.Command(echoBinary(t), "--broker", b.URL(), "--org", ref.Org, "--unit", ref.Unit, "--agent", ref.Agent,
 		"--delay", delay.String(), "--session-expiry", "1m", "--drain-timeout", "20s")
 	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")
 	stderr, err := cmd.StderrPipe()

@@ -131,6 +131,10 @@ type Conn struct {
 	// and Alive reports it.
 	dispatchSince atomic.Int64
 	dispatchTopic atomic.Pointer[string]
+	// dispatched counts the QoS 1 messages the handlers were given (or that were held or left
+	// in the session): with acks.delivered it tells when every message paho has read so far
+	// has been through dispatch (awaitDispatched).
+	dispatched atomic.Uint64
 
 	// cli is the paho client that delivered the latest message; stream
 	// replies are pipelined through it (see PublishAsync). Reset when the
@@ -211,7 +215,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		log:    logger.With("mqtt_client_id", cfg.Agent.ClientID()),
 		tracer: tp.Tracer(tracerName),
 		subs:   newSubIndex(),
-		acks:   &ackGate{SessionManager: state.NewInMemory()},
+		acks:   &ackGate{SessionManager: state.NewInMemory(), clean: cfg.SessionExpiry == 0},
 	}
 	if cfg.Card != nil {
 		if c.card, err = json.Marshal(cfg.Card); err != nil {
@@ -537,10 +541,31 @@ func (c *Conn) Publish(ctx context.Context, p *paho.Publish) (*paho.PublishRespo
 // as well as ctx. The bound is set up only when the connection is actually down: the hot path
 // (connected) allocates no timer and no context for it; paho's own packet timeout bounds the
 // wait for the PUBACK.
+//
+// On a clean session, a QoS 1 message the connection took down with it before its PUBACK is
+// sent again once the connection is back: paho drops it from a session that is not resumed, so
+// nothing else would, and the caller would wait paho's packet timeout for nothing. That is
+// QoS 1's at-least-once: the receiver may see it twice (requesters and the conversation
+// service take the first answer of a correlation; responders answer a repeated task from
+// their task store).
 func (c *Conn) publishWithin(ctx context.Context, p *paho.Publish, reconnectWait time.Duration) (*paho.PublishResponse, error) {
 	for {
+		lost := c.acks.lost.Load()
 		resp, err := c.cm.Publish(ctx, p)
-		if errors.Is(err, autopaho.ConnectionDownError) && !c.closed.Load() {
+		down := errors.Is(err, autopaho.ConnectionDownError)
+		if errors.Is(err, session.ErrNoConnection) && ctx.Err() == nil {
+			// The session saw the connection go before autopaho did (its AwaitConnection
+			// still answers at once): give autopaho a moment to notice.
+			down = true
+			if serr := sleepCtx(ctx, 5*time.Millisecond); serr != nil {
+				return nil, fmt.Errorf("publish to %s: %w", p.Topic, err)
+			}
+		}
+		if !down && err != nil && p.QoS > 0 && c.acks.clean && c.acks.lost.Load() != lost && ctx.Err() == nil {
+			c.log.Debug("the connection dropped before the PUBACK; sending the message again on the next connection", "topic", p.Topic, "err", err)
+			down = true
+		}
+		if down && !c.closed.Load() {
 			wctx, cancel := ctx, context.CancelFunc(func() {})
 			if reconnectWait > 0 {
 				wctx, cancel = context.WithTimeout(ctx, reconnectWait)
@@ -710,9 +735,46 @@ func (s *Subscription) leaveBroker(ctx context.Context) error {
 	}
 	e.local = true
 	c.mu.Unlock()
-	_, err := c.cm.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{s.filter}})
+	err := c.brokerUnsubscribe(ctx, s.filter)
 	if err != nil && !errors.Is(err, autopaho.ConnectionDownError) {
-		return fmt.Errorf("unsubscribe %s: %w", s.filter, err)
+		return err
+	}
+	if err == nil {
+		// Every message the broker routed before the UNSUBSCRIBE has been read by now (it
+		// came before the UNSUBACK), but paho may still hold some in its queue to the
+		// handlers: wait until they have been through dispatch, so the caller (a draining
+		// responder) counts them before it waits for its requests in flight.
+		if err := c.awaitDispatched(ctx, c.acks.delivered.Load()); err != nil {
+			return fmt.Errorf("unsubscribe %s: messages read before the UNSUBACK: %w", s.filter, err)
+		}
+	}
+	return nil
+}
+
+// brokerUnsubscribe removes the broker subscription of filter. mochi 2.7.9 refuses an
+// UNSUBSCRIBE whose packet id collides with one of the messages it has in flight to the client
+// (the other direction's id space; likely when a busy responder drains): paho picks the next
+// id on a retry, as for SUBSCRIBE (brokerSubscribe).
+func (c *Conn) brokerUnsubscribe(ctx context.Context, filter string) error {
+	for attempt := 1; ; attempt++ {
+		ack, err := c.cm.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{filter}})
+		if ack != nil && len(ack.Reasons) > 0 && ack.Reasons[0] == reasonPacketIDInUse && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("unsubscribe %s: %w", filter, err)
+		}
+		return nil
+	}
+}
+
+// awaitDispatched returns once dispatch has been through the first n QoS 1 messages paho
+// read, or when ctx ends.
+func (c *Conn) awaitDispatched(ctx context.Context, n uint64) error {
+	for c.dispatched.Load() < n {
+		if err := sleepCtx(ctx, time.Millisecond); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -727,6 +789,14 @@ type ackGate struct {
 	session.SessionManager
 	skip atomic.Uint32 // packet id + 1 of the withheld message; 0: none
 	n    notices       // PublishNotify messages waiting for their PUBACK (pubnotify.go)
+	// clean: the session ends with each connection (no Session Expiry), so paho drops the
+	// messages still waiting for their PUBACK when the connection is lost, without a word
+	// to the publishers waiting for them: ConnectionLost wakes them (waiting) and counts
+	// the loss (lost), so publishWithin sends them again.
+	clean bool
+	lost  atomic.Uint64
+	// delivered counts the QoS 1 messages paho has read and queued for the handlers.
+	delivered atomic.Uint64
 }
 
 func (g *ackGate) withhold(id uint16) { g.skip.Store(uint32(id) + 1) }
@@ -763,9 +833,8 @@ func (s *Subscription) Close(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
 		if s.remove() && !s.c.closed.Load() {
-			_, uerr := s.c.cm.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{s.filter}})
-			if uerr != nil && !errors.Is(uerr, autopaho.ConnectionDownError) {
-				err = fmt.Errorf("unsubscribe %s: %w", s.filter, uerr)
+			if uerr := s.c.brokerUnsubscribe(ctx, s.filter); uerr != nil && !errors.Is(uerr, autopaho.ConnectionDownError) {
+				err = uerr
 			}
 		}
 	})
@@ -773,6 +842,9 @@ func (s *Subscription) Close(ctx context.Context) error {
 }
 
 func (c *Conn) dispatch(p *paho.Publish) {
+	if p.QoS == 1 {
+		defer c.dispatched.Add(1)
+	}
 	if p.Properties == nil {
 		p.Properties = &paho.PublishProperties{}
 	}

@@ -78,6 +78,9 @@ type pubNotice struct {
 type notices struct {
 	mu      sync.Mutex
 	pending map[uint16]*pubNotice
+	// waiting are the response channels of the synchronous QoS 1 publishes of a clean
+	// session, by packet identifier, woken when the connection is lost (ConnectionLost).
+	waiting map[uint16]chan<- packets.ControlPacket
 }
 
 // AddToSession implements session.SessionManager: a publish of PublishNotify is registered
@@ -88,7 +91,18 @@ func (g *ackGate) AddToSession(ctx context.Context, packet session.Packet, resp 
 	}
 	n, _ := ctx.Value(pubNoticeKey{}).(*pubNotice)
 	pb, ok := packet.(*packets.Publish)
-	if n == nil || !ok {
+	if !ok || pb.QoS != 1 {
+		return nil
+	}
+	if n == nil {
+		if g.clean {
+			g.n.mu.Lock()
+			if g.n.waiting == nil {
+				g.n.waiting = map[uint16]chan<- packets.ControlPacket{}
+			}
+			g.n.waiting[pb.PacketID] = resp
+			g.n.mu.Unlock()
+		}
 		return nil
 	}
 	g.n.mu.Lock()
@@ -105,13 +119,23 @@ func (g *ackGate) AddToSession(ctx context.Context, packet session.Packet, resp 
 // caller after the session released the identifier.
 func (g *ackGate) PacketReceived(recv *packets.ControlPacket, pubs chan<- *packets.Publish) error {
 	var n *pubNotice
-	if recv.Type == packets.PUBACK {
+	switch recv.Type {
+	case packets.PUBACK:
 		id := recv.Content.(*packets.Puback).PacketID
 		g.n.mu.Lock()
 		if n = g.n.pending[id]; n != nil {
 			delete(g.n.pending, id)
 		}
+		if g.n.waiting != nil {
+			delete(g.n.waiting, id)
+		}
 		g.n.mu.Unlock()
+	case packets.PUBLISH:
+		// Counted before paho queues it for the handlers (awaitDispatched); paho refuses a
+		// QoS 1 message without an identifier.
+		if pb := recv.Content.(*packets.Publish); pb.QoS == 1 && pb.PacketID != 0 {
+			g.delivered.Add(1)
+		}
 	}
 	err := g.SessionManager.PacketReceived(recv, pubs)
 	if n != nil {
@@ -135,6 +159,34 @@ func (g *ackGate) ConAckReceived(w io.Writer, cp *packets.Connect, ca *packets.C
 	return err
 }
 
+// ConnectionLost implements session.SessionManager. On a clean session paho drops the
+// messages still waiting for their PUBACK without waking their publishers, which would wait
+// out paho's packet timeout: they are woken here (as paho's own Close does), after the loss
+// is counted, so publishWithin sends them again once the connection is back.
+func (g *ackGate) ConnectionLost(dp *packets.Disconnect) error {
+	if !g.clean {
+		return g.SessionManager.ConnectionLost(dp)
+	}
+	g.lost.Add(1)
+	err := g.SessionManager.ConnectionLost(dp)
+	g.wakeWaiting()
+	return err
+}
+
+// wakeWaiting wakes the synchronous publishes of a clean session still waiting for a PUBACK.
+func (g *ackGate) wakeWaiting() {
+	g.n.mu.Lock()
+	waiting := g.n.waiting
+	g.n.waiting = nil
+	g.n.mu.Unlock()
+	for _, resp := range waiting {
+		select {
+		case resp <- packets.ControlPacket{}: // paho's "shutting down" answer
+		default: // its answer is already there
+		}
+	}
+}
+
 // forget drops n without calling it.
 func (g *ackGate) forget(n *pubNotice) {
 	g.n.mu.Lock()
@@ -154,4 +206,5 @@ func (g *ackGate) dropAll() {
 	for _, n := range pending {
 		n.done(nil, ErrDroppedFromSession)
 	}
+	g.wakeWaiting()
 }

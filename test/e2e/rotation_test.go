@@ -83,7 +83,7 @@ func TestRotationUnderLoad(t *testing.T) {
 		windows := rep.errorWindows(rotations, 500*time.Millisecond)
 		t.Logf("%s: rotation ×3 of both agents under load: %s; error windows per rotation %v", kind, rep, windows)
 		if rep.lost > 0 || rep.mismatched > 0 {
-			t.Errorf("lost %d, mismatched %d: want 0", rep.lost, rep.mismatched)
+			t.Errorf("lost %d, mismatched %d: want 0; lost: %v", rep.lost, rep.mismatched, rep.lostDetails(exec, rotations))
 		}
 		if d := exec.duplicates(); d > 0 {
 			t.Errorf("%d requests executed more than once", d)
@@ -184,8 +184,9 @@ func (e *countingExec) duplicates() int {
 	return n
 }
 
-// load keeps workers sending single-turn requests to the targets in turn, with the SDK's default
-// retry policy (first reply 15 s, 3 attempts).
+// load keeps workers sending single-turn requests to the targets in turn, through st.requester:
+// one attempt, 10 s for the reply, no retry, so a request lost anywhere (at the broker, in a
+// client's session, in a draining responder) shows as lost instead of being saved by a retry.
 type load struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -195,6 +196,7 @@ type load struct {
 
 type outcome struct {
 	target  string
+	taskID  string
 	at      time.Time
 	kind    string // completed, errored, lost, mismatched
 	detail  string
@@ -209,12 +211,13 @@ func startLoad(ctx context.Context, r *a2amqtt.Requester, targets []a2amqtt.Agen
 			for i := w; ctx.Err() == nil; i++ {
 				tr := r.Transport(targets[i%len(targets)])
 				text := fmt.Sprintf("req-%d-%d", w, i)
+				taskID := uuid.NewString()
 				start := time.Now()
-				res, err := send(ctx, tr, uuid.NewString(), uuid.NewString(), text)
+				res, err := send(ctx, tr, taskID, uuid.NewString(), text)
 				if ctx.Err() != nil {
 					return
 				}
-				o := outcome{target: targets[i%len(targets)].String(), at: start, elapsed: time.Since(start)}
+				o := outcome{target: targets[i%len(targets)].String(), taskID: taskID, at: start, elapsed: time.Since(start)}
 				switch {
 				case errors.Is(err, a2amqtt.ErrNoReply):
 					o.kind, o.detail = "lost", err.Error()
@@ -305,6 +308,30 @@ func (r loadReport) errorWindows(rotations []time.Time, slack time.Duration) []t
 				out[k] = max(out[k], last.Sub(first).Round(10*time.Millisecond))
 			}
 		}
+	}
+	return out
+}
+
+// lostDetails says, for each request the load lost, where it was lost: never executed (the
+// request did not reach the agent's executor) or executed n times (its answer did not come back),
+// and when it was sent relative to the rotation before it.
+func (r loadReport) lostDetails(exec *countingExec, rotations []time.Time) []string {
+	var out []string
+	for _, o := range r.out {
+		if o.kind != "lost" {
+			continue
+		}
+		exec.mu.Lock()
+		runs := exec.runs[o.taskID]
+		exec.mu.Unlock()
+		since := "before the first rotation"
+		for k := len(rotations) - 1; k >= 0; k-- {
+			if !o.at.Before(rotations[k]) {
+				since = fmt.Sprintf("rotation %d +%s", k+1, o.at.Sub(rotations[k]).Round(time.Millisecond))
+				break
+			}
+		}
+		out = append(out, fmt.Sprintf("%s task %s sent at %s, executed %d×", o.target, o.taskID, since, runs))
 	}
 	return out
 }

@@ -84,7 +84,7 @@ func TestRotationUnderLoadWithAWorkload(t *testing.T) {
 		t.Logf("%s: rotation ×3 of both workloads under load: %s; error windows per rotation %v; pods run %d, drained %d",
 			kind, rep, windows, runner.started.Load(), runner.drained.Load())
 		if rep.lost > 0 || rep.mismatched > 0 {
-			t.Errorf("lost %d, mismatched %d: want 0", rep.lost, rep.mismatched)
+			t.Errorf("lost %d, mismatched %d: want 0; lost: %v", rep.lost, rep.mismatched, rep.lostDetails(exec, rotations))
 		}
 		if d := exec.duplicates(); d > 0 {
 			t.Errorf("%d requests executed more than once", d)
