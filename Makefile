@@ -36,9 +36,10 @@ DEV_FLAGS ?=
 # What `make dev` runs, and test/docs runs the docs' commands with: built only when a Go source
 # changed, so a `make dev` right after a build starts at once.
 DEV_BINS := $(LOCALBIN)/devstack $(LOCALBIN)/a2actl $(LOCALBIN)/foreground
-# Programs the tests run as they are (examples/agents' SIGTERM test runs examples/echo): built
-# before the tests, never inside a test's deadline.
-TEST_BINS := $(LOCALBIN)/echo
+# Programs the tests run as they are (examples/agents' SIGTERM test runs examples/echo, test/e2e
+# the conversation service as a process; cmd/devstack's tests run bin/devstack): built before
+# the tests, never inside a test's deadline.
+TEST_BINS := $(LOCALBIN)/echo $(LOCALBIN)/conversation-service
 GO_SOURCES := $(shell find . -name '*.go' -not -path './bin/*' 2>/dev/null) go.mod go.sum
 # The suites that install on the kind cluster: they run after the others, one at a time.
 CLUSTER_SUITES := test/cluster test/chaos
@@ -225,7 +226,7 @@ $(DEV_BINS) &: $(GO_SOURCES)
 
 $(TEST_BINS) &: $(GO_SOURCES)
 	@mkdir -p $(LOCALBIN)
-	go build -o $(LOCALBIN)/ ./examples/echo
+	go build -o $(LOCALBIN)/ ./examples/echo ./cmd/conversation-service
 
 .PHONY: docker-build
 docker-build: ## Build the four images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG.

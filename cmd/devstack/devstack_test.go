@@ -31,29 +31,18 @@ import (
 // The stack under test is the devstack binary, run as `make dev` runs it (a separate process,
 // signalled and killed like one), on a temp state dir and free ports.
 
-var build struct {
-	sync.Once
-	path string
-	err  error
-}
-
+// devstackBinary is bin/devstack, built before the tests by `make tools-test` (make test does),
+// as `make dev` builds it.
 func devstackBinary(t *testing.T) string {
 	t.Helper()
-	build.Do(func() {
-		dir, err := os.MkdirTemp("", "devstack-test")
-		if err != nil {
-			build.err = err
-			return
-		}
-		build.path = filepath.Join(dir, "devstack")
-		if out, err := exec.Command("go", "build", "-o", build.path, ".").CombinedOutput(); err != nil {
-			build.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if build.err != nil {
-		t.Fatal(build.err)
+	path, err := filepath.Abs(filepath.Join("..", "..", "bin", "devstack"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return build.path
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("bin/devstack is missing: run `make tools-test` (make test does) before this test: %v", err)
+	}
+	return path
 }
 
 func assets(t *testing.T) string {

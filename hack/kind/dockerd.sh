@@ -19,8 +19,10 @@ stop=false
 
 pidfile="$DOCKER_STATE/docker.pid"
 if $stop; then
-	if [[ -f $pidfile ]] && kill "$(cat "$pidfile")" 2>/dev/null; then
-		for _ in $(seq 100); do [[ -e /proc/$(cat "$pidfile") ]] || break; sleep 0.2; done
+	# dockerd removes its pidfile as it exits: read the pid once.
+	pid=$(cat "$pidfile" 2>/dev/null || true)
+	if [[ -n $pid ]] && kill "$pid" 2>/dev/null; then
+		for _ in $(seq 100); do [[ -e /proc/$pid ]] || break; sleep 0.2; done
 		log "dockerd stopped"
 	fi
 	exit 0

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,31 +24,18 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-var buildOnce struct {
-	sync.Once
-	path string
-	err  error
-}
-
-// serviceBinary builds cmd/conversation-service once per test run.
+// serviceBinary is cmd/conversation-service, built before the tests by `make tools-test`
+// (make test does).
 func serviceBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "conversation-service-e2e")
-		if err != nil {
-			buildOnce.err = err
-			return
-		}
-		buildOnce.path = filepath.Join(dir, "conversation-service")
-		out, err := exec.Command("go", "build", "-o", buildOnce.path, "github.com/a2a-fleet/a2a-fleet/cmd/conversation-service").CombinedOutput()
-		if err != nil {
-			buildOnce.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildOnce.err != nil {
-		t.Fatal(buildOnce.err)
+	path, err := filepath.Abs(filepath.Join("..", "..", "bin", "conversation-service"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return buildOnce.path
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("bin/conversation-service is missing: run `make tools-test` (make test does) before this test: %v", err)
+	}
+	return path
 }
 
 // kubeconfig writes restCfg as a kubeconfig file for subprocesses.
