@@ -21,8 +21,14 @@ pidfile="$DOCKER_STATE/docker.pid"
 if $stop; then
 	# dockerd removes its pidfile as it exits: read the pid once.
 	pid=$(cat "$pidfile" 2>/dev/null || true)
+	# Linux keeps a stopped daemon's bridges, and one on the kind subnet would take the route
+	# from another dockerd (another A2A_FLEET_CACHE) to its node: remove them with the daemon.
+	bridges=$(docker network ls --filter driver=bridge -q 2>/dev/null | cut -c1-12 || true)
 	if [[ -n $pid ]] && kill "$pid" 2>/dev/null; then
 		for _ in $(seq 100); do [[ -e /proc/$pid ]] || break; sleep 0.2; done
+		for id in $bridges; do
+			ip link show "br-$id" >/dev/null 2>&1 && { ip link delete "br-$id" 2>/dev/null || true; }
+		done
 		log "dockerd stopped"
 	fi
 	exit 0

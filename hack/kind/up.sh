@@ -30,6 +30,20 @@ fi
 # kind runs `docker`: Debian's 20.10 client, talking to the project's engine.
 export PATH="$(dirname "$DOCKER"):$PATH" KIND_EXPERIMENTAL_DOCKER_NETWORK="$KIND_NETWORK_NAME"
 
+# Another dockerd's bridge on the same subnet (this project's dockerd of another
+# A2A_FLEET_CACHE, stopped: Linux keeps its bridge) takes the route to the node, and the API
+# server's port answers with resets. A stopped daemon's bridge is down: remove it.
+own=" $(docker network ls --filter driver=bridge -q | sed 's/^/br-/; s/\(br-.\{12\}\).*/\1/' | tr '\n' ' ') "
+for dev in $(ip -o -4 addr show 2>/dev/null | awk -v gw="$KIND_NETWORK_GATEWAY/24" '$4 == gw {print $2}'); do
+	[[ $own == *" $dev "* ]] && continue
+	if [[ $dev == br-* ]] && ip -o link show "$dev" | grep -q 'state DOWN'; then
+		log "removing $dev: a stopped dockerd's bridge on $KIND_NETWORK_SUBNET would take the route to the node"
+		ip link delete "$dev" || die "cannot remove $dev (needs root): delete it, or stop the Docker that owns it"
+	else
+		die "$dev holds $KIND_NETWORK_SUBNET and is not this dockerd's: stop the Docker that owns it"
+	fi
+done
+
 if ! docker network inspect "$KIND_NETWORK_NAME" >/dev/null 2>&1; then
 	log "creating the Docker network $KIND_NETWORK_NAME on $KIND_NETWORK_SUBNET"
 	docker network create --driver bridge --subnet "$KIND_NETWORK_SUBNET" --gateway "$KIND_NETWORK_GATEWAY" \
