@@ -65,6 +65,19 @@ fi
 mkdir -p "$DOCKER_STATE"
 # A daemon of an earlier run that died leaves its pid file and socket behind.
 rm -f "$pidfile" "$DOCKER_STATE/docker.sock"
+# A killed daemon's containerd may outlive it for a moment; the next daemon would wait on it.
+cpid=$(cat "$DOCKER_STATE/exec/containerd/containerd.pid" 2>/dev/null || true)
+if [[ -n $cpid ]] && grep -q containerd "/proc/$cpid/comm" 2>/dev/null; then
+	kill -9 "$cpid" 2>/dev/null || true
+	for _ in $(seq 50); do [[ -e /proc/$cpid ]] || break; sleep 0.1; done
+fi
+# A killed daemon also leaves its containers' network namespaces mounted (and with them their
+# veths and its bridge): release them.
+if [[ -d $DOCKER_STATE/exec/netns ]]; then
+	for ns in "$DOCKER_STATE"/exec/netns/*; do
+		mountpoint -q "$ns" 2>/dev/null && umount -l "$ns" 2>/dev/null || true
+	done
+fi
 log "starting dockerd (data root $DOCKER_STATE/data, log $DOCKER_STATE/dockerd.log)"
 setsid /usr/sbin/dockerd \
 	--host "$DOCKER_HOST" \

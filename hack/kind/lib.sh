@@ -61,3 +61,22 @@ build_lock() {
 	flock 8
 	export A2A_KIND_BUILD_LOCKED=1
 }
+
+# bridge_owner DEV prints "pid (host)" of the running dockerd that owns the bridge DEV
+# (br-<network id>), nothing when no running dockerd does (it was stopped or killed).
+bridge_owner() {
+	local dev="$1" pid host ids
+	[[ $dev == br-* ]] || { printf 'unknown (%s is not a Docker bridge)' "$dev"; return; }
+	for pid in $(pgrep -x dockerd || true); do
+		host="$(tr '\0' '\n' </proc/"$pid"/cmdline 2>/dev/null |
+			awk 'f {print; exit} /^(-H|--host)$/ {f=1} /^--host=/ {sub(/^--host=/, ""); print; exit}')"
+		host="${host:-unix:///var/run/docker.sock}"
+		# A daemon that does not answer may own it: say so rather than take its bridge.
+		ids="$(DOCKER_HOST="$host" timeout 10 docker network ls --no-trunc -q 2>/dev/null)" ||
+			{ printf '%s (%s, not answering)' "$pid" "$host"; return; }
+		if grep -q "^${dev#br-}" <<<"$ids"; then
+			printf '%s (%s)' "$pid" "$host"
+			return
+		fi
+	done
+}

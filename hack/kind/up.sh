@@ -30,18 +30,17 @@ fi
 # kind runs `docker`: Debian's 20.10 client, talking to the project's engine.
 export PATH="$(dirname "$DOCKER"):$PATH" KIND_EXPERIMENTAL_DOCKER_NETWORK="$KIND_NETWORK_NAME"
 
-# Another dockerd's bridge on the same subnet (this project's dockerd of another
-# A2A_FLEET_CACHE, stopped: Linux keeps its bridge) takes the route to the node, and the API
-# server's port answers with resets. A stopped daemon's bridge is down: remove it.
+# Another dockerd's bridge on the same subnet takes the route to the node, and the API server's
+# port answers with resets. Linux keeps a daemon's bridge after it stops, and after it is killed
+# (its containers' network namespaces stay mounted, so the bridge even stays up): a bridge no
+# running dockerd owns is removed; one a running dockerd owns is reported.
 own=" $(docker network ls --filter driver=bridge -q | sed 's/^/br-/; s/\(br-.\{12\}\).*/\1/' | tr '\n' ' ') "
 for dev in $(ip -o -4 addr show 2>/dev/null | awk -v gw="$KIND_NETWORK_GATEWAY/24" '$4 == gw {print $2}'); do
 	[[ $own == *" $dev "* ]] && continue
-	if [[ $dev == br-* ]] && ip -o link show "$dev" | grep -q 'state DOWN'; then
-		log "removing $dev: a stopped dockerd's bridge on $KIND_NETWORK_SUBNET would take the route to the node"
-		ip link delete "$dev" || die "cannot remove $dev (needs root): delete it, or stop the Docker that owns it"
-	else
-		die "$dev holds $KIND_NETWORK_SUBNET and is not this dockerd's: stop the Docker that owns it"
-	fi
+	owner="$(bridge_owner "$dev")"
+	[[ -z $owner ]] || die "$dev holds $KIND_NETWORK_SUBNET and belongs to the running dockerd $owner: stop it"
+	log "removing $dev: a bridge on $KIND_NETWORK_SUBNET that no running dockerd owns would take the route to the node"
+	ip link delete "$dev" || die "cannot remove $dev (needs root): delete it"
 done
 
 if ! docker network inspect "$KIND_NETWORK_NAME" >/dev/null 2>&1; then
@@ -51,12 +50,30 @@ if ! docker network inspect "$KIND_NETWORK_NAME" >/dev/null 2>&1; then
 fi
 
 node="$KIND_CLUSTER-control-plane"
+# node_ready SECONDS waits until the node's API server answers /readyz and the node is Ready.
+node_ready() {
+	local deadline=$((SECONDS + $1)) kc=(kubectl --kubeconfig /etc/kubernetes/admin.conf)
+	while ((SECONDS < deadline)); do
+		if docker exec "$node" "${kc[@]}" get --raw /readyz >/dev/null 2>&1 &&
+			[[ $(docker exec "$node" "${kc[@]}" get node "$node" \
+				-o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]; then
+			return 0
+		fi
+		sleep 2
+	done
+	return 1
+}
 node_image_id="$(docker image inspect -f '{{.Id}}' "$KIND_NODE_IMAGE")"
 if "$kind" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
 	running_image="$(docker inspect -f '{{.Image}}' "$node" 2>/dev/null || true)"
 	state="$(docker inspect -f '{{.State.Running}}' "$node" 2>/dev/null || true)"
 	if [[ $running_image != "$node_image_id" || $state != true ]]; then
 		log "the cluster runs another node image (or is stopped): recreating it"
+		"$kind" delete cluster --name "$KIND_CLUSTER" >/dev/null 2>&1 || true
+	elif ! node_ready 180; then
+		# A node restarted with its dockerd (after the machine or the session was killed) usually
+		# comes back within a minute; one that does not is recreated rather than debugged.
+		log "the cluster's API server or node is not Ready 180 s after its start: recreating it"
 		"$kind" delete cluster --name "$KIND_CLUSTER" >/dev/null 2>&1 || true
 	fi
 fi
