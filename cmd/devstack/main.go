@@ -185,6 +185,16 @@ func run(ctx context.Context, o options) error {
 	}
 	// A fixed data dir keeps Agents and policies across restarts of the stack.
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
+	// The API server's certificates live in the state dir too, made anew at each start: envtest's
+	// default is a temp dir removed only by a clean stop, so every killed stack left one in /tmp.
+	certDir := filepath.Join(stateDir, "apiserver")
+	if err := os.RemoveAll(certDir); err != nil {
+		return fmt.Errorf("clear the API server's certificate dir: %w", err)
+	}
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return fmt.Errorf("create the API server's certificate dir: %w", err)
+	}
+	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
 	var stopOnce sync.Once
 	stopControlPlane := func() {
 		stopOnce.Do(func() {
