@@ -22,6 +22,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 func env(key, def string) string {
@@ -35,6 +36,9 @@ func main() {
 	var cfg convservice.Config
 	flag.StringVar(&cfg.BrokerURL, "broker", env("A2A_BROKER", "mqtt://127.0.0.1:1883"), "MQTT v5 broker URL (env A2A_BROKER)")
 	flag.StringVar(&cfg.Username, "username", env("A2A_USERNAME", "a2a:conversation-service"), "broker username (env A2A_USERNAME, from the service Secret)")
+	var credentialsDir string
+	flag.StringVar(&credentialsDir, "credentials-dir", env(a2amqtt.EnvCredentialsDir, ""),
+		"folder with the files username and password (the service Secret mounted as a volume), read at every CONNECT so a new password is used without a restart; overrides --username and A2A_PASSWORD (env "+a2amqtt.EnvCredentialsDir+")")
 	flag.StringVar(&cfg.ReplicaID, "replica-id", env("A2A_REPLICA_ID", ""), "replica id: MQTT client id suffix and reply topic suffix (default: host name)")
 	flag.StringVar(&cfg.Store, "store", env("A2A_STORE", "bolt:/var/lib/conversation-service/state.db"), "state store: bolt:PATH (one replica), or for several: redis://[user:pass@]host:port/db, "+
 		"redis+sentinel://[user:pass@]sentinel:port/db?addr=sentinel2:port&master_name=NAME (a Sentinel-managed primary; commits wait for wait_replicas=1 replica by default), "+
@@ -74,6 +78,16 @@ func main() {
 	ctrl.SetLogger(log)
 	cfg.Logger = log
 	cfg.Password = os.Getenv("A2A_PASSWORD")
+	if credentialsDir != "" {
+		// The files are read at every CONNECT; what they say now is the default route secret.
+		creds := a2amqtt.CredentialsDir(credentialsDir)
+		user, pass, err := creds.Credentials()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conversation-service:", err)
+			os.Exit(2)
+		}
+		cfg.Username, cfg.Password, cfg.Credentials = user, string(pass), creds
+	}
 	// The Redis password comes from a Secret, not the command line (the chart's
 	// conversationService.redis.passwordSecret): into the store URL, escaped.
 	if pw := os.Getenv("A2A_REDIS_PASSWORD"); pw != "" {

@@ -49,6 +49,11 @@ type Config struct {
 	// Secret EnsureServiceCredentials writes: username a2a:conversation-service).
 	Username string
 	Password string
+	// Credentials, when set, is asked at every CONNECT instead of Username and Password (a
+	// mounted Secret, a2amqtt.CredentialsDir): a password the operator changes is used at the
+	// next reconnect, without a restart. Username and Password still give the default
+	// RouteSecret: set them to what Credentials says at the start.
+	Credentials a2amqtt.CredentialSource
 	// ReplicaID names this replica: its MQTT client id is
 	// a2a-fleet/system/conversation-service-{ReplicaID} and agents reply to
 	// $a2a/v1/reply/a2a-fleet/system/conversation-service/{ReplicaID}.
@@ -364,12 +369,17 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		defer s.wg.Done()
 		s.admission.answerRateLimited()
 	}()
+	username, password := cfg.Username, cfg.Password
+	if cfg.Credentials != nil {
+		username, password = "", ""
+	}
 	conn, err := s.connectBroker(ctx, a2amqtt.Config{
-		BrokerURL: cfg.BrokerURL,
-		Username:  cfg.Username,
-		Password:  cfg.Password,
-		Agent:     clientRef(cfg.RouteSecret, cfg.ReplicaID),
-		TLSConfig: tlsCfg,
+		BrokerURL:   cfg.BrokerURL,
+		Username:    username,
+		Password:    password,
+		Credentials: cfg.Credentials,
+		Agent:       clientRef(cfg.RouteSecret, cfg.ReplicaID),
+		TLSConfig:   tlsCfg,
 		// Persistent session: what the broker queued while this replica
 		// was away arrives before the handlers below are registered.
 		SessionExpiry: max(cfg.SessionExpiry, 0),

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -89,6 +90,9 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 		return
 	}
 	if !t.Run("deleting an Agent leaves nothing behind", func(t *testing.T) { b.deleteAgent(ctx, t, "echo") }) {
+		return
+	}
+	if !t.Run("the service takes a new password without a restart", func(t *testing.T) { b.newServicePassword(ctx, t) }) {
 		return
 	}
 	t.Run("killed operator and broker pods recover", func(t *testing.T) { b.killAndRecover(ctx, t) })
@@ -369,6 +373,80 @@ func (b *bus) rotate(ctx context.Context, t *testing.T, name string) {
 		t.Fatalf("the broker still accepts %s's old password", name)
 	} else if re := (*brokertest.RefusedError)(nil); !errors.As(err, &re) {
 		t.Fatalf("connect with the old password: want a refusal, got %v", err)
+	}
+}
+
+// newServicePassword deletes the conversation service's credentials Secret: the operator writes a
+// new password to a new Secret and to the broker, which disconnects the service; the service reads
+// the mounted Secret at every CONNECT, so the same pods take the new password once the kubelet has
+// updated the volume, and governed conversations go on without a restart.
+func (b *bus) newServicePassword(ctx context.Context, t *testing.T) {
+	const selector = "app.kubernetes.io/name=conversation-service"
+	before, err := env.Pods(ctx, Namespace, selector)
+	if err != nil || len(before) == 0 {
+		t.Fatalf("no ready service pods: %v", err)
+	}
+	restarts, err := env.Restarts(ctx, Namespace, selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: Namespace, Name: "a2a-fleet-conversation-service-credentials"}
+	secret := &corev1.Secret{}
+	if err := env.Client.Get(ctx, key, secret); err != nil {
+		t.Fatal(err)
+	}
+	oldPassword, oldUID := string(secret.Data["password"]), secret.UID
+	start := time.Now()
+	if err := env.Client.Delete(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	err = Poll(ctx, 2*time.Minute, "a new service Secret with a new password", func(ctx context.Context) (bool, string, error) {
+		if err := env.Client.Get(ctx, key, secret); err != nil {
+			return false, err.Error(), client.IgnoreNotFound(err)
+		}
+		if secret.UID == oldUID || string(secret.Data["password"]) == oldPassword {
+			return false, "the old Secret or password", nil
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("new Secret with a new password %.1fs after the delete", time.Since(start).Seconds())
+	// The old password opens nothing any more: the broker has the new one.
+	addr := strings.TrimPrefix(b.broker, "mqtt://")
+	if _, err := brokertest.Dial(t, addr, brokertest.Options{ClientID: "password-check", Username: string(secret.Data["username"]), Password: oldPassword}); err == nil {
+		t.Fatal("the broker still accepts the service's old password")
+	} else if re := (*brokertest.RefusedError)(nil); !errors.As(err, &re) {
+		t.Fatalf("connect with the old password: want a refusal, got %v", err)
+	}
+	// A governed agent answers through the service again (confirm's first turn is decided by it).
+	_, _, state, out := b.send(ctx, t, 3*time.Minute, "acme/demo/confirm", "rename the staging bucket")
+	if state != "input-required" {
+		t.Fatalf("after the new password: want input-required from confirm, got %s\n%s", state, out)
+	}
+	t.Logf("a governed request answered %.1fs after the delete", time.Since(start).Seconds())
+	after, err := env.Pods(ctx, Namespace, selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids := map[types.UID]bool{}
+	for _, p := range before {
+		uids[p.UID] = true
+	}
+	for _, p := range after {
+		if !uids[p.UID] {
+			t.Errorf("service pod %s is new: the service was replaced, not given the password", p.Name)
+		}
+	}
+	now, err := env.Restarts(ctx, Namespace, selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c, n := range now {
+		if n != restarts[c] {
+			t.Errorf("%s restarted (%d → %d) to take the new password", c, restarts[c], n)
+		}
 	}
 }
 
