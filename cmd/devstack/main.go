@@ -185,14 +185,9 @@ func run(ctx context.Context, o options) error {
 	}
 	// A fixed data dir keeps Agents and policies across restarts of the stack.
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
-	// The API server's certificates live in the state dir too, made anew at each start: envtest's
-	// default is a temp dir removed only by a clean stop, so every killed stack left one in /tmp.
-	certDir := filepath.Join(stateDir, "apiserver")
-	if err := os.RemoveAll(certDir); err != nil {
-		return fmt.Errorf("clear the API server's certificate dir: %w", err)
-	}
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		return fmt.Errorf("create the API server's certificate dir: %w", err)
+	certDir, err := freshCertDir(stateDir)
+	if err != nil {
+		return err
 	}
 	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
 	var stopOnce sync.Once
@@ -339,4 +334,17 @@ console identity of the samples:
 	}
 	fmt.Printf("devstack: stopped after %s\n", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// freshCertDir empties and returns the API server's certificate folder in the state dir: envtest's
+// default is a temp dir removed only by a clean stop, so every killed stack left one in /tmp.
+func freshCertDir(stateDir string) (string, error) {
+	dir := filepath.Join(stateDir, "apiserver")
+	if err := os.RemoveAll(dir); err != nil {
+		return "", fmt.Errorf("clear the API server's certificate dir: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create the API server's certificate dir: %w", err)
+	}
+	return dir, nil
 }
