@@ -155,16 +155,8 @@ func run(ctx context.Context, o options) error {
 	if o.assets == "" {
 		return errors.New("no control-plane binaries: pass --assets or set KUBEBUILDER_ASSETS (make dev does this)")
 	}
-	stateDir, err := filepath.Abs(o.stateDir)
+	stateDir, etcdDir, certDir, err := prepareStateDir(o.stateDir)
 	if err != nil {
-		return fmt.Errorf("resolve state dir: %w", err)
-	}
-	etcdDir := filepath.Join(stateDir, "etcd")
-	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
-		return fmt.Errorf("create etcd data dir: %w", err)
-	}
-	// An etcd an earlier devstack left running holds the data dir: the new one would time out.
-	if err := stopStaleControlPlane(etcdDir, stateDir); err != nil {
 		return err
 	}
 
@@ -185,10 +177,6 @@ func run(ctx context.Context, o options) error {
 	}
 	// A fixed data dir keeps Agents and policies across restarts of the stack.
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
-	certDir, err := freshCertDir(stateDir)
-	if err != nil {
-		return err
-	}
 	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
 	var stopOnce sync.Once
 	stopControlPlane := func() {
@@ -336,15 +324,46 @@ console identity of the samples:
 	return nil
 }
 
-// freshCertDir empties and returns the API server's certificate folder in the state dir: envtest's
-// default is a temp dir removed only by a clean stop, so every killed stack left one in /tmp.
-func freshCertDir(stateDir string) (string, error) {
-	dir := filepath.Join(stateDir, "apiserver")
+// prepareStateDir resolves the state dir and readies what the control plane keeps in it: etcd's
+// data dir (stopping a control plane an earlier, crashed devstack left on it), and the API
+// server's certificate folder and this process's temp dir, made anew.
+func prepareStateDir(dir string) (stateDir, etcdDir, certDir string, err error) {
+	if stateDir, err = filepath.Abs(dir); err != nil {
+		return "", "", "", fmt.Errorf("resolve state dir: %w", err)
+	}
+	etcdDir = filepath.Join(stateDir, "etcd")
+	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
+		return "", "", "", fmt.Errorf("create etcd data dir: %w", err)
+	}
+	// An etcd an earlier devstack left running holds the data dir: the new one would time out.
+	if err := stopStaleControlPlane(etcdDir, stateDir); err != nil {
+		return "", "", "", err
+	}
+	if certDir, err = freshDir(stateDir, "apiserver"); err != nil {
+		return "", "", "", err
+	}
+	// envtest also writes its webhook serving certificates to a temp dir of its own choosing:
+	// this process's temp dir is in the state dir too.
+	tmpDir, err := freshDir(stateDir, "tmp")
+	if err != nil {
+		return "", "", "", err
+	}
+	if err := os.Setenv("TMPDIR", tmpDir); err != nil {
+		return "", "", "", fmt.Errorf("set TMPDIR: %w", err)
+	}
+	return stateDir, etcdDir, certDir, nil
+}
+
+// freshDir empties and returns the folder name in the state dir. envtest's defaults for the API
+// server's certificates and its webhook certificates are temp dirs removed only by a clean stop,
+// so every killed stack left two in /tmp; these are made anew at each start instead.
+func freshDir(stateDir, name string) (string, error) {
+	dir := filepath.Join(stateDir, name)
 	if err := os.RemoveAll(dir); err != nil {
-		return "", fmt.Errorf("clear the API server's certificate dir: %w", err)
+		return "", fmt.Errorf("clear %s: %w", dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("create the API server's certificate dir: %w", err)
+		return "", fmt.Errorf("create %s: %w", dir, err)
 	}
 	return dir, nil
 }
