@@ -47,6 +47,8 @@ type ControlPlane struct {
 	env    *envtest.Environment
 	// kcm is kube-controller-manager, when the suite runs one (Options.ControllerManager).
 	kcm *controlplane.ControllerManager
+	// kcmDir holds kube-controller-manager's kubeconfig and certificates; removed by Stop.
+	kcmDir string
 }
 
 // Options are a suite's choices of control plane.
@@ -111,13 +113,14 @@ func StartWith(repoRoot string, o Options) (*ControlPlane, error) {
 	if o.ControllerManager && !existing {
 		dir, err := os.MkdirTemp("", "testenv-kcm-")
 		if err == nil {
+			cp.kcmDir = dir
 			cp.kcm, err = controlplane.StartControllerManager(context.Background(), controlplane.ControllerManagerConfig{
 				Binary: filepath.Join(env.BinaryAssetsDirectory, controlplane.ControllerManagerBinary), Config: cfg, Dir: dir,
 				Controllers: o.Controllers,
 			})
 		}
 		if err != nil {
-			_ = env.Stop()
+			_ = cp.Stop()
 			return nil, err
 		}
 		fmt.Printf("envtest: kube-controller-manager (%s) from %s\n", strings.Join(cmpOrSlice(o.Controllers, controlplane.DefaultControllers), ", "), env.BinaryAssetsDirectory)
@@ -129,6 +132,9 @@ func StartWith(repoRoot string, o Options) (*ControlPlane, error) {
 func (c *ControlPlane) Stop() error {
 	if c.kcm != nil {
 		_ = c.kcm.Stop()
+	}
+	if c.kcmDir != "" {
+		_ = os.RemoveAll(c.kcmDir)
 	}
 	return c.env.Stop()
 }
