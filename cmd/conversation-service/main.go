@@ -79,14 +79,8 @@ func main() {
 	cfg.Logger = log
 	cfg.Password = os.Getenv("A2A_PASSWORD")
 	if credentialsDir != "" {
-		// The files are read at every CONNECT; what they say now is the default route secret.
-		creds := a2amqtt.CredentialsDir(credentialsDir)
-		user, pass, err := creds.Credentials()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "conversation-service:", err)
-			os.Exit(2)
-		}
-		cfg.Username, cfg.Password, cfg.Credentials = user, string(pass), creds
+		// The files are read at every CONNECT (and once for the default route secret).
+		cfg.Username, cfg.Password, cfg.Credentials = "", "", a2amqtt.CredentialsDir(credentialsDir)
 	}
 	// The Redis password comes from a Secret, not the command line (the chart's
 	// conversationService.redis.passwordSecret): into the store URL, escaped.

@@ -49,10 +49,9 @@ type Config struct {
 	// Secret EnsureServiceCredentials writes: username a2a:conversation-service).
 	Username string
 	Password string
-	// Credentials, when set, is asked at every CONNECT instead of Username and Password (a
-	// mounted Secret, a2amqtt.CredentialsDir): a password the operator changes is used at the
-	// next reconnect, without a restart. Username and Password still give the default
-	// RouteSecret: set them to what Credentials says at the start.
+	// Credentials, when set, replaces Username and Password (as in a2amqtt.Config): asked at
+	// every CONNECT (a mounted Secret, a2amqtt.CredentialsDir), so a password the operator
+	// changes is used at the next reconnect, without a restart.
 	Credentials a2amqtt.CredentialSource
 	// ReplicaID names this replica: its MQTT client id is
 	// a2a-fleet/system/conversation-service-{ReplicaID} and agents reply to
@@ -202,6 +201,15 @@ func (c *Config) defaults() error {
 	}
 	if c.RouteSecret == nil {
 		c.RouteSecret = []byte(c.Password)
+		if c.Credentials != nil {
+			// The password at the start keys the routes; a rotated one must not change the key
+			// under the routes in flight (--route-secret-file decouples them).
+			_, pass, err := c.Credentials.Credentials()
+			if err != nil {
+				return fmt.Errorf("read the credentials for the default route secret: %w", err)
+			}
+			c.RouteSecret = pass
+		}
 	}
 	if c.RedisPrefix == "" {
 		c.RedisPrefix = "a2af"
@@ -369,14 +377,10 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		defer s.wg.Done()
 		s.admission.answerRateLimited()
 	}()
-	username, password := cfg.Username, cfg.Password
-	if cfg.Credentials != nil {
-		username, password = "", ""
-	}
 	conn, err := s.connectBroker(ctx, a2amqtt.Config{
 		BrokerURL:   cfg.BrokerURL,
-		Username:    username,
-		Password:    password,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
 		Credentials: cfg.Credentials,
 		Agent:       clientRef(cfg.RouteSecret, cfg.ReplicaID),
 		TLSConfig:   tlsCfg,
