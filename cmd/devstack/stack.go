@@ -207,6 +207,9 @@ func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent
 		Credentials:  a2amqtt.CredentialsDir(creds.dir(key.Namespace, secret.Name)),
 		Agent:        identity.Of(agent),
 		RequestTopic: agent.Status.Topics.Delivery,
+		// A persistent session, as the example agents' default: a request the broker was sending
+		// when a rotation kicked the agent is delivered after its next CONNECT, not dropped.
+		SessionExpiry: a2amqtt.DefaultAgentSessionExpiry,
 		// The manifest's card, as the operator publishes it: one card per agent (docs/api.md).
 		Card: registration.BuildCard(agent, identity.Of(agent), agent.Spec.PoolID, brokerURL),
 		// The governed memory agent reads earlier turns from the conversation service, whose

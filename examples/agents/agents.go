@@ -271,6 +271,9 @@ func Main(kind Kind) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", kind, err)
 		os.Exit(2)
 	}
+	if _, set := os.LookupEnv("A2A_SESSION_EXPIRY"); !set {
+		sessionDefault = a2amqtt.DefaultAgentSessionExpiry
+	}
 	drainDefault, err := durationEnv("A2A_DRAIN_TIMEOUT")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", kind, err)
@@ -280,7 +283,7 @@ func Main(kind Kind) {
 		drainDefault = DefaultDrainTimeout
 	}
 	drainTimeout := fs.Duration("drain-timeout", drainDefault, "on SIGTERM, how long requests in flight may take to finish and be answered before the agent disconnects (env A2A_DRAIN_TIMEOUT; keep it below the pod's terminationGracePeriodSeconds)")
-	sessionExpiry := fs.Duration("session-expiry", sessionDefault, "keep a persistent MQTT session for this long, so requests sent during a restart are delivered (env A2A_SESSION_EXPIRY; 0 = clean session)")
+	sessionExpiry := fs.Duration("session-expiry", sessionDefault, "keep a persistent MQTT session for this long, so requests sent while the agent is away (a restart, a credentials rotation) are delivered (env A2A_SESSION_EXPIRY; 0 = clean session)")
 	healthAddr := fs.String("health-addr", envOr("A2A_HEALTH_ADDR", ""), "serve /healthz and /readyz here, e.g. :8081 (env A2A_HEALTH_ADDR)")
 	healthGrace := fs.Duration("health-grace", a2amqtt.DefaultHealthGrace, "how long the broker connection may be down before /readyz fails")
 	historyFrom := fs.String("history-from", envOr("A2A_HISTORY_FROM", ""), "ORG/UNIT/AGENT that serves conversation history with ListTasks (env A2A_HISTORY_FROM; default: the conversation service when --request-topic is set, else the agent's own task store; \"self\" forces the own store)")

@@ -196,8 +196,11 @@ func TestOverloadAndExpiry(t *testing.T) {
 	}
 }
 
-// TestQoS1DuplicateDelivery publishes the same request twice (as a QoS 1
-// redelivery would): one task, one execution, both deliveries answered.
+// TestQoS1DuplicateDelivery publishes the same request twice (same Response Topic and
+// Correlation Data, as paho resends an unacknowledged PUBLISH after its own reconnect and the
+// broker forwards both): one task, one execution, one reply; the copy is dropped
+// (Responder.CopiesDropped). A retry carries new Correlation Data and is answered, from the task
+// store (the profile's Task.id deduplication), without a second execution.
 func TestQoS1DuplicateDelivery(t *testing.T) {
 	forEachMode(t, func(t *testing.T, b brokertest.Broker, mode func(*ResponderOptions)) {
 		exec := echoExec()
@@ -207,11 +210,16 @@ func TestQoS1DuplicateDelivery(t *testing.T) {
 		payload := sendReq(MethodSendMessage, taskID, ctxID, "once")
 		peer.publish(agentB.RequestTopic(), payload, []byte("dup"))
 		peer.publish(agentB.RequestTopic(), payload, []byte("dup"))
+		peer.await(1, 5*time.Second)
+		peer.publish(agentB.RequestTopic(), payload, []byte("retry"))
 		replies := peer.await(2, 5*time.Second)
+		if got := repliesByCorrelation(peer); got["dup"] != 1 || got["retry"] != 1 || len(got) != 2 {
+			t.Fatalf("replies by correlation: %v, want the copy dropped and the retry answered", got)
+		}
 		for _, m := range replies {
 			resp := decodeResp(t, m)
 			if resp.Error != nil {
-				t.Fatalf("duplicate answered with error: %s", m.Payload)
+				t.Fatalf("answered with error: %s", m.Payload)
 			}
 			ev, err := decodeEvent(resp.Result)
 			if err != nil {
@@ -223,6 +231,9 @@ func TestQoS1DuplicateDelivery(t *testing.T) {
 		}
 		if n := exec.runs.Load(); n != 1 {
 			t.Fatalf("executor ran %d times for one Task.id/message, want 1", n)
+		}
+		if n := r.CopiesDropped(); n != 1 {
+			t.Fatalf("copies dropped: %d, want 1", n)
 		}
 		list, err := r.Store().List(context.Background(), &a2a.ListTasksRequest{ContextID: ctxID})
 		if err != nil || len(list.Tasks) != 1 {

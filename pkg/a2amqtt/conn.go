@@ -88,7 +88,9 @@ type Config struct {
 	// resent after the reconnect. Messages the broker delivers before the process has subscribed
 	// a handler for them are held (bounded, see heldMax/heldTTL) and handed to the first matching
 	// Subscribe. Close keeps the session (it expires after SessionExpiry). 0, the default, is a
-	// clean session: nothing survives a disconnect.
+	// clean session: nothing survives a disconnect, not even a request the broker was sending
+	// when it dropped the connection (a credentials rotation kicks the client: docs/sdk.md).
+	// Agents (responders) should keep one: DefaultAgentSessionExpiry.
 	SessionExpiry time.Duration
 	// TracerProvider creates the spans of requests, replies and executions. Default: the
 	// global provider (otel.GetTracerProvider), a no-op until the process configures one

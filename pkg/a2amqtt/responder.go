@@ -104,6 +104,11 @@ type Responder struct {
 	inflight atomic.Int64
 	closing  atomic.Bool
 	closeMu  sync.Mutex
+
+	// recent recognises a second copy of a request already taken (redelivery.go).
+	recent recentRequests
+	// copiesDropped counts those copies.
+	copiesDropped atomic.Uint64
 }
 
 // NewTaskStore returns the task store the responder uses by default: a
@@ -279,6 +284,11 @@ func (r *Responder) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// CopiesDropped counts the requests that arrived a second time (the broker resent a persistent
+// session's message whose PUBACK it had not seen, or a publisher resent it) and were dropped
+// because this responder had already taken them: each request runs once.
+func (r *Responder) CopiesDropped() uint64 { return r.copiesDropped.Load() }
+
 // Close is Shutdown: it stops taking requests and waits (bounded by ctx) for the requests in
 // flight to be answered. It does not close the Conn.
 func (r *Responder) Close(ctx context.Context) error { return r.Shutdown(ctx) }
@@ -297,6 +307,12 @@ type inbound struct {
 }
 
 func (r *Responder) onRequest(p *paho.Publish) {
+	if !r.recent.firstTime(p.Properties.ResponseTopic, p.Properties.CorrelationData) {
+		// Already taken: its run answers it (or answered it), once.
+		r.copiesDropped.Add(1)
+		r.log.Debug("a2a request delivered again: dropped, it was already taken", "topic", p.Topic, "duplicate_flag", p.Duplicate())
+		return
+	}
 	in := &inbound{
 		topic:    p.Topic,
 		payload:  p.Payload,

@@ -78,6 +78,11 @@ type ClientSetup struct {
 const (
 	DefaultKeepAlive      = 30 * time.Second
 	DefaultConnectTimeout = 10 * time.Second
+	// DefaultAgentSessionExpiry is the persistent session the example agents, make dev's agents
+	// and the workload samples keep (Config.SessionExpiry): long enough to outlast a restart, a
+	// broker failover or the refused CONNECTs of a rotation, so the broker keeps their requests
+	// meanwhile; short enough that a removed agent's queue goes soon.
+	DefaultAgentSessionExpiry = 5 * time.Minute
 )
 
 // ConnState is what a ClientSetup connection reports to health checks and logs.

@@ -25,7 +25,10 @@ import (
 // TestRotationUnderLoad, on both brokers: the credentials of two agents without a workload, one
 // reached directly and one behind the conversation service, are rotated three times while four
 // requesters keep sending. The agents are SDK responders that read their credentials folder at every
-// CONNECT (a2amqtt.CredentialsDir); the folder follows the Secret as a Secret volume or make dev's
+// CONNECT (a2amqtt.CredentialsDir) and keep a persistent session (a2amqtt.DefaultAgentSessionExpiry:
+// the broker keeps a request it was sending when the password change kicked the agent, where a clean
+// session dropped it, 1 in about 2 000 under load, and the responder drops the copy the broker
+// resends of one it had taken); the folder follows the Secret as a Secret volume or make dev's
 // projection does (here: polled every 50 ms). The bar: nothing lost (no ErrNoReply), nothing executed
 // twice, no answer to the wrong request, and the errors a rotation causes (the agent is
 // disconnected by the password change and back at its next CONNECT) stay within a few seconds per
@@ -45,7 +48,8 @@ func TestRotationUnderLoad(t *testing.T) {
 			if name == "memory" {
 				topic = identity.DeliveryTopic(ref(name))
 			}
-			conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: st.brokerURL, Agent: ref(name), Credentials: a2amqtt.CredentialsDir(dir), Logger: quietLogger()})
+			conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: st.brokerURL, Agent: ref(name), Credentials: a2amqtt.CredentialsDir(dir),
+				SessionExpiry: a2amqtt.DefaultAgentSessionExpiry, Logger: quietLogger()})
 			if err != nil {
 				t.Fatal(err)
 			}
