@@ -17,12 +17,14 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
@@ -141,6 +143,13 @@ func startStack(t *testing.T, stateDir string) *stack {
 		t.Fatalf("devstack not up after 4 minutes:\n%s", s.output())
 	}
 	return s
+}
+
+// TestMain gives controller-runtime's client a logger: without one it prints a stack trace
+// ("log.SetLogger(...) was never called") into the test output the first time it logs.
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
 }
 
 func (s *stack) kube(t *testing.T) client.Client {
