@@ -28,6 +28,9 @@ type terminal struct {
 
 	done chan struct{}
 	err  error
+	// drained is closed when the reader has read everything the terminal showed (the pty
+	// reports EIO once the last process holding it has gone and its buffer is empty).
+	drained chan struct{}
 }
 
 func startTerminal(cmd *exec.Cmd) (*terminal, error) {
@@ -58,8 +61,9 @@ func startTerminal(cmd *exec.Cmd) (*terminal, error) {
 		master.Close()
 		return nil, err
 	}
-	t := &terminal{master: master, cmd: cmd, done: make(chan struct{})}
+	t := &terminal{master: master, cmd: cmd, done: make(chan struct{}), drained: make(chan struct{})}
 	go func() {
+		defer close(t.drained)
 		buf := make([]byte, 4096)
 		for {
 			n, err := master.Read(buf)
@@ -131,6 +135,13 @@ func (t *terminal) wait(timeout time.Duration) (int, error) {
 		_ = syscall.Kill(-t.cmd.Process.Pid, syscall.SIGKILL)
 		<-t.done
 		return -1, fmt.Errorf("still running after %s; output:\n%s", timeout, t.output())
+	}
+	// What the process (and the terminal's echo of what was typed) wrote last may still be in
+	// the pty's buffer: read it before anyone looks at the output. Bounded, in case a process
+	// the command left behind still holds the terminal.
+	select {
+	case <-t.drained:
+	case <-time.After(5 * time.Second):
 	}
 	return t.cmd.ProcessState.ExitCode(), nil
 }
