@@ -271,8 +271,8 @@ func Main(kind Kind) {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", kind, err)
 		os.Exit(2)
 	}
-	if _, set := os.LookupEnv("A2A_SESSION_EXPIRY"); !set {
-		sessionDefault = a2amqtt.DefaultAgentSessionExpiry
+	if os.Getenv("A2A_SESSION_EXPIRY") == "" {
+		sessionDefault = a2amqtt.DefaultAgentSessionExpiry // unset or empty; "0" asks for a clean session
 	}
 	drainDefault, err := durationEnv("A2A_DRAIN_TIMEOUT")
 	if err != nil {

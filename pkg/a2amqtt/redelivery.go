@@ -10,7 +10,8 @@ import (
 const maxRecentRequests = 16384
 
 // recentRequests remembers the requests a responder took, by Response Topic and Correlation
-// Data, so a second copy of one is dropped instead of executed again. A copy arrives when the
+// Data, so a second copy of one is dropped instead of answered again (the bridge's Task.id
+// deduplication already keeps it from running twice, protocol.md). A copy arrives when the
 // broker resends a persistent session's unacknowledged message after a reconnect (the process
 // had already received it, but the PUBACK never reached the broker: a kick, a cut connection),
 // or when a publisher resends after its own reconnect. Each attempt of a requester carries new
