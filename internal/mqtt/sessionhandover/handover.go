@@ -12,8 +12,8 @@
 //
 // The hook sees every message mochi puts into a connection's in-flight set (OnQosPublish). A
 // message put into a connection already taken over is handed to the session's newer connection:
-// queued while that one is being established (mochi writes nothing to it before its CONNACK and
-// its own resends) and delivered once it is, or put straight into its in-flight set, and written
+// queued while that one is being established (until its CONNACK and mochi's own resends are out)
+// and delivered once it is, or put straight into its in-flight set, and written
 // when it is connected, once it is established. A message in flight there stays with the session
 // across later take-overs like any other. The race is at least once, like QoS 1 itself: a message
 // that mochi both cloned and handed over may arrive twice (mochi's resend and this one).
@@ -28,6 +28,11 @@
 // TestPersistentSession/mochi/clean-session-control, "clean session after reconnect: []", seen at
 // load ~10). With Server set, OnSessionEstablish ends such an old connection itself and waits until
 // mochi has removed it before the new one takes the id.
+//
+// And a third: mochi adds a resuming connection to its clients before it writes the CONNACK, so a
+// fan-out in between could write a PUBLISH to it ahead of the CONNACK, and the client drops the
+// connection (paho: "received unexpected packet 3"; seen once in CI, TestNoMessageLostToATakeover).
+// OnQosPublish holds such a fan-out (bounded) until the connection is established.
 package sessionhandover
 
 import (
@@ -57,6 +62,9 @@ type session struct {
 	// establishing is the connection taking the session over (OnSessionEstablish) until mochi
 	// has sent its CONNACK and resends (OnSessionEstablished); nil otherwise.
 	establishing *mqtt.Client
+	// established is closed when establishing is (or has gone): a fan-out that finds it before
+	// its CONNACK waits on it.
+	established chan struct{}
 	// clean: the latest connection started a new session; what the old one held is gone.
 	clean bool
 	// current is the connection that established the session last; while it is disconnected
@@ -108,7 +116,8 @@ func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.sessionLocked(cl.ID)
-	s.establishing, s.clean, s.resent = cl, pk.Connect.Clean, nil
+	s.endEstablishing()
+	s.establishing, s.established, s.clean, s.resent = cl, make(chan struct{}), pk.Connect.Clean, nil
 	if s.clean {
 		s.queued = nil
 	}
@@ -152,7 +161,7 @@ func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	h.mu.Lock()
 	s := h.sessionLocked(cl.ID)
 	if s.establishing == cl {
-		s.establishing = nil
+		s.endEstablishing()
 	}
 	s.current = cl
 	queued := s.queued
@@ -181,8 +190,27 @@ func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) 
 		h.mu.Unlock()
 		return
 	}
-	if pk.FixedHeader.Type != packets.Publish || !cl.IsTakenOver() {
-		// Not taken over when mochi stored it: the take-over's clone has it.
+	if pk.FixedHeader.Type == packets.Publish && !cl.IsTakenOver() {
+		// Not taken over when mochi stored it: the take-over's clone has it. But mochi adds a
+		// connection to its clients before it sends the CONNACK (Server.attachClient), so a
+		// fan-out can find one that is still being established and write this PUBLISH ahead of
+		// the CONNACK, which a client must refuse (paho: "received unexpected packet 3"). mochi
+		// writes it after this call returns: hold the fan-out until the CONNACK is out.
+		h.mu.Lock()
+		var wait chan struct{}
+		if s := h.sessions[cl.ID]; s != nil && s.establishing == cl {
+			wait = s.established
+		}
+		h.mu.Unlock()
+		if wait != nil {
+			select {
+			case <-wait:
+			case <-time.After(removalWait): // bounded, as awaitRemoval
+			}
+		}
+		return
+	}
+	if pk.FixedHeader.Type != packets.Publish {
 		return
 	}
 	h.mu.Lock()
@@ -210,8 +238,14 @@ func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) 
 	write(to, out)
 }
 
-// OnDisconnect forgets a client id whose session ends with its connection.
+// OnDisconnect forgets a client id whose session ends with its connection, and releases the
+// fan-outs waiting for a connection that ended before it was established.
 func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+	h.mu.Lock()
+	if s := h.sessions[cl.ID]; s != nil && s.establishing == cl {
+		s.endEstablishing()
+	}
+	h.mu.Unlock()
 	if !expire || cl.IsTakenOver() {
 		return
 	}
@@ -227,6 +261,14 @@ func (h *Hook) forget(cl *mqtt.Client) {
 	if s := h.sessions[cl.ID]; s != nil && s.current == cl && s.establishing == nil {
 		delete(h.sessions, cl.ID)
 	}
+}
+
+// endEstablishing ends the establishing phase: fan-outs waiting for it proceed.
+func (s *session) endEstablishing() {
+	if s.established != nil {
+		close(s.established)
+	}
+	s.establishing, s.established = nil, nil
 }
 
 // resent reports whether mochi's take-over already carried pk into cl (cloned, then resent
