@@ -14,6 +14,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
@@ -187,6 +188,24 @@ type parsedReply struct {
 	// error replies.
 	errCode int
 	errKind string
+}
+
+// item describes the reply for a2amqtt.EndsReplies (first: the route's first reply).
+func (pr parsedReply) item(first bool) a2amqtt.ReplyItem {
+	it := a2amqtt.ReplyItem{State: pr.ev.State, Final: pr.ev.Final, First: first}
+	switch pr.ev.Kind {
+	case conversation.EventStatus:
+		it.Kind = a2amqtt.ReplyStatusUpdate
+	case conversation.EventArtifact:
+		it.Kind = a2amqtt.ReplyArtifactUpdate
+	case conversation.EventTask:
+		it.Kind = a2amqtt.ReplyTask
+	case conversation.EventMessage:
+		it.Kind = a2amqtt.ReplyMessage
+	case conversation.EventError:
+		it.Kind = a2amqtt.ReplyError
+	}
+	return it
 }
 
 // parseReply classifies one JSON-RPC reply of an agent for the engine. It

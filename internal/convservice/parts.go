@@ -132,16 +132,16 @@ type replies struct {
 	*taskIDs
 	*forwarder
 	*sweeper
-	cfg      Config
-	conn     *a2amqtt.Conn
-	finished *finishedRoutes
-	gated    *registry
-	log      logr.Logger
-	m        *metrics
-	mem      *convstore.Memory
-	owners   *ownership
-	runs     *runs
-	seal     *sealer
+	cfg    Config
+	conn   *a2amqtt.Conn
+	routes *routeLog
+	gated  *registry
+	log    logr.Logger
+	m      *metrics
+	mem    *convstore.Memory
+	owners *ownership
+	runs   *runs
+	seal   *sealer
 }
 
 // wire builds the parts from the replica's state (the connection and the registry come later:
@@ -223,7 +223,7 @@ func (s *Service) wire() {
 	s.replies.forwarder = s.forwarder
 	s.replies.sweeper = s.sweeper
 	s.replies.cfg = s.cfg
-	s.replies.finished = s.finished
+	s.replies.routes = s.routes
 	s.replies.log = s.log
 	s.replies.m = s.m
 	s.replies.mem = s.mem

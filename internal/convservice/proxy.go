@@ -654,9 +654,6 @@ func (s *replies) handleReply(in *inbound) {
 	sp.SetAttributes(attrAgent.String(rt.Agent), a2amqtt.AttrMethod.String(string(rt.Method)), a2amqtt.AttrTaskID.String(rt.TaskID), a2amqtt.AttrContextID.String(rt.ContextID))
 	// Built only when a line is written: WithValues encodes its fields.
 	log := func() logr.Logger { return s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method) }
-	// last: this reply ends its stream (a unary result, a terminal or
-	// interrupted state, an error): relayed with its PUBACK counted.
-	last := !streaming(rt.Method)
 	payload := in.payload
 	var durable *convstore.Ticket
 	if rt.TaskID != "" {
@@ -668,10 +665,15 @@ func (s *replies) handleReply(in *inbound) {
 		log().Info("dropping a reply on a route that already ended (a replay)")
 		return
 	}
+	first := s.routes.seen(in.corr, time.Now())
+	// last: this reply ends its route (a2amqtt.EndsReplies: a unary result, a stream-final
+	// event, an error): relayed with its PUBACK counted. Until the reply is read, the method
+	// alone says so (a SendMessage reply that cannot be read is its result).
+	last := a2amqtt.EndsReplies(string(rt.Method), a2amqtt.ReplyItem{Kind: a2amqtt.ReplyOther, First: first})
 	switch {
 	case rt.TaskID != "":
 		var relay bool
-		payload, relay, last, durable = s.observeReply(ctx, rt, payload, last)
+		payload, relay, last, durable = s.observeReply(ctx, rt, payload, first, last)
 		if !relay {
 			return
 		}
@@ -680,7 +682,7 @@ func (s *replies) handleReply(in *inbound) {
 	}
 	if last {
 		// Nothing may follow the route's last reply: a replay of any of its replies is dropped.
-		s.finished.finish(in.corr, time.Now())
+		s.routes.finish(in.corr, time.Now())
 	}
 	if rt.Internal {
 		s.m.replies.WithLabelValues("internal").Inc()
@@ -778,7 +780,7 @@ func (s *replies) relayLast(ctx context.Context, in *inbound, rt route, out *pah
 // present the task again is not), whether it ends its stream and, for a
 // final event, the ticket that must be durable before it is relayed (nil
 // when nothing is left to wait for).
-func (s *replies) observeReply(ctx context.Context, rt route, payload []byte, last bool) ([]byte, bool, bool, *convstore.Ticket) {
+func (s *replies) observeReply(ctx context.Context, rt route, payload []byte, first, last bool) ([]byte, bool, bool, *convstore.Ticket) {
 	// Built only when a line is written: WithValues encodes its fields.
 	log := func() logr.Logger { return s.log.WithValues("agent", rt.Agent, "task", rt.TaskID, "method", rt.Method) }
 	pr, err := parseReply(payload)
@@ -800,8 +802,12 @@ func (s *replies) observeReply(ctx context.Context, rt route, payload []byte, la
 	// state.
 	ev.TaskID, ev.ContextID = rt.TaskID, rt.ContextID
 	ev.Correlation = rt.Correlation
-	ev.Final = ev.Final || !streaming(rt.Method)
-	ev.Snapshot = pr.isTask && streaming(rt.Method)
+	// The route ends at its stream-final reply, whatever the method: a SendMessage may be
+	// answered with a stream of events, as SendStreamingMessage is.
+	ev.Final = a2amqtt.EndsReplies(string(rt.Method), pr.item(first))
+	// A Task opening a stream only acknowledges the run unless terminal (core A2A servers open
+	// with the task as it stands); as a SendMessage's first reply it is the result.
+	ev.Snapshot = pr.isTask && first && streaming(rt.Method)
 	pause := !ev.Snapshot && (ev.State == a2a.TaskStateInputRequired || ev.State == a2a.TaskStateAuthRequired)
 	if pause && !rt.Internal {
 		payload = s.recordHint(rt, pr, &ev, payload, log)
@@ -813,8 +819,7 @@ func (s *replies) observeReply(ctx context.Context, rt route, payload []byte, la
 			log().Info("reply content not kept in the history", "err", err.Error())
 		}
 	}
-	last = last || ev.Final || ev.Kind == conversation.EventError || ev.Kind == conversation.EventMessage ||
-		ev.State.Terminal() || pause
+	last = ev.Final
 	durable := s.record(ctx, rt, pol, ev, items, log)
 	return payload, true, last, durable
 }

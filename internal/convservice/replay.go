@@ -25,20 +25,28 @@ import (
 // it is judged by its own route's end alone. Found on kind: a broker restarted on an empty
 // volume lost two relayed replies, and the retries' answers were dropped as replays.
 
-// replayWindow is how long a replica remembers the routes it finished.
+// replayWindow is how long a replica remembers the routes it saw.
 const replayWindow = time.Hour
 
-// maxFinishedRoutes bounds that memory (the oldest are forgotten first).
-const maxFinishedRoutes = 1 << 20
+// maxRoutes bounds that memory (the oldest are forgotten first).
+const maxRoutes = 1 << 20
 
-// finishedRoutes remembers the routes whose last reply was relayed, by their seal's nonce.
-type finishedRoutes struct {
-	mu    sync.Mutex
-	at    map[string]time.Time
-	order []string // insertion order, for expiry
+// routeLog remembers, by their seal's nonce, the routes a reply arrived on (whether the next
+// reply is the first, which decides how a Task reply is read: EndsReplies) and the routes whose
+// last reply was relayed (replays). A route's replies all come to the replica that sealed it
+// (its reply topic), in order (one worker per correlation).
+type routeLog struct {
+	mu     sync.Mutex
+	routes map[string]*routeSeen
+	order  []string // first sight, for expiry
 }
 
-func newFinishedRoutes() *finishedRoutes { return &finishedRoutes{at: map[string]time.Time{}} }
+type routeSeen struct {
+	at    time.Time
+	ended bool
+}
+
+func newRouteLog() *routeLog { return &routeLog{routes: map[string]*routeSeen{}} }
 
 // routeNonce identifies a sealed route (its AEAD nonce, unique per seal).
 func routeNonce(sealed []byte) string {
@@ -48,33 +56,65 @@ func routeNonce(sealed []byte) string {
 	return string(sealed[1 : 1+nonceLen])
 }
 
-func (f *finishedRoutes) finish(sealed []byte, now time.Time) {
+// seen records a reply on the route and reports whether it is the route's first. A route
+// forgotten (past replayWindow, or a restart) reads as new: its next Task reply is taken as
+// the first.
+func (f *routeLog) seen(sealed []byte, now time.Time) (first bool) {
+	key := routeNonce(sealed)
+	if key == "" {
+		return true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.routes[key]; ok {
+		return false
+	}
+	f.expire(now)
+	f.routes[key] = &routeSeen{at: now}
+	f.order = append(f.order, key)
+	return true
+}
+
+// finish records that the route's last reply was relayed.
+func (f *routeLog) finish(sealed []byte, now time.Time) {
 	key := routeNonce(sealed)
 	if key == "" {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for len(f.order) > 0 && (len(f.order) >= maxFinishedRoutes || now.Sub(f.at[f.order[0]]) > replayWindow) {
-		delete(f.at, f.order[0])
-		f.order = f.order[1:]
-	}
-	if _, ok := f.at[key]; !ok {
+	r, ok := f.routes[key]
+	if !ok {
+		f.expire(now)
+		r = &routeSeen{}
+		f.routes[key] = r
 		f.order = append(f.order, key)
 	}
-	f.at[key] = now
+	r.at, r.ended = now, true
 }
 
-func (f *finishedRoutes) finished(sealed []byte, now time.Time) bool {
+// expire forgets the oldest routes past the window or the bound; f.mu is held.
+func (f *routeLog) expire(now time.Time) {
+	for len(f.order) > 0 {
+		r := f.routes[f.order[0]]
+		if len(f.order) < maxRoutes && now.Sub(r.at) <= replayWindow {
+			return
+		}
+		delete(f.routes, f.order[0])
+		f.order = f.order[1:]
+	}
+}
+
+func (f *routeLog) finished(sealed []byte, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	at, ok := f.at[routeNonce(sealed)]
-	return ok && now.Sub(at) <= replayWindow
+	r, ok := f.routes[routeNonce(sealed)]
+	return ok && r.ended && now.Sub(r.at) <= replayWindow
 }
 
 // replayed reports whether a reply on rt (sealed as corr) comes after its route finished.
 func (s *replies) replayed(rt route, corr []byte) bool {
-	if s.finished.finished(corr, time.Now()) {
+	if s.routes.finished(corr, time.Now()) {
 		return true
 	}
 	if rt.Internal || rt.Retry || rt.TaskID == "" || (rt.Method != conversation.MethodSendMessage && rt.Method != conversation.MethodSendStreamingMessage) {

@@ -248,8 +248,8 @@ type Service struct {
 	// rateAnswers are the refusals answerRateLimited publishes.
 	limiter     *callerLimiter
 	rateAnswers chan *paho.Publish
-	// finished are the routes whose last reply was relayed (replay.go).
-	finished *finishedRoutes
+	// routes are the routes replies arrived on, and those whose last reply was relayed (replay.go).
+	routes *routeLog
 	// runs are the runs in flight (digest inputs, re-presentation); ids
 	// the agents' task-id modes (taskids.go).
 	runs *runs
@@ -324,7 +324,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		runs:       newRuns(),
 		ids:        newIDModes(),
 		limiter:    newCallerLimiter(cfg.CallerRate, cfg.CallerBurst),
-		finished:   newFinishedRoutes(),
+		routes:     newRouteLog(),
 		// Bounded: past it, refusals go unanswered (counted).
 		rateAnswers: make(chan *paho.Publish, 4096),
 	}

@@ -74,44 +74,14 @@ func prepareSend(req *a2a.SendMessageRequest) (*a2a.SendMessageRequest, error) {
 	return &cp, nil
 }
 
-// isStreamFinal reports whether ev ends a reply stream for its correlation:
-// terminal states, the interrupted states input-required/auth-required, and
-// a direct Message answer.
-func isStreamFinal(ev a2a.Event) bool {
-	switch v := ev.(type) {
-	case *a2a.Message:
-		return true
-	case *a2a.Task:
-		return stateEndsStream(v.Status.State)
-	case *a2a.TaskStatusUpdateEvent:
-		return stateEndsStream(v.Status.State)
-	}
-	return false
-}
-
-// endsStream is isStreamFinal for the items of a reply stream, where a Task as the first item
-// is the opening snapshot core A2A servers send before they process the message: on a resume it
-// still shows the input-required/auth-required state the message answers, and the working and
-// completed events follow. So an opening Task ends the stream only when it is terminal; an
-// interrupted state ends it when a later event reports it (issue 12 item 6).
-func endsStream(ev a2a.Event, first bool) bool {
-	if t, ok := ev.(*a2a.Task); ok && first {
-		return t.Status.State.Terminal()
-	}
-	return isStreamFinal(ev)
-}
-
-func stateEndsStream(s a2a.TaskState) bool {
-	return s.Terminal() || s == a2a.TaskStateInputRequired || s == a2a.TaskStateAuthRequired
-}
-
 func (t *Transport) sendCall(method string, req *a2a.SendMessageRequest, stream bool) call {
 	return call{target: t.t, method: method, params: req, taskID: req.Message.TaskID, contextID: req.Message.ContextID, stream: stream, events: true}
 }
 
-// SendMessage implements a2aclient.Transport. A responder that streams
-// status/artifact updates even for SendMessage (some SDKs do) is handled by
-// folding the updates into a Task until a stream-final state.
+// SendMessage implements a2aclient.Transport. A responder may answer with one Task or Message
+// (the method's result) or with a stream of status/artifact updates (the A2A-over-MQTT
+// profile's user story; some SDKs stream for the unary method): the updates are folded into a
+// Task until the stream-final one (EndsReplies).
 func (t *Transport) SendMessage(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
 	req, err := prepareSend(req)
 	if err != nil {
@@ -120,23 +90,23 @@ func (t *Transport) SendMessage(ctx context.Context, params a2aclient.ServicePar
 	c := t.sendCall(MethodSendMessage, req, false)
 	var result a2a.SendMessageResult
 	var folded *a2a.Task
+	first := true
 	err = t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
 		ev := rep.event
+		final := EndsReplies(MethodSendMessage, replyItemOf(ev, first))
+		first = false
 		switch v := ev.(type) {
-		case *a2a.Task:
-			result = v
-			return true, nil
 		case *a2a.Message:
 			result = v
-			return true, nil
+		case *a2a.Task:
+			// The result, or a snapshot the updates after it apply to.
+			folded = v
+			result = folded
 		default:
 			folded = foldEvent(folded, req, ev)
-			if isStreamFinal(ev) {
-				result = folded
-				return true, nil
-			}
-			return false, nil
+			result = folded
 		}
+		return final, nil
 	})
 	if err != nil {
 		return nil, err

@@ -86,6 +86,9 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	if !t.Run("history from the conversation service", func(t *testing.T) { b.chatMemory(ctx, t) }) {
 		return
 	}
+	if !t.Run("user story 08: an agent on plain paho answers SendMessage with a stream", func(t *testing.T) { b.userStory08(ctx, t) }) {
+		return
+	}
 	if !t.Run("credential rotation rolls the pod", func(t *testing.T) { b.rotate(ctx, t, "echo") }) {
 		return
 	}

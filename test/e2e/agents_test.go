@@ -37,19 +37,33 @@ type rawAgent struct {
 	// held receives one value per request whose text starts with "hold":
 	// the agent replies to it only once the test sends on it (at most 30 s).
 	held chan struct{}
+	// story makes the agent answer SendMessage as the A2A-over-MQTT profile's user story 08
+	// has it: a stream of events (storyReplies), as it answers SendStreamingMessage.
+	story bool
+	// sent are the replies the agent published, by task (replayOf).
+	sent map[string][]*paho.Publish
 }
+
+// rawAgentOption sets a rawAgent up before it subscribes.
+type rawAgentOption func(*rawAgent)
+
+// answersWithAStream makes the agent answer SendMessage with a stream of events (user story 08).
+func answersWithAStream(a *rawAgent) { a.story = true }
 
 type rawTask struct {
 	contextID, state string
 }
 
-func startRawAgent(t testing.TB, ctx context.Context, addr, username, password string, id a2amqtt.AgentRef, topic string) *rawAgent {
+func startRawAgent(t testing.TB, ctx context.Context, addr, username, password string, id a2amqtt.AgentRef, topic string, opts ...rawAgentOption) *rawAgent {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatalf("raw agent dial: %v", err)
 	}
-	a := &rawAgent{tasks: map[string]rawTask{}, topic: topic, closed: make(chan struct{}), held: make(chan struct{})}
+	a := &rawAgent{tasks: map[string]rawTask{}, topic: topic, closed: make(chan struct{}), held: make(chan struct{}), sent: map[string][]*paho.Publish{}}
+	for _, o := range opts {
+		o(a)
+	}
 	a.c = paho.NewClient(paho.ClientConfig{
 		Conn: conn,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
@@ -71,10 +85,18 @@ func startRawAgent(t testing.TB, ctx context.Context, addr, username, password s
 }
 
 func (a *rawAgent) reply(p *paho.Publish, body map[string]any) {
+	a.replyFor(p, "", body)
+}
+
+// replyFor replies to p and records the reply under task (replayOf).
+func (a *rawAgent) replyFor(p *paho.Publish, task string, body map[string]any) {
 	b, _ := json.Marshal(body)
 	props := &paho.PublishProperties{CorrelationData: p.Properties.CorrelationData, ContentType: "application/json"}
 	a.mu.Lock()
 	tracer := a.tracer
+	if task != "" {
+		a.sent[task] = append(a.sent[task], &paho.Publish{Topic: p.Properties.ResponseTopic, QoS: 1, Payload: b, Properties: props})
+	}
 	a.mu.Unlock()
 	ctx := context.Background()
 	if tracer != nil {
@@ -152,6 +174,10 @@ func (a *rawAgent) serve(p *paho.Publish) {
 			case <-time.After(30 * time.Second):
 			}
 		}
+		if a.story {
+			a.storyReplies(p, req.ID, m.TaskID, m.ContextID, state, answer)
+			return
+		}
 		if req.Method == "SendMessage" {
 			a.reply(p, map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": map[string]any{"task": task(m.TaskID, m.ContextID, state, answer)}})
 			return
@@ -177,6 +203,41 @@ func (a *rawAgent) serve(p *paho.Publish) {
 	default:
 		a.reply(p, map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32601, "message": "method not found"}})
 	}
+}
+
+// storyReplies answers a message, SendMessage or SendStreamingMessage alike, as user story 08
+// has the agent do: a status update WORKING, then (unless it stops to ask) an artifact, then the
+// final status (COMPLETED, or INPUT_REQUIRED with its question), each its own reply on the
+// request's correlation, in A2A v1.0 shapes and without v0.3's "final" marker: the state alone
+// says which event ends the stream.
+func (a *rawAgent) storyReplies(p *paho.Publish, id any, taskID, contextID, state, answer string) {
+	result := func(r map[string]any) map[string]any { return map[string]any{"jsonrpc": "2.0", "id": id, "result": r} }
+	status := func(state string, text string) map[string]any {
+		st := map[string]any{"state": state}
+		if text != "" {
+			st["message"] = map[string]any{"messageId": uuid.NewString(), "role": "ROLE_AGENT", "taskId": taskID, "contextId": contextID,
+				"parts": []any{map[string]any{"text": text}}}
+		}
+		return result(map[string]any{"statusUpdate": map[string]any{"taskId": taskID, "contextId": contextID, "status": st}})
+	}
+	a.replyFor(p, taskID, status("TASK_STATE_WORKING", ""))
+	if state == "TASK_STATE_COMPLETED" {
+		a.replyFor(p, taskID, result(map[string]any{"artifactUpdate": map[string]any{"taskId": taskID, "contextId": contextID,
+			"artifact": map[string]any{"artifactId": "answer-" + taskID, "parts": []any{map[string]any{"text": answer}}}}}))
+	}
+	a.replyFor(p, taskID, status(state, answer))
+}
+
+// replayOf publishes again every reply the agent sent for task, as a gated agent replaying its
+// own replies (sealed routes and all) would.
+func (a *rawAgent) replayOf(task string) int {
+	a.mu.Lock()
+	sent := append([]*paho.Publish(nil), a.sent[task]...)
+	a.mu.Unlock()
+	for _, p := range sent {
+		_, _ = a.c.Publish(context.Background(), p)
+	}
+	return len(sent)
 }
 
 // startSDKAgent runs an examples/agents executor with the SDK Responder, connected as the agent

@@ -24,7 +24,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-var gatedNames = []string{"acme/sales/confirm", "acme/sales/guarded", "acme/sales/memory", "acme/sales/raw"}
+var gatedNames = []string{"acme/sales/confirm", "acme/sales/guarded", "acme/sales/memory", "acme/sales/raw", "acme/sales/story"}
 
 // startService runs a replica in process on a bolt store (no fsync) in a
 // temp dir.

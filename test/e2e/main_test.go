@@ -76,8 +76,8 @@ func (c *clock) Advance(d time.Duration) {
 }
 
 // Test agents. All in org acme, unit sales; the client may call all of
-// them. "memory", "confirm" (SDK, through a thin bridge) and "raw" (plain
-// paho) are governed by policy "governed"; "guarded" (plain paho) by
+// them. "memory", "confirm" (SDK, through a thin bridge), "raw" and "story" (plain
+// paho; "story" answers SendMessage with a stream of events) are governed by policy "governed"; "guarded" (plain paho) by
 // "guarded" (maxConcurrentTasksPerContext 1); "direct" (plain paho) is not
 // gated (benchmark baseline).
 const org, unit = "acme", "sales"
@@ -91,6 +91,7 @@ var fleet = []agentSpec{
 	{"memory", "gated"},
 	{"confirm", "gated"},
 	{"raw", "gated"},
+	{"story", "gated"},
 	{"guarded", "guarded"},
 	{"direct", ""},
 }
