@@ -73,6 +73,41 @@ type AgentSpec struct {
 	// identity, topics and credentials injected as environment variables.
 	// +optional
 	Workload *AgentWorkload `json:"workload,omitempty"`
+
+	// HTTP connects the agent with A2A over HTTP through a2a-fleet's gateway (docs/gateway.md):
+	// the gateway serves it as an A2A v1.0 HTTP endpoint (expose), accepts ServiceAccount tokens as
+	// its identity (serviceAccounts), or stands in for an agent that is an HTTP A2A server (url).
+	// +optional
+	HTTP *AgentHTTP `json:"http,omitempty"`
+}
+
+// AgentHTTP connects an agent with A2A over HTTP through the gateway. Who may call the agent is
+// still decided by callers (and AgentGrants, ConversationPolicies): an HTTP caller is on the bus
+// the Agent whose serviceAccounts lists its ServiceAccount.
+type AgentHTTP struct {
+	// Expose has the gateway serve this agent as an A2A v1.0 HTTP endpoint
+	// ({gateway}/agents/{orgID}/{unitID}/{agentID}/, its card at
+	// .well-known/agent-card.json under that path) to authenticated HTTP callers.
+	// +optional
+	Expose bool `json:"expose,omitempty"`
+
+	// ServiceAccounts are ServiceAccounts of the Agent's namespace whose tokens the gateway
+	// accepts as this agent's identity: an HTTP client presenting one calls on the bus as this
+	// agent, under its callers rules, grants, policies and limits.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+
+	// URL is the A2A JSON-RPC endpoint of an agent that is an HTTP A2A server (an in-cluster
+	// Service or an external URL): the gateway holds this agent's identity on the bus, serves its
+	// request topic and forwards each request there.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && (self.startsWith('http://') || self.startsWith('https://'))",message="http.url must be an absolute http:// or https:// URL"
+	URL string `json:"url,omitempty"`
 }
 
 // AgentCardSpec is the part of an A2A v1.0 AgentCard that the agent's owner declares. The operator

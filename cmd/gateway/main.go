@@ -1,0 +1,112 @@
+// Command gateway joins A2A agents that speak HTTP to the MQTT fleet, both ways
+// (internal/gateway, docs/gateway.md). It is stateless: run several replicas behind one Service.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/gateway"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+func env(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+type options struct {
+	listen, brokerURL, publicURL, namespace, audiences string
+	syncInterval                                       time.Duration
+	maxBody                                            int64
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.listen, "listen", ":8080", "address of the A2A HTTP endpoints and /healthz")
+	flag.StringVar(&o.brokerURL, "broker", env("A2A_BROKER", "mqtt://127.0.0.1:1883"), "MQTT v5 broker URL (env A2A_BROKER)")
+	flag.StringVar(&o.publicURL, "public-url", env("A2A_GATEWAY_URL", ""), "the gateway's URL as HTTP callers reach it, for the cards (default: each request's Host)")
+	flag.StringVar(&o.namespace, "namespace", env("A2A_WATCH_NAMESPACE", ""), "serve the Agents of this namespace only (default: all)")
+	flag.StringVar(&o.audiences, "audiences", env("A2A_GATEWAY_AUDIENCES", ""), "comma-separated audiences a caller's token must be issued for (default: the API server's)")
+	flag.DurationVar(&o.syncInterval, "sync-interval", 10*time.Second, "how often the HTTP agents held on the bus are re-read")
+	flag.Int64Var(&o.maxBody, "max-body-bytes", gateway.DefaultMaxBodyBytes, "largest request body accepted")
+	flag.Parse()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, o, log); err != nil {
+		log.Error("gateway stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options, log *slog.Logger) error {
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubernetes config: %w", err)
+	}
+	cacheOpts := cache.Options{Scheme: gateway.NewScheme()}
+	if o.namespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
+	}
+	agentCache, err := cache.New(restCfg, cacheOpts)
+	if err != nil {
+		return fmt.Errorf("cache: %w", err)
+	}
+	// Agents come from the cache (every request reads them); credentials Secrets are read when a
+	// connection is made, not cached (the gateway needs no list/watch on Secrets).
+	reader, err := client.New(restCfg, client.Options{Scheme: cacheOpts.Scheme,
+		Cache: &client.CacheOptions{Reader: agentCache, DisableFor: []client.Object{&corev1.Secret{}}}})
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	go func() { _ = agentCache.Start(ctx) }()
+	if !agentCache.WaitForCacheSync(ctx) {
+		return errors.New("agent cache did not sync")
+	}
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("clientset: %w", err)
+	}
+	dir := &gateway.Directory{Reader: reader, Namespace: o.namespace}
+	conn := gateway.ConnConfig{BrokerURL: o.brokerURL, TLSFiles: a2amqtt.TLSFilesFromEnv(), Logger: log}
+	pool := gateway.NewPool(conn, dir)
+	defer pool.Close(context.Background())
+	reviewer := &gateway.TokenReviewer{Reviews: kube.AuthenticationV1().TokenReviews()}
+	if o.audiences != "" {
+		reviewer.Audiences = strings.Split(o.audiences, ",")
+	}
+	in := gateway.NewInbound(gateway.InboundConfig{Directory: dir, Auth: reviewer, Pool: pool,
+		BrokerURL: o.brokerURL, PublicURL: o.publicURL, MaxBodyBytes: o.maxBody, Logger: log})
+	out := gateway.NewOutbound(gateway.OutboundConfig{Conn: conn, Directory: dir})
+	go out.Run(ctx, o.syncInterval)
+	srv := &http.Server{Addr: o.listen, Handler: in, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	log.Info("gateway listening", "addr", o.listen, "broker", o.brokerURL)
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

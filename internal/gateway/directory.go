@@ -1,0 +1,151 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// Errors of the identity mapping; the HTTP layer turns them into status codes.
+var (
+	// ErrNoAgentForCaller: no Agent lists the caller's ServiceAccount in spec.http.serviceAccounts.
+	ErrNoAgentForCaller = errors.New("no Agent lists this ServiceAccount in spec.http.serviceAccounts")
+	// ErrAmbiguousCaller: several Agents list it; the mapping must name one identity.
+	ErrAmbiguousCaller = errors.New("several Agents list this ServiceAccount in spec.http.serviceAccounts")
+	// ErrNotExposed: the target agent does not exist, holds no identity or is not exposed over HTTP.
+	ErrNotExposed = errors.New("no such agent exposed over HTTP")
+)
+
+// Directory reads what the gateway needs from the API server: which Agent a ServiceAccount acts
+// as, which agents are exposed or served over HTTP, and an Agent's broker credentials. It keeps
+// nothing itself; with a cached client.Reader (a controller-runtime cache) a lookup costs no
+// request.
+type Directory struct {
+	Reader client.Reader
+	// Namespace, when set, limits the gateway to one namespace; "" reads every namespace.
+	Namespace string
+}
+
+// holds reports whether the Agent holds its identity: the operator sets status.clientID only for
+// the holder of a permitted identity (docs/security.md, "One holder per identity").
+func holds(ag *a2av1.Agent) bool {
+	return ag.Status.ClientID != "" && ag.Status.ClientID == identity.Of(ag).ClientID()
+}
+
+// CallerAgent returns the Agent that ServiceAccount ns/name acts as.
+func (d *Directory) CallerAgent(ctx context.Context, ns, name string) (*a2av1.Agent, error) {
+	if d.Namespace != "" && ns != d.Namespace {
+		return nil, ErrNoAgentForCaller
+	}
+	var list a2av1.AgentList
+	if err := d.Reader.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("list agents in %s: %w", ns, err)
+	}
+	var found *a2av1.Agent
+	for i := range list.Items {
+		ag := &list.Items[i]
+		if ag.Spec.HTTP == nil || !slices.Contains(ag.Spec.HTTP.ServiceAccounts, name) || !holds(ag) {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("%w: %s and %s", ErrAmbiguousCaller, found.Name, ag.Name)
+		}
+		found = ag
+	}
+	if found == nil {
+		return nil, ErrNoAgentForCaller
+	}
+	return found, nil
+}
+
+// agents lists the Agents the gateway may see.
+func (d *Directory) agents(ctx context.Context) ([]a2av1.Agent, error) {
+	var list a2av1.AgentList
+	var opts []client.ListOption
+	if d.Namespace != "" {
+		opts = append(opts, client.InNamespace(d.Namespace))
+	}
+	if err := d.Reader.List(ctx, &list, opts...); err != nil {
+		return nil, fmt.Errorf("list agents: %w", err)
+	}
+	return list.Items, nil
+}
+
+// ExposedAgent returns the holder of identity ref when it is exposed over HTTP.
+func (d *Directory) ExposedAgent(ctx context.Context, ref a2amqtt.AgentRef) (*a2av1.Agent, error) {
+	items, err := d.agents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range items {
+		ag := &items[i]
+		if identity.Of(ag) == ref && holds(ag) && ag.Spec.HTTP != nil && ag.Spec.HTTP.Expose {
+			return ag, nil
+		}
+	}
+	return nil, ErrNotExposed
+}
+
+// HTTPAgents returns the Agents whose workload is an HTTP A2A server (spec.http.url) and that hold
+// their identity: the ones the gateway stands in for on the bus.
+func (d *Directory) HTTPAgents(ctx context.Context) ([]a2av1.Agent, error) {
+	items, err := d.agents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []a2av1.Agent
+	for _, ag := range items {
+		if ag.Spec.HTTP != nil && ag.Spec.HTTP.URL != "" && holds(&ag) && ag.Status.CredentialsSecret != "" {
+			out = append(out, ag)
+		}
+	}
+	return out, nil
+}
+
+// secretCredentials reads an Agent's broker credentials from its Secret at every CONNECT
+// attempt, so a rotated password is used at the next reconnect (a2amqtt.CredentialSource).
+type secretCredentials struct {
+	ctx    context.Context
+	reader client.Reader
+	key    client.ObjectKey
+}
+
+// Credentials implements a2amqtt.CredentialSource.
+func (s secretCredentials) Credentials() (string, []byte, error) {
+	var sec corev1.Secret
+	if err := s.reader.Get(s.ctx, s.key, &sec); err != nil {
+		return "", nil, fmt.Errorf("read credentials secret %s: %w", s.key, err)
+	}
+	user, pass := sec.Data[a2amqtt.CredentialsFileUsername], sec.Data[a2amqtt.CredentialsFilePassword]
+	if len(user) == 0 || len(pass) == 0 {
+		return "", nil, fmt.Errorf("credentials secret %s has no username or password", s.key)
+	}
+	return string(user), pass, nil
+}
+
+// Credentials returns the CredentialSource of an Agent's broker credentials.
+func (d *Directory) Credentials(ctx context.Context, ag *a2av1.Agent) (a2amqtt.CredentialSource, error) {
+	if ag.Status.CredentialsSecret == "" {
+		return nil, fmt.Errorf("agent %s/%s has no credentials secret yet", ag.Namespace, ag.Name)
+	}
+	return secretCredentials{ctx: ctx, reader: d.Reader, key: client.ObjectKey{Namespace: ag.Namespace, Name: ag.Status.CredentialsSecret}}, nil
+}
+
+// NewScheme holds the types the gateway reads: Agents and Secrets (and the rest of client-go's).
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(a2av1.AddToScheme(s))
+	return s
+}

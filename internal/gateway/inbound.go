@@ -1,0 +1,201 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
+)
+
+// SecuritySchemeName names the gateway's security scheme in the cards it serves.
+const SecuritySchemeName a2a.SecuritySchemeName = "kubernetesServiceAccount"
+
+// DefaultMaxBodyBytes bounds a request body: the profile's default MQTT payload bound (1 MiB),
+// so nothing the bus would refuse is accepted over HTTP.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Authenticator says who an HTTP caller is.
+type Authenticator interface {
+	Authenticate(ctx context.Context, r *http.Request) (Caller, error)
+}
+
+// InboundConfig configures the HTTP side.
+type InboundConfig struct {
+	Directory *Directory
+	Auth      Authenticator
+	Pool      *Pool
+	// BrokerURL is the bus's URL as agents see it (the cards' MQTT interface).
+	BrokerURL string
+	// PublicURL is the gateway's URL as HTTP callers reach it (the cards' supportedInterfaces);
+	// empty: taken from each request's Host.
+	PublicURL string
+	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// KeepAlive is the SSE keep-alive interval (default 15s), so proxies keep idle streams open.
+	KeepAlive time.Duration
+	Logger    *slog.Logger
+}
+
+// Inbound serves the exposed agents over HTTP.
+type Inbound struct {
+	cfg     InboundConfig
+	jsonrpc http.Handler
+	mux     *http.ServeMux
+}
+
+// NewInbound builds the HTTP handler: for each exposed agent, the card at
+// /agents/{org}/{unit}/{agent}/.well-known/agent-card.json and the JSON-RPC endpoint at
+// /agents/{org}/{unit}/{agent}/.
+func NewInbound(cfg InboundConfig) *Inbound {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.KeepAlive <= 0 {
+		cfg.KeepAlive = 15 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	in := &Inbound{cfg: cfg, mux: http.NewServeMux(),
+		jsonrpc: a2asrv.NewJSONRPCHandler(forwarder{}, a2asrv.WithTransportKeepAlive(cfg.KeepAlive))}
+	in.mux.HandleFunc("GET /agents/{org}/{unit}/{agent}/.well-known/agent-card.json", in.serveCard)
+	in.mux.HandleFunc("POST /agents/{org}/{unit}/{agent}/{$}", in.serveRPC)
+	in.mux.HandleFunc("POST /agents/{org}/{unit}/{agent}", in.serveRPC)
+	in.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	return in
+}
+
+// ServeHTTP implements http.Handler.
+func (in *Inbound) ServeHTTP(w http.ResponseWriter, r *http.Request) { in.mux.ServeHTTP(w, r) }
+
+// writeError answers with a JSON-RPC error object and an HTTP status: the refusals that come
+// before a JSON-RPC request is read (authentication, identity, body size) are HTTP errors that a
+// JSON-RPC client can still read.
+func writeError(w http.ResponseWriter, status int, e *rpcerr.Error) {
+	w.Header().Set("Content-Type", "application/json")
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="a2a-fleet-gateway"`)
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": nil, "error": e})
+}
+
+func refusal(sentinel error, message string) *rpcerr.Error {
+	return rpcerr.NewA2A(sentinel, message, nil, time.Now())
+}
+
+// target reads the agent named by the path.
+func target(r *http.Request) (a2amqtt.AgentRef, error) {
+	ref := a2amqtt.AgentRef{Org: r.PathValue("org"), Unit: r.PathValue("unit"), Agent: r.PathValue("agent")}
+	return ref, ref.Validate()
+}
+
+// admit authenticates the caller and finds its Agent and the target; on failure it has answered.
+func (in *Inbound) admit(w http.ResponseWriter, r *http.Request) (caller, tgt *a2av1.Agent, ok bool) {
+	c, err := in.cfg.Auth.Authenticate(r.Context(), r)
+	if err != nil {
+		if errors.Is(err, ErrUnauthenticated) {
+			writeError(w, http.StatusUnauthorized, refusal(a2a.ErrUnauthenticated, err.Error()+": present a Kubernetes ServiceAccount token as Authorization: Bearer"))
+		} else {
+			in.cfg.Logger.Error("authenticate", "err", err)
+			writeError(w, http.StatusServiceUnavailable, refusal(a2a.ErrInternalError, "cannot check the token now"))
+		}
+		return nil, nil, false
+	}
+	caller, err = in.cfg.Directory.CallerAgent(r.Context(), c.Namespace, c.ServiceAccount)
+	if err != nil {
+		status := http.StatusForbidden
+		if !errors.Is(err, ErrNoAgentForCaller) && !errors.Is(err, ErrAmbiguousCaller) {
+			status = http.StatusServiceUnavailable
+		}
+		writeError(w, status, refusal(a2a.ErrUnauthorized, fmt.Sprintf("ServiceAccount %s/%s acts as no Agent: %v", c.Namespace, c.ServiceAccount, err)))
+		return nil, nil, false
+	}
+	ref, err := target(r)
+	if err != nil {
+		writeError(w, http.StatusNotFound, refusal(a2a.ErrInvalidRequest, "bad agent path: "+err.Error()))
+		return nil, nil, false
+	}
+	tgt, err = in.cfg.Directory.ExposedAgent(r.Context(), ref)
+	if err != nil {
+		status := http.StatusNotFound
+		if !errors.Is(err, ErrNotExposed) {
+			status = http.StatusServiceUnavailable
+		}
+		writeError(w, status, refusal(a2a.ErrInvalidRequest, fmt.Sprintf("%s: %v", ref, err)))
+		return nil, nil, false
+	}
+	return caller, tgt, true
+}
+
+// baseURL is the gateway's URL for callers.
+func (in *Inbound) baseURL(r *http.Request) string {
+	if in.cfg.PublicURL != "" {
+		return strings.TrimSuffix(in.cfg.PublicURL, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// Card is the card the gateway serves for an exposed agent: the manifest's card (as the operator
+// publishes it on the bus) whose interface is the gateway's JSON-RPC endpoint for the agent, and
+// whose security scheme is the ServiceAccount bearer token.
+func Card(ag *a2av1.Agent, brokerURL, endpoint string) *a2a.AgentCard {
+	card := registration.BuildCard(ag, identity.Of(ag), "", brokerURL)
+	card.SupportedInterfaces = []*a2a.AgentInterface{a2a.NewAgentInterface(endpoint, a2a.TransportProtocolJSONRPC)}
+	card.SecuritySchemes = a2a.NamedSecuritySchemes{SecuritySchemeName: a2a.HTTPAuthSecurityScheme{
+		Scheme: "Bearer", BearerFormat: "JWT",
+		Description: "a Kubernetes ServiceAccount token (TokenReview); the ServiceAccount acts as the Agent whose spec.http.serviceAccounts lists it",
+	}}
+	card.SecurityRequirements = a2a.SecurityRequirementsOptions{{SecuritySchemeName: a2a.SecuritySchemeScopes{}}}
+	return card
+}
+
+func (in *Inbound) serveCard(w http.ResponseWriter, r *http.Request) {
+	_, tgt, ok := in.admit(w, r)
+	if !ok {
+		return
+	}
+	ref := identity.Of(tgt)
+	endpoint := fmt.Sprintf("%s/agents/%s/%s/%s/", in.baseURL(r), ref.Org, ref.Unit, ref.Agent)
+	a2asrv.NewStaticAgentCardHandler(Card(tgt, in.cfg.BrokerURL, endpoint)).ServeHTTP(w, r)
+}
+
+func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > in.cfg.MaxBodyBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, refusal(a2a.ErrInvalidRequest,
+			fmt.Sprintf("request body of %d bytes is larger than the gateway accepts (%d bytes)", r.ContentLength, in.cfg.MaxBodyBytes)))
+		return
+	}
+	caller, tgt, ok := in.admit(w, r)
+	if !ok {
+		return
+	}
+	req, err := in.cfg.Pool.Requester(r.Context(), caller)
+	if err != nil {
+		in.cfg.Logger.Error("caller connection", "caller", identity.Of(caller).String(), "err", err)
+		writeError(w, http.StatusServiceUnavailable, rpcerr.New(a2amqtt.A2AErrorResponderUnavailable, "the gateway cannot connect as the caller's Agent now", nil))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes)
+	slot := &errorSlot{}
+	ctx := context.WithValue(r.Context(), errorSlotKey{}, slot)
+	ctx = withTransport(ctx, req.Transport(identity.Of(tgt)))
+	in.jsonrpc.ServeHTTP(&errorWriter{ResponseWriter: w, slot: slot}, r.WithContext(ctx))
+}

@@ -1,0 +1,191 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// OutboundConfig configures the bus side of the HTTP agents.
+type OutboundConfig struct {
+	Conn      ConnConfig
+	Directory *Directory
+	// HTTPClient calls the HTTP agents (default: a client without an overall timeout, since a
+	// stream lasts as long as the task).
+	HTTPClient *http.Client
+}
+
+// heldAgent is an HTTP agent the gateway stands in for on the bus.
+type heldAgent struct {
+	// key says what the connection was made for: when it changes the agent is held anew.
+	key  string
+	conn *a2amqtt.Conn
+	resp *a2amqtt.Responder
+}
+
+// Outbound holds, on the bus, the Agents whose workload is an HTTP A2A server.
+type Outbound struct {
+	cfg OutboundConfig
+	log *slog.Logger
+
+	mu   sync.Mutex
+	held map[string]*heldAgent // by namespace/name
+}
+
+// NewOutbound returns an Outbound holding nothing yet (Sync starts holding).
+func NewOutbound(cfg OutboundConfig) *Outbound {
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	log := cfg.Conn.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Outbound{cfg: cfg, log: log, held: map[string]*heldAgent{}}
+}
+
+// requestTopic is where the agent reads its requests: the delivery topic when the conversation
+// service stands in front of it, else its public request topic.
+func requestTopic(ag *a2av1.Agent) string {
+	if t := ag.Status.Topics; t != nil && t.Delivery != "" {
+		return t.Delivery
+	}
+	return identity.Of(ag).RequestTopic()
+}
+
+func heldKey(ag *a2av1.Agent) string {
+	return ag.Spec.HTTP.URL + "\x00" + requestTopic(ag) + "\x00" + string(ag.UID)
+}
+
+// Sync holds every HTTP agent the directory lists and lets go of the others; an agent whose URL
+// or request topic changed is held anew.
+func (o *Outbound) Sync(ctx context.Context) error {
+	agents, err := o.cfg.Directory.HTTPAgents(ctx)
+	if err != nil {
+		return err
+	}
+	want := map[string]*a2av1.Agent{}
+	for i := range agents {
+		want[agents[i].Namespace+"/"+agents[i].Name] = &agents[i]
+	}
+	o.mu.Lock()
+	var drop []*heldAgent
+	for name, h := range o.held {
+		if ag, ok := want[name]; !ok || heldKey(ag) != h.key {
+			drop = append(drop, h)
+			delete(o.held, name)
+		}
+	}
+	o.mu.Unlock()
+	for _, h := range drop {
+		o.release(ctx, h)
+	}
+	var firstErr error
+	for name, ag := range want {
+		o.mu.Lock()
+		_, ok := o.held[name]
+		o.mu.Unlock()
+		if ok {
+			continue
+		}
+		h, err := o.hold(ctx, ag)
+		if err != nil {
+			o.log.Error("hold HTTP agent", "agent", name, "url", ag.Spec.HTTP.URL, "err", err)
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		o.mu.Lock()
+		o.held[name] = h
+		o.mu.Unlock()
+	}
+	return firstErr
+}
+
+// hold connects as the agent and serves its request topic by forwarding to its URL.
+func (o *Outbound) hold(ctx context.Context, ag *a2av1.Agent) (*heldAgent, error) {
+	ref := identity.Of(ag)
+	creds, err := o.cfg.Directory.Credentials(context.WithoutCancel(ctx), ag)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
+		BrokerURL: o.cfg.Conn.BrokerURL, Credentials: creds, Agent: ref, TLSFiles: o.cfg.Conn.TLSFiles,
+		// The manifest's card, with presence: the bus shows the agent online while the gateway
+		// holds it.
+		Card:           registration.BuildCard(ag, ref, "", o.cfg.Conn.BrokerURL),
+		SessionExpiry:  a2amqtt.DefaultAgentSessionExpiry,
+		ConnectTimeout: connectTimeout, Logger: o.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect as %s: %w", ref, err)
+	}
+	exec := &httpExecutor{remote: a2aclient.NewJSONRPCTransport(ag.Spec.HTTP.URL, o.cfg.HTTPClient)}
+	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, RequestTopic: requestTopic(ag)})
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return nil, fmt.Errorf("serve %s: %w", ref, err)
+	}
+	o.log.Info("holding HTTP agent", "agent", ref.String(), "url", ag.Spec.HTTP.URL, "topic", requestTopic(ag))
+	return &heldAgent{key: heldKey(ag), conn: conn, resp: resp}, nil
+}
+
+// drainTimeout bounds how long requests in flight may take to finish when an agent is let go.
+const drainTimeout = 20 * time.Second
+
+func (o *Outbound) release(ctx context.Context, h *heldAgent) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+	defer cancel()
+	_ = h.resp.Shutdown(dctx)
+	_ = h.conn.Close(dctx)
+}
+
+// Run syncs every interval until ctx ends, then lets every agent go.
+func (o *Outbound) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := o.Sync(ctx); err != nil && ctx.Err() == nil {
+			o.log.Error("sync HTTP agents", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			o.Close(context.Background())
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close lets every held agent go.
+func (o *Outbound) Close(ctx context.Context) {
+	o.mu.Lock()
+	held := o.held
+	o.held = map[string]*heldAgent{}
+	o.mu.Unlock()
+	for _, h := range held {
+		o.release(ctx, h)
+	}
+}
+
+// Held returns the namespace/name of the agents held now.
+func (o *Outbound) Held() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]string, 0, len(o.held))
+	for k := range o.held {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// ConnConfig is what every MQTT connection of the gateway shares.
+type ConnConfig struct {
+	BrokerURL string
+	// TLSFiles are PEM files for a TLS broker URL.
+	TLSFiles a2amqtt.TLSFiles
+	// Retry is the requesters' retry profile (a2amqtt.RetryPolicy defaults when zero).
+	Retry  a2amqtt.RetryPolicy
+	Logger *slog.Logger
+}
+
+// callerConn is one caller identity's connection and requester.
+type callerConn struct {
+	ready chan struct{}
+	conn  *a2amqtt.Conn
+	req   *a2amqtt.Requester
+	err   error
+}
+
+// Pool holds one MQTT connection per caller identity, made on first use with that Agent's own
+// credentials: a request enters the bus as its caller, so the broker's ACLs and the conversation
+// service judge it as they judge the Agent's own process. The profile gives each identity one
+// client ID, so a caller identity is used over HTTP and not also by a process of its own.
+type Pool struct {
+	cfg ConnConfig
+	dir *Directory
+
+	mu    sync.Mutex
+	conns map[a2amqtt.AgentRef]*callerConn
+}
+
+// NewPool returns an empty pool.
+func NewPool(cfg ConnConfig, dir *Directory) *Pool {
+	return &Pool{cfg: cfg, dir: dir, conns: map[a2amqtt.AgentRef]*callerConn{}}
+}
+
+// connectTimeout bounds the first CONNECT of a caller's connection.
+const connectTimeout = 10 * time.Second
+
+// Requester returns the requester of the caller Agent, connecting it on first use. A failed
+// connection is not kept: the next request tries again.
+func (p *Pool) Requester(ctx context.Context, ag *a2av1.Agent) (*a2amqtt.Requester, error) {
+	ref := identity.Of(ag)
+	p.mu.Lock()
+	cc, ok := p.conns[ref]
+	if !ok {
+		cc = &callerConn{ready: make(chan struct{})}
+		p.conns[ref] = cc
+		p.mu.Unlock()
+		cc.conn, cc.req, cc.err = p.connect(context.WithoutCancel(ctx), ag, ref)
+		close(cc.ready)
+		if cc.err != nil {
+			p.mu.Lock()
+			delete(p.conns, ref)
+			p.mu.Unlock()
+		}
+	} else {
+		p.mu.Unlock()
+	}
+	select {
+	case <-cc.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return cc.req, cc.err
+}
+
+func (p *Pool) connect(ctx context.Context, ag *a2av1.Agent, ref a2amqtt.AgentRef) (*a2amqtt.Conn, *a2amqtt.Requester, error) {
+	creds, err := p.dir.Credentials(ctx, ag)
+	if err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, err := a2amqtt.Connect(cctx, a2amqtt.Config{
+		BrokerURL: p.cfg.BrokerURL, Credentials: creds, Agent: ref, TLSFiles: p.cfg.TLSFiles,
+		ConnectTimeout: connectTimeout, Logger: p.cfg.Logger,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect as %s: %w", ref, err)
+	}
+	req, err := a2amqtt.NewRequester(cctx, conn, a2amqtt.RequesterOptions{Retry: p.cfg.Retry})
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return nil, nil, fmt.Errorf("requester for %s: %w", ref, err)
+	}
+	return conn, req, nil
+}
+
+// Close disconnects every caller connection.
+func (p *Pool) Close(ctx context.Context) {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = map[a2amqtt.AgentRef]*callerConn{}
+	p.mu.Unlock()
+	for _, cc := range conns {
+		<-cc.ready
+		if cc.conn != nil {
+			_ = cc.conn.Close(ctx)
+		}
+	}
+}
