@@ -36,9 +36,13 @@ func (s *errorSlot) get() *rpcerr.Error {
 	return s.err
 }
 
-// brokerNotAuthorized is how the SDK reports a PUBACK 0x87: the broker's ACLs refuse the caller
-// the target's request topic (its callers rules, grants, a gated agent's delivery topic).
-const brokerNotAuthorized = "refused by broker: reason 0x87"
+// notAuthorized reports whether err is the broker's PUBACK 0x87 (Not authorized): its ACLs refuse
+// the caller the target's request topic (callers rules, grants). The SDK passes it on as text:
+// paho's "The PUBLISH is not authorized", or the SDK's "refused by broker: reason 0x87".
+func notAuthorized(err error) bool {
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "publish is not authorized") || strings.Contains(msg, "refused by broker: reason 0x87")
+}
 
 // busError turns an error of the bus into the JSON-RPC error an HTTP caller gets: a JSON-RPC
 // error from the agent or the conversation service as it is; the broker refusing the caller as
@@ -49,7 +53,7 @@ func busError(err error) *rpcerr.Error {
 	switch {
 	case errors.As(err, &re):
 		return re
-	case strings.Contains(err.Error(), brokerNotAuthorized):
+	case notAuthorized(err):
 		return rpcerr.NewA2A(a2a.ErrUnauthorized, "the caller may not call this agent (the broker refused the request: its callers rules)", nil, time.Now())
 	case errors.Is(err, a2amqtt.ErrNoSubscribers), errors.Is(err, a2amqtt.ErrNoReply):
 		return rpcerr.New(a2amqtt.A2AErrorResponderUnavailable, err.Error(), nil)
