@@ -217,10 +217,19 @@ func TestRefusals(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		st := newStack(t, ctx, kind, startHTTPAgent(t))
-		st.startMQTTAgent(t, ctx, "direct", false)
 		gw, _ := st.gateway(t, ctx)
 		endpoint := gw + "/agents/acme/sales/direct/"
 		body := sendBody(uuid.NewString(), "", "hello")
+		token := st.token(t, ctx, "caller")
+
+		// No agent process on the bus: the profile's binding error, whole (a2a-go alone would
+		// send -32004 as UnsupportedOperation, without error.data.a2a_error).
+		status, resp := post(t, ctx, endpoint, token, body)
+		if status != http.StatusOK || resp.Error == nil || resp.Error.Code != a2amqtt.CodeResponderUnavailable ||
+			!strings.Contains(string(resp.Error.Data), `"a2a_error":"`+a2amqtt.A2AErrorResponderUnavailable+`"`) {
+			t.Fatalf("no agent on the bus: %d %+v, want -32004 responder_unavailable", status, resp.Error)
+		}
+		st.startMQTTAgent(t, ctx, "direct", false)
 
 		for name, token := range map[string]string{"no token": "", "not a token": "garbage"} {
 			status, resp := post(t, ctx, endpoint, token, body)
@@ -234,12 +243,11 @@ func TestRefusals(t *testing.T) {
 		}
 		_ = res.Body.Close()
 
-		status, resp := post(t, ctx, endpoint, st.token(t, ctx, "nobody"), body)
+		status, resp = post(t, ctx, endpoint, st.token(t, ctx, "nobody"), body)
 		if status != http.StatusForbidden || resp.Error == nil || resp.Error.Code != -31403 || !strings.Contains(resp.Error.Message, "acts as no Agent") {
 			t.Fatalf("unmapped ServiceAccount: %d %+v, want 403", status, resp.Error)
 		}
 
-		token := st.token(t, ctx, "caller")
 		status, resp = post(t, ctx, gw+"/agents/acme/sales/mqttclient/", token, body)
 		if status != http.StatusNotFound || resp.Error == nil {
 			t.Fatalf("agent not exposed: %d %+v, want 404", status, resp.Error)
