@@ -15,11 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/gateway"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
@@ -62,24 +59,9 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes config: %w", err)
 	}
-	cacheOpts := cache.Options{Scheme: gateway.NewScheme()}
-	if o.namespace != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
-	}
-	agentCache, err := cache.New(restCfg, cacheOpts)
+	reader, err := gateway.NewCachedReader(ctx, restCfg, o.namespace)
 	if err != nil {
-		return fmt.Errorf("cache: %w", err)
-	}
-	// Agents come from the cache (every request reads them); credentials Secrets are read when a
-	// connection is made, not cached (the gateway needs no list/watch on Secrets).
-	reader, err := client.New(restCfg, client.Options{Scheme: cacheOpts.Scheme,
-		Cache: &client.CacheOptions{Reader: agentCache, DisableFor: []client.Object{&corev1.Secret{}}}})
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	go func() { _ = agentCache.Start(ctx) }()
-	if !agentCache.WaitForCacheSync(ctx) {
-		return errors.New("agent cache did not sync")
+		return err
 	}
 	kube, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {

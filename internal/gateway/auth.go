@@ -2,10 +2,13 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +30,53 @@ type TokenReviewer struct {
 	// Audiences, when set, are the audiences a token must be issued for (a token requested with
 	// `kubectl create token SA --audience=...`); empty accepts the API server's default audience.
 	Audiences []string
+	// CacheTTL is how long an accepted token is taken without asking again (default
+	// DefaultTokenCacheTTL; negative: ask every time), as the API server's own token cache does:
+	// a review per request would make the API server every call's bottleneck. A refused token is
+	// never cached.
+	CacheTTL time.Duration
+
+	mu    sync.Mutex
+	cache map[[sha256.Size]byte]cachedCaller
+}
+
+// DefaultTokenCacheTTL is TokenReviewer's default CacheTTL (the API server's webhook token
+// authenticator caches an accepted token for 2 minutes; a deleted ServiceAccount loses the
+// gateway within this bound).
+const DefaultTokenCacheTTL = 10 * time.Second
+
+// maxCachedTokens bounds the cache; past it, it is emptied.
+const maxCachedTokens = 10000
+
+type cachedCaller struct {
+	caller  Caller
+	expires time.Time
+}
+
+func (t *TokenReviewer) cached(key [sha256.Size]byte, now time.Time) (Caller, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, ok := t.cache[key]
+	if !ok || now.After(c.expires) {
+		return Caller{}, false
+	}
+	return c.caller, true
+}
+
+func (t *TokenReviewer) remember(key [sha256.Size]byte, c Caller, now time.Time) {
+	ttl := t.CacheTTL
+	if ttl == 0 {
+		ttl = DefaultTokenCacheTTL
+	}
+	if ttl < 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cache == nil || len(t.cache) >= maxCachedTokens {
+		t.cache = map[[sha256.Size]byte]cachedCaller{}
+	}
+	t.cache[key] = cachedCaller{caller: c, expires: now.Add(ttl)}
 }
 
 // bearerToken returns the token of an "Authorization: Bearer ..." header.
@@ -45,6 +95,10 @@ func (t *TokenReviewer) Authenticate(ctx context.Context, r *http.Request) (Call
 	if !ok {
 		return Caller{}, fmt.Errorf("%w: no bearer token", ErrUnauthenticated)
 	}
+	key, now := sha256.Sum256([]byte(token)), time.Now()
+	if c, ok := t.cached(key, now); ok {
+		return c, nil
+	}
 	review, err := t.Reviews.Create(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: t.Audiences},
 	}, metav1.CreateOptions{})
@@ -58,6 +112,7 @@ func (t *TokenReviewer) Authenticate(ctx context.Context, r *http.Request) (Call
 	if !ok {
 		return Caller{}, fmt.Errorf("%w: %s is not a ServiceAccount", ErrUnauthenticated, review.Status.User.Username)
 	}
+	t.remember(key, c, now)
 	return c, nil
 }
 

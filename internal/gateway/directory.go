@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -49,7 +51,8 @@ func (d *Directory) CallerAgent(ctx context.Context, ns, name string) (*a2av1.Ag
 		return nil, ErrNoAgentForCaller
 	}
 	var list a2av1.AgentList
-	if err := d.Reader.List(ctx, &list, client.InNamespace(ns)); err != nil {
+	// Read-only: the cache's objects are not copied (the gateway never modifies an Agent).
+	if err := d.Reader.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list agents in %s: %w", ns, err)
 	}
 	var found *a2av1.Agent
@@ -72,7 +75,7 @@ func (d *Directory) CallerAgent(ctx context.Context, ns, name string) (*a2av1.Ag
 // agents lists the Agents the gateway may see.
 func (d *Directory) agents(ctx context.Context) ([]a2av1.Agent, error) {
 	var list a2av1.AgentList
-	var opts []client.ListOption
+	opts := []client.ListOption{client.UnsafeDisableDeepCopy}
 	if d.Namespace != "" {
 		opts = append(opts, client.InNamespace(d.Namespace))
 	}
@@ -140,6 +143,31 @@ func (d *Directory) Credentials(ctx context.Context, ag *a2av1.Agent) (a2amqtt.C
 		return nil, fmt.Errorf("agent %s/%s has no credentials secret yet", ag.Namespace, ag.Name)
 	}
 	return secretCredentials{ctx: ctx, reader: d.Reader, key: client.ObjectKey{Namespace: ag.Namespace, Name: ag.Status.CredentialsSecret}}, nil
+}
+
+// NewCachedReader returns the reader a gateway runs with: Agents from an informer cache (every
+// request reads them, so a lookup costs no request to the API server), Secrets read directly when
+// a connection is made (the gateway needs no list or watch on Secrets). The cache runs until ctx
+// ends; NewCachedReader returns once it has synced.
+func NewCachedReader(ctx context.Context, cfg *rest.Config, namespace string) (client.Reader, error) {
+	opts := cache.Options{Scheme: NewScheme()}
+	if namespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	}
+	agents, err := cache.New(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("agent cache: %w", err)
+	}
+	reader, err := client.New(cfg, client.Options{Scheme: opts.Scheme,
+		Cache: &client.CacheOptions{Reader: agents, DisableFor: []client.Object{&corev1.Secret{}}}})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	go func() { _ = agents.Start(ctx) }()
+	if !agents.WaitForCacheSync(ctx) {
+		return nil, errors.New("agent cache did not sync")
+	}
+	return reader, nil
 }
 
 // NewScheme holds the types the gateway reads: Agents and Secrets (and the rest of client-go's).

@@ -222,7 +222,11 @@ func (st *stack) token(t testing.TB, ctx context.Context, name string) string {
 // returned URL), its bus side holding the HTTP agents.
 func (st *stack) gateway(t testing.TB, ctx context.Context) (string, *gateway.Outbound) {
 	t.Helper()
-	dir := &gateway.Directory{Reader: k8s, Namespace: st.ns}
+	reader, err := gateway.NewCachedReader(ctx, restCfg, st.ns)
+	if err != nil {
+		t.Fatalf("gateway reader: %v", err)
+	}
+	dir := &gateway.Directory{Reader: reader, Namespace: st.ns}
 	conn := gateway.ConnConfig{BrokerURL: st.brokerURL, Logger: slog.New(slog.DiscardHandler),
 		// A refused publish is not retried (the SDK retries a refused publish like a lost one).
 		Retry: a2amqtt.RetryPolicy{FirstReplyTimeout: 10 * time.Second, MaxAttempts: 1}}
