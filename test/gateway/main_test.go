@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -48,6 +50,14 @@ var (
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel + 1)))
+	// The JS SDK first (idempotent; a missing npm or registry fails the suite here, with the
+	// script's message): TestJSClientCallsAnMQTTAgent runs its HTTP client.
+	install := exec.Command("bash", filepath.Join("..", "..", "hack", "install-node-deps.sh"))
+	install.Stdout, install.Stderr = os.Stderr, os.Stderr
+	if err := install.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: hack/install-node-deps.sh failed: %v\n", err)
+		os.Exit(1)
+	}
 	testenv.Main(m, filepath.Join("..", ".."), func(c *testenv.ControlPlane) error {
 		cp, restCfg, k8s = c, c.Config, c.Client
 		var err error
