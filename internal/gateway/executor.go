@@ -74,36 +74,42 @@ func localMessage(m *a2a.Message, ec *a2asrv.ExecutorContext) *a2a.Message {
 }
 
 // localEvents turns one event of the HTTP agent into the bus's: the same event with the
-// requester's ids; a Task (the first event of a JSON-RPC stream, or a unary result) becomes its
-// status and artifacts, which the responder's task store folds as it folds any executor's.
-func (e *httpExecutor) localEvents(ev a2a.Event, ec *a2asrv.ExecutorContext) []a2a.Event {
+// requester's ids. A Task (a JSON-RPC stream's opening snapshot, or a unary result) gives its
+// artifacts, and its status as held: a resumed task's stream opens with a snapshot that still
+// shows input-required, which must not end the execution here (the profile's stream-final rule:
+// an opening Task ends a stream only when terminal); Execute sends the held status only when no
+// later status follows.
+func (e *httpExecutor) localEvents(ev a2a.Event, ec *a2asrv.ExecutorContext) (out []a2a.Event, held *a2a.TaskStatusUpdateEvent) {
 	switch v := ev.(type) {
 	case *a2a.Task:
 		e.tasks.put(string(ec.TaskID), string(v.ID))
 		e.contexts.put(ec.ContextID, v.ContextID)
-		var out []a2a.Event
 		for _, art := range v.Artifacts {
 			out = append(out, &a2a.TaskArtifactUpdateEvent{TaskID: ec.TaskID, ContextID: ec.ContextID, Artifact: art})
 		}
 		st := v.Status
 		st.Message = localMessage(st.Message, ec)
-		return append(out, &a2a.TaskStatusUpdateEvent{TaskID: ec.TaskID, ContextID: ec.ContextID, Status: st, Metadata: v.Metadata})
+		status := &a2a.TaskStatusUpdateEvent{TaskID: ec.TaskID, ContextID: ec.ContextID, Status: st, Metadata: v.Metadata}
+		if st.State.Terminal() {
+			return append(out, status), nil
+		}
+		return out, status
 	case *a2a.TaskStatusUpdateEvent:
 		e.tasks.put(string(ec.TaskID), string(v.TaskID))
 		e.contexts.put(ec.ContextID, v.ContextID)
 		c := *v
 		c.TaskID, c.ContextID = ec.TaskID, ec.ContextID
 		c.Status.Message = localMessage(c.Status.Message, ec)
-		return []a2a.Event{&c}
+		return []a2a.Event{&c}, nil
 	case *a2a.TaskArtifactUpdateEvent:
 		c := *v
 		c.TaskID, c.ContextID = ec.TaskID, ec.ContextID
-		return []a2a.Event{&c}
+		return []a2a.Event{&c}, nil
 	case *a2a.Message:
 		e.contexts.put(ec.ContextID, v.ContextID)
-		return []a2a.Event{localMessage(v, ec)}
+		return []a2a.Event{localMessage(v, ec)}, nil
 	default:
-		return []a2a.Event{ev}
+		return []a2a.Event{ev}, nil
 	}
 }
 
@@ -119,16 +125,27 @@ func (e *httpExecutor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) 
 			msg.ContextID = ec.ContextID
 		}
 		req := &a2a.SendMessageRequest{Message: &msg}
+		var held *a2a.TaskStatusUpdateEvent
 		for ev, err := range e.remote.SendStreamingMessage(ctx, nil, req) {
 			if err != nil {
 				yield(nil, err)
 				return
 			}
-			for _, out := range e.localEvents(ev, ec) {
-				if !yield(out, nil) {
+			out, h := e.localEvents(ev, ec)
+			if h != nil {
+				held = h
+			}
+			for _, o := range out {
+				if _, ok := o.(*a2a.TaskStatusUpdateEvent); ok {
+					held = nil
+				}
+				if !yield(o, nil) {
 					return
 				}
 			}
+		}
+		if held != nil {
+			yield(held, nil)
 		}
 	}
 }

@@ -173,7 +173,7 @@ func TestMQTTRequesterCallsAnHTTPAgent(t *testing.T) {
 		defer cancel()
 		st := newStack(t, ctx, kind, startHTTPAgent(t))
 		st.gateway(t, ctx)
-		tr := st.requesterAs(t, ctx, "mqttclient").Transport(ref("httpgo"))
+		tr := st.requesterAs(t, ctx, "mqttclient").Transport(ref("httpagent"))
 
 		ctxID := uuid.NewString()
 		plan := taskOf(t)(tr.SendMessage(ctx, nil, userMsg(ctxID, "", "deploy v2")))

@@ -4,12 +4,19 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/google/uuid"
+
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // nodeDeps is where hack/install-node-deps.sh installed the JS SDK (A2A_NODE_DEPS or bin/node-deps).
@@ -40,9 +47,9 @@ type jsTurn struct {
 	} `json:"error"`
 }
 
-// runJS runs a JS script (copied next to the installed node_modules, where Node resolves its
-// imports) and returns its JSON lines.
-func runJS(t *testing.T, ctx context.Context, script string, env ...string) []jsTurn {
+// jsScript copies a JS script next to the installed node_modules (where Node resolves its
+// imports) and returns its path.
+func jsScript(t *testing.T, script string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp(nodeDeps(t), "gateway-")
 	if err != nil {
@@ -56,7 +63,34 @@ func runJS(t *testing.T, ctx context.Context, script string, env ...string) []js
 	if err := os.WriteFile(filepath.Join(dir, script), src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, "node", filepath.Join(dir, script))
+	return filepath.Join(dir, script)
+}
+
+// startJSAgent runs js/http-responder.mjs (the JS SDK's server) and returns its URL.
+func startJSAgent(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "node", jsScript(t, "http-responder.mjs"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the JS agent: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadBytes('\n')
+	var ready struct{ URL string }
+	if err != nil || json.Unmarshal(line, &ready) != nil || ready.URL == "" {
+		t.Fatalf("the JS agent did not start: %q %v", line, err)
+	}
+	return ready.URL
+}
+
+// runJS runs a JS script to its end and returns its JSON lines.
+func runJS(t *testing.T, ctx context.Context, script string, env ...string) []jsTurn {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "node", jsScript(t, script))
 	cmd.Env = append(os.Environ(), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -115,6 +149,59 @@ func TestJSClientCallsAnMQTTAgent(t *testing.T) {
 		}
 		if e := turns[5].Error; e == nil || e.Code != -32602 {
 			t.Fatalf("mismatched context: %+v, want -32602", turns[5])
+		}
+	})
+}
+
+// TestMQTTRequesterCallsAJSHTTPAgent: the SDK's requester calls an agent served by the official
+// A2A JS SDK's server over HTTP, which the gateway holds on the bus (governed: through the
+// conversation service): input-required and resume, a follow-up task in the same context, a
+// streamed resume (the JS server opens it with a snapshot still showing input-required), and a
+// mismatched context refused with -32602.
+func TestMQTTRequesterCallsAJSHTTPAgent(t *testing.T) {
+	onBothBrokers(t, func(t *testing.T, kind string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		st := newStack(t, ctx, kind, startJSAgent(t, ctx))
+		st.gateway(t, ctx)
+		tr := st.requesterAs(t, ctx, "mqttclient").Transport(ref("httpagent"))
+
+		ctxID := uuid.NewString()
+		ask := taskOf(t)(tr.SendMessage(ctx, nil, userMsg(ctxID, "", "v2")))
+		if ask.Status.State != a2a.TaskStateInputRequired || ask.ContextID != ctxID || said(ask) != "Turn 1. Deploy v2? Answer yes or no." {
+			t.Fatalf("turn 1: %s %q in %s", ask.Status.State, said(ask), ask.ContextID)
+		}
+		done := taskOf(t)(tr.SendMessage(ctx, nil, userMsg(ctxID, ask.ID, "yes")))
+		if done.ID != ask.ID || done.Status.State != a2a.TaskStateCompleted || said(done) != "Deployed v2." {
+			t.Fatalf("resume: %s %s %q", done.ID, done.Status.State, said(done))
+		}
+
+		var second *a2a.TaskStatusUpdateEvent
+		for ev, err := range tr.SendStreamingMessage(ctx, nil, userMsg(ctxID, "", "v3")) {
+			if err != nil {
+				t.Fatalf("stream: %v", err)
+			}
+			if su, ok := ev.(*a2a.TaskStatusUpdateEvent); ok {
+				second = su
+			}
+		}
+		if second == nil || second.Status.State != a2a.TaskStateInputRequired || a2amqtt.TextOf(second.Status.Message) != "Turn 2. Deploy v3? Answer yes or no." {
+			t.Fatalf("stream: last status %+v, want turn 2 of the same context", second)
+		}
+		var states []a2a.TaskState
+		for ev, err := range tr.SendStreamingMessage(ctx, nil, userMsg(ctxID, second.TaskID, "yes")) {
+			if err != nil {
+				t.Fatalf("streamed resume: %v", err)
+			}
+			if su, ok := ev.(*a2a.TaskStatusUpdateEvent); ok {
+				states = append(states, su.Status.State)
+			}
+		}
+		if len(states) == 0 || states[len(states)-1] != a2a.TaskStateCompleted || slices.Contains(states, a2a.TaskStateInputRequired) {
+			t.Fatalf("streamed resume: states %v, want working then completed (not the opening snapshot's input-required)", states)
+		}
+		if _, err := tr.SendMessage(ctx, nil, userMsg(uuid.NewString(), ask.ID, "again")); !errors.Is(err, a2a.ErrInvalidParams) {
+			t.Fatalf("mismatched context: %v, want InvalidParams", err)
 		}
 	})
 }

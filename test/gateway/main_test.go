@@ -80,25 +80,25 @@ func ref(name string) a2amqtt.AgentRef {
 
 // The fleet. "client" is an HTTP caller's identity (ServiceAccount "caller" acts as it);
 // "mqttclient" calls from the bus (the baseline); "memory" (governed) and "direct" (not governed)
-// are MQTT agents exposed over HTTP; "httpgo" (governed) is an HTTP agent served by a2a-go's
+// are MQTT agents exposed over HTTP; "httpagent" (governed) is an HTTP agent served by a2a-go's
 // server that the gateway holds on the bus; "outsider" is in another unit, so the others'
 // callers rules (SameUnit) do not admit it.
 type agentSpec struct {
 	name, unit, role, http string
 }
 
-func fleet(httpGoURL string) []agentSpec {
+func fleet(httpAgentURL string) []agentSpec {
 	return []agentSpec{
 		{"client", unit, "", "{serviceAccounts: [caller]}"},
 		{"mqttclient", unit, "", ""},
 		{"memory", unit, "gated", "{expose: true}"},
 		{"direct", unit, "", "{expose: true}"},
-		{"httpgo", unit, "gated", fmt.Sprintf("{url: %q}", httpGoURL)},
+		{"httpagent", unit, "gated", fmt.Sprintf("{url: %q}", httpAgentURL)},
 		{"outsider", "other", "", "{serviceAccounts: [outsider]}"},
 	}
 }
 
-var gatedNames = []string{"acme/sales/httpgo", "acme/sales/memory"}
+var gatedNames = []string{"acme/sales/httpagent", "acme/sales/memory"}
 
 func onBothBrokers(t *testing.T, test func(t *testing.T, kind string)) {
 	for _, kind := range []string{"mosquitto", "embedded"} {
@@ -115,7 +115,7 @@ type stack struct {
 	svc           *convservice.Service
 }
 
-func newStack(t testing.TB, ctx context.Context, kind, httpGoURL string) *stack {
+func newStack(t testing.TB, ctx context.Context, kind, httpAgentURL string) *stack {
 	t.Helper()
 	st := &stack{passwords: map[string]string{}, usernames: map[string]string{}}
 	switch kind {
@@ -151,7 +151,7 @@ metadata: {name: governed}
 spec:
   agentSelector: {matchLabels: {role: gated}}
 `)
-	agents := fleet(httpGoURL)
+	agents := fleet(httpAgentURL)
 	for _, a := range agents {
 		labels := "{}"
 		if a.role != "" {
