@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/google/uuid"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/examples/agents"
+	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
+)
+
+// The service's per-caller rate in these tests: far below what one sequential caller sends on
+// loopback, so the limiter engages on any machine.
+const (
+	testCallerRate  = 5
+	testCallerBurst = 2
+)
+
+// TestSequentialCallersOverTheRate: two callers each send conversations to the governed memory
+// sample one turn at a time, as fast as it answers: faster than their rate, so the service
+// refuses part of their requests (its rate_limited counter moves). No call fails: the SDK waits
+// each refusal's retry_after and sends the request again. No task fails either: the memory
+// sample reads each conversation's history from the service under its own identity, twice the
+// callers' rate together, and those reads of its own conversations are not charged to a
+// caller's rate. Before, the SDK returned ErrRateLimited to the application, and the agent's
+// history read was refused under its identity's caller rate and failed its task ("read the
+// conversation so far: ... rate_limited").
+//
+// Then a caller that keeps exceeding the rate with calls whose deadline is shorter than the
+// retry_after it is given still gets ErrRateLimited, carrying retry_after.
+func TestSequentialCallersOverTheRate(t *testing.T) {
+	onBothBrokers(t, sequentialCallersOverTheRate)
+}
+
+func sequentialCallersOverTheRate(t *testing.T, kind string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	st := newStack(t, ctx, kind)
+	// The memory sample reads message content from the service (history mode Messages).
+	(&unstructuredPolicy{name: "governed", ns: st.ns}).patch(t, ctx, `{"spec":{"history":{"mode":"Messages"}}}`)
+	eventually(t, 30*time.Second, "the policy's history mode stored", func() error {
+		p := &a2av1.ConversationPolicy{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: st.ns, Name: "governed"}, p); err != nil {
+			return err
+		}
+		if p.Spec.History == nil || p.Spec.History.Mode != a2av1.HistoryMessages {
+			return fmt.Errorf("history %+v", p.Spec.History)
+		}
+		return nil
+	})
+	svc := st.startServiceCfg(t, ctx, &clock{}, "r1", func(c *convservice.Config) {
+		c.CallerRate, c.CallerBurst = testCallerRate, testCallerBurst
+		c.AgentHistoryRate, c.AgentHistoryBurst = 0, 0 // the defaults
+	})
+	memory := startMemorySample(t, ctx, st)
+	limited := func() float64 {
+		return counter(t, svc.Registry(), "a2a_conversation_rejections_total", "reason", rpcerr.NameRateLimited)
+	}
+
+	const contexts, turns = 5, 3
+	callers := []string{"client", "direct"}
+	requesters := make([]*a2amqtt.Requester, len(callers))
+	for i, name := range callers {
+		requesters[i] = st.requesterAs(t, ctx, name)
+	}
+	var mu sync.Mutex
+	var failures []string
+	calls := 0
+	began := time.Now()
+	var wg sync.WaitGroup
+	for i, r := range requesters {
+		wg.Go(func() {
+			tr := r.Transport(ref("memory"))
+			for c := range contexts {
+				contextID := uuid.NewString()
+				for turn := 1; turn <= turns; turn++ {
+					callCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+					res, err := send(callCtx, tr, uuid.NewString(), contextID, fmt.Sprintf("%s context %d turn %d", callers[i], c, turn))
+					cancel()
+					why := ""
+					switch {
+					case err != nil:
+						why = err.Error()
+					case state(res) != a2a.TaskStateCompleted:
+						why = fmt.Sprintf("task %s: %s", state(res), statusText(res))
+					case !strings.Contains(statusText(res), fmt.Sprintf("Turn %d.", turn)):
+						why = fmt.Sprintf("turn %d answered %q: the history read missed earlier turns", turn, statusText(res))
+					}
+					mu.Lock()
+					calls++
+					if why != "" {
+						failures = append(failures, fmt.Sprintf("%s, context %d, turn %d: %s", callers[i], c, turn, why))
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(began)
+	var retries uint64
+	for _, r := range requesters {
+		retries += r.RateLimitRetries()
+	}
+	t.Logf("%s: %d calls in %s (%.1f/s for %d callers at %d/s each), %d failed; %.0f refused rate_limited, %d SDK retries; the memory sample's history reads retried %d times",
+		kind, calls, took.Round(time.Millisecond), float64(calls)/took.Seconds(), len(callers), testCallerRate, len(failures), limited(), retries, memory.Responder.HistoryRateLimitRetries())
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d calls failed, want 0:\n%s", len(failures), calls, strings.Join(failures, "\n"))
+	}
+	if limited() == 0 || retries == 0 {
+		t.Fatalf("the limiter never engaged (%.0f refused, %d retries): the test does not show that refusals are waited out", limited(), retries)
+	}
+
+	// A caller over its rate whose calls' deadline is shorter than the retry_after it is given.
+	impatient := st.requesterAs(t, ctx, "confirm").Transport(ref("memory"))
+	var refusal error
+	for i := 0; i < 50 && refusal == nil; i++ {
+		callCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err := send(callCtx, impatient, uuid.NewString(), uuid.NewString(), "now")
+		cancel()
+		if errors.Is(err, a2amqtt.ErrRateLimited) {
+			refusal = err
+		}
+	}
+	if refusal == nil {
+		t.Fatalf("50 calls at full speed with a 100ms deadline against %d/s (retry_after up to %s): none returned ErrRateLimited", testCallerRate, time.Second/testCallerRate)
+	}
+	if after, ok := a2amqtt.RetryAfterOf(refusal); !ok || after <= 0 {
+		t.Fatalf("the refusal %v carries no retry_after (%s, %v)", refusal, after, ok)
+	}
+	t.Logf("past its deadline: %v", refusal)
+}
+
+// startMemorySample runs the memory example agent as its sample deployment does behind the
+// service: reading its delivery topic, and the conversation so far from the service.
+func startMemorySample(t testing.TB, ctx context.Context, st *stack) *agents.Agent {
+	t.Helper()
+	id := ref("memory")
+	delivery := identity.DeliveryTopic(id)
+	a, err := agents.Start(ctx, agents.KindMemory, agents.Options{
+		BrokerURL: st.brokerURL, Username: st.usernames["memory"], Password: st.passwords["memory"],
+		Agent: id, RequestTopic: delivery, HistoryFrom: agents.GovernedHistory(agents.KindMemory, delivery),
+	})
+	if err != nil {
+		t.Fatalf("start the memory sample: %v", err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	return a
+}
+
+// statusText is the text of a task result's status message.
+func statusText(res a2a.SendMessageResult) string {
+	if t, ok := res.(*a2a.Task); ok && t.Status.Message != nil {
+		return a2amqtt.TextOf(t.Status.Message)
+	}
+	return ""
+}
