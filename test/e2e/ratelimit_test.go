@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -166,4 +167,70 @@ func statusText(res a2a.SendMessageResult) string {
 		return a2amqtt.TextOf(t.Status.Message)
 	}
 	return ""
+}
+
+// BenchmarkCallerRate measures what the default per-caller rate is sized from
+// (docs/conversation-service.md, "Limits"): on the embedded broker, with the limit off, what one
+// sequential SDK caller sends to the governed memory sample (each turn waiting for its answer,
+// the sample reading the conversation so far from the service), and what the replica serves
+// from E2E_BENCH_CALLERS (default 10) such callers at once (five identities, two requesters
+// each). Both in one run; the figure that matters is their ratio: how many callers at full speed
+// one replica carries.
+//
+//	… go test ./test/e2e/ -run '^$' -bench BenchmarkCallerRate -benchtime 1x
+func BenchmarkCallerRate(b *testing.B) {
+	const turns = 5 // per conversation
+	calls := 1000
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	st := newStack(b, ctx, "embedded")
+	st.startServiceCfg(b, ctx, &clock{}, "bench", func(c *convservice.Config) { c.Logger = benchLogger() })
+	startMemorySample(b, ctx, st)
+	identities := []string{"client", "direct", "confirm", "raw", "guarded"}
+	requesters := map[string][]*a2amqtt.Requester{}
+	for _, name := range identities {
+		requesters[name] = []*a2amqtt.Requester{st.requesterAs(b, ctx, name), st.requesterAs(b, ctx, name)}
+	}
+	run := func(tr *a2amqtt.Transport, n int) []time.Duration {
+		var took []time.Duration
+		var contextID string
+		for i := range n {
+			if i%turns == 0 {
+				contextID = uuid.NewString()
+			}
+			began := time.Now()
+			res, err := send(ctx, tr, uuid.NewString(), contextID, "turn")
+			if err != nil || state(res) != a2a.TaskStateCompleted {
+				b.Fatalf("call %d: %v %v", i, err, state(res))
+			}
+			took = append(took, time.Since(began))
+		}
+		return took
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.Logf("load average before: %s", loadavg())
+		one := requesters["client"][0].Transport(ref("memory"))
+		run(one, 50) // warm up
+		began := time.Now()
+		seq := run(one, calls)
+		seqRate := float64(calls) / time.Since(began).Seconds()
+		slices.Sort(seq)
+
+		began = time.Now()
+		var wg sync.WaitGroup
+		parallel := 0
+		for _, name := range identities {
+			for _, r := range requesters[name] {
+				parallel++
+				wg.Go(func() { run(r.Transport(ref("memory")), calls/5) })
+			}
+		}
+		wg.Wait()
+		replicaRate := float64(parallel*calls/5) / time.Since(began).Seconds()
+		b.Logf("one sequential caller: %.0f calls/s (p50 %s, p90 %s); %d callers at once: %.0f calls/s (%.1f sequential callers' worth); load average %s",
+			seqRate, seq[len(seq)/2].Round(10*time.Microsecond), seq[len(seq)*9/10].Round(10*time.Microsecond), parallel, replicaRate, replicaRate/seqRate, loadavg())
+		b.ReportMetric(seqRate, "sequential-calls/s")
+		b.ReportMetric(replicaRate, "replica-calls/s")
+	}
 }
