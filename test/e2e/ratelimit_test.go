@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -175,7 +176,8 @@ func statusText(res a2a.SendMessageResult) string {
 // the sample reading the conversation so far from the service), and what the replica serves
 // from E2E_BENCH_CALLERS (default 10) such callers at once (five identities, two requesters
 // each). Both in one run; the figure that matters is their ratio: how many callers at full speed
-// one replica carries.
+// one replica carries. The store is bbolt without fsync; E2E_BENCH_FSYNC=1 makes every turn
+// durable as in production.
 //
 //	… go test ./test/e2e/ -run '^$' -bench BenchmarkCallerRate -benchtime 1x
 func BenchmarkCallerRate(b *testing.B) {
@@ -184,12 +186,19 @@ func BenchmarkCallerRate(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	st := newStack(b, ctx, "embedded")
-	st.startServiceCfg(b, ctx, &clock{}, "bench", func(c *convservice.Config) { c.Logger = benchLogger() })
+	st.startServiceCfg(b, ctx, &clock{}, "bench", func(c *convservice.Config) {
+		c.Logger, c.BoltNoSync = benchLogger(), os.Getenv("E2E_BENCH_FSYNC") != "1"
+	})
 	startMemorySample(b, ctx, st)
 	identities := []string{"client", "direct", "confirm", "raw", "guarded"}
 	requesters := map[string][]*a2amqtt.Requester{}
 	for _, name := range identities {
-		requesters[name] = []*a2amqtt.Requester{st.requesterAs(b, ctx, name), st.requesterAs(b, ctx, name)}
+		first := st.requesterAs(b, ctx, name) // one connection per identity (its client id)
+		second, err := a2amqtt.NewRequester(ctx, first.Conn(), a2amqtt.RequesterOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		requesters[name] = []*a2amqtt.Requester{first, second}
 	}
 	run := func(tr *a2amqtt.Transport, n int) []time.Duration {
 		var took []time.Duration
