@@ -62,12 +62,13 @@ type rateLimitWaits struct {
 	retries  int
 }
 
-func (r *Requester) newRateLimitWaits(ctx context.Context) *rateLimitWaits {
+// newRateLimitWaits starts a call's state (a value: it stays on the call's stack).
+func (r *Requester) newRateLimitWaits(ctx context.Context) rateLimitWaits {
 	deadline := time.Now().Add(r.retry.RateLimitMaxWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	return &rateLimitWaits{r: r, deadline: deadline}
+	return rateLimitWaits{r: r, deadline: deadline}
 }
 
 // afterReply decides what a first reply means for the call: retry true when it was a rate_limited
