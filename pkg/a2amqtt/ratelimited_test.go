@@ -207,3 +207,28 @@ func TestRateLimitedRetryBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLimitDelay: a wait is never shorter than retry_after, spreads by at most Jitter×n of it
+// (at least a millisecond's worth) on the n-th retry, and without jitter is retry_after exactly.
+func TestRateLimitDelay(t *testing.T) {
+	p := RetryPolicy{}.withDefaults()
+	for _, c := range []struct {
+		after time.Duration
+		n     int
+	}{{5 * time.Millisecond, 1}, {5 * time.Millisecond, 4}, {0, 1}, {time.Second, 2}} {
+		spread := max(c.after, time.Millisecond)
+		limit := c.after + time.Duration(float64(spread)*p.Jitter*float64(c.n))
+		for range 200 {
+			if d := p.rateLimitDelay(c.after, c.n); d < c.after || d > limit {
+				t.Fatalf("retry_after %s, retry %d: wait %s outside [%s, %s]", c.after, c.n, d, c.after, limit)
+			}
+		}
+	}
+	exact := RetryPolicy{Jitter: -1}.withDefaults()
+	if d := exact.rateLimitDelay(7*time.Millisecond, 3); d != 7*time.Millisecond {
+		t.Fatalf("without jitter: wait %s, want retry_after 7ms", d)
+	}
+	if got := (RetryPolicy{}).withDefaults(); got.RateLimitRetries != defaultRateLimitRetries || got.RateLimitMaxWait != defaultRateLimitMaxWait {
+		t.Fatalf("defaults %d %s", got.RateLimitRetries, got.RateLimitMaxWait)
+	}
+}
