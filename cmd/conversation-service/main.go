@@ -58,6 +58,9 @@ func main() {
 	flag.Float64Var(&cfg.CallerRate, "caller-rate", convservice.DefaultCallerRate,
 		"requests per second one caller may send to this replica (token bucket; beyond it: error -32070 with retry_after); negative: no limit")
 	flag.IntVar(&cfg.CallerBurst, "caller-burst", convservice.DefaultCallerBurst, "the caller rate's burst (bucket size)")
+	flag.Float64Var(&cfg.AgentHistoryRate, "agent-history-rate", convservice.DefaultAgentHistoryRate,
+		"reads of its own conversations' history per second a governed agent may send to this replica, a budget of their own (not charged to --caller-rate); negative: no limit")
+	flag.IntVar(&cfg.AgentHistoryBurst, "agent-history-burst", convservice.DefaultAgentHistoryBurst, "the agent history rate's burst (bucket size)")
 	var routeSecretFile, previousSecretFile string
 	flag.StringVar(&routeSecretFile, "route-secret-file", env("A2A_ROUTE_SECRET_FILE", ""),
 		"file holding the secret that encrypts routes in forwarded correlation data and derives the replica's client id; the same on every replica (default: the broker password)")

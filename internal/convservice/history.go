@@ -61,7 +61,7 @@ func (s *history) handleHistory(in *inbound) {
 	var sv served
 	method, _ := conversation.ParseMethod(req.Method)
 	role := s.historyRole(agent)
-	if role != historyIgnore && !s.withinRate(in) {
+	if role != historyIgnore && !s.withinHistoryRate(in, agent) {
 		// Only the replica that answers counts the caller's rate.
 		return
 	}
@@ -104,6 +104,15 @@ func (s *history) handleHistory(in *inbound) {
 		return
 	}
 	s.send(ctx, in, b)
+}
+
+// withinHistoryRate charges a history query: a governed agent reading its own conversations to
+// its own-history budget, anyone else to its caller's rate (ratelimit.go).
+func (s *history) withinHistoryRate(in *inbound, agent string) bool {
+	if agent == in.caller.String() && s.gated.agent(agent) != nil {
+		return s.withinOwnHistoryRate(in)
+	}
+	return s.withinRate(in)
 }
 
 // served collects what a history answer showed (the digest's inputs).

@@ -146,30 +146,10 @@ func (s *admission) withinRate(in *inbound) bool {
 	}
 	in.rateChecked = true
 	ok, wait, answer := s.limiter.allow(caller, time.Now())
-	switch {
-	case ok:
-		return true
-	case !answer:
-		s.m.rejections.WithLabelValues(reasonRateLimitedUnanswered).Inc()
-		return false
+	if !ok {
+		s.refuseForRate(in, bucketKey{ref: caller, budget: budgetCaller}, wait, answer)
 	}
-	s.m.rejections.WithLabelValues(rpcerr.NameRateLimited).Inc()
-	var probe struct {
-		ID any `json:"id"`
-	}
-	_ = json.Unmarshal(in.payload, &probe) // the id, when there is one to echo
-	b, err := encodeResponse(probe.ID, nil, s.limiter.rateLimitedError(caller, wait))
-	if err != nil {
-		s.log.Error(err, "encode rate-limit answer")
-		return false
-	}
-	select {
-	case s.rateAnswers <- &paho.Publish{Topic: in.respTo, QoS: 1, Payload: b,
-		Properties: &paho.PublishProperties{CorrelationData: in.corr, ContentType: "application/json"}}:
-	default:
-		s.m.rejections.WithLabelValues(reasonRateLimitedUnanswered).Inc()
-	}
-	return false
+	return ok
 }
 
 // answerRateLimited publishes the rate-limit answers, without waiting for

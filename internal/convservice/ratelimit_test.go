@@ -10,7 +10,7 @@ import (
 )
 
 func TestCallerLimiter(t *testing.T) {
-	l := newCallerLimiter(10, 3)
+	l := newCallerLimiter(10, 3, 20, 2)
 	flood, quiet := a2amqtt.AgentRef{Org: "evil", Unit: "x", Agent: "flood"}, a2amqtt.AgentRef{Org: "acme", Unit: "demo", Agent: "console"}
 	now := time.Unix(1_700_000_000, 0)
 	for i := range 3 {
@@ -35,6 +35,24 @@ func TestCallerLimiter(t *testing.T) {
 	if ok, _, _ := l.allow(quiet, now); !ok {
 		t.Fatal("another caller's bucket is not its own")
 	}
+	// The flooder's reads of its own history (were it a governed agent) have a budget of their
+	// own: its empty caller bucket does not refuse them, and they are refused past theirs.
+	own := bucketKey{ref: flood, budget: budgetAgentHistory}
+	for i := range 2 {
+		if ok, _, _ := l.allowOf(own, now); !ok {
+			t.Fatalf("own history read %d refused with the caller bucket empty", i)
+		}
+	}
+	if ok, wait, _ := l.allowOf(own, now); ok || wait < 49*time.Millisecond || wait > 51*time.Millisecond {
+		t.Fatalf("own history read past its burst: allowed %v, wait %s; want refused, ~50ms (20/s)", ok, wait)
+	}
+	var ownData struct {
+		Budget string  `json:"budget"`
+		Rate   float64 `json:"rate"`
+	}
+	if e := l.rateLimitedErrorOf(own, time.Millisecond); json.Unmarshal(e.Data, &ownData) != nil || ownData.Budget != "agent_history" || ownData.Rate != 20 {
+		t.Fatalf("own history refusal data %s", e.Data)
+	}
 	if ok, _, _ := l.allow(flood, now.Add(wait)); !ok {
 		t.Fatal("refused after retry_after")
 	}
@@ -48,10 +66,16 @@ func TestCallerLimiter(t *testing.T) {
 	}
 	// Idle callers are forgotten once their bucket is full again.
 	l.allow(quiet, now.Add(2*pruneEvery))
-	if _, kept := l.buckets[flood]; kept || len(l.buckets) != 1 {
+	if _, kept := l.buckets[bucketKey{ref: flood}]; kept || len(l.buckets) != 1 {
 		t.Fatalf("buckets after a prune: %v", l.buckets)
 	}
-	if ok, _, _ := newCallerLimiter(-1, 0).allow(flood, now); !ok {
+	if ok, _, _ := newCallerLimiter(-1, 0, 1, 1).allow(flood, now); !ok {
 		t.Fatal("a negative rate must mean no limit")
+	}
+	unlimitedHistory := newCallerLimiter(1, 1, -1, 0)
+	for range 5 {
+		if ok, _, _ := unlimitedHistory.allowOf(own, now); !ok {
+			t.Fatal("a negative own-history rate must mean no limit on it")
+		}
 	}
 }

@@ -131,6 +131,13 @@ type Config struct {
 	CallerRate float64
 	// CallerBurst is the bucket's size (0: DefaultCallerBurst).
 	CallerBurst int
+	// AgentHistoryRate is how many reads of its own conversations' history
+	// per second a governed agent may send to this replica, a budget of its
+	// own, not charged to CallerRate (ratelimit.go), as a token bucket of
+	// AgentHistoryBurst. 0: DefaultAgentHistoryRate; negative: no limit.
+	AgentHistoryRate float64
+	// AgentHistoryBurst is that bucket's size (0: DefaultAgentHistoryBurst).
+	AgentHistoryBurst int
 	// TracerProvider receives the service's spans (receive → decide →
 	// forward, and relay), which continue the requester's trace from the
 	// traceparent user property and propagate it to the agent. Default:
@@ -198,6 +205,12 @@ func (c *Config) defaults() error {
 	}
 	if c.CallerBurst <= 0 {
 		c.CallerBurst = DefaultCallerBurst
+	}
+	if c.AgentHistoryRate == 0 {
+		c.AgentHistoryRate = DefaultAgentHistoryRate
+	}
+	if c.AgentHistoryBurst <= 0 {
+		c.AgentHistoryBurst = DefaultAgentHistoryBurst
 	}
 	if c.RouteSecret == nil {
 		c.RouteSecret = []byte(c.Password)
@@ -323,7 +336,7 @@ func Start(ctx context.Context, cfg Config) (*Service, error) {
 		ownersKick: make(chan struct{}, 1),
 		runs:       newRuns(),
 		ids:        newIDModes(),
-		limiter:    newCallerLimiter(cfg.CallerRate, cfg.CallerBurst),
+		limiter:    newCallerLimiter(cfg.CallerRate, cfg.CallerBurst, cfg.AgentHistoryRate, cfg.AgentHistoryBurst),
 		routes:     newRouteLog(),
 		// Bounded: past it, refusals go unanswered (counted).
 		rateAnswers: make(chan *paho.Publish, 4096),

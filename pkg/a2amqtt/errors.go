@@ -60,9 +60,14 @@ var (
 	// ContinuationMismatchOf).
 	ErrContinuationMismatch = rpcerr.ErrContinuationMismatch
 	// ErrRateLimited: the caller sent faster than the service's per-caller rate
-	// (error.data.retry_after).
+	// (error.data.retry_after, seconds; RetryAfterOf). The requester waits retry_after and sends
+	// the request again (RetryPolicy.RateLimitRetries); a call returns it only when the wait
+	// would pass the call's deadline or its retries are used up.
 	ErrRateLimited = rpcerr.ErrRateLimited
 )
+
+// CodeRateLimited is the JSON-RPC code of a rate_limited refusal (ErrRateLimited).
+const CodeRateLimited = rpcerr.CodeRateLimited
 
 // CodeContinuationMismatch is the JSON-RPC code of a continuation_mismatch refusal (the
 // conversation service enforces the hint a responder declared; docs/protocol.md).

@@ -33,6 +33,13 @@ type RetryPolicy struct {
 	// Jitter is the +/- fraction applied to each delay (default 0.2).
 	// Negative disables jitter.
 	Jitter float64
+	// RateLimitRetries is how many times one call is sent again after a -32070 rate_limited
+	// answer, each after the answer's retry_after (ratelimited.go; default 10). Negative: none,
+	// ErrRateLimited is returned at once.
+	RateLimitRetries int
+	// RateLimitMaxWait bounds the time one call spends waiting for retry_after in total, when
+	// its context has no earlier deadline (default 30s).
+	RateLimitMaxWait time.Duration
 }
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
@@ -53,6 +60,15 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	}
 	if p.Jitter < 0 {
 		p.Jitter = 0
+	}
+	if p.RateLimitRetries == 0 {
+		p.RateLimitRetries = defaultRateLimitRetries
+	}
+	if p.RateLimitRetries < 0 {
+		p.RateLimitRetries = 0
+	}
+	if p.RateLimitMaxWait <= 0 {
+		p.RateLimitMaxWait = defaultRateLimitMaxWait
 	}
 	return p
 }
@@ -96,6 +112,9 @@ type Requester struct {
 
 	// dropReply is a test hook that simulates a reply lost in transit.
 	dropReply func(*paho.Publish) bool
+
+	// rateLimit counts the calls sent again after -32070 and those that gave up (ratelimited.go).
+	rateLimit rateLimitCounters
 
 	mu       sync.Mutex
 	inflight map[string]*exchange // by Correlation Data
@@ -284,14 +303,39 @@ func (r *Requester) exchange(ctx context.Context, c call, span trace.Span, handl
 		r.mu.Unlock()
 	}()
 
+	limits := r.newRateLimitWaits(ctx)
+	var first *paho.Publish
+	for {
+		// After a refusal the next reply may be waiting already (another attempt's answer).
+		if first = ex.box.takeOrReset(); first == nil {
+			if first, err = r.firstReply(ctx, c, span, payload, ex, &corrs); err != nil {
+				return err
+			}
+		}
+		retry, err := limits.afterReply(ctx, c, first)
+		if err != nil {
+			return err
+		}
+		if !retry {
+			break
+		}
+		if span.IsRecording() {
+			span.AddEvent("a2a.rate_limited.retry")
+		}
+	}
+	return r.stream(ctx, c, ex, first, handle)
+}
+
+// firstReply publishes c's request under the retry profile, each attempt with new Correlation
+// Data registered in corrs, until a first correlated reply arrives in ex's mailbox.
+func (r *Requester) firstReply(ctx context.Context, c call, span trace.Span, payload []byte, ex *exchange, corrs *[]string) (*paho.Publish, error) {
 	var lastErr error
 	var first *paho.Publish
-	var bound string
 attempts:
 	for attempt := 1; attempt <= r.retry.MaxAttempts; attempt++ {
 		if attempt > 1 {
 			if err := sleepCtx(ctx, r.retry.Backoff(attempt-1)); err != nil {
-				return errors.Join(err, lastErr)
+				return nil, errors.Join(err, lastErr)
 			}
 		}
 		topic, _ := r.topicFor(c.target, c.taskID)
@@ -299,7 +343,7 @@ attempts:
 		r.mu.Lock()
 		r.inflight[string(corr)] = ex
 		r.mu.Unlock()
-		corrs = append(corrs, string(corr))
+		*corrs = append(*corrs, string(corr))
 		pub := &paho.Publish{
 			Topic:   topic,
 			QoS:     1,
@@ -334,7 +378,7 @@ attempts:
 		resp, err := r.conn.publishWithin(ctx, pub, r.retry.FirstReplyTimeout)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 			lastErr = err
 			r.log.Debug("request publish not accepted; retry-eligible", "attempt", attempt, "err", err)
@@ -368,17 +412,23 @@ attempts:
 			}
 		case <-ctx.Done():
 			timer.Stop()
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 	if first == nil {
 		if lastErr == nil {
 			lastErr = ErrNoReply
 		}
-		return fmt.Errorf("a2amqtt: %s to %s failed after %d attempts: %w", c.method, c.target, r.retry.MaxAttempts, lastErr)
+		return nil, fmt.Errorf("a2amqtt: %s to %s failed after %d attempts: %w", c.method, c.target, r.retry.MaxAttempts, lastErr)
 	}
+	return first, nil
+}
 
-	bound = string(first.Properties.CorrelationData)
+// stream feeds first and every later reply correlated like it to handle, until handle is done.
+// Retries happen only before the first correlated reply; afterwards the stream is bound to the
+// correlation that answered first.
+func (r *Requester) stream(ctx context.Context, c call, ex *exchange, first *paho.Publish, handle func(rep *reply) (done bool, err error)) error {
+	bound := string(first.Properties.CorrelationData)
 	next := first
 	for {
 		if next != nil {
@@ -503,6 +553,19 @@ func (m *mailbox) put(p *paho.Publish) {
 	case m.notify <- struct{}{}:
 	default:
 	}
+}
+
+// takeOrReset takes the first item, or when there is none clears a notification left from an
+// item taken earlier, so that the next wait waits for a new one.
+func (m *mailbox) takeOrReset() *paho.Publish {
+	if p := m.tryTake(); p != nil {
+		return p
+	}
+	select {
+	case <-m.notify:
+	default:
+	}
+	return m.tryTake() // put between the two
 }
 
 func (m *mailbox) tryTake() *paho.Publish {
