@@ -17,7 +17,10 @@ type ConnConfig struct {
 	BrokerURL string
 	// TLSFiles are PEM files for a TLS broker URL.
 	TLSFiles a2amqtt.TLSFiles
-	// Retry is the requesters' retry profile (a2amqtt.RetryPolicy defaults when zero).
+	// Retry is the requesters' retry profile (a2amqtt.RetryPolicy defaults when zero), except
+	// that a -32070 rate_limited answer is passed on at once unless RateLimitRetries is set: the
+	// HTTP caller gets it (with its retry_after) as an MQTT caller would, and decides; the gateway
+	// does not hold requests open on the caller's behalf.
 	Retry  a2amqtt.RetryPolicy
 	Logger *slog.Logger
 }
@@ -92,7 +95,11 @@ func (p *Pool) connect(ctx context.Context, ag *a2av1.Agent, ref a2amqtt.AgentRe
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect as %s: %w", ref, err)
 	}
-	req, err := a2amqtt.NewRequester(cctx, conn, a2amqtt.RequesterOptions{Retry: p.cfg.Retry})
+	retry := p.cfg.Retry
+	if retry.RateLimitRetries == 0 {
+		retry.RateLimitRetries = -1
+	}
+	req, err := a2amqtt.NewRequester(cctx, conn, a2amqtt.RequesterOptions{Retry: retry})
 	if err != nil {
 		_ = conn.Close(context.Background())
 		return nil, nil, fmt.Errorf("requester for %s: %w", ref, err)

@@ -15,8 +15,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
+	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/gateway"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 func userMsg(contextID string, taskID a2a.TaskID, text string) *a2a.SendMessageRequest {
@@ -280,5 +282,52 @@ func TestRefusals(t *testing.T) {
 		if status != http.StatusOK || resp.Error != nil || !strings.Contains(string(resp.Result), "Turn 1") {
 			t.Fatalf("admitted caller: %d %+v %s", status, resp.Error, resp.Result)
 		}
+	})
+}
+
+// TestServiceRefusalReachesTheHTTPCallerWhole: the conversation service's own refusal (-32070
+// rate_limited, with retry_after) reaches an HTTP caller with the code and data an MQTT caller
+// gets (a2a-go's server alone would send -32603), naming the caller's Agent identity. (The SSE
+// framing of a kept error is TestReplaceError's; a rate-limited stream gets no answer from the
+// service on MQTT either, so it is not compared here.)
+func TestServiceRefusalReachesTheHTTPCallerWhole(t *testing.T) {
+	onBothBrokers(t, func(t *testing.T, kind string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		st := newStack(t, ctx, kind, startHTTPAgent(t), func(c *convservice.Config) { c.CallerRate, c.CallerBurst = 0.1, 1 })
+		st.startMQTTAgent(t, ctx, "memory", true)
+		gw, _ := st.gateway(t, ctx)
+		endpoint, token := gw+"/agents/acme/sales/memory/", st.token(t, ctx, "caller")
+
+		// On MQTT (the SDK's waits for retry_after turned off): the first call passes, the next is refused.
+		conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{BrokerURL: st.brokerURL, Username: st.usernames["mqttclient"], Password: st.passwords["mqttclient"], Agent: ref("mqttclient")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		mq, err := a2amqtt.NewRequester(ctx, conn, a2amqtt.RequesterOptions{Retry: a2amqtt.RetryPolicy{MaxAttempts: 1, RateLimitRetries: -1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var onMQTT *rpcerr.Error
+		for range 2 {
+			_, err = mq.Transport(ref("memory")).SendMessage(ctx, nil, userMsg(uuid.NewString(), "", "hello"))
+		}
+		if !errors.As(err, &onMQTT) || onMQTT.Code != a2amqtt.CodeRateLimited {
+			t.Fatalf("on MQTT: %v, want -32070", err)
+		}
+
+		status, first := post(t, ctx, endpoint, token, sendBody(uuid.NewString(), "", "hello"))
+		if status != http.StatusOK || first.Error != nil {
+			t.Fatalf("first call over HTTP: %d %+v", status, first.Error)
+		}
+		_, second := post(t, ctx, endpoint, token, sendBody(uuid.NewString(), "", "hello"))
+		// The same refusal, naming the HTTP caller's Agent identity (the service judged it as that Agent).
+		if e := second.Error; e == nil || e.Code != onMQTT.Code || !strings.HasPrefix(e.Message, "too many requests from acme/sales/client:") ||
+			!strings.Contains(string(e.Data), `"a2a_error":"`+onMQTT.A2AError()+`"`) || !strings.Contains(string(e.Data), `"caller":"acme/sales/client"`) ||
+			!strings.Contains(string(e.Data), "retry_after") {
+			t.Fatalf("over HTTP: %+v %s, want what MQTT got: %d %q %s", e, e.Data, onMQTT.Code, onMQTT.Message, onMQTT.Data)
+		}
+
 	})
 }

@@ -115,7 +115,7 @@ type stack struct {
 	svc           *convservice.Service
 }
 
-func newStack(t testing.TB, ctx context.Context, kind, httpAgentURL string) *stack {
+func newStack(t testing.TB, ctx context.Context, kind, httpAgentURL string, edit ...func(*convservice.Config)) *stack {
 	t.Helper()
 	st := &stack{passwords: map[string]string{}, usernames: map[string]string{}}
 	switch kind {
@@ -197,12 +197,16 @@ spec:
 		}
 		return nil
 	})
-	svc, err := convservice.Start(ctx, convservice.Config{
+	cfg := convservice.Config{
 		BrokerURL: st.brokerURL, Username: string(svcSecret.Data["username"]), Password: string(svcSecret.Data["password"]),
 		ReplicaID: "gw", Store: "bolt:" + filepath.Join(t.TempDir(), "state.db"), BoltNoSync: true,
 		RestConfig: restCfg, Namespace: st.ns, SweepInterval: 50 * time.Millisecond, ResyncInterval: 500 * time.Millisecond,
 		StatsInterval: 200 * time.Millisecond, CallerRate: -1,
-	})
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	svc, err := convservice.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start conversation service: %v", err)
 	}
