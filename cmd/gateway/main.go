@@ -31,7 +31,7 @@ func env(key, def string) string {
 
 type options struct {
 	listen, brokerURL, publicURL, namespace, audiences string
-	syncInterval                                       time.Duration
+	syncInterval, idle                                 time.Duration
 	maxBody                                            int64
 }
 
@@ -43,6 +43,7 @@ func main() {
 	flag.StringVar(&o.namespace, "namespace", env("A2A_WATCH_NAMESPACE", ""), "serve the Agents of this namespace only (default: all)")
 	flag.StringVar(&o.audiences, "audiences", env("A2A_GATEWAY_AUDIENCES", ""), "comma-separated audiences a caller's token must be issued for (default: the API server's)")
 	flag.DurationVar(&o.syncInterval, "sync-interval", 10*time.Second, "how often the HTTP agents held on the bus are re-read")
+	flag.DurationVar(&o.idle, "idle-timeout", 10*time.Minute, "a caller identity's MQTT connection is closed after this long without a request")
 	flag.Int64Var(&o.maxBody, "max-body-bytes", gateway.DefaultMaxBodyBytes, "largest request body accepted")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -79,6 +80,18 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		BrokerURL: o.brokerURL, PublicURL: o.publicURL, MaxBodyBytes: o.maxBody, Logger: log})
 	out := gateway.NewOutbound(gateway.OutboundConfig{Conn: conn, Directory: dir})
 	go out.Run(ctx, o.syncInterval)
+	go func() {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				pool.Sweep(ctx, o.idle)
+			}
+		}
+	}()
 	srv := &http.Server{Addr: o.listen, Handler: in, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

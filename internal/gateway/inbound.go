@@ -187,12 +187,13 @@ func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := in.cfg.Pool.Requester(r.Context(), caller)
+	req, release, err := in.cfg.Pool.Requester(r.Context(), caller)
 	if err != nil {
 		in.cfg.Logger.Error("caller connection", "caller", identity.Of(caller).String(), "err", err)
 		writeError(w, http.StatusServiceUnavailable, rpcerr.New(a2amqtt.A2AErrorResponderUnavailable, "the gateway cannot connect as the caller's Agent now", nil))
 		return
 	}
+	defer release()
 	r.Body = http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes)
 	slot := &errorSlot{}
 	ctx := context.WithValue(r.Context(), errorSlotKey{}, slot)

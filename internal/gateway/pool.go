@@ -31,6 +31,9 @@ type callerConn struct {
 	conn  *a2amqtt.Conn
 	req   *a2amqtt.Requester
 	err   error
+	// inUse and lastUsed are guarded by Pool.mu: Sweep closes only idle connections.
+	inUse    int
+	lastUsed time.Time
 }
 
 // Pool holds one MQTT connection per caller identity, made on first use with that Agent's own
@@ -53,32 +56,80 @@ func NewPool(cfg ConnConfig, dir *Directory) *Pool {
 // connectTimeout bounds the first CONNECT of a caller's connection.
 const connectTimeout = 10 * time.Second
 
-// Requester returns the requester of the caller Agent, connecting it on first use. A failed
-// connection is not kept: the next request tries again.
-func (p *Pool) Requester(ctx context.Context, ag *a2av1.Agent) (*a2amqtt.Requester, error) {
+// Requester returns the requester of the caller Agent, connecting it on first use, and the
+// function to call when the request is done with it. A failed connection is not kept: the next
+// request tries again.
+func (p *Pool) Requester(ctx context.Context, ag *a2av1.Agent) (*a2amqtt.Requester, func(), error) {
 	ref := identity.Of(ag)
 	p.mu.Lock()
 	cc, ok := p.conns[ref]
 	if !ok {
 		cc = &callerConn{ready: make(chan struct{})}
 		p.conns[ref] = cc
+	}
+	cc.inUse++
+	p.mu.Unlock()
+	release := func() {
+		p.mu.Lock()
+		cc.inUse--
+		cc.lastUsed = time.Now()
 		p.mu.Unlock()
+	}
+	if !ok {
 		cc.conn, cc.req, cc.err = p.connect(context.WithoutCancel(ctx), ag, ref)
 		close(cc.ready)
 		if cc.err != nil {
 			p.mu.Lock()
-			delete(p.conns, ref)
+			if p.conns[ref] == cc {
+				delete(p.conns, ref)
+			}
 			p.mu.Unlock()
 		}
-	} else {
-		p.mu.Unlock()
 	}
 	select {
 	case <-cc.ready:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		release()
+		return nil, nil, ctx.Err()
 	}
-	return cc.req, cc.err
+	if cc.err != nil {
+		release()
+		return nil, nil, cc.err
+	}
+	return cc.req, release, nil
+}
+
+// Sweep closes the connections no request has used for idle: a caller identity is held on the
+// bus only while it calls (and an Agent that was deleted, or no longer maps, is let go).
+func (p *Pool) Sweep(ctx context.Context, idle time.Duration) int {
+	now := time.Now()
+	var closing []*callerConn
+	p.mu.Lock()
+	for ref, cc := range p.conns {
+		select {
+		case <-cc.ready:
+		default:
+			continue // still connecting
+		}
+		if cc.inUse == 0 && now.Sub(cc.lastUsed) >= idle {
+			closing = append(closing, cc)
+			delete(p.conns, ref)
+		}
+	}
+	p.mu.Unlock()
+	for _, cc := range closing {
+		if cc.conn != nil {
+			_ = cc.conn.Close(ctx)
+		}
+	}
+	return len(closing)
+}
+
+// Size is the number of caller connections held.
+func (p *Pool) Size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
 }
 
 func (p *Pool) connect(ctx context.Context, ag *a2av1.Agent, ref a2amqtt.AgentRef) (*a2amqtt.Conn, *a2amqtt.Requester, error) {

@@ -219,7 +219,7 @@ func TestRefusals(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		st := newStack(t, ctx, kind, startHTTPAgent(t))
-		gw, _ := st.gateway(t, ctx)
+		gw, pool := st.gateway(t, ctx)
 		endpoint := gw + "/agents/acme/sales/direct/"
 		body := sendBody(uuid.NewString(), "", "hello")
 		token := st.token(t, ctx, "caller")
@@ -281,6 +281,16 @@ func TestRefusals(t *testing.T) {
 		status, resp = post(t, ctx, endpoint, token, body)
 		if status != http.StatusOK || resp.Error != nil || !strings.Contains(string(resp.Result), "Turn 1") {
 			t.Fatalf("admitted caller: %d %+v %s", status, resp.Error, resp.Result)
+		}
+
+		// Idle caller connections are let go (the outsider's and the caller's), and made again
+		// at the next request.
+		if n := pool.Sweep(ctx, 0); n != 2 || pool.Size() != 0 {
+			t.Fatalf("sweep closed %d, %d left; want 2 and 0", n, pool.Size())
+		}
+		status, resp = post(t, ctx, endpoint, token, sendBody(uuid.NewString(), "", "after the sweep"))
+		if status != http.StatusOK || resp.Error != nil || pool.Size() != 1 {
+			t.Fatalf("after the sweep: %d %+v, %d connections", status, resp.Error, pool.Size())
 		}
 	})
 }

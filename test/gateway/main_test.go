@@ -234,7 +234,7 @@ func (st *stack) token(t testing.TB, ctx context.Context, name string) string {
 
 // gatewayFor runs the gateway's two sides in process: its HTTP side on a loopback listener (the
 // returned URL), its bus side holding the HTTP agents.
-func (st *stack) gateway(t testing.TB, ctx context.Context) (string, *gateway.Outbound) {
+func (st *stack) gateway(t testing.TB, ctx context.Context) (string, *gateway.Pool) {
 	t.Helper()
 	reader, err := gateway.NewCachedReader(ctx, restCfg, st.ns)
 	if err != nil {
@@ -261,7 +261,7 @@ func (st *stack) gateway(t testing.TB, ctx context.Context) (string, *gateway.Ou
 		}
 		return nil
 	})
-	return srv.URL, out
+	return srv.URL, pool
 }
 
 // requesterAs connects a fleet agent as a requester with its credentials.
