@@ -26,8 +26,9 @@ import (
 // (input-required); "go ahead" completes it. Each new task says how many tasks its context has
 // had, so a follow-up shows that it reached the same context on the HTTP agent.
 type planner struct {
-	mu    sync.Mutex
-	turns map[string]int
+	mu       sync.Mutex
+	turns    map[string]int
+	canceled []a2a.TaskID // the planner's own task ids
 }
 
 func (p *planner) Execute(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
@@ -60,16 +61,27 @@ func (p *planner) Execute(_ context.Context, ec *a2asrv.ExecutorContext) iter.Se
 
 func (p *planner) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
+		p.mu.Lock()
+		p.canceled = append(p.canceled, ec.TaskID)
+		p.mu.Unlock()
 		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
 	}
 }
 
-// startHTTPAgent serves planner with a2a-go's own handler and JSON-RPC server on loopback.
+// startPlanner serves a planner with a2a-go's own handler and JSON-RPC server on loopback.
+func startPlanner(t testing.TB) (*planner, string) {
+	t.Helper()
+	p := &planner{turns: map[string]int{}}
+	srv := httptest.NewServer(a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(p)))
+	t.Cleanup(srv.Close)
+	return p, srv.URL + "/"
+}
+
+// startHTTPAgent is startPlanner for tests that only need its URL.
 func startHTTPAgent(t testing.TB) string {
 	t.Helper()
-	srv := httptest.NewServer(a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(&planner{turns: map[string]int{}})))
-	t.Cleanup(srv.Close)
-	return srv.URL + "/"
+	_, url := startPlanner(t)
+	return url
 }
 
 // startMQTTAgent runs the example memory agent with the SDK's Responder as fleet agent name,

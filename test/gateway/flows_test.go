@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,13 +155,19 @@ func TestHTTPClientCallsAnMQTTAgent(t *testing.T) {
 			t.Fatalf("stream: %d events, last %#v, want a completed status update", n, last)
 		}
 
+		paused := taskOf(t)(c.SendMessage(ctx, userMsg(ctxID, "", "remind me to stop")))
+		canceled, err := c.CancelTask(ctx, &a2a.CancelTaskRequest{ID: paused.ID})
+		if err != nil || canceled.ID != paused.ID || canceled.Status.State != a2a.TaskStateCanceled {
+			t.Fatalf("CancelTask: %+v %v", canceled, err)
+		}
+
 		got, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: first.ID})
 		if err != nil || got.ID != first.ID || got.Status.State != a2a.TaskStateCompleted {
 			t.Fatalf("GetTask: %+v %v", got, err)
 		}
 		list, err := c.ListTasks(ctx, &a2a.ListTasksRequest{ContextID: ctxID})
-		if err != nil || len(list.Tasks) < 4 {
-			t.Fatalf("ListTasks in the context: %+v %v, want the 4 tasks", list, err)
+		if err != nil || len(list.Tasks) < 5 {
+			t.Fatalf("ListTasks in the context: %+v %v, want the 5 tasks", list, err)
 		}
 	})
 }
@@ -173,7 +180,8 @@ func TestMQTTRequesterCallsAnHTTPAgent(t *testing.T) {
 	onBothBrokers(t, func(t *testing.T, kind string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		st := newStack(t, ctx, kind, startHTTPAgent(t))
+		agent, url := startPlanner(t)
+		st := newStack(t, ctx, kind, url)
 		st.gateway(t, ctx)
 		tr := st.requesterAs(t, ctx, "mqttclient").Transport(ref("httpagent"))
 
@@ -208,6 +216,18 @@ func TestMQTTRequesterCallsAnHTTPAgent(t *testing.T) {
 		}
 		if _, err := tr.SendMessage(ctx, nil, userMsg(uuid.NewString(), plan.ID, "again")); !errors.Is(err, a2a.ErrInvalidParams) {
 			t.Fatalf("mismatched context: %v, want InvalidParams", err)
+		}
+
+		// CancelTask reaches the HTTP agent's task (the stream's task waits for approval there).
+		canceled, err := tr.CancelTask(ctx, nil, &a2a.CancelTaskRequest{ID: su.TaskID})
+		if err != nil || canceled.Status.State != a2a.TaskStateCanceled {
+			t.Fatalf("CancelTask: %+v %v", canceled, err)
+		}
+		agent.mu.Lock()
+		remote := slices.Clone(agent.canceled)
+		agent.mu.Unlock()
+		if len(remote) != 1 || remote[0] == su.TaskID {
+			t.Fatalf("the HTTP agent canceled %v, want its own task for %s", remote, su.TaskID)
 		}
 	})
 }
