@@ -86,7 +86,7 @@ func startHTTPAgent(t testing.TB) string {
 
 // startMQTTAgent runs the example memory agent with the SDK's Responder as fleet agent name,
 // on its delivery topic when governed.
-func (st *stack) startMQTTAgent(t testing.TB, ctx context.Context, name string, governed bool) {
+func (st *stack) startMQTTAgent(t testing.TB, ctx context.Context, name string, governed bool, delay ...time.Duration) {
 	t.Helper()
 	id := ref(name)
 	topic := ""
@@ -95,6 +95,7 @@ func (st *stack) startMQTTAgent(t testing.TB, ctx context.Context, name string, 
 	}
 	a, err := agents.Start(ctx, agents.KindMemory, agents.Options{
 		BrokerURL: st.brokerURL, Username: st.usernames[name], Password: st.passwords[name], Agent: id, RequestTopic: topic,
+		Delay: sum(delay),
 	})
 	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -129,4 +130,12 @@ func httpClient(t testing.TB, ctx context.Context, gatewayURL, agent, token stri
 	}
 	t.Cleanup(func() { _ = c.Destroy() })
 	return c, card
+}
+
+func sum(ds []time.Duration) time.Duration {
+	var total time.Duration
+	for _, d := range ds {
+		total += d
+	}
+	return total
 }

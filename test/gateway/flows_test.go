@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/gateway"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
+	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
 
 func userMsg(contextID string, taskID a2a.TaskID, text string) *a2a.SendMessageRequest {
@@ -359,5 +361,49 @@ func TestServiceRefusalReachesTheHTTPCallerWhole(t *testing.T) {
 			t.Fatalf("over HTTP: %+v %s, want what MQTT got: %d %q %s", e, e.Data, onMQTT.Code, onMQTT.Message, onMQTT.Data)
 		}
 
+	})
+}
+
+// TestStreamSurvivesAGatewayReplica: a replica dies during an HTTP stream (its connections cut, as
+// a killed pod's); the task goes on with the agent, and the caller reads it to its end with
+// GetTask through another replica: the gateway holds no task state.
+func TestStreamSurvivesAGatewayReplica(t *testing.T) {
+	onBothBrokers(t, func(t *testing.T, kind string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		st := newStack(t, ctx, kind, startHTTPAgent(t))
+		st.startMQTTAgent(t, ctx, "memory", true, 2*time.Second)
+		gwA, _, stopA := st.gatewayReplica(t, ctx)
+		token := st.token(t, ctx, "caller")
+		viaA, _ := httpClient(t, ctx, gwA, "memory", token)
+
+		var taskID a2a.TaskID
+		var streamErr error
+		for ev, err := range viaA.SendStreamingMessage(ctx, userMsg(uuid.NewString(), "", "a long one")) {
+			if err != nil {
+				streamErr = err
+				break
+			}
+			if taskID == "" {
+				taskID = ev.TaskInfo().TaskID
+				stopA() // the replica dies after the first event
+			}
+		}
+		if taskID == "" || streamErr == nil {
+			t.Fatalf("stream: task %q, error %v; want the first event, then the stream cut", taskID, streamErr)
+		}
+
+		gwB, _ := st.gateway(t, ctx)
+		viaB, _ := httpClient(t, ctx, gwB, "memory", token)
+		testenv.Eventually(t, 30*time.Second, "the task completes, read through the other replica", func() error {
+			task, err := viaB.GetTask(ctx, &a2a.GetTaskRequest{ID: taskID})
+			if err != nil {
+				return err
+			}
+			if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(said(task), "a long one") {
+				return fmt.Errorf("%s %q", task.Status.State, said(task))
+			}
+			return nil
+		})
 	})
 }

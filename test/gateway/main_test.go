@@ -232,9 +232,17 @@ func (st *stack) token(t testing.TB, ctx context.Context, name string) string {
 	return tr.Status.Token
 }
 
-// gatewayFor runs the gateway's two sides in process: its HTTP side on a loopback listener (the
+// gateway runs the gateway's two sides in process: its HTTP side on a loopback listener (the
 // returned URL), its bus side holding the HTTP agents.
 func (st *stack) gateway(t testing.TB, ctx context.Context) (string, *gateway.Pool) {
+	t.Helper()
+	url, pool, _ := st.gatewayReplica(t, ctx)
+	return url, pool
+}
+
+// gatewayReplica is gateway with a stop function that ends the replica as a killed pod would:
+// its HTTP connections cut, its MQTT connections closed.
+func (st *stack) gatewayReplica(t testing.TB, ctx context.Context) (string, *gateway.Pool, func()) {
 	t.Helper()
 	reader, err := gateway.NewCachedReader(ctx, restCfg, st.ns)
 	if err != nil {
@@ -245,13 +253,17 @@ func (st *stack) gateway(t testing.TB, ctx context.Context) (string, *gateway.Po
 		// A refused publish is not retried (the SDK retries a refused publish like a lost one).
 		Retry: a2amqtt.RetryPolicy{FirstReplyTimeout: 10 * time.Second, MaxAttempts: 1}}
 	pool := gateway.NewPool(conn, dir)
-	t.Cleanup(func() { pool.Close(context.Background()) })
 	in := gateway.NewInbound(gateway.InboundConfig{Directory: dir, Pool: pool, BrokerURL: st.brokerURL,
 		Auth: &gateway.TokenReviewer{Reviews: kube.AuthenticationV1().TokenReviews()}, MaxBodyBytes: 64 << 10})
 	srv := httptest.NewServer(in)
-	t.Cleanup(srv.Close)
 	out := gateway.NewOutbound(gateway.OutboundConfig{Conn: conn, Directory: dir})
-	t.Cleanup(func() { out.Close(context.Background()) })
+	stop := func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		out.Close(context.Background())
+		pool.Close(context.Background())
+	}
+	t.Cleanup(stop)
 	testenv.Eventually(t, 30*time.Second, "gateway holds the HTTP agents", func() error {
 		if err := out.Sync(ctx); err != nil {
 			return err
@@ -261,7 +273,7 @@ func (st *stack) gateway(t testing.TB, ctx context.Context) (string, *gateway.Po
 		}
 		return nil
 	})
-	return srv.URL, pool
+	return srv.URL, pool, stop
 }
 
 // requesterAs connects a fleet agent as a requester with its credentials.
