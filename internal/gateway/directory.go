@@ -29,10 +29,15 @@ var (
 	ErrNotExposed = errors.New("no such agent exposed over HTTP")
 )
 
+// IndexAgentHTTPServiceAccount indexes Agents by each ServiceAccount of spec.http.serviceAccounts
+// ("{namespace}/{name}").
+const IndexAgentHTTPServiceAccount = "a2a.fleet.dev/http-service-account"
+
 // Directory reads what the gateway needs from the API server: which Agent a ServiceAccount acts
 // as, which agents are exposed or served over HTTP, and an Agent's broker credentials. It keeps
-// nothing itself; with a cached client.Reader (a controller-runtime cache) a lookup costs no
-// request.
+// nothing itself: its Reader is NewCachedReader's, whose informer cache and indexes
+// (identity.IndexAgentClientID, IndexAgentHTTPServiceAccount) make a lookup cost no request and
+// no scan of every Agent.
 type Directory struct {
 	Reader client.Reader
 	// Namespace, when set, limits the gateway to one namespace; "" reads every namespace.
@@ -52,7 +57,8 @@ func (d *Directory) CallerAgent(ctx context.Context, ns, name string) (*a2av1.Ag
 	}
 	var list a2av1.AgentList
 	// Read-only: the cache's objects are not copied (the gateway never modifies an Agent).
-	if err := d.Reader.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+	if err := d.Reader.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy,
+		client.MatchingFields{IndexAgentHTTPServiceAccount: ns + "/" + name}); err != nil {
 		return nil, fmt.Errorf("list agents in %s: %w", ns, err)
 	}
 	var found *a2av1.Agent
@@ -72,10 +78,10 @@ func (d *Directory) CallerAgent(ctx context.Context, ns, name string) (*a2av1.Ag
 	return found, nil
 }
 
-// agents lists the Agents the gateway may see.
-func (d *Directory) agents(ctx context.Context) ([]a2av1.Agent, error) {
+// agents lists the Agents the gateway may see (and that match opts).
+func (d *Directory) agents(ctx context.Context, more ...client.ListOption) ([]a2av1.Agent, error) {
 	var list a2av1.AgentList
-	opts := []client.ListOption{client.UnsafeDisableDeepCopy}
+	opts := append([]client.ListOption{client.UnsafeDisableDeepCopy}, more...)
 	if d.Namespace != "" {
 		opts = append(opts, client.InNamespace(d.Namespace))
 	}
@@ -87,7 +93,7 @@ func (d *Directory) agents(ctx context.Context) ([]a2av1.Agent, error) {
 
 // ExposedAgent returns the holder of identity ref when it is exposed over HTTP.
 func (d *Directory) ExposedAgent(ctx context.Context, ref a2amqtt.AgentRef) (*a2av1.Agent, error) {
-	items, err := d.agents(ctx)
+	items, err := d.agents(ctx, client.MatchingFields{identity.IndexAgentClientID: ref.ClientID()})
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +163,24 @@ func NewCachedReader(ctx context.Context, cfg *rest.Config, namespace string) (c
 	agents, err := cache.New(cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("agent cache: %w", err)
+	}
+	if err := agents.IndexField(ctx, &a2av1.Agent{}, identity.IndexAgentClientID, func(o client.Object) []string {
+		return []string{identity.Of(o.(*a2av1.Agent)).ClientID()}
+	}); err != nil {
+		return nil, fmt.Errorf("index agents by client ID: %w", err)
+	}
+	if err := agents.IndexField(ctx, &a2av1.Agent{}, IndexAgentHTTPServiceAccount, func(o client.Object) []string {
+		ag := o.(*a2av1.Agent)
+		if ag.Spec.HTTP == nil {
+			return nil
+		}
+		keys := make([]string, 0, len(ag.Spec.HTTP.ServiceAccounts))
+		for _, sa := range ag.Spec.HTTP.ServiceAccounts {
+			keys = append(keys, ag.Namespace+"/"+sa)
+		}
+		return keys
+	}); err != nil {
+		return nil, fmt.Errorf("index agents by HTTP ServiceAccount: %w", err)
 	}
 	reader, err := client.New(cfg, client.Options{Scheme: opts.Scheme,
 		Cache: &client.CacheOptions{Reader: agents, DisableFor: []client.Object{&corev1.Secret{}}}})
