@@ -76,7 +76,14 @@ func (o *Outbound) Sync(ctx context.Context) error {
 	}
 	want := map[string]*a2av1.Agent{}
 	for i := range agents {
-		want[agents[i].Namespace+"/"+agents[i].Name] = &agents[i]
+		ag := &agents[i]
+		// The agent's presence on the bus is its HTTP server's: one that does not answer is let
+		// go (its LWT makes it offline) until it answers again.
+		if err := o.probe(ctx, ag.Spec.HTTP.URL); err != nil {
+			o.log.Info("HTTP agent not answering", "agent", ag.Namespace+"/"+ag.Name, "url", ag.Spec.HTTP.URL, "err", err)
+			continue
+		}
+		want[ag.Namespace+"/"+ag.Name] = ag
 	}
 	o.mu.Lock()
 	var drop []*heldAgent
@@ -111,6 +118,26 @@ func (o *Outbound) Sync(ctx context.Context) error {
 		o.mu.Unlock()
 	}
 	return firstErr
+}
+
+// probeTimeout bounds one health probe of an HTTP agent.
+const probeTimeout = 3 * time.Second
+
+// probe reports whether the HTTP agent's server answers at all: any HTTP response counts (a
+// JSON-RPC endpoint answers a GET with an error), a refused or timed-out connection does not.
+func (o *Outbound) probe(ctx context.Context, url string) error {
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(pctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := o.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	return nil
 }
 
 // hold connects as the agent and serves its request topic by forwarding to its URL.

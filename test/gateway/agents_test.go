@@ -29,6 +29,7 @@ type planner struct {
 	mu       sync.Mutex
 	turns    map[string]int
 	canceled []a2a.TaskID // the planner's own task ids
+	srv      *httptest.Server
 }
 
 func (p *planner) Execute(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
@@ -72,9 +73,9 @@ func (p *planner) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq
 func startPlanner(t testing.TB) (*planner, string) {
 	t.Helper()
 	p := &planner{turns: map[string]int{}}
-	srv := httptest.NewServer(a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(p)))
-	t.Cleanup(srv.Close)
-	return p, srv.URL + "/"
+	p.srv = httptest.NewServer(a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(p)))
+	t.Cleanup(p.srv.Close)
+	return p, p.srv.URL + "/"
 }
 
 // startHTTPAgent is startPlanner for tests that only need its URL.

@@ -184,7 +184,7 @@ func TestMQTTRequesterCallsAnHTTPAgent(t *testing.T) {
 		defer cancel()
 		agent, url := startPlanner(t)
 		st := newStack(t, ctx, kind, url)
-		st.gateway(t, ctx)
+		gw := st.gatewayReplica(t, ctx)
 		tr := st.requesterAs(t, ctx, "mqttclient").Transport(ref("httpagent"))
 
 		ctxID := uuid.NewString()
@@ -230,6 +230,18 @@ func TestMQTTRequesterCallsAnHTTPAgent(t *testing.T) {
 		agent.mu.Unlock()
 		if len(remote) != 1 || remote[0] == su.TaskID {
 			t.Fatalf("the HTTP agent canceled %v, want its own task for %s", remote, su.TaskID)
+		}
+
+		// Its presence is its HTTP server's: once the server stops answering, the gateway lets
+		// the identity go, and a caller finds nobody on its (delivery) topic.
+		agent.srv.Close()
+		if err := gw.out.Sync(ctx); err != nil || len(gw.out.Held()) != 0 {
+			t.Fatalf("after the HTTP agent stopped: held %v (%v)", gw.out.Held(), err)
+		}
+		callCtx, cancelCall := context.WithTimeout(ctx, 3*time.Second)
+		defer cancelCall()
+		if res, err := tr.SendMessage(callCtx, nil, userMsg(ctxID, "", "anyone?")); err == nil {
+			t.Fatalf("a call to the stopped HTTP agent was answered: %v", res)
 		}
 	})
 }
@@ -373,7 +385,8 @@ func TestStreamSurvivesAGatewayReplica(t *testing.T) {
 		defer cancel()
 		st := newStack(t, ctx, kind, startHTTPAgent(t))
 		st.startMQTTAgent(t, ctx, "memory", true, 2*time.Second)
-		gwA, _, stopA := st.gatewayReplica(t, ctx)
+		a := st.gatewayReplica(t, ctx)
+		gwA, stopA := a.url, a.stop
 		token := st.token(t, ctx, "caller")
 		viaA, _ := httpClient(t, ctx, gwA, "memory", token)
 

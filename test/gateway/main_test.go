@@ -236,13 +236,21 @@ func (st *stack) token(t testing.TB, ctx context.Context, name string) string {
 // returned URL), its bus side holding the HTTP agents.
 func (st *stack) gateway(t testing.TB, ctx context.Context) (string, *gateway.Pool) {
 	t.Helper()
-	url, pool, _ := st.gatewayReplica(t, ctx)
-	return url, pool
+	r := st.gatewayReplica(t, ctx)
+	return r.url, r.pool
+}
+
+// replica is one in-process gateway.
+type replica struct {
+	url  string
+	pool *gateway.Pool
+	out  *gateway.Outbound
+	stop func()
 }
 
 // gatewayReplica is gateway with a stop function that ends the replica as a killed pod would:
 // its HTTP connections cut, its MQTT connections closed.
-func (st *stack) gatewayReplica(t testing.TB, ctx context.Context) (string, *gateway.Pool, func()) {
+func (st *stack) gatewayReplica(t testing.TB, ctx context.Context) *replica {
 	t.Helper()
 	reader, err := gateway.NewCachedReader(ctx, restCfg, st.ns)
 	if err != nil {
@@ -273,7 +281,7 @@ func (st *stack) gatewayReplica(t testing.TB, ctx context.Context) (string, *gat
 		}
 		return nil
 	})
-	return srv.URL, pool, stop
+	return &replica{url: srv.URL, pool: pool, out: out, stop: stop}
 }
 
 // requesterAs connects a fleet agent as a requester with its credentials.
