@@ -111,6 +111,8 @@ type Conn struct {
 	cm     *autopaho.ConnectionManager
 	cancel context.CancelFunc
 	card   []byte
+	// cardTrust verifies the cards this Conn looks up (TrustCards, cardtrust.go).
+	cardTrust atomic.Pointer[CardTrust]
 
 	mu     sync.Mutex
 	subs   subIndex
