@@ -26,7 +26,8 @@ func TestCardSignatures(t *testing.T) {
 		other, _ := cardsig.NewKey()
 		card := func(name string) []byte {
 			raw, _ := json.Marshal(&a2a.AgentCard{Name: name, Description: name + " agent", Version: "1",
-				DefaultInputModes: []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"}, Skills: []a2a.AgentSkill{}})
+				SupportedInterfaces: []*a2a.AgentInterface{a2amqtt.AgentInterface(b.URL(), a2amqtt.AgentRef{Org: "demo", Unit: "u", Agent: name})},
+				DefaultInputModes:   []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"}, Skills: []a2a.AgentSkill{}})
 			return raw
 		}
 		sign := func(raw []byte, k *cardsig.Key) []byte {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/eclipse/paho.golang/paho"
 	jose "github.com/go-jose/go-jose/v4"
 
@@ -26,6 +28,26 @@ const CardKeysTopic = "$a2a-fleet/v1/card-keys"
 // untrusted key, or not matching its signature): errors.Is also matches cardsig.ErrUnsigned,
 // cardsig.ErrUntrustedKey or cardsig.ErrInvalidSignature.
 var ErrCardNotVerified = errors.New("agent card not verified")
+
+// ErrCardOfAnotherAgent: a verified card on a discovery topic whose agent it does not describe
+// (none of its interfaces is that agent's request topic).
+var ErrCardOfAnotherAgent = errors.New("agent card describes another agent than its discovery topic's")
+
+// describesTopicAgent reports whether card advertises the request topic of the agent whose
+// discovery topic it was read from.
+func describesTopicAgent(card *a2a.AgentCard, topic string) bool {
+	info, err := ParseTopic(topic)
+	if err != nil || info.Agent == "" {
+		return false
+	}
+	want := "/" + AgentRef{Org: info.Org, Unit: info.Unit, Agent: info.Agent}.RequestTopic()
+	for _, i := range card.SupportedInterfaces {
+		if i != nil && strings.HasSuffix(i.URL, want) {
+			return true
+		}
+	}
+	return false
+}
 
 // Signature states of a card (Entry.Signature.State).
 const (

@@ -217,6 +217,11 @@ func decodeCard(conn *Conn, p *paho.Publish) (*a2a.AgentCard, CardSignature, err
 		return &card, CardSignature{}, nil
 	}
 	sig := trust.Verify(p.Payload)
+	if sig.State == CardVerified && !describesTopicAgent(&card, p.Topic) {
+		// A genuine card put on another agent's discovery topic (by that agent, which may write
+		// its own topic): the signature holds, the place does not.
+		sig = CardSignature{State: CardInvalid, Err: fmt.Errorf("%w: %w", ErrCardNotVerified, ErrCardOfAnotherAgent)}
+	}
 	if sig.State != CardVerified {
 		return nil, sig, fmt.Errorf("agent card on %s refused: %w", p.Topic, sig.Err)
 	}

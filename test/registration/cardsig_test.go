@@ -181,6 +181,7 @@ func TestCardsSigned(t *testing.T) {
 			t.Fatal(err)
 		}
 		signedCard, _ := retained(t, b, id0.DiscoveryTopic())
+		othersCard, _ := retained(t, b, identity.Of(agents[1]).DiscoveryTopic())
 		tampered := strings.Replace(signedCard, `"description":"runtime test"`, `"description":"runtime tesT"`, 1)
 		other, err := cardsig.Sign(unsigned, "", mustNewKey(t))
 		if err != nil {
@@ -195,6 +196,7 @@ func TestCardsSigned(t *testing.T) {
 			{"tampered", tampered, cardsig.ErrInvalidSignature, a2amqtt.CardInvalid},
 			{"another key", string(other), cardsig.ErrUntrustedKey, a2amqtt.CardInvalid},
 			{"unsigned", string(unsigned), cardsig.ErrUnsigned, a2amqtt.CardUnsigned},
+			{"another agent's signed card", othersCard, a2amqtt.ErrCardOfAnotherAgent, a2amqtt.CardInvalid},
 		} {
 			if tc.payload == signedCard {
 				t.Fatalf("%s: nothing changed", tc.name)
