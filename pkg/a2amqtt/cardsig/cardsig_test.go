@@ -318,3 +318,31 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// BenchmarkSign is the operator's cost per published card and key (canonical form and one ES256
+// signature).
+func BenchmarkSign(b *testing.B) {
+	k, err := cardsig.NewKey()
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, _ := json.Marshal(testCard())
+	for b.Loop() {
+		if _, err := cardsig.Sign(raw, jku, k); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkVerify is a client's cost per card.
+func BenchmarkVerify(b *testing.B) {
+	k, _ := cardsig.NewKey()
+	raw, _ := json.Marshal(testCard())
+	card, _ := cardsig.Sign(raw, jku, k)
+	keys := cardsig.KeySet(k)
+	for b.Loop() {
+		if _, err := cardsig.Verify(card, &keys); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
