@@ -214,7 +214,8 @@ func TestCardsSigned(t *testing.T) {
 			}
 			if err := dir.Wait(ctx, func(d *a2amqtt.Directory) bool {
 				e, ok := d.Get(id0)
-				return ok && e.Signature.State != ""
+				e1, ok1 := d.Get(identity.Of(agents[1]))
+				return ok && ok1 && e.Signature.State != "" && e1.Signature.State != ""
 			}); err != nil {
 				t.Fatal(err)
 			}
