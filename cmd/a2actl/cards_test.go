@@ -52,7 +52,7 @@ func TestCardSignatures(t *testing.T) {
 		}
 
 		// No key set on the broker: no signature column (the output cards had before).
-		code, out, errOut := runCLI(t, "", "agents", broker, "--wait=300ms")
+		code, out, errOut := runCLI(t, "", "agents", broker, "--wait=1s")
 		if code != exitOK || strings.Contains(out, "SIGNATURE") || !strings.Contains(out, "demo/u/good") {
 			t.Fatalf("agents without keys: %d\n%s\n%s", code, out, errOut)
 		}
@@ -65,7 +65,7 @@ func TestCardSignatures(t *testing.T) {
 		if pr, err := pub.PublishWith(&paho.Publish{Topic: a2amqtt.CardKeysTopic, QoS: 1, Retain: true, Payload: keys}); err != nil || pr.ReasonCode >= 0x80 {
 			t.Fatalf("publish keys: %v %v", pr, err)
 		}
-		code, out, errOut = runCLI(t, "", "agents", broker, "--wait=300ms")
+		code, out, errOut = runCLI(t, "", "agents", broker, "--wait=1s")
 		want := map[string]string{"demo/u/good": "verified", "demo/u/bad": "invalid", "demo/u/plain": "unverified", "demo/u/stranger": "invalid"}
 		if code != exitOK || !strings.Contains(out, "SIGNATURE") {
 			t.Fatalf("agents: %d\n%s\n%s", code, out, errOut)
@@ -83,7 +83,7 @@ func TestCardSignatures(t *testing.T) {
 		if len(want) > 0 {
 			t.Fatalf("agents missing %v\n%s", want, out)
 		}
-		code, out, _ = runCLI(t, "", "agents", broker, "--wait=300ms", "--json")
+		code, out, _ = runCLI(t, "", "agents", broker, "--wait=1s", "--json")
 		var rows []map[string]any
 		if code != exitOK || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 4 || rows[0]["agent"] != "demo/u/bad" || rows[0]["signature"] != "invalid" {
 			t.Fatalf("agents --json: %d %s", code, out)
