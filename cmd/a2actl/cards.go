@@ -11,9 +11,6 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
-// envCardKeys names the file of the keys that sign agent cards (--card-keys).
-const envCardKeys = "A2A_CARD_KEYS"
-
 // cardKeysWait bounds the wait for the retained key set: it arrives right after the SUBACK when
 // there is one, so a broker without signed cards costs `agents` this much.
 const cardKeysWait = 500 * time.Millisecond

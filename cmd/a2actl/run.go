@@ -101,7 +101,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.password, "password", envOr("A2A_PASSWORD", ""), "broker password")
 	fs.StringVar(&g.credsDir, "credentials-dir", envOr(a2amqtt.EnvCredentialsDir, ""), "credentials folder (username, password, clientID)")
 	fs.StringVar(&g.as, "as", envOr("A2A_AS", ""), "own identity ORG/UNIT/AGENT")
-	fs.StringVar(&g.cardKeys, "card-keys", envOr(envCardKeys, ""), "JWK Set or JWK file of the keys that sign agent cards")
+	fs.StringVar(&g.cardKeys, "card-keys", envOr(a2amqtt.EnvCardKeys, ""), "JWK Set or JWK file of the keys that sign agent cards")
 	fs.StringVar(&g.tls.CA, "tls-ca", envOr(a2amqtt.EnvTLSCA, ""), "PEM CA bundle of the broker (mqtts://)")
 	fs.StringVar(&g.tls.Cert, "tls-cert", envOr(a2amqtt.EnvTLSCert, ""), "PEM client certificate")
 	fs.StringVar(&g.tls.Key, "tls-key", envOr(a2amqtt.EnvTLSKey, ""), "PEM key of the client certificate")

@@ -24,6 +24,19 @@ import (
 // jku of their signatures as `{broker URL}/{CardKeysTopic}`.
 const CardKeysTopic = "$a2a-fleet/v1/card-keys"
 
+// EnvCardKeys names a file with the JWK Set (or single pinned JWK) that signs agent cards, for
+// CardTrustFromEnv and a2actl's --card-keys.
+const EnvCardKeys = "A2A_CARD_KEYS"
+
+// CardTrustFromEnv is CardTrustFromFile of $A2A_CARD_KEYS, or nil when it is not set.
+func CardTrustFromEnv() (*CardTrust, error) {
+	path := os.Getenv(EnvCardKeys)
+	if path == "" {
+		return nil, nil
+	}
+	return CardTrustFromFile(path)
+}
+
 // ErrCardNotVerified wraps every refusal of a card by a CardTrust (unsigned, signed by an
 // untrusted key, or not matching its signature): errors.Is also matches cardsig.ErrUnsigned,
 // cardsig.ErrUntrustedKey or cardsig.ErrInvalidSignature.
