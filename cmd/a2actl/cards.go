@@ -32,6 +32,20 @@ func (c *cli) cardTrust(ctx context.Context, conn *a2amqtt.Conn, required bool) 
 	return trust, nil
 }
 
+// pinCardKeys makes conn verify the cards it looks up when --card-keys is given (send and chat
+// then refuse an agent whose card does not verify before they talk to it).
+func (c *cli) pinCardKeys(conn *a2amqtt.Conn) error {
+	if c.g.cardKeys == "" {
+		return nil
+	}
+	trust, err := a2amqtt.CardTrustFromFile(c.g.cardKeys)
+	if err != nil {
+		return err
+	}
+	conn.TrustCards(trust)
+	return nil
+}
+
 // printSignedAgents is the agents table with a SIGNATURE column (verified, unverified, invalid).
 func printSignedAgents(tw *tabwriter.Writer, entries []a2amqtt.Entry) {
 	fmt.Fprintln(tw, "AGENT\tSTATUS\tSOURCE\tSIGNATURE\tNAME\tDESCRIPTION")

@@ -121,5 +121,9 @@ func TestCardSignatures(t *testing.T) {
 		if code, out, _ := runCLI(t, "", "card", "verify", "demo/u/good", broker, "--card-keys="+pinned); code != exitFailure || !strings.Contains(out, "invalid") {
 			t.Fatalf("pinned key, other card: %d %s", code, out)
 		}
+		// send with --card-keys refuses an agent whose card does not verify, before it asks.
+		if code, _, errOut := runCLI(t, "", "send", "demo/u/good", "hi", broker, "--card-keys="+pinned); code != exitFailure || !strings.Contains(errOut, "agent card not verified") {
+			t.Fatalf("send to an agent whose card does not verify: %d %s", code, errOut)
+		}
 	})
 }

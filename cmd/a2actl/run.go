@@ -59,8 +59,9 @@ Global flags (anywhere on the line):
   --tls-cert FILE     PEM client certificate (env A2A_TLS_CERT)
   --tls-key FILE      PEM key of the client certificate (env A2A_TLS_KEY)
   --card-keys FILE    JWK Set or single JWK (a pinned key) that signs agent cards (env
-                      A2A_CARD_KEYS); default: the key set the operator retains on
-                      $a2a-fleet/v1/card-keys, when there is one
+                      A2A_CARD_KEYS): send and chat refuse an agent whose card does not
+                      verify; agents and card verify default to the key set the operator
+                      retains on $a2a-fleet/v1/card-keys, when there is one
   --timeout DUR       first-reply timeout per attempt (default 15s, the profile's)
   --presence-wait DUR how long to wait for the agent's retained card before calling it
                       not registered (default 5s: an agent reconnecting after a broker
@@ -450,6 +451,9 @@ const defaultPresenceWait = 5 * time.Second
 // checkPresence looks the agent up first so "offline" and "not registered"
 // are reported as such instead of as a timeout.
 func (c *cli) checkPresence(ctx context.Context, conn *a2amqtt.Conn, ref a2amqtt.AgentRef) int {
+	if err := c.pinCardKeys(conn); err != nil {
+		return c.fail(exitUsage, err)
+	}
 	_, pres, err := a2amqtt.ResolveCard(ctx, conn, ref, c.g.presence)
 	if errors.Is(err, a2amqtt.ErrAgentNotFound) {
 		return c.fail(exitOffline, fmt.Errorf("agent %s is not registered: no retained card on %s within %s", ref, ref.DiscoveryTopic(), c.g.presence))
