@@ -56,6 +56,15 @@ func brokerRuntime(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate 
 		}
 		cfg.ServiceSecret = &client.ObjectKey{Namespace: ns, Name: name}
 	}
+	if o.cardSigningSecret != "" {
+		ns, name, ok := strings.Cut(o.cardSigningSecret, "/")
+		if !ok || ns == "" || name == "" {
+			return nil, errors.New("--card-signing-secret must be NAMESPACE/NAME")
+		}
+		// Read past the cache: a provided Secret (cert-manager's) carries no label the cache selects.
+		cfg.CardSigning = &registration.CardSigning{Secret: client.ObjectKey{Namespace: ns, Name: name},
+			Generate: o.generateCardSigningSecret, Reader: mgr.GetAPIReader()}
+	}
 	return registration.NewBroker(cfg)
 }
 

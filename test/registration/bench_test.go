@@ -76,11 +76,30 @@ func BenchmarkFleetRegistrationEmbedded(b *testing.B) {
 	}
 }
 
+// BenchmarkFleetCardSigning is the embedded fleet benchmark with card signing off, then on, in
+// the same run (the rollout cost of signing every card: docs/benchmarks.md).
+//
+//	FLEET_SIZES=1000 go test ./test/registration -run '^$' -bench FleetCardSigning -benchtime 1x
+func BenchmarkFleetCardSigning(b *testing.B) {
+	for _, n := range fleetSizes("FLEET_SIZES", "1000") {
+		for _, signing := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%d/signing=%v", n, signing), func(b *testing.B) {
+				for range b.N {
+					runFleetBenchmark(b, n, "embedded", func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
+						c := startChildOperator(b, ctx, cp.Config, ns, copts.MaxConcurrentReconciles, signing)
+						return c, c.brokerAddr
+					})
+				}
+			})
+		}
+	}
+}
+
 // startEmbeddedOperator starts the operator with the embedded broker, in a child process or in
 // this one with FLEET_OPERATOR_IN_PROCESS; it returns the operator and the broker's address.
 func startEmbeddedOperator(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
 	if os.Getenv("FLEET_OPERATOR_IN_PROCESS") == "" {
-		c := startChildOperator(b, ctx, cp.Config, ns, copts.MaxConcurrentReconciles)
+		c := startChildOperator(b, ctx, cp.Config, ns, copts.MaxConcurrentReconciles, false)
 		return c, c.brokerAddr
 	}
 	var others collateralCounter
