@@ -213,8 +213,12 @@ mosquitto-plugin: ## Build the sender-stamp plugin for Mosquitto (hack/mosquitto
 redis: ## Install redis-server and redis-sentinel from Debian packages (idempotent).
 	hack/install-redis.sh
 
+.PHONY: node-deps
+node-deps: ## Install the pinned npm packages of the JS interop tests into bin/node-deps (idempotent).
+	hack/install-node-deps.sh
+
 .PHONY: tools-test
-tools-test: control-plane mosquitto mosquitto-plugin redis $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart).
+tools-test: control-plane mosquitto mosquitto-plugin redis node-deps $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart; the npm packages of test/interop).
 
 .PHONY: build
 build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).
