@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -40,6 +41,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/controlplane"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/internal/version"
 )
 
 // startBroker starts the embedded broker (identities kept in the state dir) or points at a real
@@ -114,7 +116,13 @@ func main() {
 	flag.BoolVar(&o.controllerManager, "controller-manager", true, "Run kube-controller-manager (from --assets) for garbage collection, namespace deletion and RBAC aggregation, as on a cluster.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "Print the version and source commit, and exit.")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.Get().String("devstack"))
+		return
+	}
+	ctrlmetrics.Registry.MustRegister(version.NewCollector())
 	ctrl.SetLogger(newLogger(&zapOpts))
 
 	if err := run(signalContext(), o); err != nil {

@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -28,6 +29,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/telemetry"
+	"github.com/a2a-fleet/a2a-fleet/internal/version"
 )
 
 type options struct {
@@ -85,7 +87,14 @@ func main() {
 	o.controllers.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "Print the version and source commit, and exit.")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.Get().String("manager"))
+		return
+	}
+	// Served on the operator's /metrics with controller-runtime's and the controllers' metrics.
+	ctrlmetrics.Registry.MustRegister(version.NewCollector())
 	log := newLogger(&zapOpts)
 	ctrl.SetLogger(log)
 
