@@ -50,7 +50,15 @@ type Options struct {
 	// connects or goes.
 	Presence       PresenceReader
 	PresenceEvents <-chan event.TypedGenericEvent[client.Object]
+	// PoolsUnsupported, when set, says why the broker cannot deliver a pool's requests (the
+	// binaries set it for Mosquitto: PoolsUnsupportedOnMosquitto): an Agent with a poolID then
+	// goes Ready=False with reason PoolUnsupportedByBroker and a Warning Event instead of a Ready
+	// that no request would reach.
+	PoolsUnsupported string
 }
+
+// PoolsUnsupportedOnMosquitto is Options.PoolsUnsupported for a Mosquitto broker (docs/broker.md).
+const PoolsUnsupportedOnMosquitto = "Mosquitto 2.0 never delivers topics starting with $ to shared subscriptions, so no request to the pool reaches its members (docs/broker.md)"
 
 // BindFlags registers the flags of the options that belong to the controllers themselves (the
 // broker and leader-election flags are the binary's).
@@ -147,6 +155,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Gating:            opts.Gating,
 		Presence:          opts.Presence,
 		PresenceEvents:    opts.PresenceEvents,
+		PoolsUnsupported:  opts.PoolsUnsupported,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}

@@ -251,6 +251,9 @@ func run(ctx context.Context, o options) error {
 	defer stopBroker()
 	copts := controllers.Options{Registrar: broker.Registrar(), AgentResyncs: broker.AgentResyncs(), WorkloadBrokerURL: brokerURL, Gating: true,
 		Presence: broker, PresenceEvents: broker.PresenceEvents()}
+	if o.mosquittoURL != "" {
+		copts.PoolsUnsupported = controllers.PoolsUnsupportedOnMosquitto
+	}
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}

@@ -168,6 +168,9 @@ func run(o options) error {
 		copts.AgentResyncs = broker.AgentResyncs()
 		copts.Presence, copts.PresenceEvents = broker, broker.PresenceEvents()
 		copts.Gating = o.gate
+		if o.broker.kind == brokers.Dynsec {
+			copts.PoolsUnsupported = controllers.PoolsUnsupportedOnMosquitto
+		}
 		if o.broker.readinessGrace > 0 {
 			readyz = broker.Checker(o.broker.readinessGrace)
 		}
