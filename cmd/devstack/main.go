@@ -86,6 +86,9 @@ const brokerReadinessGrace = 30 * time.Second
 
 type options struct {
 	assets, stateDir, crdDir string
+	// rbacDir holds the namespace owners' aggregated roles (config/rbac), installed as a cluster
+	// install does.
+	rbacDir string
 	metricsAddr, probeAddr   string
 	// serviceMetricsAddr and serviceProbeAddr are the conversation service's ("0" = off).
 	serviceMetricsAddr, serviceProbeAddr string
@@ -104,6 +107,7 @@ func main() {
 	flag.StringVar(&o.assets, "assets", os.Getenv("KUBEBUILDER_ASSETS"), "Folder with kube-apiserver, etcd and kubectl (hack/build-control-plane.sh --print-assets).")
 	flag.StringVar(&o.stateDir, "state-dir", "bin/dev", "Folder for the kubeconfig and etcd's data; delete it to start from scratch.")
 	flag.StringVar(&o.crdDir, "crd-dir", "config/crd/bases", "Folder with the generated CRDs.")
+	flag.StringVar(&o.rbacDir, "rbac-dir", "config/rbac", "Folder with the namespace owners' aggregated roles (a2a_editor_role.yaml, a2a_viewer_role.yaml), installed as a cluster install does.")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:18080", "Operator metrics endpoint.")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", "127.0.0.1:18081", "Operator /healthz and /readyz.")
 	flag.StringVar(&o.serviceMetricsAddr, "service-metrics-bind-address", "127.0.0.1:18090", "Conversation service metrics endpoint (0: off).")
@@ -273,6 +277,9 @@ func run(ctx context.Context, o options) error {
 	// The broker runtime writes the service's Secret there once the manager runs.
 	if err := direct.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: serviceSecret.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", serviceSecret.Namespace, err)
+	}
+	if err := installNamespaceOwnerRoles(ctx, direct, o.rbacDir); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
