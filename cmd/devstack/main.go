@@ -88,8 +88,8 @@ type options struct {
 	assets, stateDir, crdDir string
 	// rbacDir holds the namespace owners' aggregated roles (config/rbac), installed as a cluster
 	// install does.
-	rbacDir string
-	metricsAddr, probeAddr   string
+	rbacDir                string
+	metricsAddr, probeAddr string
 	// serviceMetricsAddr and serviceProbeAddr are the conversation service's ("0" = off).
 	serviceMetricsAddr, serviceProbeAddr string
 	// brokerAddr is where the embedded broker listens; mosquittoURL, when set, replaces it with a
