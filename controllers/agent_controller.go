@@ -101,6 +101,7 @@ type AgentReconciler struct {
 	// PoolsUnsupported, when set, says why the broker cannot serve an Agent's pool (Ready=False).
 	PoolsUnsupported string
 
+	metrics     *metrics
 	deployments appliedDeployments
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -55,6 +56,10 @@ type Options struct {
 	// goes Ready=False with reason PoolUnsupportedByBroker and a Warning Event instead of a Ready
 	// that no request would reach.
 	PoolsUnsupported string
+	// Metrics, when set, receives the operator's metrics (metrics.go): Agents and
+	// ConversationPolicies by condition, broker commands with their latency and failures,
+	// credential rotations. The binaries pass controller-runtime's registry; nil: none.
+	Metrics prometheus.Registerer
 }
 
 // PoolsUnsupportedOnMosquitto is Options.PoolsUnsupported for a Mosquitto broker (docs/broker.md).
@@ -124,6 +129,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	// The reconcilers' reads count a Tenant's Agents from an informer-kept count instead of
 	// listing them all in every reconcile (tenancy.AgentCounts).
 	c := tenancy.WithAgentCounts(mgr.GetClient(), tenancy.NewAgentCounts(mgr.GetCache()))
+	var m *metrics
+	if opts.Metrics != nil {
+		if m, err = newMetrics(opts.Metrics, mgr.GetCache()); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+		if opts.Registrar != nil {
+			opts.Registrar = instrumentedRegistrar{Registrar: opts.Registrar, m: m}
+		}
+	}
 	var tracker *SharedTracker
 	if opts.Registrar != nil {
 		tracker = NewSharedTracker()
@@ -156,6 +170,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Presence:          opts.Presence,
 		PresenceEvents:    opts.PresenceEvents,
 		PoolsUnsupported:  opts.PoolsUnsupported,
+		metrics:           m,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}

@@ -258,6 +258,7 @@ func run(ctx context.Context, o options) error {
 	if o.mosquittoURL != "" {
 		copts.PoolsUnsupported = controllers.PoolsUnsupportedOnMosquitto
 	}
+	copts.Metrics = ctrlmetrics.Registry
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}

@@ -177,6 +177,7 @@ func run(o options) error {
 	} else if o.gate {
 		return errors.New("--gate-governed-agents needs --broker-url")
 	}
+	copts.Metrics = ctrlmetrics.Registry
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}
