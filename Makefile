@@ -192,7 +192,7 @@ verify-complexity: $(GOCYCLO) ## Fail when more than MAX_COMPLEX_FUNCS functions
 
 .PHONY: verify-kustomize
 verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS component, mosquitto, conversation-service and its Sentinel component, monitoring).
-	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/monitoring; do \
+	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/monitoring config/admission; do \
 		$(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed"; exit 1; }; done
 	@# A component is rendered through an overlay that uses it, as a user's would.
 	@tmp=$(LOCALBIN)/.verify-quickstart-tls; mkdir -p $$tmp; \
