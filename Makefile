@@ -257,6 +257,10 @@ docker-build: ## Build the four images from the Dockerfile with your Docker engi
 # commit comes from here (the build context has no .git).
 DOCKER_BUILD_ARGS := --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT)
 
+.PHONY: release
+release: $(HELM) ## Draft release bundle of VERSION in dist/: the chart packaged, a2actl for linux/darwin on amd64/arm64, SHA256SUMS (IMAGES=1: the four images saved from your Docker engine). Not part of make test yet.
+	HELM=$(HELM) IMG=$(IMG) SERVICE_IMG=$(SERVICE_IMG) EXAMPLES_IMG=$(EXAMPLES_IMG) MOSQUITTO_IMG=$(MOSQUITTO_IMG) hack/release.sh
+
 .PHONY: deploy
 deploy: $(KUSTOMIZE) ## Install config/quickstart (operator, conversation service, Mosquitto) with IMG and SERVICE_IMG into the cluster in KUBECONFIG.
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
