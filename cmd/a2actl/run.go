@@ -18,6 +18,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/google/uuid"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/version"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -45,6 +46,7 @@ Usage:
   a2actl chat ORG/UNIT/AGENT [--state FILE]       interactive multi-turn conversation; when the
                                                   agent expects an approval, answer approve/yes/
                                                   go ahead or deny/no (or /approve, /deny REASON)
+  a2actl version                                  print the version and source commit
 
 Global flags (anywhere on the line):
   --broker URL        MQTT v5 broker (env A2A_BROKER, default mqtt://127.0.0.1:1883)
@@ -161,6 +163,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if len(args) == 0 {
 			return exitUsage
 		}
+		return exitOK
+	}
+	if args[0] == "version" || args[0] == "--version" {
+		fmt.Fprintln(stdout, version.Get().String("a2actl"))
 		return exitOK
 	}
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}

@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -28,6 +29,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/telemetry"
+	"github.com/a2a-fleet/a2a-fleet/internal/version"
 )
 
 type options struct {
@@ -91,7 +93,14 @@ func main() {
 	o.controllers.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "Print the version and source commit, and exit.")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.Get().String("manager"))
+		return
+	}
+	// Served on the operator's /metrics with controller-runtime's and the controllers' metrics.
+	ctrlmetrics.Registry.MustRegister(version.NewCollector())
 	log := newLogger(&zapOpts)
 	ctrl.SetLogger(log)
 
@@ -165,12 +174,16 @@ func run(o options) error {
 		copts.AgentResyncs = broker.AgentResyncs()
 		copts.Presence, copts.PresenceEvents = broker, broker.PresenceEvents()
 		copts.Gating = o.gate
+		if o.broker.kind == brokers.Dynsec {
+			copts.PoolsUnsupported = controllers.PoolsUnsupportedOnMosquitto
+		}
 		if o.broker.readinessGrace > 0 {
 			readyz = broker.Checker(o.broker.readinessGrace)
 		}
 	} else if o.gate {
 		return errors.New("--gate-governed-agents needs --broker-url")
 	}
+	copts.Metrics = ctrlmetrics.Registry
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}
