@@ -206,8 +206,9 @@ mosquitto: ## Install Mosquitto 2.x from Debian packages (idempotent).
 	hack/install-mosquitto.sh
 
 .PHONY: mosquitto-plugin
-mosquitto-plugin: ## Build the sender-stamp plugin for Mosquitto (hack/mosquitto-plugin) into bin/mosquitto, against Debian's mosquitto-dev (idempotent).
+mosquitto-plugin: ## Build the project's Mosquitto plugins (hack/mosquitto-plugin: the sender stamp, and the decision table in Go) into bin/mosquitto, against Debian's mosquitto-dev (idempotent).
 	hack/build-mosquitto-plugin.sh
+	hack/build-mosquitto-table-plugin.sh
 
 .PHONY: redis
 redis: ## Install redis-server and redis-sentinel from Debian packages (idempotent).
