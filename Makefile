@@ -64,6 +64,8 @@ ifeq ($(BROKER),embedded)
 else ifeq ($(BROKER),mosquitto)
 	@hack/install-mosquitto.sh >/dev/null
 	@hack/build-mosquitto-plugin.sh >/dev/null
+	@# MOSQUITTO_BACKEND=table: the decision-table plugin instead of dynsec (hack/dev-mosquitto.sh).
+	@if [ "$(MOSQUITTO_BACKEND)" = table ]; then hack/build-mosquitto-table-plugin.sh >/dev/null; fi
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" $(LOCALBIN)/foreground hack/dev-mosquitto.sh $(DEV_STATE) $(DEV_FLAGS)
 else
 	@echo "BROKER must be embedded or mosquitto, not '$(BROKER)'"; exit 2
