@@ -252,6 +252,8 @@ func measureChangeCost(b *testing.B, n int) float64 {
 		b.Fatal(err)
 	}
 	waitIdle(b, m.PID())
+	rss := readRSS(b, m.PID())
+	b.ReportMetric(float64(rss)/(1<<20), "broker-RSS-MiB")
 	const probes, agents = 5, 300
 	var cpus, walls []float64
 	var written int64
@@ -280,6 +282,7 @@ func measureChangeCost(b *testing.B, n int) float64 {
 	b.ReportMetric(wall, "round-trip-µs/cmd")
 	b.ReportMetric(perCmdWritten/1024, "KiB-written/cmd")
 	b.ReportMetric(fill.Seconds(), "s-to-fill")
+	b.Logf("%d clients: broker RSS %.1f MiB after the fill", n, float64(rss)/(1<<20))
 	b.Logf("%d clients: per command the broker's thread used %.1f µs (median of %d messages of %d commands; all: %.1f), the round trip %.1f µs; the process wrote %.2f KiB per command (its disk writer); filling %d commands took %.1f s; %s",
 		n, cpu, probes, agents*3, cpus, wall, perCmdWritten/1024, n*3, fill.Seconds(), loadAvg())
 	_ = be.Close(context.Background())
@@ -324,6 +327,23 @@ func readBroker(b testing.TB, pid int) brokerAccount {
 		a.allCPU = ut + st
 	}
 	return a
+}
+
+// readRSS is the broker process's resident memory in bytes.
+func readRSS(b testing.TB, pid int) int64 {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatalf("broker's status: %v", err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatalf("no VmRSS in /proc/%d/status", pid)
+	return 0
 }
 
 // waitIdle waits until the broker process (its background hashing and disk writes included)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -116,7 +117,8 @@ func (p *Plugin) Flush() error {
 }
 
 // Authenticate decides a CONNECT. Before a table is loaded only the admin passes. A
-// successful CONNECT is counted as live until Disconnected (for kicks).
+// successful CONNECT is counted as live until Disconnected (for kicks). The arguments may be
+// views of the host's memory: nothing keeps them beyond the call.
 func (p *Plugin) Authenticate(username, password, clientID string) bool {
 	if username == "" {
 		return false
@@ -263,15 +265,17 @@ type liveConns struct {
 	kick   func(string)
 }
 
+// connected counts a connection. The strings are copied: the host may pass views of its own
+// memory, valid only during the call.
 func (l *liveConns) connected(user, id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := l.byUser[user]
 	if m == nil {
 		m = map[string]int{}
-		l.byUser[user] = m
+		l.byUser[strings.Clone(user)] = m
 	}
-	m[id]++
+	m[strings.Clone(id)]++
 }
 
 func (l *liveConns) disconnected(user, id string) {
