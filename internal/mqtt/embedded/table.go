@@ -18,6 +18,9 @@ import (
 // TableVersion is the version of the Table format (the snapshot file's too).
 const TableVersion = 1
 
+// Credential is one password as a Table carries it: its PBKDF2 hash and salt.
+type Credential = credential
+
 // Table is a store's whole content in a portable form: every object and every password as
 // its PBKDF2 hash (never a plaintext). It is the snapshot file's format.
 type Table struct {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -370,16 +372,21 @@ func (b *Backend) sync(ctx context.Context) error {
 			return fmt.Errorf("mosqtable: export the mirror: %w", err)
 		}
 		start := time.Now()
-		resp, err := b.request(ctx, Request{Op: OpImport, Table: &t})
-		if err == nil && resp.Error != "" {
-			err = errors.New(resp.Error)
-		}
-		if err != nil {
-			b.synced = false
-			return fmt.Errorf("mosqtable: import the table into the broker: %w", err)
+		parts := splitTable(t, b.cfg.MaxBatch)
+		id := fmt.Sprintf("%s-%d", b.nonce, b.seq.Add(1))
+		var resp Response
+		for i, part := range parts {
+			resp, err = b.request(ctx, Request{Op: OpImport, Table: &part, Import: id, Part: i, More: i < len(parts)-1})
+			if err == nil && resp.Error != "" {
+				err = errors.New(resp.Error)
+			}
+			if err != nil {
+				b.synced = false
+				return fmt.Errorf("mosqtable: import the table into the broker (part %d of %d): %w", i+1, len(parts), err)
+			}
 		}
 		b.log.Info("gave the broker its decision table (it had none)", "clients", len(t.State.Clients),
-			"roles", len(t.State.Roles), "groups", len(t.State.Groups), "took", time.Since(start).String())
+			"roles", len(t.State.Roles), "groups", len(t.State.Groups), "messages", len(parts), "took", time.Since(start).String())
 		b.boot, b.gen = resp.Status.Boot, resp.Status.Generation
 	case !b.synced || st.Status.Boot != b.boot || st.Status.Generation != b.gen:
 		resp, err := b.request(ctx, Request{Op: OpExport})
@@ -401,6 +408,43 @@ func (b *Backend) sync(ctx context.Context) error {
 	}
 	b.synced = true
 	return nil
+}
+
+// splitTable cuts t into parts of at most n objects each (a client with its password), so that
+// every import message stays far below the broker's max_packet_size (1 MiB in
+// config/mosquitto: ≈ 0.3 KiB per object).
+func splitTable(t embedded.Table, n int) []embedded.Table {
+	var parts []embedded.Table
+	cur := func() *embedded.Table {
+		if len(parts) == 0 {
+			parts = append(parts, embedded.Table{})
+		}
+		p := &parts[len(parts)-1]
+		if len(p.State.Roles)+len(p.State.Groups)+len(p.State.Clients) >= n {
+			parts = append(parts, embedded.Table{})
+			p = &parts[len(parts)-1]
+		}
+		if p.State.Roles == nil {
+			p.Version, p.State, p.Credentials = t.Version, acl.NewState(nil, nil, nil), map[string]*embedded.Credential{}
+			p.State.DefaultACL = t.State.DefaultACL
+		}
+		return p
+	}
+	cur()
+	for _, k := range slices.Sorted(maps.Keys(t.State.Roles)) {
+		cur().State.Roles[k] = t.State.Roles[k]
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.State.Groups)) {
+		cur().State.Groups[k] = t.State.Groups[k]
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.State.Clients)) {
+		p := cur()
+		p.State.Clients[k] = t.State.Clients[k]
+		if c, ok := t.Credentials[k]; ok {
+			p.Credentials[k] = c
+		}
+	}
+	return parts
 }
 
 // Status asks the plugin for its state.

@@ -45,6 +45,11 @@ type Plugin struct {
 
 	mu    sync.Mutex // guards epoch
 	epoch string
+
+	// staged is an import in parts, until its last (broker thread only).
+	staged       *embedded.Table
+	stagedImport string
+	stagedParts  int
 }
 
 // StartPlugin opens the table on disk (when configured). A disk without a table leaves the
@@ -212,13 +217,60 @@ func (p *Plugin) handle(req Request) Response {
 			resp.Error = "import without a table"
 			return resp
 		}
-		if err := p.importTable(*req.Table); err != nil {
+		t, err := p.stage(req)
+		if err == nil && t != nil {
+			err = p.importTable(*t)
+		}
+		if err != nil {
 			resp.Error = err.Error()
 		}
 	default:
 		resp.Error = fmt.Sprintf("unknown op %q", req.Op)
 	}
 	return resp
+}
+
+// stage collects the parts of one import and returns the whole table with its last part (nil
+// before).
+func (p *Plugin) stage(req Request) (*embedded.Table, error) {
+	if req.Part == 0 {
+		p.staged, p.stagedImport, p.stagedParts = nil, req.Import, 0
+	}
+	if req.Import != p.stagedImport || req.Part != p.stagedParts {
+		p.staged = nil
+		return nil, fmt.Errorf("import %q part %d out of order (expected import %q part %d)", req.Import, req.Part, p.stagedImport, p.stagedParts)
+	}
+	if p.staged == nil {
+		p.staged = &embedded.Table{Version: req.Table.Version, State: acl.NewState(nil, nil, nil), Credentials: map[string]*embedded.Credential{}}
+	}
+	mergeTable(p.staged, req.Table)
+	p.stagedParts++
+	if req.More {
+		return nil, nil
+	}
+	t := p.staged
+	p.staged, p.stagedImport, p.stagedParts = nil, "", 0
+	return t, nil
+}
+
+// mergeTable adds part's objects to t.
+func mergeTable(t, part *embedded.Table) {
+	for k, v := range part.State.Roles {
+		t.State.Roles[k] = v
+	}
+	for k, v := range part.State.Groups {
+		t.State.Groups[k] = v
+	}
+	for k, v := range part.State.Clients {
+		t.State.Clients[k] = v
+	}
+	for k, v := range part.Credentials {
+		t.Credentials[k] = v
+	}
+	if part.State.DefaultACL != nil {
+		d := *part.State.DefaultACL
+		t.State.DefaultACL = &d
+	}
 }
 
 // importTable replaces the table, persists it whole and starts a new epoch; every non-admin

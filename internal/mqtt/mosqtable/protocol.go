@@ -33,7 +33,9 @@ const (
 	// OpExport returns the whole table (with password hashes, never plaintext).
 	OpExport = "export"
 	// OpImport replaces the whole table with Request.Table: how a broker that started with an
-	// empty disk gets its table back, in one message.
+	// empty disk gets its table back in one transfer. A table larger than the broker's
+	// max_packet_size comes in parts (Request.Part from 0, Request.More on all but the last)
+	// that the plugin stages and installs at once with the last.
 	OpImport = "import"
 )
 
@@ -44,6 +46,11 @@ type Request struct {
 	Op       string          `json:"op"`
 	Commands []acl.Command   `json:"commands,omitempty"`
 	Table    *embedded.Table `json:"table,omitempty"`
+	// Import names one import transfer; Part numbers its messages from 0; More says that
+	// parts follow (the one without it installs the table).
+	Import string `json:"import,omitempty"`
+	Part   int    `json:"part,omitempty"`
+	More   bool   `json:"more,omitempty"`
 }
 
 // Response is the plugin's answer on ResponseTopic.
