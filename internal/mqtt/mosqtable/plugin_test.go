@@ -2,6 +2,7 @@ package mosqtable
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 
@@ -110,5 +111,60 @@ func TestPluginFailsClosedUntilImportAndPersists(t *testing.T) {
 	defer p.Close()
 	if p.Status().Loaded || p.Authenticate("a2a:v", "pw2", "c2") || !p.Authenticate("admin", "secret", "op") {
 		t.Fatalf("restart on an empty disk: %+v: only the admin may connect until an import", p.Status())
+	}
+}
+
+// An import in parts installs nothing before its last part, and the parts of a table, merged,
+// are the table.
+func TestImportInParts(t *testing.T) {
+	mirror, err := embedded.NewStore(embedded.StoreConfig{KeepHashes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mirror.Close()
+	var cmds []acl.Command
+	for i := range 25 {
+		role, user := fmt.Sprintf("a2a:r%02d", i), fmt.Sprintf("a2a:u%02d", i)
+		cmds = append(cmds,
+			acl.Command{Op: acl.OpCreateRole, Role: role, ACLs: []acl.ACL{{Type: acl.PublishClientSend, Topic: "t/" + user, Allow: true}}},
+			acl.Command{Op: acl.OpCreateClient, Username: user, Password: "pw"},
+			acl.Command{Op: acl.OpAddClientRole, Username: user, Role: role})
+	}
+	if err := mirror.Execute(t.Context(), cmds); err != nil {
+		t.Fatal(err)
+	}
+	table, err := mirror.ExportTable(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := splitTable(table, 7)
+	if len(parts) != 8 { // 50 objects, 7 per part
+		t.Fatalf("%d parts, want 8", len(parts))
+	}
+	p, err := StartPlugin(PluginConfig{AdminUsername: "admin", AdminPassword: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i, part := range parts {
+		if n := len(part.State.Roles) + len(part.State.Clients); n > 7 {
+			t.Errorf("part %d holds %d objects", i, n)
+		}
+		r := control(t, p, "admin", Request{ID: fmt.Sprint(i), Op: OpImport, Table: &part, Import: "x", Part: i, More: i < len(parts)-1})
+		if r.Error != "" {
+			t.Fatalf("part %d: %s", i, r.Error)
+		}
+		if last := i == len(parts)-1; r.Status.Loaded != last {
+			t.Fatalf("after part %d of %d the plugin says loaded=%v", i+1, len(parts), r.Status.Loaded)
+		}
+	}
+	if st := p.Status(); st.Clients != 25 || st.Roles != 25 {
+		t.Fatalf("after the import: %+v", st)
+	}
+	if !p.Authenticate("a2a:u24", "pw", "c") || !p.Allows("a2a:u24", acl.Publish, "t/a2a:u24") {
+		t.Fatal("the imported table does not decide")
+	}
+	if r := control(t, p, "admin", Request{ID: "z", Op: OpImport, Table: &parts[1], Import: "y", Part: 1}); r.Error == "" {
+		t.Error("a part out of order was accepted")
 	}
 }
