@@ -69,11 +69,11 @@ type Backend struct {
 	pmu     sync.Mutex
 	pending map[string]chan Response
 
-	mu     sync.Mutex // one state-changing exchange at a time; guards the fields below
-	mirror *embedded.Store
-	synced bool   // the mirror holds the plugin's table of boot at gen
-	boot   string // the plugin's Boot the mirror was synced with
-	gen    uint64 // the plugin's Generation the mirror matches
+	mu         sync.Mutex // one state-changing exchange at a time; guards the fields below
+	mirror     *embedded.Store
+	synced     bool          // the mirror holds the plugin's table of origin
+	origin     origin        // the plugin's epoch, boot and generation the mirror matches
+	syncedLink *session.Link // the connection the last sync ran on
 
 	mutations, reads, roundTrips atomic.Uint64
 	kicks, kickedUsernames       atomic.Uint64
@@ -308,13 +308,13 @@ func (b *Backend) executeBatch(ctx context.Context, cmds []acl.Command) ([]embed
 			b.synced = false
 			return nil, fmt.Errorf("the plugin answered %d outcomes for %d commands", len(resp.Outcomes), len(cmds))
 		}
-		if resp.Status.Boot != b.boot || resp.Status.Generation != b.gen+1 {
+		if resp.Status.Boot != b.origin.boot || resp.Status.Generation != b.origin.gen+1 {
 			// Applied to a broker that restarted since the mirror was made, or after
 			// another admin's change: read the table again before the next use.
 			b.synced = false
 			return resp.Outcomes, nil
 		}
-		b.gen = resp.Status.Generation
+		b.origin.gen = resp.Status.Generation
 		mirrored, err := b.mirror.ExecuteEach(ctx, cmds)
 		if err == nil {
 			for i := range mirrored {
@@ -349,46 +349,83 @@ func (b *Backend) reportKicks(ctx context.Context, cmds []acl.Command, outs []em
 }
 
 // ensureSynced syncs unless the mirror is known to match (mu held).
+// A new connection is synced first, whatever the mirror believes: the broker behind it may
+// have restarted.
 func (b *Backend) ensureSynced(ctx context.Context) error {
 	if b.synced {
-		return nil
+		if sess := b.sess.Load(); sess != nil {
+			if l, err := sess.Await(ctx); err == nil && l == b.syncedLink {
+				return nil
+			}
+		}
 	}
 	return b.sync(ctx)
 }
 
-// sync makes the mirror and the plugin agree (mu held): a plugin without a table gets the
-// mirror (an empty one when the operator just started: its state sentinel then finds the
-// loss and re-applies every Agent); a plugin the mirror was not made from is read back.
+// syncAction is what sync does to make the mirror and the plugin agree.
+type syncAction int
+
+const (
+	syncNone   syncAction = iota // they agree
+	syncAdopt                    // they agree; the plugin restarted with everything on its disk
+	syncImport                   // the plugin gets the mirror
+	syncExport                   // the mirror gets the plugin's table
+)
+
+// origin is what the mirror was made from: the plugin's epoch, boot and generation.
+type origin struct {
+	epoch, boot string
+	gen         uint64
+}
+
+// decideSync picks the action for the plugin's status st, given the mirror's origin o and
+// whether the mirror is known to be o's table (synced):
+//   - a plugin without a table gets the mirror (fail closed until then);
+//   - a plugin of the mirror's epoch whose generation is below the mirror's lost changes it had
+//     acknowledged (it crashed before its disk round): it gets the mirror back, which has them;
+//   - the same boot and generation: nothing to do; the same epoch and generation after a
+//     restart: the disk had everything;
+//   - anything else (another admin's changes, a request that may or may not have been applied,
+//     another lineage, a mirror never made): the broker is the authority, the mirror reads it.
+func decideSync(st Status, o origin, synced bool) syncAction {
+	switch {
+	case !st.Loaded:
+		return syncImport
+	case o.epoch != "" && st.Epoch == o.epoch && st.Generation < o.gen:
+		return syncImport
+	case synced && st.Epoch == o.epoch && st.Generation == o.gen && st.Boot == o.boot:
+		return syncNone
+	case synced && st.Epoch == o.epoch && st.Generation == o.gen:
+		return syncAdopt
+	default:
+		return syncExport
+	}
+}
+
+// sync makes the mirror and the plugin agree (mu held); see decideSync.
 func (b *Backend) sync(ctx context.Context) error {
+	var link *session.Link
+	if sess := b.sess.Load(); sess != nil {
+		link, _ = sess.Await(ctx)
+	}
 	st, err := b.request(ctx, Request{Op: OpStatus})
 	if err != nil {
 		b.synced = false
 		return err
 	}
-	switch {
-	case !st.Status.Loaded:
-		t, err := b.mirror.ExportTable(nil)
-		if err != nil {
-			return fmt.Errorf("mosqtable: export the mirror: %w", err)
+	var got Status
+	switch decideSync(st.Status, b.origin, b.synced) {
+	case syncNone:
+		b.syncedLink = link
+		return nil
+	case syncAdopt:
+		got = st.Status
+	case syncImport:
+		if got, err = b.importMirror(ctx, st.Status); err != nil {
+			b.synced = false
+			return err
 		}
-		start := time.Now()
-		parts := splitTable(t, b.cfg.MaxBatch)
-		id := fmt.Sprintf("%s-%d", b.nonce, b.seq.Add(1))
-		var resp Response
-		for i, part := range parts {
-			resp, err = b.request(ctx, Request{Op: OpImport, Table: &part, Import: id, Part: i, More: i < len(parts)-1})
-			if err == nil && resp.Error != "" {
-				err = errors.New(resp.Error)
-			}
-			if err != nil {
-				b.synced = false
-				return fmt.Errorf("mosqtable: import the table into the broker (part %d of %d): %w", i+1, len(parts), err)
-			}
-		}
-		b.log.Info("gave the broker its decision table (it had none)", "clients", len(t.State.Clients),
-			"roles", len(t.State.Roles), "groups", len(t.State.Groups), "messages", len(parts), "took", time.Since(start).String())
-		b.boot, b.gen = resp.Status.Boot, resp.Status.Generation
-	case !b.synced || st.Status.Boot != b.boot || st.Status.Generation != b.gen:
+	case syncExport:
 		resp, err := b.request(ctx, Request{Op: OpExport})
 		if err == nil && resp.Error != "" {
 			err = errors.New(resp.Error)
@@ -404,10 +441,40 @@ func (b *Backend) sync(ctx context.Context) error {
 			b.synced = false
 			return fmt.Errorf("mosqtable: mirror the broker's table: %w", err)
 		}
-		b.boot, b.gen = resp.Status.Boot, resp.Status.Generation
+		got = resp.Status
 	}
-	b.synced = true
+	b.origin = origin{epoch: got.Epoch, boot: got.Boot, gen: got.Generation}
+	b.synced, b.syncedLink = true, link
 	return nil
+}
+
+// importMirror sends the mirror to the plugin in one import (in parts) and returns the
+// plugin's status after it.
+func (b *Backend) importMirror(ctx context.Context, before Status) (Status, error) {
+	t, err := b.mirror.ExportTable(nil)
+	if err != nil {
+		return Status{}, fmt.Errorf("mosqtable: export the mirror: %w", err)
+	}
+	start := time.Now()
+	parts := splitTable(t, b.cfg.MaxBatch)
+	id := fmt.Sprintf("%s-%d", b.nonce, b.seq.Add(1))
+	var resp Response
+	for i, part := range parts {
+		resp, err = b.request(ctx, Request{Op: OpImport, Table: &part, Import: id, Part: i, More: i < len(parts)-1})
+		if err == nil && resp.Error != "" {
+			err = errors.New(resp.Error)
+		}
+		if err != nil {
+			return Status{}, fmt.Errorf("mosqtable: import the table into the broker (part %d of %d): %w", i+1, len(parts), err)
+		}
+	}
+	why := "it had none"
+	if before.Loaded {
+		why = fmt.Sprintf("it restarted at generation %d, below the %d it had acknowledged", before.Generation, b.origin.gen)
+	}
+	b.log.Info("gave the broker its decision table", "why", why, "clients", len(t.State.Clients),
+		"roles", len(t.State.Roles), "groups", len(t.State.Groups), "messages", len(parts), "took", time.Since(start).String())
+	return resp.Status, nil
 }
 
 // splitTable cuts t into parts of at most n objects each (a client with its password), so that

@@ -375,3 +375,90 @@ func loadAvg() string {
 	}
 	return "load ?"
 }
+
+// A broker that crashed before its disk round lost changes it had acknowledged: it comes back at
+// a generation below the operator's, and the operator gives it the mirror back (which has
+// them). Simulated exactly: the state dir of a clean stop is put back after later changes.
+func TestLostAcknowledgedChangesAreGivenBack(t *testing.T) {
+	m := startBroker(t)
+	be := connect(t, m)
+	execute(t, be, fleet(20))
+	m.Stop() // a clean stop writes everything
+	backup := t.TempDir()
+	if err := os.CopyFS(backup, os.DirFS(m.TableStateDir())); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	late, cmds := agent(20)
+	execute(t, be, cmds) // acknowledged, then "lost"
+	be.mu.Lock()
+	m.Kill()
+	if err := os.RemoveAll(m.TableStateDir()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(m.TableStateDir(), os.DirFS(backup)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Restart(); err != nil {
+		be.mu.Unlock()
+		t.Fatal(err)
+	}
+	if c, err := brokertest.Dial(t, m.Addr(), brokertest.Options{Username: late, Password: "pw-" + late, ClientID: late}); err == nil {
+		c.Close()
+		t.Error("the restored disk still knows the late agent: the test lost nothing")
+	}
+	be.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := brokertest.Dial(t, m.Addr(), brokertest.Options{Username: late, Password: "pw-" + late, ClientID: late})
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the late agent never came back: %v\n%s", err, grepLog(m.Log(), "a2a-fleet table"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	enforces(t, m, late)
+	enforces(t, m, "a2a:o/u/agent-00003")
+}
+
+func TestDecideSync(t *testing.T) {
+	o := origin{epoch: "e1", boot: "b1", gen: 7}
+	for _, tc := range []struct {
+		name   string
+		st     Status
+		synced bool
+		want   syncAction
+	}{
+		{"no table on the broker", Status{Loaded: false, Boot: "b2"}, true, syncImport},
+		{"no table, fresh operator", Status{Loaded: false}, false, syncImport},
+		{"in step", Status{Loaded: true, Epoch: "e1", Boot: "b1", Generation: 7}, true, syncNone},
+		{"restart that kept everything", Status{Loaded: true, Epoch: "e1", Boot: "b2", Generation: 7}, true, syncAdopt},
+		{"restart that lost acknowledged changes", Status{Loaded: true, Epoch: "e1", Boot: "b2", Generation: 5}, true, syncImport},
+		{"lost changes, a request in doubt", Status{Loaded: true, Epoch: "e1", Boot: "b2", Generation: 5}, false, syncImport},
+		{"another admin wrote", Status{Loaded: true, Epoch: "e1", Boot: "b1", Generation: 9}, true, syncExport},
+		{"a request in doubt", Status{Loaded: true, Epoch: "e1", Boot: "b1", Generation: 8}, false, syncExport},
+		{"another lineage", Status{Loaded: true, Epoch: "e2", Boot: "b2", Generation: 1}, true, syncExport},
+	} {
+		if got := decideSync(tc.st, o, tc.synced); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	if got := decideSync(Status{Loaded: true, Epoch: "e1", Generation: 3}, origin{}, false); got != syncExport {
+		t.Errorf("a mirror never made: %d, want export", got)
+	}
+}
+
+func grepLog(log, what string) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, what) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

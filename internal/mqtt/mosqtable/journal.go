@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ var (
 	bucketClients = []byte("clients")
 	bucketCreds   = []byte("credentials")
 	keyEpoch      = []byte("epoch")
+	keyGeneration = []byte("generation")
 	keyDefault    = []byte("defaultACLAccess")
 	keyVersion    = []byte("version")
 )
@@ -39,6 +41,9 @@ type journal struct {
 	db    *bolt.DB
 	store *embedded.Store
 	logf  func(string, ...any)
+	// generation is the plugin's request counter: each round stores the value it had before
+	// the round collected its names, so the stored one never claims a change the disk lacks.
+	generation func() uint64
 
 	mu      sync.Mutex
 	roles   map[string]struct{}
@@ -46,6 +51,7 @@ type journal struct {
 	clients map[string]struct{}
 	full    string // non-empty: rewrite everything under this epoch
 	lastErr error
+	lastGen uint64 // the generation on disk
 
 	wake    chan struct{}
 	flushes chan chan error
@@ -53,42 +59,57 @@ type journal struct {
 	stopped chan struct{}
 }
 
-// openJournal opens (or creates) the table file and returns the table it holds (nil when it
-// holds none: a new or emptied disk) and its epoch.
-func openJournal(dir string, store *embedded.Store, logf func(string, ...any)) (*journal, *embedded.Table, string, error) {
+// stored is what the table file holds: the table (nil on a new or emptied disk), its epoch and
+// the generation of the last round written.
+type stored struct {
+	table      *embedded.Table
+	epoch      string
+	generation uint64
+}
+
+// openJournal opens (or creates) the table file and returns what it holds.
+func openJournal(dir string, store *embedded.Store, generation func() uint64, logf func(string, ...any)) (*journal, stored, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, "", fmt.Errorf("mosqtable: state dir: %w", err)
+		return nil, stored{}, fmt.Errorf("mosqtable: state dir: %w", err)
 	}
-	db, err := bolt.Open(filepath.Join(dir, TableFile), 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	// The freelist is not written with every commit (it grows with the file: ≈ 20 KiB per
+	// command at 100 000 clients when it is); bbolt rebuilds it from the pages at open.
+	db, err := bolt.Open(filepath.Join(dir, TableFile), 0o600, &bolt.Options{Timeout: 5 * time.Second,
+		NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("mosqtable: open %s: %w", filepath.Join(dir, TableFile), err)
+		return nil, stored{}, fmt.Errorf("mosqtable: open %s: %w", filepath.Join(dir, TableFile), err)
 	}
-	table, epoch, err := readTable(db)
+	st, err := readTable(db)
 	if err != nil {
 		_ = db.Close()
-		return nil, nil, "", err
+		return nil, stored{}, err
 	}
-	j := &journal{db: db, store: store, logf: logf, wake: make(chan struct{}, 1), flushes: make(chan chan error),
+	j := &journal{db: db, store: store, logf: logf, generation: generation, wake: make(chan struct{}, 1), flushes: make(chan chan error),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	j.reset()
+	j.lastGen = st.generation
 	go j.run()
-	return j, table, epoch, nil
+	return j, st, nil
 }
 
 func (j *journal) reset() {
 	j.roles, j.groups, j.clients = map[string]struct{}{}, map[string]struct{}{}, map[string]struct{}{}
 }
 
-// readTable loads the whole table (nil when the file has no epoch: never imported).
-func readTable(db *bolt.DB) (*embedded.Table, string, error) {
+// readTable loads the whole table (none when the file has no epoch: never imported).
+func readTable(db *bolt.DB) (stored, error) {
 	var t *embedded.Table
 	var epoch string
+	var gen uint64
 	err := db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if meta == nil || meta.Get(keyEpoch) == nil {
 			return nil
 		}
 		epoch = string(meta.Get(keyEpoch))
+		if g := meta.Get(keyGeneration); g != nil {
+			gen, _ = strconv.ParseUint(string(g), 10, 64)
+		}
 		t = &embedded.Table{Version: embedded.TableVersion, State: acl.NewState(nil, nil, nil)}
 		var creds map[string]json.RawMessage
 		if err := readBucket(tx, bucketRoles, func(k string, v []byte) error {
@@ -137,9 +158,9 @@ func readTable(db *bolt.DB) (*embedded.Table, string, error) {
 		return json.Unmarshal(raw, t)
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("mosqtable: read table: %w", err)
+		return stored{}, fmt.Errorf("mosqtable: read table: %w", err)
 	}
-	return t, epoch, nil
+	return stored{table: t, epoch: epoch, generation: gen}, nil
 }
 
 func readBucket(tx *bolt.Tx, name []byte, fn func(string, []byte) error) error {
@@ -227,6 +248,7 @@ func (j *journal) run() {
 
 // write persists one round: the whole table after an import, else the touched objects.
 func (j *journal) write() error {
+	gen := j.generation() // before the names: every change it counts is in this round or an earlier one
 	j.mu.Lock()
 	full := j.full
 	names := acl.Names{Roles: setKeys(j.roles), Groups: setKeys(j.groups), Clients: setKeys(j.clients)}
@@ -236,12 +258,23 @@ func (j *journal) write() error {
 	var err error
 	switch {
 	case full != "":
-		err = j.writeAll(full)
+		err = j.writeAll(full, gen)
 	case len(names.Roles)+len(names.Groups)+len(names.Clients) > 0:
-		err = j.writeSome(names)
+		err = j.writeSome(names, gen)
+	case gen != j.lastGen:
+		// Every change it counts is on disk already (its names were taken by an earlier round).
+		err = j.db.Update(func(tx *bolt.Tx) error {
+			meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+			if err != nil {
+				return err
+			}
+			return meta.Put(keyGeneration, []byte(strconv.FormatUint(gen, 10)))
+		})
 	}
 	if err != nil {
 		j.logf("a2a-fleet table: persist: %v", err)
+	} else {
+		j.lastGen = gen
 	}
 	j.mu.Lock()
 	j.lastErr = err
@@ -249,7 +282,7 @@ func (j *journal) write() error {
 	return err
 }
 
-func (j *journal) writeAll(epoch string) error {
+func (j *journal) writeAll(epoch string, gen uint64) error {
 	t, err := j.store.ExportTable(nil)
 	if err != nil {
 		return err
@@ -272,11 +305,14 @@ func (j *journal) writeAll(epoch string) error {
 		if err := meta.Put(keyVersion, []byte("1")); err != nil {
 			return err
 		}
+		if err := meta.Put(keyGeneration, []byte(strconv.FormatUint(gen, 10))); err != nil {
+			return err
+		}
 		return meta.Put(keyEpoch, []byte(epoch))
 	})
 }
 
-func (j *journal) writeSome(names acl.Names) error {
+func (j *journal) writeSome(names acl.Names, gen uint64) error {
 	t, err := j.store.ExportTable(&names)
 	if err != nil {
 		return err
@@ -284,7 +320,12 @@ func (j *journal) writeSome(names acl.Names) error {
 	if len(t.Unhashed) > 0 {
 		j.changed(acl.Names{Clients: t.Unhashed})
 	}
-	return j.db.Update(func(tx *bolt.Tx) error { return putTable(tx, t, &names) })
+	return j.db.Update(func(tx *bolt.Tx) error {
+		if err := putTable(tx, t, &names); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(keyGeneration, []byte(strconv.FormatUint(gen, 10)))
+	})
 }
 
 // putTable writes t's objects; with names, each named object absent from t is deleted.

@@ -80,22 +80,23 @@ func StartPlugin(cfg PluginConfig) (*Plugin, error) {
 	p.store = store
 	store.AttachConnections(p.conns)
 	if cfg.StateDir != "" {
-		j, table, epoch, err := openJournal(cfg.StateDir, store, cfg.Logf)
+		j, st, err := openJournal(cfg.StateDir, store, p.gen.Load, cfg.Logf)
 		if err != nil {
 			_ = store.Close()
 			return nil, err
 		}
 		p.disk = j
-		if table != nil {
-			if err := store.ImportTable(*table); err != nil {
+		if st.table != nil {
+			if err := store.ImportTable(*st.table); err != nil {
 				_ = j.close()
 				_ = store.Close()
 				return nil, fmt.Errorf("mosqtable: load %s: %w", cfg.StateDir, err)
 			}
-			p.epoch = epoch
+			p.epoch = st.epoch
+			p.gen.Store(st.generation)
 			p.loaded.Store(true)
 			c, r, g := store.Size()
-			cfg.Logf("a2a-fleet table: loaded from %s (epoch %s): %d clients, %d roles, %d groups", cfg.StateDir, epoch, c, r, g)
+			cfg.Logf("a2a-fleet table: loaded from %s (epoch %s, generation %d): %d clients, %d roles, %d groups", cfg.StateDir, st.epoch, st.generation, c, r, g)
 		} else {
 			cfg.Logf("a2a-fleet table: no table in %s: only the admin may connect until the operator imports one", cfg.StateDir)
 		}
@@ -200,6 +201,7 @@ func (p *Plugin) handle(req Request) Response {
 			p.cfg.Logf("a2a-fleet table: %v", err)
 		}
 		p.gen.Add(1)
+		p.genChanged()
 		resp.Outcomes = outs
 	case OpExport:
 		if !p.loaded.Load() {
@@ -228,6 +230,14 @@ func (p *Plugin) handle(req Request) Response {
 		resp.Error = fmt.Sprintf("unknown op %q", req.Op)
 	}
 	return resp
+}
+
+// genChanged has the disk record the new generation (a round of its own when the change's
+// objects were written before the count moved).
+func (p *Plugin) genChanged() {
+	if p.disk != nil {
+		p.disk.poke()
+	}
 }
 
 // stage collects the parts of one import and returns the whole table with its last part (nil
@@ -287,6 +297,7 @@ func (p *Plugin) importTable(t embedded.Table) error {
 	p.epoch = epoch
 	p.mu.Unlock()
 	p.gen.Add(1)
+	p.genChanged()
 	wasLoaded := p.loaded.Swap(true)
 	c, r, g := p.store.Size()
 	p.cfg.Logf("a2a-fleet table: imported %d clients, %d roles, %d groups (epoch %s)", c, r, g, epoch)

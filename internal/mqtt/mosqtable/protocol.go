@@ -75,8 +75,11 @@ type Status struct {
 	// Boot is new at every start of the plugin: a mirror made before it may miss what the
 	// broker lost of its last changes, so the operator reads the table again.
 	Boot string `json:"boot"`
-	// Generation counts the execute and import requests applied since Boot: an admin that
-	// sees it move by more than its own requests knows another admin changed the table.
+	// Generation counts the execute and import requests applied to the table of Epoch; it is
+	// stored with every disk round and resumes from there after a restart. An admin that sees
+	// it move by more than its own requests knows another admin changed the table; one that
+	// finds it below the last it saw, after a restart, knows the broker lost changes it had
+	// acknowledged (a crash before the disk round).
 	Generation uint64 `json:"generation"`
 	Clients    int    `json:"clients"`
 	Roles      int    `json:"roles"`
