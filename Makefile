@@ -74,6 +74,8 @@ ifeq ($(BROKER),embedded)
 else ifeq ($(BROKER),mosquitto)
 	@hack/install-mosquitto.sh >/dev/null
 	@hack/build-mosquitto-plugin.sh >/dev/null
+	@# MOSQUITTO_BACKEND=table: the decision-table plugin instead of dynsec (hack/dev-mosquitto.sh).
+	@if [ "$(MOSQUITTO_BACKEND)" = table ]; then hack/build-mosquitto-table-plugin.sh >/dev/null; fi
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" $(LOCALBIN)/foreground hack/dev-mosquitto.sh $(DEV_STATE) $(DEV_FLAGS)
 else
 	@echo "BROKER must be embedded or mosquitto, not '$(BROKER)'"; exit 2
@@ -224,8 +226,9 @@ mosquitto: ## Install Mosquitto 2.x from Debian packages (idempotent).
 	hack/install-mosquitto.sh
 
 .PHONY: mosquitto-plugin
-mosquitto-plugin: ## Build the sender-stamp plugin for Mosquitto (hack/mosquitto-plugin) into bin/mosquitto, against Debian's mosquitto-dev (idempotent).
+mosquitto-plugin: ## Build the project's Mosquitto plugins (hack/mosquitto-plugin: the sender stamp, and the decision table in Go) into bin/mosquitto, against Debian's mosquitto-dev (idempotent).
 	hack/build-mosquitto-plugin.sh
+	hack/build-mosquitto-table-plugin.sh
 
 .PHONY: redis
 redis: ## Install redis-server and redis-sentinel from Debian packages (idempotent).
@@ -307,6 +310,7 @@ tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(STATICCHECK) $(HELM) $(GOCYCLO) ## Build
 # 1000,3000), which take about an hour on 2 cores; e.g. FLEET_SIZES=1000 MOSQUITTO_FLEET_SIZES=1000.
 FLEET_SIZES ?=
 MOSQUITTO_FLEET_SIZES ?=
+TABLE_FLEET_SIZES ?=
 BENCH_FLEET_TIMEOUT ?= 180m
 # bench-sdk iterations per benchmark.
 SDK_BENCHTIME ?= 1000x
@@ -315,8 +319,8 @@ SDK_BENCHTIME ?= 1000x
 bench: bench-sdk bench-broker bench-service bench-fleet ## Every benchmark below, one after the other (hours with the default fleet sizes).
 
 .PHONY: bench-fleet
-bench-fleet: tools-test ## Registration: a fleet of Agents to Ready, operator on the embedded broker (FLEET_SIZES) and on Mosquitto + dynsec (MOSQUITTO_FLEET_SIZES).
-	FLEET_SIZES="$(FLEET_SIZES)" MOSQUITTO_FLEET_SIZES="$(MOSQUITTO_FLEET_SIZES)" \
+bench-fleet: tools-test ## Registration: a fleet of Agents to Ready, operator on the embedded broker (FLEET_SIZES), on Mosquitto + dynsec (MOSQUITTO_FLEET_SIZES) and on Mosquitto + the decision table (TABLE_FLEET_SIZES).
+	FLEET_SIZES="$(FLEET_SIZES)" MOSQUITTO_FLEET_SIZES="$(MOSQUITTO_FLEET_SIZES)" TABLE_FLEET_SIZES="$(TABLE_FLEET_SIZES)" \
 		KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
 		go test ./test/registration/ -run '^$$' -bench 'BenchmarkFleetRegistration' -benchtime 1x -timeout $(BENCH_FLEET_TIMEOUT)
 
@@ -325,8 +329,9 @@ bench-sdk: mosquitto ## SDK: SendMessage, streaming and the three inputs over lo
 	go test ./pkg/a2amqtt/ -run '^$$' -bench . -benchtime $(SDK_BENCHTIME) -timeout 60m
 
 .PHONY: bench-broker
-bench-broker: mosquitto ## Broker backends: dynsec message cost by clients, ACL sync of a shared group, embedded authentication, applying agents.
+bench-broker: mosquitto mosquitto-plugin ## Broker backends: dynsec message cost by clients, the decision table's change cost by clients, ACL sync of a shared group, embedded authentication, applying agents.
 	go test ./internal/mqtt/dynsec/ -run '^$$' -bench MessageCostByClients -benchtime 1x -timeout 60m
+	go test ./internal/mqtt/mosqtable/ -run '^$$' -bench ChangeCostByClients -benchtime 1x -timeout 60m
 	go test ./internal/mqtt/acl/ ./internal/mqtt/embedded/ -run '^$$' -bench . -timeout 30m
 	go test ./internal/mqtt/conformance/ -run '^$$' -bench ApplyAgents -benchtime 1x -timeout 30m
 

@@ -60,7 +60,7 @@ func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Br
 		if o.mosquittoPassword == "" {
 			return nil, "", nil, errors.New("--mosquitto-url needs --mosquitto-admin-password (or $MOSQUITTO_ADMIN_PASSWORD)")
 		}
-		bc = brokers.Config{Kind: brokers.Dynsec, URL: o.mosquittoURL, Username: o.mosquittoAdmin, Password: o.mosquittoPassword,
+		bc = brokers.Config{Kind: o.mosquittoBackend, URL: o.mosquittoURL, Username: o.mosquittoAdmin, Password: o.mosquittoPassword,
 			Logger: slog.New(logr.ToSlogHandler(cfg.Log))}
 	}
 	backend, err := brokers.New(bc)
@@ -96,6 +96,8 @@ type options struct {
 	// real Mosquitto (dynamic-security plugin) administered as mosquittoAdmin.
 	brokerAddr, mosquittoURL          string
 	mosquittoAdmin, mosquittoPassword string
+	// mosquittoBackend is how mosquittoURL's identities are kept: brokers.Dynsec or brokers.Table.
+	mosquittoBackend string
 	// samples is the folder of manifests applied at start ("" applies none).
 	samples string
 	// controllerManager runs kube-controller-manager (internal/controlplane).
@@ -115,6 +117,7 @@ func main() {
 	flag.StringVar(&o.brokerAddr, "broker-addr", "127.0.0.1:1883", "Listen address of the embedded MQTT v5 broker.")
 	flag.StringVar(&o.mosquittoURL, "mosquitto-url", "", "Use this Mosquitto (with the dynamic-security plugin) instead of the embedded broker.")
 	flag.StringVar(&o.mosquittoAdmin, "mosquitto-admin", "admin", "Dynsec admin username for --mosquitto-url.")
+	flag.StringVar(&o.mosquittoBackend, "mosquitto-backend", brokers.Dynsec, "How --mosquitto-url keeps identities: dynsec (the dynamic-security plugin) or table (the a2a-fleet decision-table plugin).")
 	flag.StringVar(&o.mosquittoPassword, "mosquitto-admin-password", os.Getenv("MOSQUITTO_ADMIN_PASSWORD"), "Dynsec admin password for --mosquitto-url (or $MOSQUITTO_ADMIN_PASSWORD).")
 	flag.StringVar(&o.samples, "samples", "config/samples", "Apply these manifests at start and run the example agents they name (empty: none).")
 	flag.BoolVar(&o.controllerManager, "controller-manager", true, "Run kube-controller-manager (from --assets) for garbage collection, namespace deletion and RBAC aggregation, as on a cluster.")
@@ -307,6 +310,9 @@ func run(ctx context.Context, o options) error {
 	brokerKind := "embedded mochi-mqtt, ACLs enforced"
 	if o.mosquittoURL != "" {
 		brokerKind = "Mosquitto with the dynamic-security plugin"
+		if o.mosquittoBackend == brokers.Table {
+			brokerKind = "Mosquitto with the a2a-fleet decision-table plugin"
+		}
 	}
 	fmt.Printf(`
 a2a-fleet local stack is up:

@@ -34,7 +34,7 @@ const generatedAdminUsername = "admin"
 func brokerRuntime(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate bool, serviceSecret string, orphanInterval time.Duration) (*registration.Broker, error) {
 	bc := brokers.Config{Kind: o.kind, URL: o.url, Logger: slog.New(logr.ToSlogHandler(ctrl.Log.WithName("broker")))}
 	var err error
-	if bc.Kind == brokers.Dynsec {
+	if bc.Kind == brokers.Dynsec || bc.Kind == brokers.Table {
 		if bc.Username, bc.Password, err = adminCredentials(ctx, mgr, o); err != nil {
 			return nil, err
 		}
