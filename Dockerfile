@@ -17,6 +17,11 @@
 ARG GO_IMAGE=golang:1.26
 ARG RUNTIME_IMAGE=gcr.io/distroless/static:nonroot
 ARG DEBIAN_IMAGE=debian:bookworm-slim
+# The release (default: the VERSION file, which the build reads) and the source commit (the build
+# context has no .git: `make docker-build` and hack/kind/images.sh pass `git rev-parse HEAD`),
+# stamped into the binaries (internal/version) and the images' OCI labels.
+ARG VERSION=""
+ARG COMMIT=unknown
 
 FROM ${GO_IMAGE} AS build
 WORKDIR /src
@@ -24,6 +29,7 @@ ENV CGO_ENABLED=0 GOTOOLCHAIN=local
 # Dependencies first so that source edits reuse the module layer.
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
+COPY VERSION ./
 COPY api/ api/
 COPY cmd/ cmd/
 COPY controllers/ controllers/
@@ -34,12 +40,23 @@ COPY pkg/ pkg/
 COPY test/chaos/chaosagent/ test/chaos/chaosagent/
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
+ARG VERSION
+ARG COMMIT
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="-s -w" -o /out/ \
+    version="${VERSION:-$(cat VERSION)}" && \
+    GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -o /out/ \
+    -ldflags="-s -w -X github.com/a2a-fleet/a2a-fleet/internal/version.Version=${version} -X github.com/a2a-fleet/a2a-fleet/internal/version.Commit=${COMMIT}" \
     ./cmd/manager ./cmd/conversation-service ./examples/confirm ./examples/echo ./examples/memory \
     ./test/chaos/chaosagent
 
 FROM ${RUNTIME_IMAGE} AS conversation-service
+ARG VERSION
+ARG COMMIT
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/a2a-fleet/a2a-fleet" \
+      org.opencontainers.image.title="a2a-fleet conversation service"
 COPY --from=build /out/conversation-service /conversation-service
 USER 65532:65532
 ENTRYPOINT ["/conversation-service"]
@@ -49,6 +66,13 @@ ENTRYPOINT ["/conversation-service"]
 # operator injects (A2A_* variables, docs/registration.md). /chaosagent is the chaos suite's
 # agent (test/chaos/chaosagent: it journals every execution and drains on SIGTERM).
 FROM ${RUNTIME_IMAGE} AS example-agents
+ARG VERSION
+ARG COMMIT
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/a2a-fleet/a2a-fleet" \
+      org.opencontainers.image.title="a2a-fleet example agents"
 COPY --from=build /out/confirm /out/echo /out/memory /out/chaosagent /
 USER 65532:65532
 ENTRYPOINT ["/echo"]
@@ -66,6 +90,13 @@ RUN OUT=/out/mosquitto_a2a_fleet_sender.so hack/build-mosquitto-plugin.sh
 # Mosquitto 2 (Debian's package) with its dynamic-security plugin and the project's sender plugin,
 # at the paths config/mosquitto/mosquitto.conf names.
 FROM ${DEBIAN_IMAGE} AS mosquitto
+ARG VERSION
+ARG COMMIT
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/a2a-fleet/a2a-fleet" \
+      org.opencontainers.image.title="a2a-fleet Mosquitto"
 RUN apt-get update && apt-get install -y --no-install-recommends mosquitto mosquitto-clients \
     && rm -rf /var/lib/apt/lists/* \
     && ln -s /usr/lib/*-linux-gnu/mosquitto_dynamic_security.so /usr/lib/mosquitto_dynamic_security.so \
@@ -79,6 +110,13 @@ CMD ["-c", "/mosquitto/config/mosquitto.conf"]
 
 # Last, so that a plain `docker build .` still builds the operator (kubebuilder's convention).
 FROM ${RUNTIME_IMAGE} AS manager
+ARG VERSION
+ARG COMMIT
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/a2a-fleet/a2a-fleet" \
+      org.opencontainers.image.title="a2a-fleet operator"
 COPY --from=build /out/manager /manager
 USER 65532:65532
 ENTRYPOINT ["/manager"]

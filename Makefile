@@ -37,13 +37,23 @@ DEV_FLAGS ?=
 # changed, so a `make dev` right after a build starts at once.
 DEV_BINS := $(LOCALBIN)/devstack $(LOCALBIN)/a2actl $(LOCALBIN)/foreground
 # Programs the tests run as they are (examples/agents' SIGTERM test runs examples/echo, test/e2e
-# the conversation service as a process; cmd/devstack's tests run bin/devstack): built before
-# the tests, never inside a test's deadline.
-TEST_BINS := $(LOCALBIN)/echo $(LOCALBIN)/conversation-service
-GO_SOURCES := $(shell find . -name '*.go' -not -path './bin/*' 2>/dev/null) go.mod go.sum
+# the conversation service as a process; cmd/devstack's tests run bin/devstack; internal/version's
+# test asks each binary its --version): built before the tests, never inside a test's deadline.
+TEST_BINS := $(LOCALBIN)/echo $(LOCALBIN)/conversation-service $(LOCALBIN)/manager
+GO_SOURCES := $(shell find . -name '*.go' -not -path './bin/*' 2>/dev/null) go.mod go.sum VERSION
 # The suites that install on the kind cluster: they run after the others, one at a time.
 CLUSTER_SUITES := test/cluster test/chaos
 MODULE := github.com/a2a-fleet/a2a-fleet
+# The release version (the one source: VERSION) and the source commit, stamped into every binary
+# (internal/version: --version, `a2actl version`, a2a_fleet_build_info) and the images' labels.
+# A clone without .git reports the commit "unknown".
+VERSION := $(shell cat VERSION)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X $(MODULE)/internal/version.Version=$(VERSION) -X $(MODULE)/internal/version.Commit=$(COMMIT)
+# bin/.commit changes when HEAD does, so the binaries built from GO_SOURCES are relinked with the
+# new commit (a commit that changes no Go file still changes what they must report).
+COMMIT_STAMP := $(LOCALBIN)/.commit
+$(shell mkdir -p $(LOCALBIN); [ "$$(cat $(COMMIT_STAMP) 2>/dev/null)" = "$(COMMIT)" ] || echo "$(COMMIT)" > $(COMMIT_STAMP))
 # Generous ceiling for the whole suite; it takes a few minutes (docs/development.md).
 TEST_TIMEOUT ?= 25m
 
@@ -64,6 +74,8 @@ ifeq ($(BROKER),embedded)
 else ifeq ($(BROKER),mosquitto)
 	@hack/install-mosquitto.sh >/dev/null
 	@hack/build-mosquitto-plugin.sh >/dev/null
+	@# MOSQUITTO_BACKEND=table: the decision-table plugin instead of dynsec (hack/dev-mosquitto.sh).
+	@if [ "$(MOSQUITTO_BACKEND)" = table ]; then hack/build-mosquitto-table-plugin.sh >/dev/null; fi
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" $(LOCALBIN)/foreground hack/dev-mosquitto.sh $(DEV_STATE) $(DEV_FLAGS)
 else
 	@echo "BROKER must be embedded or mosquitto, not '$(BROKER)'"; exit 2
@@ -135,7 +147,14 @@ generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: verify
-verify: verify-generated fmt-check vet lint verify-mod verify-kustomize verify-chart verify-architecture verify-complexity ## Static checks that CI runs before the tests.
+verify: verify-generated fmt-check vet lint verify-mod verify-kustomize verify-chart verify-version verify-architecture verify-complexity ## Static checks that CI runs before the tests.
+
+.PHONY: verify-version
+verify-version: ## Fail when the chart's version or appVersion is not the VERSION file's, or CHANGELOG.md has no entry for it.
+	@for key in version appVersion; do \
+		v="$$(sed -n "s/^$$key: *\"\{0,1\}\([^\"]*\)\"\{0,1\} *$$/\1/p" charts/a2a-fleet/Chart.yaml)"; \
+		if [ "$$v" != "$(VERSION)" ]; then echo "charts/a2a-fleet/Chart.yaml $$key is '$$v', VERSION is '$(VERSION)': make them agree"; exit 1; fi; done
+	@grep -q -F '## [$(VERSION)]' CHANGELOG.md || { echo "CHANGELOG.md has no '## [$(VERSION)]' entry"; exit 1; }
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail when generated files differ from what is committed.
@@ -174,8 +193,8 @@ verify-complexity: $(GOCYCLO) ## Fail when more than MAX_COMPLEX_FUNCS functions
 	if [ "$$n" -gt $(MAX_COMPLEX_FUNCS) ]; then echo "split the new one into named steps"; exit 1; fi
 
 .PHONY: verify-kustomize
-verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS component, mosquitto, conversation-service and its Sentinel component).
-	@for dir in config/default config/quickstart config/mosquitto config/conversation-service; do \
+verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS component, mosquitto, conversation-service and its Sentinel component, monitoring).
+	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/monitoring config/admission; do \
 		$(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed"; exit 1; }; done
 	@# A component is rendered through an overlay that uses it, as a user's would.
 	@tmp=$(LOCALBIN)/.verify-quickstart-tls; mkdir -p $$tmp; \
@@ -195,7 +214,8 @@ verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-flee
 CHART_ALL_OPTIONS := --set mosquitto.tls.enabled=true,broker.tls.caSecret=a2a-fleet-mosquitto-tls,broker.tls.clientCertificate=true \
 	--set conversationService.persistence.enabled=true,tracing.otlpEndpoint=http://otel-collector:4318 \
 	--set conversationService.replicas=2,conversationService.redis.sentinel.addresses={s0:26379\,s1:26379\,s2:26379},conversationService.redis.passwordSecret.name=redis-auth \
-	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,conversationService.callerRate=50,conversationService.callerBurst=100,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false
+	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,conversationService.callerRate=50,conversationService.callerBurst=100,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false \
+	--set metrics.podMonitor.enabled=true,metrics.podMonitor.labels.release=prometheus
 
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver, etcd and kubectl from source into bin/k8s (cached).
@@ -206,34 +226,47 @@ mosquitto: ## Install Mosquitto 2.x from Debian packages (idempotent).
 	hack/install-mosquitto.sh
 
 .PHONY: mosquitto-plugin
-mosquitto-plugin: ## Build the sender-stamp plugin for Mosquitto (hack/mosquitto-plugin) into bin/mosquitto, against Debian's mosquitto-dev (idempotent).
+mosquitto-plugin: ## Build the project's Mosquitto plugins (hack/mosquitto-plugin: the sender stamp, and the decision table in Go) into bin/mosquitto, against Debian's mosquitto-dev (idempotent).
 	hack/build-mosquitto-plugin.sh
+	hack/build-mosquitto-table-plugin.sh
 
 .PHONY: redis
 redis: ## Install redis-server and redis-sentinel from Debian packages (idempotent).
 	hack/install-redis.sh
 
+.PHONY: node-deps
+node-deps: ## Install the pinned npm packages of the JS interop tests into bin/node-deps (idempotent).
+	hack/install-node-deps.sh
+
 .PHONY: tools-test
-tools-test: control-plane mosquitto mosquitto-plugin redis $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart).
+tools-test: control-plane mosquitto mosquitto-plugin redis node-deps $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart; the npm packages of test/interop).
 
 .PHONY: build
 build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).
-	go build -o $(LOCALBIN)/ ./cmd/manager ./cmd/conversation-service ./cmd/a2actl ./cmd/devstack
+	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./cmd/manager ./cmd/conversation-service ./cmd/a2actl ./cmd/devstack
 
-$(DEV_BINS) &: $(GO_SOURCES)
+$(DEV_BINS) &: $(GO_SOURCES) $(COMMIT_STAMP)
 	@mkdir -p $(LOCALBIN)
-	go build -o $(LOCALBIN)/ ./cmd/devstack ./cmd/a2actl ./hack/foreground
+	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./cmd/devstack ./cmd/a2actl ./hack/foreground
 
-$(TEST_BINS) &: $(GO_SOURCES)
+$(TEST_BINS) &: $(GO_SOURCES) $(COMMIT_STAMP)
 	@mkdir -p $(LOCALBIN)
-	go build -o $(LOCALBIN)/ ./examples/echo ./cmd/conversation-service
+	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./examples/echo ./cmd/conversation-service ./cmd/manager
 
 .PHONY: docker-build
 docker-build: ## Build the four images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG.
-	docker build --target manager -t $(IMG) .
-	docker build --target conversation-service -t $(SERVICE_IMG) .
-	docker build --target example-agents -t $(EXAMPLES_IMG) .
-	docker build --target mosquitto -t $(MOSQUITTO_IMG) .
+	docker build $(DOCKER_BUILD_ARGS) --target manager -t $(IMG) .
+	docker build $(DOCKER_BUILD_ARGS) --target conversation-service -t $(SERVICE_IMG) .
+	docker build $(DOCKER_BUILD_ARGS) --target example-agents -t $(EXAMPLES_IMG) .
+	docker build $(DOCKER_BUILD_ARGS) --target mosquitto -t $(MOSQUITTO_IMG) .
+
+# The images' version label and their binaries' stamp: the Dockerfile reads VERSION itself; the
+# commit comes from here (the build context has no .git).
+DOCKER_BUILD_ARGS := --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT)
+
+.PHONY: release
+release: $(HELM) ## Draft release bundle of VERSION in dist/: the chart packaged, a2actl for linux/darwin on amd64/arm64, SHA256SUMS (IMAGES=1: the four images saved from your Docker engine). Not part of make test yet.
+	HELM=$(HELM) IMG=$(IMG) SERVICE_IMG=$(SERVICE_IMG) EXAMPLES_IMG=$(EXAMPLES_IMG) MOSQUITTO_IMG=$(MOSQUITTO_IMG) hack/release.sh
 
 .PHONY: deploy
 deploy: $(KUSTOMIZE) ## Install config/quickstart (operator, conversation service, Mosquitto) with IMG and SERVICE_IMG into the cluster in KUBECONFIG.
@@ -277,6 +310,7 @@ tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(STATICCHECK) $(HELM) $(GOCYCLO) ## Build
 # 1000,3000), which take about an hour on 2 cores; e.g. FLEET_SIZES=1000 MOSQUITTO_FLEET_SIZES=1000.
 FLEET_SIZES ?=
 MOSQUITTO_FLEET_SIZES ?=
+TABLE_FLEET_SIZES ?=
 BENCH_FLEET_TIMEOUT ?= 180m
 # bench-sdk iterations per benchmark.
 SDK_BENCHTIME ?= 1000x
@@ -285,8 +319,8 @@ SDK_BENCHTIME ?= 1000x
 bench: bench-sdk bench-broker bench-service bench-fleet ## Every benchmark below, one after the other (hours with the default fleet sizes).
 
 .PHONY: bench-fleet
-bench-fleet: tools-test ## Registration: a fleet of Agents to Ready, operator on the embedded broker (FLEET_SIZES) and on Mosquitto + dynsec (MOSQUITTO_FLEET_SIZES).
-	FLEET_SIZES="$(FLEET_SIZES)" MOSQUITTO_FLEET_SIZES="$(MOSQUITTO_FLEET_SIZES)" \
+bench-fleet: tools-test ## Registration: a fleet of Agents to Ready, operator on the embedded broker (FLEET_SIZES), on Mosquitto + dynsec (MOSQUITTO_FLEET_SIZES) and on Mosquitto + the decision table (TABLE_FLEET_SIZES).
+	FLEET_SIZES="$(FLEET_SIZES)" MOSQUITTO_FLEET_SIZES="$(MOSQUITTO_FLEET_SIZES)" TABLE_FLEET_SIZES="$(TABLE_FLEET_SIZES)" \
 		KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
 		go test ./test/registration/ -run '^$$' -bench 'BenchmarkFleetRegistration' -benchtime 1x -timeout $(BENCH_FLEET_TIMEOUT)
 
@@ -295,8 +329,9 @@ bench-sdk: mosquitto ## SDK: SendMessage, streaming and the three inputs over lo
 	go test ./pkg/a2amqtt/ -run '^$$' -bench . -benchtime $(SDK_BENCHTIME) -timeout 60m
 
 .PHONY: bench-broker
-bench-broker: mosquitto ## Broker backends: dynsec message cost by clients, ACL sync of a shared group, embedded authentication, applying agents.
+bench-broker: mosquitto mosquitto-plugin ## Broker backends: dynsec message cost by clients, the decision table's change cost by clients, ACL sync of a shared group, embedded authentication, applying agents.
 	go test ./internal/mqtt/dynsec/ -run '^$$' -bench MessageCostByClients -benchtime 1x -timeout 60m
+	go test ./internal/mqtt/mosqtable/ -run '^$$' -bench ChangeCostByClients -benchtime 1x -timeout 60m
 	go test ./internal/mqtt/acl/ ./internal/mqtt/embedded/ -run '^$$' -bench . -timeout 30m
 	go test ./internal/mqtt/conformance/ -run '^$$' -bench ApplyAgents -benchtime 1x -timeout 30m
 

@@ -98,7 +98,10 @@ type AgentReconciler struct {
 	// condition); PresenceEvents enqueues the Agents whose presence changed.
 	Presence       PresenceReader
 	PresenceEvents <-chan event.TypedGenericEvent[client.Object]
+	// PoolsUnsupported, when set, says why the broker cannot serve an Agent's pool (Ready=False).
+	PoolsUnsupported string
 
+	metrics     *metrics
 	deployments appliedDeployments
 }
 
@@ -490,6 +493,12 @@ func (r *AgentReconciler) setReady(agent *a2av1.Agent) {
 			return
 		}
 	}
+	if agent.Spec.PoolID != "" && r.PoolsUnsupported != "" {
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionReady, metav1.ConditionFalse, a2av1.ReasonPoolUnsupportedByBroker,
+			fmt.Sprintf("the agent is registered and may connect as %s, but its pool %s cannot be served on this broker: %s; remove spec.poolID or use a broker that delivers shared subscriptions on $-topics",
+				agent.Status.ClientID, agent.Spec.PoolID, r.PoolsUnsupported))
+		return
+	}
 	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled,
 		"the agent is registered and may connect as "+agent.Status.ClientID)
 }
@@ -538,6 +547,8 @@ func (r *AgentReconciler) emitTransitions(before, after *a2av1.Agent, holder *a2
 			"client ID %s already belongs to Agent %s/%s", identity.Of(after).ClientID(), holder.Namespace, holder.Name)
 	case nowReady.Reason == a2av1.ReasonSharedACLsPending:
 		// A step on the way to Ready, not news.
+	case nowReady.Reason == a2av1.ReasonPoolUnsupportedByBroker:
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, a2av1.ReasonPoolUnsupportedByBroker, "Reconcile", "%s", nowReady.Message)
 	default:
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventNotReady, "Reconcile", "%s: %s", nowReady.Reason, nowReady.Message)
 	}

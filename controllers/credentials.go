@@ -338,6 +338,7 @@ func (p *pendingCredentials) persist(ctx context.Context, r *AgentReconciler, ag
 	p.write, p.creds.PasswordChanged = "", false
 	if p.event != "" {
 		r.Recorder.Eventf(agent, nil, corev1.EventTypeNormal, p.event, "Credentials", p.eventNote, p.secret.Name)
+		r.metrics.credentialsReplaced(p.event)
 	}
 	return nil
 }

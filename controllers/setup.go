@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -50,7 +51,19 @@ type Options struct {
 	// connects or goes.
 	Presence       PresenceReader
 	PresenceEvents <-chan event.TypedGenericEvent[client.Object]
+	// PoolsUnsupported, when set, says why the broker cannot deliver a pool's requests (the
+	// binaries set it for Mosquitto: PoolsUnsupportedOnMosquitto): an Agent with a poolID then
+	// goes Ready=False with reason PoolUnsupportedByBroker and a Warning Event instead of a Ready
+	// that no request would reach.
+	PoolsUnsupported string
+	// Metrics, when set, receives the operator's metrics (metrics.go): Agents and
+	// ConversationPolicies by condition, broker commands with their latency and failures,
+	// credential rotations. The binaries pass controller-runtime's registry; nil: none.
+	Metrics prometheus.Registerer
 }
+
+// PoolsUnsupportedOnMosquitto is Options.PoolsUnsupported for a Mosquitto broker (docs/broker.md).
+const PoolsUnsupportedOnMosquitto = "Mosquitto 2.0 never delivers topics starting with $ to shared subscriptions, so no request to the pool reaches its members (docs/broker.md)"
 
 // BindFlags registers the flags of the options that belong to the controllers themselves (the
 // broker and leader-election flags are the binary's).
@@ -116,6 +129,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	// The reconcilers' reads count a Tenant's Agents from an informer-kept count instead of
 	// listing them all in every reconcile (tenancy.AgentCounts).
 	c := tenancy.WithAgentCounts(mgr.GetClient(), tenancy.NewAgentCounts(mgr.GetCache()))
+	var m *metrics
+	if opts.Metrics != nil {
+		if m, err = newMetrics(opts.Metrics, mgr.GetCache()); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+		if opts.Registrar != nil {
+			opts.Registrar = instrumentedRegistrar{Registrar: opts.Registrar, m: m}
+		}
+	}
 	var tracker *SharedTracker
 	if opts.Registrar != nil {
 		tracker = NewSharedTracker()
@@ -147,6 +169,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Gating:            opts.Gating,
 		Presence:          opts.Presence,
 		PresenceEvents:    opts.PresenceEvents,
+		PoolsUnsupported:  opts.PoolsUnsupported,
+		metrics:           m,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
 	}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make dev BROKER=mosquitto`: the local stack (cmd/devstack) on a real Mosquitto 2.x with the
-# dynamic-security plugin instead of the embedded broker.
+# dynamic-security plugin instead of the embedded broker; MOSQUITTO_BACKEND=table uses the
+# project's decision-table plugin instead of dynsec (hack/build-mosquitto-table-plugin.sh).
 #
 #   hack/dev-mosquitto.sh STATE_DIR [devstack flags...]
 #
@@ -26,10 +27,23 @@ done
 sender="$(hack/build-mosquitto-plugin.sh --print-path)"
 [[ -e "$sender" ]] || { echo "dev-mosquitto: $sender not found: run hack/build-mosquitto-plugin.sh" >&2; exit 1; }
 command -v mosquitto_ctrl >/dev/null || { echo "dev-mosquitto: mosquitto_ctrl not found (package mosquitto-clients): run hack/install-mosquitto.sh" >&2; exit 1; }
+backend="${MOSQUITTO_BACKEND:-dynsec}"
+case "$backend" in
+dynsec) ;;
+table)
+	table="$(hack/build-mosquitto-table-plugin.sh --print-path)"
+	[[ -e "$table" ]] || { echo "dev-mosquitto: $table not found: run hack/build-mosquitto-table-plugin.sh" >&2; exit 1; }
+	;;
+*) echo "dev-mosquitto: MOSQUITTO_BACKEND must be dynsec or table, not '$backend'" >&2; exit 2 ;;
+esac
 
 dir="$(mkdir -p "$state/mosquitto" && cd "$state/mosquitto" && pwd)"
 chmod 0700 "$dir"
-if [[ ! -s "$dir/dynamic-security.json" ]]; then
+if [[ "$backend" == table && ! -s "$dir/admin-password" ]]; then
+	(umask 077; head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$dir/admin-password")
+	echo "dev-mosquitto: decision-table admin password in $dir/admin-password"
+fi
+if [[ "$backend" == dynsec && ! -s "$dir/dynamic-security.json" ]]; then
 	umask 077
 	head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$dir/admin-password"
 	mosquitto_ctrl dynsec init "$dir/dynamic-security.json" admin "$(cat "$dir/admin-password")" >/dev/null
@@ -44,6 +58,11 @@ sed -e "s|/usr/lib/mosquitto_dynamic_security.so|$plugin|" \
 	-e "s|/mosquitto/data|$dir|g" \
 	-e "s|/mosquitto/listeners|$dir/listeners|g" \
 	config/mosquitto/mosquitto.conf >"$dir/mosquitto.conf"
+if [[ "$backend" == table ]]; then
+	# The decision table instead of dynsec: the same admin, its table kept in $dir/table.
+	sed -i -e "\|^plugin $plugin\$|c\\plugin $table\nplugin_opt_admin_username admin\nplugin_opt_admin_password_file $dir/admin-password\nplugin_opt_state_dir $dir/table" \
+		-e '/^plugin_opt_config_file /d' "$dir/mosquitto.conf"
+fi
 # Started as root, Mosquitto would switch to the "mosquitto" user, which cannot read STATE_DIR.
 echo "user $(id -un)" >>"$dir/mosquitto.conf"
 
@@ -73,11 +92,11 @@ for _ in $(seq 100); do
 	kill -0 "$broker" 2>/dev/null || { echo "dev-mosquitto: mosquitto exited:" >&2; cat "$dir/mosquitto.log" >&2; exit 1; }
 	sleep 0.1
 done
-echo "dev-mosquitto: Mosquitto $("$mosquitto" -h 2>&1 | head -n1 | awk '{print $3}') with dynsec on mqtt://127.0.0.1:$port (log: $dir/mosquitto.log)"
+echo "dev-mosquitto: Mosquitto $("$mosquitto" -h 2>&1 | head -n1 | awk '{print $3}') with $backend on mqtt://127.0.0.1:$port (log: $dir/mosquitto.log)"
 
 # A built binary (make dev builds it) rather than `go run`, which exits 1 when Ctrl-C reaches it.
 [[ -x bin/devstack ]] || go build -o bin/devstack ./cmd/devstack
 # Not exec: the EXIT trap stops the broker after the stack. A Ctrl-C reaches this script too, and
 # bash then ends with the stack's own status (0 after a clean stop), not with the signal's.
 MOSQUITTO_ADMIN_PASSWORD="$(cat "$dir/admin-password")" bin/devstack --state-dir "$state" \
-	--mosquitto-url "mqtt://127.0.0.1:$port" --mosquitto-admin admin "$@"
+	--mosquitto-url "mqtt://127.0.0.1:$port" --mosquitto-admin admin --mosquitto-backend "$backend" "$@"

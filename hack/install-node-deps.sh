@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Node.js packages of the JS interop test (test/interop: the official A2A JS SDK,
-# @a2a-js/sdk, over MQTT.js, npm "mqtt") into bin/node-deps from the committed, pinned
+# Installs the Node.js packages of the JS interop tests (test/interop: the official A2A JS SDK,
+# @a2a-js/sdk, over MQTT.js, npm "mqtt"; npm "jose" and "canonicalize", the independent JOSE and
+# JCS implementations that check signed agent cards) into bin/node-deps from the committed, pinned
 # test/interop/js/package.json and package-lock.json (npm ci: exact versions, integrity checked).
 #
 # Idempotent: a stamp (hash of the manifest, the lockfile and the Node major version) skips the
@@ -38,7 +39,7 @@ if ((major < 20)); then
 fi
 
 stamp="$(cat "$src/package.json" "$src/package-lock.json" | sha256sum | cut -d' ' -f1)-node$major"
-if [[ -f "$dest/.stamp" && "$(cat "$dest/.stamp")" == "$stamp" && -d "$dest/node_modules/@a2a-js/sdk" && -d "$dest/node_modules/mqtt" ]]; then
+if [[ -f "$dest/.stamp" && "$(cat "$dest/.stamp")" == "$stamp" && -d "$dest/node_modules/@a2a-js/sdk" && -d "$dest/node_modules/mqtt" && -d "$dest/node_modules/jose" && -d "$dest/node_modules/canonicalize" ]]; then
 	log "up to date in $dest"
 	exit 0
 fi
@@ -49,4 +50,4 @@ log "npm ci in $dest"
 # --ignore-scripts: the packages need no install scripts, so none run.
 (cd "$dest" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
 echo "$stamp" >"$dest/.stamp"
-log "installed @a2a-js/sdk $(node -p "require('$dest/node_modules/@a2a-js/sdk/package.json').version") and mqtt $(node -p "require('$dest/node_modules/mqtt/package.json').version") in $dest"
+log "installed @a2a-js/sdk $(node -p "require('$dest/node_modules/@a2a-js/sdk/package.json').version") mqtt $(node -p "require('$dest/node_modules/mqtt/package.json').version"), jose $(node -p "require('$dest/node_modules/jose/package.json').version") and canonicalize $(node -p "require('$dest/node_modules/canonicalize/package.json').version") in $dest"

@@ -52,6 +52,10 @@ const (
 	// ReasonPoolNotGranted: the Agent's pool belongs to another namespace that grants this one no
 	// AgentGrant of kind Pools; the Agent is registered but not a pool member.
 	ReasonPoolNotGranted = "PoolNotGranted"
+	// ReasonPoolUnsupportedByBroker: the Agent has a poolID and the operator's broker cannot
+	// deliver a pool's requests (Mosquitto 2.0 never delivers $-topics to shared subscriptions);
+	// the Agent is registered and may connect, but is not Ready.
+	ReasonPoolUnsupportedByBroker = "PoolUnsupportedByBroker"
 	// ReasonAgentLimitExceeded: the Tenant's (or namespace's) limits.maxAgents is reached; the
 	// newest Agents beyond it are refused like an identity that is not permitted.
 	ReasonAgentLimitExceeded = "AgentLimitExceeded"

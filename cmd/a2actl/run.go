@@ -18,6 +18,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/google/uuid"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/version"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -39,9 +40,13 @@ Usage:
               [--task-id ID] [--context-id ID]
               [--approve | --deny]                answer an approval request: "text" is the
                                                   reason, sent with an approve/deny data part
+  a2actl card verify ORG/UNIT/AGENT               check an agent card's signature (verified,
+                                                  unverified = unsigned, invalid = tampered or
+                                                  signed by another key)
   a2actl chat ORG/UNIT/AGENT [--state FILE]       interactive multi-turn conversation; when the
                                                   agent expects an approval, answer approve/yes/
                                                   go ahead or deny/no (or /approve, /deny REASON)
+  a2actl version                                  print the version and source commit
 
 Global flags (anywhere on the line):
   --broker URL        MQTT v5 broker (env A2A_BROKER, default mqtt://127.0.0.1:1883)
@@ -55,6 +60,10 @@ Global flags (anywhere on the line):
   --tls-ca FILE       PEM CA bundle of the broker, for mqtts:// URLs (env A2A_TLS_CA)
   --tls-cert FILE     PEM client certificate (env A2A_TLS_CERT)
   --tls-key FILE      PEM key of the client certificate (env A2A_TLS_KEY)
+  --card-keys FILE    JWK Set or single JWK (a pinned key) that signs agent cards (env
+                      A2A_CARD_KEYS): send and chat refuse an agent whose card does not
+                      verify; agents and card verify default to the key set the operator
+                      retains on $a2a-fleet/v1/card-keys, when there is one
   --timeout DUR       first-reply timeout per attempt (default 15s, the profile's)
   --presence-wait DUR how long to wait for the agent's retained card before calling it
                       not registered (default 5s: an agent reconnecting after a broker
@@ -73,6 +82,7 @@ type globals struct {
 	password string
 	credsDir string
 	tls      a2amqtt.TLSFiles
+	cardKeys string
 	as       string
 	timeout  time.Duration
 	presence time.Duration
@@ -94,6 +104,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.password, "password", envOr("A2A_PASSWORD", ""), "broker password")
 	fs.StringVar(&g.credsDir, "credentials-dir", envOr(a2amqtt.EnvCredentialsDir, ""), "credentials folder (username, password, clientID)")
 	fs.StringVar(&g.as, "as", envOr("A2A_AS", ""), "own identity ORG/UNIT/AGENT")
+	fs.StringVar(&g.cardKeys, "card-keys", envOr(a2amqtt.EnvCardKeys, ""), "JWK Set or JWK file of the keys that sign agent cards")
 	fs.StringVar(&g.tls.CA, "tls-ca", envOr(a2amqtt.EnvTLSCA, ""), "PEM CA bundle of the broker (mqtts://)")
 	fs.StringVar(&g.tls.Cert, "tls-cert", envOr(a2amqtt.EnvTLSCert, ""), "PEM client certificate")
 	fs.StringVar(&g.tls.Key, "tls-key", envOr(a2amqtt.EnvTLSKey, ""), "PEM key of the client certificate")
@@ -154,6 +165,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		return exitOK
 	}
+	if args[0] == "version" || args[0] == "--version" {
+		fmt.Fprintln(stdout, version.Get().String("a2actl"))
+		return exitOK
+	}
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
 	// Global flags may come before the command too: the command is the first word that is not
 	// a flag or a flag's value.
@@ -182,6 +197,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fs.BoolVar(&deny, "deny", false, "answer an approval request with a deny data part (text = reason)")
 	case "chat":
 		fs.StringVar(&state, "state", "", "conversation state file (loaded if present, saved after each turn)")
+	case "card":
 	default:
 		fmt.Fprintf(stderr, "a2actl: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -227,6 +243,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return c.usageErr(err.Error())
 		}
 		return c.chat(ctx, ref, state)
+	case "card":
+		return c.card(ctx, pos)
 	}
 	return exitUsage
 }
@@ -358,6 +376,12 @@ func (c *cli) agents(ctx context.Context, org string, wait time.Duration) int {
 		return code
 	}
 	defer closeConn(conn)
+	// Cards are verified when there is a trust anchor (--card-keys, or the retained keys).
+	trust, err := c.cardTrust(ctx, conn, false)
+	if err != nil {
+		return c.fail(exitFailure, err)
+	}
+	conn.TrustCards(trust)
 	dir, err := a2amqtt.NewDirectory(ctx, conn, a2amqtt.DirectoryFilter(org))
 	if err != nil {
 		return c.fail(exitFailure, err)
@@ -375,10 +399,12 @@ func (c *cli) agents(ctx context.Context, org string, wait time.Duration) int {
 			Source string         `json:"statusSource"`
 			Card   *a2a.AgentCard `json:"card,omitempty"`
 			Error  string         `json:"cardError,omitempty"`
+			// Signature is verified, unverified or invalid; absent without a trust anchor.
+			Signature string `json:"signature,omitempty"`
 		}
 		rows := []row{}
 		for _, e := range entries {
-			r := row{Agent: e.Agent.String(), Status: e.Presence.Status, Source: e.Presence.Source, Card: e.Card}
+			r := row{Agent: e.Agent.String(), Status: e.Presence.Status, Source: e.Presence.Source, Card: e.Card, Signature: e.Signature.State}
 			if e.CardError != nil {
 				r.Error = e.CardError.Error()
 			}
@@ -394,6 +420,10 @@ func (c *cli) agents(ctx context.Context, org string, wait time.Duration) int {
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	if trust != nil {
+		printSignedAgents(tw, entries)
+		return exitOK
+	}
 	fmt.Fprintln(tw, "AGENT\tSTATUS\tSOURCE\tNAME\tDESCRIPTION")
 	for _, e := range entries {
 		name, desc := "", ""
@@ -427,6 +457,9 @@ const defaultPresenceWait = 5 * time.Second
 // checkPresence looks the agent up first so "offline" and "not registered"
 // are reported as such instead of as a timeout.
 func (c *cli) checkPresence(ctx context.Context, conn *a2amqtt.Conn, ref a2amqtt.AgentRef) int {
+	if err := c.pinCardKeys(conn); err != nil {
+		return c.fail(exitUsage, err)
+	}
 	_, pres, err := a2amqtt.ResolveCard(ctx, conn, ref, c.g.presence)
 	if errors.Is(err, a2amqtt.ErrAgentNotFound) {
 		return c.fail(exitOffline, fmt.Errorf("agent %s is not registered: no retained card on %s within %s", ref, ref.DiscoveryTopic(), c.g.presence))

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
+	"github.com/a2a-fleet/a2a-fleet/internal/version"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -76,7 +78,14 @@ func main() {
 	// else $KUBECONFIG, else in-cluster config.
 	zopts := zap.Options{}
 	zopts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "print the version and source commit, and exit")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.Get().String("conversation-service"))
+		return
+	}
+	cfg.Registry = prometheus.NewRegistry()
+	cfg.Registry.MustRegister(version.NewCollector())
 	log := zap.New(zap.UseFlagOptions(&zopts))
 	ctrl.SetLogger(log)
 	cfg.Logger = log

@@ -88,7 +88,7 @@ func startStack(t *testing.T, stateDir string) *stack {
 	t.Helper()
 	s := &stack{stateDir: stateDir, brokerAddr: freeAddr(t), exited: make(chan struct{})}
 	s.cmd = exec.Command(devstackBinary(t), "--assets", assets(t), "--state-dir", stateDir,
-		"--crd-dir", "../../config/crd/bases", "--samples", "../../config/samples",
+		"--crd-dir", "../../config/crd/bases", "--rbac-dir", "../../config/rbac", "--samples", "../../config/samples",
 		"--broker-addr", s.brokerAddr, "--metrics-bind-address", freeAddr(t), "--health-probe-bind-address", freeAddr(t),
 		"--service-metrics-bind-address", freeAddr(t), "--service-health-probe-bind-address", freeAddr(t))
 	r, w, err := os.Pipe()

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -40,6 +41,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/controlplane"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/internal/version"
 )
 
 // startBroker starts the embedded broker (identities kept in the state dir) or points at a real
@@ -58,7 +60,7 @@ func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Br
 		if o.mosquittoPassword == "" {
 			return nil, "", nil, errors.New("--mosquitto-url needs --mosquitto-admin-password (or $MOSQUITTO_ADMIN_PASSWORD)")
 		}
-		bc = brokers.Config{Kind: brokers.Dynsec, URL: o.mosquittoURL, Username: o.mosquittoAdmin, Password: o.mosquittoPassword,
+		bc = brokers.Config{Kind: o.mosquittoBackend, URL: o.mosquittoURL, Username: o.mosquittoAdmin, Password: o.mosquittoPassword,
 			Logger: slog.New(logr.ToSlogHandler(cfg.Log))}
 	}
 	backend, err := brokers.New(bc)
@@ -84,13 +86,18 @@ const brokerReadinessGrace = 30 * time.Second
 
 type options struct {
 	assets, stateDir, crdDir string
-	metricsAddr, probeAddr   string
+	// rbacDir holds the namespace owners' aggregated roles (config/rbac), installed as a cluster
+	// install does.
+	rbacDir                string
+	metricsAddr, probeAddr string
 	// serviceMetricsAddr and serviceProbeAddr are the conversation service's ("0" = off).
 	serviceMetricsAddr, serviceProbeAddr string
 	// brokerAddr is where the embedded broker listens; mosquittoURL, when set, replaces it with a
 	// real Mosquitto (dynamic-security plugin) administered as mosquittoAdmin.
 	brokerAddr, mosquittoURL          string
 	mosquittoAdmin, mosquittoPassword string
+	// mosquittoBackend is how mosquittoURL's identities are kept: brokers.Dynsec or brokers.Table.
+	mosquittoBackend string
 	// samples is the folder of manifests applied at start ("" applies none).
 	samples string
 	// controllerManager runs kube-controller-manager (internal/controlplane).
@@ -102,6 +109,7 @@ func main() {
 	flag.StringVar(&o.assets, "assets", os.Getenv("KUBEBUILDER_ASSETS"), "Folder with kube-apiserver, etcd and kubectl (hack/build-control-plane.sh --print-assets).")
 	flag.StringVar(&o.stateDir, "state-dir", "bin/dev", "Folder for the kubeconfig and etcd's data; delete it to start from scratch.")
 	flag.StringVar(&o.crdDir, "crd-dir", "config/crd/bases", "Folder with the generated CRDs.")
+	flag.StringVar(&o.rbacDir, "rbac-dir", "config/rbac", "Folder with the namespace owners' aggregated roles (a2a_editor_role.yaml, a2a_viewer_role.yaml), installed as a cluster install does.")
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:18080", "Operator metrics endpoint.")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", "127.0.0.1:18081", "Operator /healthz and /readyz.")
 	flag.StringVar(&o.serviceMetricsAddr, "service-metrics-bind-address", "127.0.0.1:18090", "Conversation service metrics endpoint (0: off).")
@@ -109,12 +117,19 @@ func main() {
 	flag.StringVar(&o.brokerAddr, "broker-addr", "127.0.0.1:1883", "Listen address of the embedded MQTT v5 broker.")
 	flag.StringVar(&o.mosquittoURL, "mosquitto-url", "", "Use this Mosquitto (with the dynamic-security plugin) instead of the embedded broker.")
 	flag.StringVar(&o.mosquittoAdmin, "mosquitto-admin", "admin", "Dynsec admin username for --mosquitto-url.")
+	flag.StringVar(&o.mosquittoBackend, "mosquitto-backend", brokers.Dynsec, "How --mosquitto-url keeps identities: dynsec (the dynamic-security plugin) or table (the a2a-fleet decision-table plugin).")
 	flag.StringVar(&o.mosquittoPassword, "mosquitto-admin-password", os.Getenv("MOSQUITTO_ADMIN_PASSWORD"), "Dynsec admin password for --mosquitto-url (or $MOSQUITTO_ADMIN_PASSWORD).")
 	flag.StringVar(&o.samples, "samples", "config/samples", "Apply these manifests at start and run the example agents they name (empty: none).")
 	flag.BoolVar(&o.controllerManager, "controller-manager", true, "Run kube-controller-manager (from --assets) for garbage collection, namespace deletion and RBAC aggregation, as on a cluster.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "Print the version and source commit, and exit.")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.Get().String("devstack"))
+		return
+	}
+	ctrlmetrics.Registry.MustRegister(version.NewCollector())
 	ctrl.SetLogger(newLogger(&zapOpts))
 
 	if err := run(signalContext(), o); err != nil {
@@ -243,6 +258,10 @@ func run(ctx context.Context, o options) error {
 	defer stopBroker()
 	copts := controllers.Options{Registrar: broker.Registrar(), AgentResyncs: broker.AgentResyncs(), WorkloadBrokerURL: brokerURL, Gating: true,
 		Presence: broker, PresenceEvents: broker.PresenceEvents()}
+	if o.mosquittoURL != "" {
+		copts.PoolsUnsupported = controllers.PoolsUnsupportedOnMosquitto
+	}
+	copts.Metrics = ctrlmetrics.Registry
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}
@@ -262,6 +281,9 @@ func run(ctx context.Context, o options) error {
 	// The broker runtime writes the service's Secret there once the manager runs.
 	if err := direct.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: serviceSecret.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", serviceSecret.Namespace, err)
+	}
+	if err := installNamespaceOwnerRoles(ctx, direct, o.rbacDir); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -288,6 +310,9 @@ func run(ctx context.Context, o options) error {
 	brokerKind := "embedded mochi-mqtt, ACLs enforced"
 	if o.mosquittoURL != "" {
 		brokerKind = "Mosquitto with the dynamic-security plugin"
+		if o.mosquittoBackend == brokers.Table {
+			brokerKind = "Mosquitto with the a2a-fleet decision-table plugin"
+		}
 	}
 	fmt.Printf(`
 a2a-fleet local stack is up:

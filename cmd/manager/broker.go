@@ -34,7 +34,7 @@ const generatedAdminUsername = "admin"
 func brokerRuntime(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate bool, serviceSecret string, orphanInterval time.Duration) (*registration.Broker, error) {
 	bc := brokers.Config{Kind: o.kind, URL: o.url, Logger: slog.New(logr.ToSlogHandler(ctrl.Log.WithName("broker")))}
 	var err error
-	if bc.Kind == brokers.Dynsec {
+	if bc.Kind == brokers.Dynsec || bc.Kind == brokers.Table {
 		if bc.Username, bc.Password, err = adminCredentials(ctx, mgr, o); err != nil {
 			return nil, err
 		}
@@ -55,6 +55,15 @@ func brokerRuntime(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate 
 			return nil, errors.New("--conversation-service-secret must be NAMESPACE/NAME")
 		}
 		cfg.ServiceSecret = &client.ObjectKey{Namespace: ns, Name: name}
+	}
+	if o.cardSigningSecret != "" {
+		ns, name, ok := strings.Cut(o.cardSigningSecret, "/")
+		if !ok || ns == "" || name == "" {
+			return nil, errors.New("--card-signing-secret must be NAMESPACE/NAME")
+		}
+		// Read past the cache: a provided Secret (cert-manager's) carries no label the cache selects.
+		cfg.CardSigning = &registration.CardSigning{Secret: client.ObjectKey{Namespace: ns, Name: name},
+			Generate: o.generateCardSigningSecret, Reader: mgr.GetAPIReader()}
 	}
 	return registration.NewBroker(cfg)
 }

@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -28,6 +29,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/telemetry"
+	"github.com/a2a-fleet/a2a-fleet/internal/version"
 )
 
 type options struct {
@@ -60,6 +62,10 @@ type brokerOptions struct {
 	insecureSkipVerify                    bool
 	// readinessGrace is how long the broker may be unreachable before /readyz fails (0: never).
 	readinessGrace time.Duration
+	// cardSigningSecret is NAMESPACE/NAME of the card signing keys ("": cards unsigned);
+	// generateCardSigningSecret creates it with one new key when it is missing.
+	cardSigningSecret         string
+	generateCardSigningSecret bool
 }
 
 func main() {
@@ -76,6 +82,8 @@ func main() {
 	flag.StringVar(&o.broker.clientCertFile, "broker-client-cert-file", "", "PEM client certificate for a broker that requires mutual TLS (with --broker-client-key-file).")
 	flag.StringVar(&o.broker.clientKeyFile, "broker-client-key-file", "", "PEM private key of --broker-client-cert-file.")
 	flag.BoolVar(&o.broker.insecureSkipVerify, "broker-insecure-skip-verify", false, "Do not verify the broker's TLS certificate (testing only).")
+	flag.StringVar(&o.broker.cardSigningSecret, "card-signing-secret", "", "NAMESPACE/NAME of a Secret whose PEM private keys (entries tls.key or *.pem; ECDSA P-256 or Ed25519) sign every agent card (A2A v1.0 §8.4); the public keys are retained on $a2a-fleet/v1/card-keys. Empty: cards are published unsigned.")
+	flag.BoolVar(&o.broker.generateCardSigningSecret, "card-signing-secret-generate", false, "Create the --card-signing-secret with one new ES256 key when it does not exist.")
 	flag.DurationVar(&o.broker.readinessGrace, "broker-readiness-grace", 30*time.Second, "/readyz fails once the broker has been unreachable for longer than this (0 disables the broker check).")
 	flag.DurationVar(&o.orphanInterval, "broker-orphan-interval", registration.DefaultOrphanInterval, "How often the broker is searched for the clients and roles of identities no Agent claims (an Agent deleted without its finalizer); they are deleted when found in two searches in a row (0 disables it: only for a broker shared with objects under the a2a: prefix that this operator does not own).")
 	flag.DurationVar(&o.brokerResyncPeriod, "broker-resync-period", controllers.DefaultResyncPeriod, "How often each registered Agent is checked against the broker (drift repair), ±20% jitter.")
@@ -85,7 +93,14 @@ func main() {
 	o.controllers.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
+	showVersion := flag.Bool("version", false, "Print the version and source commit, and exit.")
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version.Get().String("manager"))
+		return
+	}
+	// Served on the operator's /metrics with controller-runtime's and the controllers' metrics.
+	ctrlmetrics.Registry.MustRegister(version.NewCollector())
 	log := newLogger(&zapOpts)
 	ctrl.SetLogger(log)
 
@@ -159,12 +174,16 @@ func run(o options) error {
 		copts.AgentResyncs = broker.AgentResyncs()
 		copts.Presence, copts.PresenceEvents = broker, broker.PresenceEvents()
 		copts.Gating = o.gate
+		if o.broker.kind == brokers.Dynsec {
+			copts.PoolsUnsupported = controllers.PoolsUnsupportedOnMosquitto
+		}
 		if o.broker.readinessGrace > 0 {
 			readyz = broker.Checker(o.broker.readinessGrace)
 		}
 	} else if o.gate {
 		return errors.New("--gate-governed-agents needs --broker-url")
 	}
+	copts.Metrics = ctrlmetrics.Registry
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
 		return err
 	}

@@ -25,6 +25,8 @@ for spec in "manager $IMG" "conversation-service $SERVICE_IMG" "example-agents $
 	docker build --network host -q \
 		--build-arg GO_IMAGE="$LOCAL_GO_IMAGE" --build-arg RUNTIME_IMAGE="$LOCAL_STATIC_IMAGE" \
 		--build-arg DEBIAN_IMAGE="$LOCAL_DEBIAN_IMAGE" \
+		--build-arg VERSION="$(cat "$repo/VERSION")" \
+		--build-arg COMMIT="$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)" \
 		--target "$target" -t "$image" "$repo" >/dev/null ||
 		die "docker build --target $target failed (rerun without -q to see why)"
 	log "$image (target $target) built in $((SECONDS - start)) s"

@@ -34,6 +34,8 @@ type MosquittoOptions struct {
 	MaxPacketSize int
 	// DynSec enables the dynamic-security plugin with an admin user.
 	DynSec *DynSecOptions
+	// Table loads the a2a-fleet decision-table plugin instead (internal/mqtt/mosqtable).
+	Table *TableOptions
 	// ExtraConfig is appended verbatim to the generated mosquitto.conf.
 	ExtraConfig string
 	// StartTimeout bounds how long to wait for the listener (default 10s).
@@ -61,6 +63,47 @@ type DynSecOptions struct {
 	SenderPluginPath string
 }
 
+// TableOptions loads the a2a-fleet decision-table plugin (hack/build-mosquitto-table-plugin.sh)
+// with a bootstrap admin, after the sender-stamp plugin, as config/mosquitto does with it.
+type TableOptions struct {
+	// PluginPath defaults to TablePluginPath().
+	PluginPath string
+	// AdminUser and AdminPassword default to "admin"/"admin-password".
+	AdminUser     string
+	AdminPassword string
+	// InMemory keeps the table in memory only (no state_dir): a restart forgets it.
+	InMemory bool
+	// WithoutSenderPlugin leaves out the sender-stamp plugin.
+	WithoutSenderPlugin bool
+}
+
+// TablePluginPath is where hack/build-mosquitto-table-plugin.sh (make mosquitto-plugin)
+// builds the decision-table plugin: $A2A_MOSQUITTO_TABLE_PLUGIN, else bin/mosquitto/.
+func TablePluginPath() string {
+	if p := os.Getenv("A2A_MOSQUITTO_TABLE_PLUGIN"); p != "" {
+		return p
+	}
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "bin", "mosquitto", "mosquitto_a2a_fleet_table.so")
+}
+
+// TableAdmin returns the table plugin's admin credentials ("" when Table is off).
+func (m *Mosquitto) TableAdmin() (user, password string) {
+	if m.table == nil {
+		return "", ""
+	}
+	return m.table.AdminUser, m.table.AdminPassword
+}
+
+// TableStateDir is the table plugin's state_dir ("" when in memory or off): a test empties
+// it to restart the broker on an empty disk.
+func (m *Mosquitto) TableStateDir() string {
+	if m.table == nil || m.table.InMemory {
+		return ""
+	}
+	return filepath.Join(m.dir, "table")
+}
+
 // SenderPluginPath is where hack/build-mosquitto-plugin.sh (make
 // mosquitto-plugin, part of make tools-test) builds the sender-stamp plugin:
 // $A2A_MOSQUITTO_SENDER_PLUGIN, else bin/mosquitto/ in the source tree.
@@ -85,6 +128,7 @@ type Mosquitto struct {
 	log     *lockedBuffer
 	exited  chan struct{}
 	dynsec  *DynSecOptions
+	table   *TableOptions
 	stopped bool
 }
 
@@ -158,6 +202,27 @@ func StartMosquitto(t testing.TB, opts MosquittoOptions) *Mosquitto {
 			t.Fatalf("brokertest: %v", err)
 		}
 	}
+	if opts.Table != nil {
+		to := *opts.Table
+		if to.PluginPath == "" {
+			to.PluginPath = TablePluginPath()
+		}
+		if to.AdminUser == "" {
+			to.AdminUser = "admin"
+		}
+		if to.AdminPassword == "" {
+			to.AdminPassword = "admin-password"
+		}
+		m.table = &to
+		if _, err := os.Stat(to.PluginPath); err != nil {
+			t.Fatalf("brokertest: decision-table plugin (build it with hack/build-mosquitto-table-plugin.sh, or make mosquitto-plugin): %v", err)
+		}
+		if !to.WithoutSenderPlugin {
+			if _, err := os.Stat(SenderPluginPath()); err != nil {
+				t.Fatalf("brokertest: sender-stamp plugin (build it with hack/build-mosquitto-plugin.sh, or make tools-test): %v", err)
+			}
+		}
+	}
 	t.Cleanup(m.kill)
 
 	var lastErr error
@@ -203,6 +268,9 @@ func (m *Mosquitto) writeConfig() error {
 	if m.dynsec != nil {
 		allowAnon = m.dynsec.AllowAnonymous
 	}
+	if m.table != nil {
+		allowAnon = false
+	}
 	// Mosquitto leaves Nagle on by default; with delayed ACKs every small
 	// reply then waits ~40 ms, which would dominate latency tests.
 	fmt.Fprintf(&b, "set_tcp_nodelay true\n")
@@ -228,6 +296,18 @@ func (m *Mosquitto) writeConfig() error {
 		}
 		fmt.Fprintf(&b, "plugin %s\n", m.dynsec.PluginPath)
 		fmt.Fprintf(&b, "plugin_opt_config_file %s\n", filepath.Join(m.dir, "dynamic-security.json"))
+	}
+	if m.table != nil {
+		if !m.table.WithoutSenderPlugin {
+			// Before the table: the sender plugin's ACL callback defers, so it must come first.
+			fmt.Fprintf(&b, "plugin %s\n", SenderPluginPath())
+		}
+		fmt.Fprintf(&b, "plugin %s\n", m.table.PluginPath)
+		fmt.Fprintf(&b, "plugin_opt_admin_username %s\n", m.table.AdminUser)
+		fmt.Fprintf(&b, "plugin_opt_admin_password %s\n", m.table.AdminPassword)
+		if !m.table.InMemory {
+			fmt.Fprintf(&b, "plugin_opt_state_dir %s\n", m.TableStateDir())
+		}
 	}
 	if m.opts.ExtraConfig != "" {
 		b.WriteString(m.opts.ExtraConfig)

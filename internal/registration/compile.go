@@ -284,12 +284,15 @@ func SharedNames(k SharedKey) acl.Names {
 }
 
 // SharedDesired is the desired state of shared object k given its members: the role with the
-// union of their contributions (plus, for an org, reading the org's cards), and the group holding
+// union of their contributions (plus, for an org, reading the org's cards and the keys that sign
+// them), and the group holding
 // exactly that role.
 func SharedDesired(k SharedKey, members []Member) acl.Desired {
 	role := acl.Role{Name: SharedRoleName(k)}
 	if k.Kind == SharedOrg {
-		role.ACLs = append(role.ACLs, acl.ACL{Type: acl.SubscribePattern, Topic: a2amqtt.MethodFilter(a2amqtt.MethodDiscovery, k.Org), Allow: true})
+		role.ACLs = append(role.ACLs, acl.ACL{Type: acl.SubscribePattern, Topic: a2amqtt.MethodFilter(a2amqtt.MethodDiscovery, k.Org), Allow: true},
+			// The public keys that sign the cards (read-only: only the operator publishes them).
+			acl.ACL{Type: acl.SubscribeLiteral, Topic: a2amqtt.CardKeysTopic, Allow: true})
 	}
 	var entries []acl.ACL
 	for _, m := range members {

@@ -39,6 +39,8 @@ const presenceCardGrace = 2 * time.Second
 // retainedCard is what the card connection last saw on a discovery topic.
 type retainedCard struct {
 	status, source string
+	// kids are the kids of its signatures (signedBy), with card signing on.
+	kids string
 }
 
 // presenceState is the Broker's part of presence.
@@ -211,14 +213,24 @@ func (c *cardConn) observeCard(p *paho.Publish) {
 	if p.Properties != nil {
 		status, src = p.Properties.User.Get(a2amqtt.PropStatus), p.Properties.User.Get(a2amqtt.PropStatusSource)
 	}
+	var kids string
+	signer := c.b.signer
+	if signer != nil && len(p.Payload) > 0 {
+		kids = signedBy(p.Payload)
+	}
 	c.mu.Lock()
 	if len(p.Payload) == 0 {
 		delete(c.cards, p.Topic)
 	} else {
-		c.cards[p.Topic] = retainedCard{status: status, source: src}
+		c.cards[p.Topic] = retainedCard{status: status, source: src, kids: kids}
 	}
 	c.mu.Unlock()
 	info, err := a2amqtt.ParseTopic(p.Topic)
+	if signer != nil && err == nil && info.Agent != "" && len(p.Payload) > 0 {
+		if r := signer.ring.Load(); r != nil && r.id != kids {
+			c.wakeSeal() // not signed by the ring: the operator's signed card replaces it
+		}
+	}
 	if err != nil || info.Agent == "" || len(p.Payload) == 0 || src == a2amqtt.SourceBroker || status == "" {
 		return // the operator's own card says nothing about the process
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	jose "github.com/go-jose/go-jose/v4"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
@@ -47,6 +48,10 @@ type cardConn struct {
 	markers map[string]chan struct{} // sync marker → waiter
 	// scanWake asks for a scan: after a (re)connection, or when a card was cleared.
 	scanWake chan struct{}
+	// keysSeen is the card key set the broker retains (nil: none); sealWake asks the seal loop
+	// for a pass (cardseal.go). Both only with card signing on.
+	keysSeen *jose.JSONWebKeySet
+	sealWake chan struct{}
 
 	republished atomic.Uint64
 }
@@ -63,6 +68,7 @@ func newCardConn(b *Broker) *cardConn {
 		cards:     map[string]retainedCard{},
 		markers:   map[string]chan struct{}{},
 		scanWake:  make(chan struct{}, 1),
+		sealWake:  make(chan struct{}, 1),
 	}
 }
 
@@ -77,6 +83,9 @@ func operatorRole() acl.Role {
 		{Type: acl.PublishClientSend, Topic: identity.OperatorSyncTopic, Allow: true},
 		{Type: acl.SubscribeLiteral, Topic: identity.OperatorSyncTopic, Allow: true},
 		{Type: acl.SubscribePattern, Topic: discovery, Allow: true},
+		// The public keys of the card signatures: only the operator writes them.
+		{Type: acl.PublishClientSend, Topic: a2amqtt.CardKeysTopic, Allow: true},
+		{Type: acl.SubscribeLiteral, Topic: a2amqtt.CardKeysTopic, Allow: true},
 		// The broker's own view of who connects and goes (Mosquitto's log with log_dest topic).
 		{Type: acl.SubscribeLiteral, Topic: presence.MosquittoLogTopic, Allow: true},
 		// ... or a broker plugin's connection events (docs/broker.md, "Presence from a plugin").
@@ -179,10 +188,14 @@ func (c *cardConn) connect(ctx context.Context) error {
 			{Topic: identity.OperatorSyncTopic, QoS: 0},
 			{Topic: presence.MosquittoLogTopic, QoS: 1},
 			{Topic: presence.PluginTopic, QoS: 1},
+			{Topic: a2amqtt.CardKeysTopic, QoS: 1},
 		},
 		OnMessage: c.received,
 		OnDown:    c.forget,
-		OnReady:   func(context.Context, *session.Link) { c.wakeScan() },
+		OnReady: func(context.Context, *session.Link) {
+			c.wakeScan()
+			c.wakeSeal()
+		},
 		OnRefused: func(error) {
 			// Our identity is gone or changed behind our back: re-create it, and see whether
 			// the whole broker state went with it.
@@ -196,6 +209,9 @@ func (c *cardConn) connect(ctx context.Context) error {
 	}
 	c.sess.Store(sess)
 	go c.scanLoop(ctx)
+	if c.b.signer != nil {
+		go c.sealLoop(ctx)
+	}
 	return nil
 }
 
@@ -242,6 +258,13 @@ func (c *cardConn) publish(ctx context.Context, topic string, payload []byte, pr
 			props[a2amqtt.PropStatus] = a2amqtt.StatusOnline
 		}
 	}
+	if c.b.signer != nil && len(payload) > 0 && strings.HasPrefix(topic, discoveryPrefix) {
+		signed, err := c.b.signer.sign(payload)
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", topic, err)
+		}
+		payload = signed
+	}
 	pub := &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: payload, Properties: &paho.PublishProperties{}}
 	if len(payload) > 0 {
 		pub.Properties.ContentType = "application/json"
@@ -268,6 +291,9 @@ func (c *cardConn) received(p *paho.Publish) {
 		return
 	case p.Topic == presence.PluginTopic:
 		c.observePlugin(p)
+		return
+	case p.Topic == a2amqtt.CardKeysTopic:
+		c.observeKeys(p)
 		return
 	case strings.HasPrefix(p.Topic, discoveryPrefix):
 		c.observeCard(p)
@@ -302,6 +328,7 @@ func (c *cardConn) forget() {
 	c.mu.Lock()
 	c.present = map[string]bool{}
 	c.cards = map[string]retainedCard{}
+	c.keysSeen = nil
 	c.mu.Unlock()
 	if c.b.presence.fromLog {
 		// The broker's log reaches us only while connected: what it said is stale now.

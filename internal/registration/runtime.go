@@ -64,6 +64,9 @@ type BrokerConfig struct {
 	// they were found orphaned in two passes in a row. Zero disables the search: it needs a cache
 	// that sees Agents in every namespace, and a broker no other operator writes to.
 	OrphanInterval time.Duration
+	// CardSigning, when set, signs every agent card the operator publishes and retains the
+	// public keys on a2amqtt.CardKeysTopic (cardkeys.go); nil publishes cards unsigned.
+	CardSigning *CardSigning
 	// Log receives connection state changes, state losses and repairs.
 	Log logr.Logger
 }
@@ -84,6 +87,7 @@ type Broker struct {
 
 	cards   *cardConn
 	service *serviceIdentity
+	signer  *cardSigner // nil: cards are published unsigned
 
 	// resyncs carries one event per Agent after a broker state loss.
 	resyncs   chan event.TypedGenericEvent[client.Object]
@@ -134,6 +138,9 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 		// The Registrar's tenancy views count a Tenant's Agents instead of listing them.
 		b.cfg.Client = tenancy.WithAgentCounts(cfg.Client, tenancy.NewAgentCounts(cfg.Cache))
 	}
+	if cfg.CardSigning != nil {
+		b.signer = newCardSigner(*cfg.CardSigning, cfg.URL, cfg.Client)
+	}
 	b.cards = newCardConn(b)
 	b.opener = cfg.Open
 	if n, ok := cfg.Backend.(interface{ NotifyReady(func(context.Context)) }); ok {
@@ -172,6 +179,13 @@ func (b *Broker) Start(ctx context.Context) error {
 		if err := b.opener(ctx); err != nil {
 			return fmt.Errorf("open broker admin connection: %w", err)
 		}
+	}
+	if b.signer != nil {
+		// Before the first card is published: no card goes out unsigned.
+		if _, err := b.signer.load(ctx, b.cfg.Client); err != nil {
+			return err
+		}
+		go b.signer.watch(ctx, b.cfg.Client, func(msg string, kv ...any) { b.log.Info(msg, kv...) })
 	}
 	b.startPresence(ctx)
 	b.cards.start(ctx)

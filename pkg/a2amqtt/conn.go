@@ -66,6 +66,9 @@ type Config struct {
 	// a2a-status=offline/a2a-status-source=lwt, a retained online card on
 	// every (re)connect, and an offline card on Close.
 	Card *a2a.AgentCard
+	// CardTrust, when set, verifies every agent card this Conn looks up (Directory,
+	// ResolveCard) and refuses the ones that do not verify; Conn.TrustCards changes it later.
+	CardTrust *CardTrust
 	// KeepAlive defaults to 30s. The broker fires the LWT after 1.5x this
 	// without traffic from a vanished client.
 	KeepAlive time.Duration
@@ -111,6 +114,8 @@ type Conn struct {
 	cm     *autopaho.ConnectionManager
 	cancel context.CancelFunc
 	card   []byte
+	// cardTrust verifies the cards this Conn looks up (TrustCards, cardtrust.go).
+	cardTrust atomic.Pointer[CardTrust]
 
 	mu     sync.Mutex
 	subs   subIndex
@@ -219,6 +224,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		subs:   newSubIndex(),
 		acks:   &ackGate{SessionManager: state.NewInMemory(), clean: cfg.SessionExpiry == 0},
 	}
+	c.cardTrust.Store(cfg.CardTrust)
 	if cfg.Card != nil {
 		if c.card, err = json.Marshal(cfg.Card); err != nil {
 			return nil, fmt.Errorf("a2amqtt: encode agent card: %w", err)

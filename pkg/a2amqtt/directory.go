@@ -42,8 +42,11 @@ type Entry struct {
 	// broker-managed one (zero when the broker does not manage status).
 	Reported Presence
 	Broker   Presence
-	// CardError is set when the retained payload is not a valid card.
+	// CardError is set when the retained payload is not a valid card, or when the Conn verifies
+	// cards (TrustCards) and this one does not verify (Card is then nil: it is refused).
 	CardError error
+	// Signature is the card's check against the Conn's trust anchor (zero when it has none).
+	Signature CardSignature
 	Updated   time.Time
 }
 
@@ -53,7 +56,8 @@ func (e Entry) Online() bool { return e.Presence.Status == StatusOnline }
 // Directory keeps a live view of retained agent cards under a discovery
 // filter. Status is advisory: callers must still handle request timeouts.
 type Directory struct {
-	sub *Subscription
+	sub  *Subscription
+	conn *Conn
 
 	mu      sync.Mutex
 	entries map[AgentRef]*Entry
@@ -71,7 +75,7 @@ func DirectoryFilter(org string) string {
 
 // NewDirectory subscribes to filter (see DirectoryFilter) and tracks cards.
 func NewDirectory(ctx context.Context, conn *Conn, filter string) (*Directory, error) {
-	d := &Directory{entries: map[AgentRef]*Entry{}, changed: make(chan struct{})}
+	d := &Directory{conn: conn, entries: map[AgentRef]*Entry{}, changed: make(chan struct{})}
 	sub, err := conn.Subscribe(ctx, filter, d.onCard)
 	if err != nil {
 		return nil, fmt.Errorf("a2amqtt: directory: %w", err)
@@ -102,12 +106,7 @@ func (d *Directory) onCard(p *paho.Publish) {
 		e = &Entry{Agent: ref}
 		d.entries[ref] = e
 	}
-	var card a2a.AgentCard
-	if err := json.Unmarshal(p.Payload, &card); err != nil {
-		e.CardError = fmt.Errorf("invalid agent card on %s: %w", p.Topic, err)
-	} else {
-		e.Card, e.CardError = &card, nil
-	}
+	e.Card, e.Signature, e.CardError = decodeCard(d.conn, p)
 	pr := presenceOf(p)
 	if pr.Source == SourceBroker {
 		e.Broker = pr
@@ -166,7 +165,9 @@ func (d *Directory) Wait(ctx context.Context, cond func(d *Directory) bool) erro
 
 // ResolveCard fetches an agent's retained card and presence from its
 // discovery topic. It waits up to wait for the retained message (brokers
-// deliver it right after SUBACK; absence means unregistered).
+// deliver it right after SUBACK; absence means unregistered). When conn verifies
+// cards (TrustCards), a card that does not verify is refused with an error wrapping
+// ErrCardNotVerified.
 func ResolveCard(ctx context.Context, conn *Conn, ref AgentRef, wait time.Duration) (*a2a.AgentCard, Presence, error) {
 	if err := ref.Validate(); err != nil {
 		return nil, Presence{}, fmt.Errorf("a2amqtt: %w", err)
@@ -192,16 +193,39 @@ func ResolveCard(ctx context.Context, conn *Conn, ref AgentRef, wait time.Durati
 		if len(p.Payload) == 0 {
 			return nil, Presence{}, fmt.Errorf("a2amqtt: %s: %w", ref, ErrAgentNotFound)
 		}
-		var card a2a.AgentCard
-		if err := json.Unmarshal(p.Payload, &card); err != nil {
-			return nil, presenceOf(p), fmt.Errorf("a2amqtt: %s: invalid agent card: %w", ref, err)
+		card, _, err := decodeCard(conn, p)
+		if err != nil {
+			return nil, presenceOf(p), fmt.Errorf("a2amqtt: %s: %w", ref, err)
 		}
-		return &card, presenceOf(p), nil
+		return card, presenceOf(p), nil
 	case <-timer.C:
 		return nil, Presence{}, fmt.Errorf("a2amqtt: %s: %w", ref, ErrAgentNotFound)
 	case <-ctx.Done():
 		return nil, Presence{}, ctx.Err()
 	}
+}
+
+// decodeCard reads a retained card and, when conn verifies cards, checks its signature: a card
+// that does not verify is refused (nil card, the reason as the error).
+func decodeCard(conn *Conn, p *paho.Publish) (*a2a.AgentCard, CardSignature, error) {
+	var card a2a.AgentCard
+	if err := json.Unmarshal(p.Payload, &card); err != nil {
+		return nil, CardSignature{}, fmt.Errorf("invalid agent card on %s: %w", p.Topic, err)
+	}
+	trust := conn.CardTrust()
+	if trust == nil {
+		return &card, CardSignature{}, nil
+	}
+	sig := trust.Verify(p.Payload)
+	if sig.State == CardVerified && !describesTopicAgent(&card, p.Topic) {
+		// A genuine card put on another agent's discovery topic (by that agent, which may write
+		// its own topic): the signature holds, the place does not.
+		sig = CardSignature{State: CardInvalid, Err: fmt.Errorf("%w: %w", ErrCardNotVerified, ErrCardOfAnotherAgent)}
+	}
+	if sig.State != CardVerified {
+		return nil, sig, fmt.Errorf("agent card on %s refused: %w", p.Topic, sig.Err)
+	}
+	return &card, sig, nil
 }
 
 // ResolveCard fetches the target agent's card via the requester's Conn.

@@ -36,6 +36,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/mosqtable"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
@@ -76,11 +77,30 @@ func BenchmarkFleetRegistrationEmbedded(b *testing.B) {
 	}
 }
 
+// BenchmarkFleetCardSigning is the embedded fleet benchmark with card signing off, then on, in
+// the same run (the rollout cost of signing every card: docs/benchmarks.md).
+//
+//	FLEET_SIZES=1000 go test ./test/registration -run '^$' -bench FleetCardSigning -benchtime 1x
+func BenchmarkFleetCardSigning(b *testing.B) {
+	for _, n := range fleetSizes("FLEET_SIZES", "1000") {
+		for _, signing := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%d/signing=%v", n, signing), func(b *testing.B) {
+				for range b.N {
+					runFleetBenchmark(b, n, "embedded", func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
+						c := startChildOperator(b, ctx, cp.Config, ns, copts.MaxConcurrentReconciles, signing)
+						return c, c.brokerAddr
+					})
+				}
+			})
+		}
+	}
+}
+
 // startEmbeddedOperator starts the operator with the embedded broker, in a child process or in
 // this one with FLEET_OPERATOR_IN_PROCESS; it returns the operator and the broker's address.
 func startEmbeddedOperator(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
 	if os.Getenv("FLEET_OPERATOR_IN_PROCESS") == "" {
-		c := startChildOperator(b, ctx, cp.Config, ns, copts.MaxConcurrentReconciles)
+		c := startChildOperator(b, ctx, cp.Config, ns, copts.MaxConcurrentReconciles, false)
 		return c, c.brokerAddr
 	}
 	var others collateralCounter
@@ -119,6 +139,33 @@ func BenchmarkFleetRegistration(b *testing.B) {
 					b.Fatalf("connect dynsec: %v", err)
 				}
 				runFleetBenchmark(b, n, "mosquitto", func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
+					return startInProcessOperator(b, ctx, ns, copts, backend, broker.URL(), &others), broker.Addr()
+				})
+				_ = backend.Close(context.Background())
+				broker.Kill()
+			}
+		})
+	}
+}
+
+// BenchmarkFleetRegistrationTable runs the fleet on Mosquitto 2.0.11 with the project's
+// decision-table plugin (internal/mqtt/mosqtable; the operator in the test process): the same
+// fleet as BenchmarkFleetRegistration, whose dynsec time grows as n², at the sizes of the
+// embedded broker (TABLE_FLEET_SIZES, default 1000,10000).
+func BenchmarkFleetRegistrationTable(b *testing.B) {
+	for _, n := range fleetSizes("TABLE_FLEET_SIZES", "1000,10000") {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			for range b.N {
+				broker := brokertest.StartMosquitto(b, brokertest.MosquittoOptions{Table: &brokertest.TableOptions{}})
+				user, pass := broker.TableAdmin()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				var others collateralCounter
+				backend, err := mosqtable.Connect(ctx, mosqtable.Config{URL: broker.URL(), Username: user, Password: pass, Logger: quiet, Timeout: time.Minute, OnKick: others.observe})
+				cancel()
+				if err != nil {
+					b.Fatalf("connect decision table: %v", err)
+				}
+				runFleetBenchmark(b, n, "table", func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
 					return startInProcessOperator(b, ctx, ns, copts, backend, broker.URL(), &others), broker.Addr()
 				})
 				_ = backend.Close(context.Background())

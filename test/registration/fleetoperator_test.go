@@ -109,6 +109,8 @@ type fleetOperatorConfig struct {
 	ServerName                string
 	Namespaces                map[string]string
 	MaxConcurrent             int
+	// CardSigning signs every card with a key generated into org0's namespace.
+	CardSigning bool
 }
 
 // childOperator is the operator in a child process.
@@ -119,14 +121,14 @@ type childOperator struct {
 }
 
 // startChildOperator starts the operator process for namespaces; it is killed when b ends.
-func startChildOperator(b *testing.B, ctx context.Context, cfg *rest.Config, namespaces map[string]string, maxConcurrent int) *childOperator {
+func startChildOperator(b *testing.B, ctx context.Context, cfg *rest.Config, namespaces map[string]string, maxConcurrent int, cardSigning bool) *childOperator {
 	b.Helper()
 	tls := rest.CopyConfig(cfg)
 	if err := rest.LoadTLSFiles(tls); err != nil {
 		b.Fatalf("operator process: %v", err)
 	}
 	conf, err := json.Marshal(fleetOperatorConfig{Host: cfg.Host, CAData: tls.CAData, CertData: tls.CertData, KeyData: tls.KeyData,
-		ServerName: tls.ServerName, Namespaces: namespaces, MaxConcurrent: maxConcurrent})
+		ServerName: tls.ServerName, Namespaces: namespaces, MaxConcurrent: maxConcurrent, CardSigning: cardSigning})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -250,8 +252,12 @@ func runFleetOperator(conf string) error {
 	}
 	defer srv.Close()
 	cp := &testenv.ControlPlane{Config: cfg, Client: k, Scheme: scheme}
+	bc := registration.BrokerConfig{URL: srv.URL(), Backend: srv.Backend()}
+	if c.CardSigning {
+		bc.CardSigning = &registration.CardSigning{Secret: client.ObjectKey{Namespace: c.Namespaces["org0"], Name: "card-signing-keys"}, Generate: true, Reader: k}
+	}
 	_, stop, err := cp.RunOperator(context.Background(), testenv.Operator{Config: cfg, Namespaces: c.Namespaces,
-		Broker:      registration.BrokerConfig{URL: srv.URL(), Backend: srv.Backend()},
+		Broker:      bc,
 		Controllers: controllers.Options{MaxConcurrentReconciles: c.MaxConcurrent}})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,16 @@ func TestACLMatrixOnMosquittoDynsec(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = backend.Close(context.Background()) })
 	checkFleetOnBroker(t, ctx, backend, broker.URL(), broker.Addr())
+}
+
+// TestACLMatrixOnMosquittoTable runs the same fleet and matrix against Mosquitto 2.0.11 with the
+// project's decision-table plugin (internal/mqtt/mosqtable): the operator's acl.Policy deciding
+// inside the shipped broker.
+func TestACLMatrixOnMosquittoTable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b := testenv.StartBroker(t, ctx, testenv.TableKind)
+	checkFleetOnBroker(t, ctx, b.Backend, b.URL, b.Addr)
 }
 
 // TestACLMatrixOnEmbeddedBroker runs the same fleet and matrix against the embedded mochi broker
@@ -475,7 +486,7 @@ func TestBrokerOutageAndDriftRepair(t *testing.T) {
 // to the public request topic, but only the conversation service reads it and only the service
 // may write the agent's delivery topic; a direct publish that tries to bypass it is refused.
 func TestGatedAgentsOnlyReachableThroughTheService(t *testing.T) {
-	for _, kind := range testenv.BrokerKinds {
+	for _, kind := range append(slices.Clone(testenv.BrokerKinds), testenv.TableKind) {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

@@ -24,6 +24,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/mosqtable"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
@@ -53,6 +54,20 @@ func runtimeMosquitto(t *testing.T) *runtimeBroker {
 	return &runtimeBroker{name: "mosquitto", url: m.URL(), addr: m.Addr(), backend: be, adminUser: user, adminPass: pass, mosquitto: m}
 }
 
+func runtimeTable(t *testing.T) *runtimeBroker {
+	t.Helper()
+	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{Table: &brokertest.TableOptions{}})
+	user, pass := m.TableAdmin()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	be, err := mosqtable.Connect(ctx, mosqtable.Config{URL: m.URL(), Username: user, Password: pass, Logger: quiet})
+	if err != nil {
+		t.Fatalf("connect decision table: %v", err)
+	}
+	t.Cleanup(func() { _ = be.Close(context.Background()) })
+	return &runtimeBroker{name: "table", url: m.URL(), addr: m.Addr(), backend: be, adminUser: user, adminPass: pass, mosquitto: m}
+}
+
 func runtimeEmbedded(t *testing.T) *runtimeBroker {
 	t.Helper()
 	srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", Store: embedded.StoreConfig{AdminUsername: "admin", AdminPassword: "admin-pw"}})
@@ -66,6 +81,7 @@ func runtimeEmbedded(t *testing.T) *runtimeBroker {
 func forRuntimeBrokers(t *testing.T, fn func(t *testing.T, b *runtimeBroker)) {
 	t.Run("mosquitto", func(t *testing.T) { fn(t, runtimeMosquitto(t)) })
 	t.Run("embedded", func(t *testing.T) { fn(t, runtimeEmbedded(t)) })
+	t.Run("table", func(t *testing.T) { fn(t, runtimeTable(t)) })
 }
 
 // createAgents creates n plain Agents (scope None) named prefix-0..n-1.

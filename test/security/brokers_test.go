@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,10 +43,11 @@ func TestMain(m *testing.M) {
 
 // TestAttacksOnBrokers replays the attacks of the tenancy issue that go through the broker, with
 // real paho v5 clients, against the real control plane and the operator, on real Mosquitto 2.0.11
-// with dynsec and on the embedded broker. Every refusal is asserted (reason codes, conditions, no
-// data, nothing on the broker) and so is the absence of collateral disconnects.
+// with dynsec, on Mosquitto with the decision-table plugin, and on the embedded broker. Every
+// refusal is asserted (reason codes, conditions, no data, nothing on the broker) and so is the
+// absence of collateral disconnects.
 func TestAttacksOnBrokers(t *testing.T) {
-	for _, kind := range testenv.BrokerKinds {
+	for _, kind := range append(slices.Clone(testenv.BrokerKinds), testenv.TableKind) {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
@@ -156,6 +158,24 @@ spec: {orgID: a2a-fleet, namespaces: [x]}
 			t.Error("the service lost its grants")
 		}
 		noKicks(t, "session takeover attempt", svc)
+	})
+
+	t.Run("the brokers' control APIs", func(t *testing.T) {
+		// An agent must not administer the broker: neither dynsec's control topic nor the
+		// decision table's (whose export holds every password hash) is open to it, for
+		// sending or for reading the answers.
+		for _, topic := range []string{"$CONTROL/dynamic-security/v1", "$CONTROL/a2a-fleet/v1"} {
+			if mayPublish(t, ctx, alpha, topic) {
+				t.Errorf("an agent may publish on %s", topic)
+			}
+			if maySubscribe(t, ctx, alpha, topic+"/response") {
+				t.Errorf("an agent may subscribe to %s/response", topic)
+			}
+		}
+		if maySubscribe(t, ctx, alpha, "$CONTROL/#") {
+			t.Error("an agent may subscribe to $CONTROL/#")
+		}
+		noKicks(t, "control API probes", alpha, bystander, gated, svc)
 	})
 
 	t.Run("3 squatting an org from another namespace", func(t *testing.T) {

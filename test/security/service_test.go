@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/mosqtable"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
@@ -56,6 +58,17 @@ func startServiceBroker(t testing.TB, ctx context.Context, kind string, withoutS
 		}
 		t.Cleanup(func() { _ = ds.Close(context.Background()) })
 		return serviceBroker{backend: ds, url: m.URL(), addr: m.Addr(), log: m.Log}
+	}
+	if kind == testenv.TableKind {
+		m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{MaxPacketSize: 1 << 20,
+			Table: &brokertest.TableOptions{WithoutSenderPlugin: withoutStamp}})
+		user, pass := m.TableAdmin()
+		tb, err := mosqtable.Connect(ctx, mosqtable.Config{URL: m.URL(), Username: user, Password: pass})
+		if err != nil {
+			t.Fatalf("connect decision table: %v", err)
+		}
+		t.Cleanup(func() { _ = tb.Close(context.Background()) })
+		return serviceBroker{backend: tb, url: m.URL(), addr: m.Addr(), log: m.Log}
 	}
 	srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0", MaxPacketSize: 1 << 20})
 	if err != nil {
@@ -344,9 +357,10 @@ func (r *responder) lastSent() *paho.Publish {
 // TestServiceAttacks replays H1 (the service publishing into another org's reply topics: the
 // selector trick and the -32005, -32700 and -32602 error paths, each with a forged sender
 // property), M1 (a refused squatter of the caller's identity), a flood and a replayed reply, on
-// Mosquitto 2.0.11 with dynsec and the sender-stamp plugin, and on the embedded broker.
+// Mosquitto 2.0.11 with dynsec and the sender-stamp plugin, on Mosquitto with the sender stamp
+// and the decision-table plugin, and on the embedded broker.
 func TestServiceAttacks(t *testing.T) {
-	for _, kind := range testenv.BrokerKinds {
+	for _, kind := range append(slices.Clone(testenv.BrokerKinds), testenv.TableKind) {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
@@ -568,7 +582,7 @@ func TestServiceDropsUnstampedRequests(t *testing.T) {
 // admission, a card over the Tenant's maxCardBytes is not published (CardTooLarge), and the
 // operator's shared connection keeps publishing other Agents' cards.
 func TestCardLimits(t *testing.T) {
-	for _, kind := range testenv.BrokerKinds {
+	for _, kind := range append(slices.Clone(testenv.BrokerKinds), testenv.TableKind) {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()

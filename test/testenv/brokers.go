@@ -14,6 +14,10 @@ import (
 // dynamic-security plugin, and the embedded broker.
 var BrokerKinds = []string{"mosquitto", "embedded"}
 
+// TableKind is Mosquitto 2.0.11 with the project's decision-table plugin (brokers.Table) for
+// StartBroker; suites that prove the new path add it to BrokerKinds.
+const TableKind = "table"
+
 // Broker is a running broker with its ACL backend.
 type Broker struct {
 	Backend acl.Backend
@@ -21,7 +25,7 @@ type Broker struct {
 	Addr    string
 }
 
-// StartBroker starts a broker of kind ("mosquitto" or "embedded") for the rest of the test, its
+// StartBroker starts a broker of kind ("mosquitto", "embedded" or TableKind) for the rest of the test, its
 // backend built by the operator's own factory (internal/mqtt/brokers).
 func StartBroker(t testing.TB, ctx context.Context, kind string) Broker {
 	t.Helper()
@@ -30,6 +34,11 @@ func StartBroker(t testing.TB, ctx context.Context, kind string) Broker {
 		broker := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{}})
 		user, pass := broker.DynSecAdmin()
 		cfg = brokers.Config{Kind: brokers.Dynsec, URL: broker.URL(), Username: user, Password: pass}
+	}
+	if kind == TableKind {
+		broker := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{Table: &brokertest.TableOptions{}})
+		user, pass := broker.TableAdmin()
+		cfg = brokers.Config{Kind: brokers.Table, URL: broker.URL(), Username: user, Password: pass}
 	}
 	b, err := brokers.Connect(ctx, cfg)
 	if err != nil {

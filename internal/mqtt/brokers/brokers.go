@@ -19,6 +19,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/mosqtable"
 )
 
 // The kinds of broker the operator can administer.
@@ -29,6 +30,10 @@ const (
 	// Embedded is the operator's own broker (mochi-mqtt) in its process, listening on
 	// Config.URL's host and port (port 0: a free one).
 	Embedded = "embedded"
+	// Table is a Mosquitto 2.x with the a2a-fleet decision-table plugin (internal/mqtt/mosqtable):
+	// the operator's acl.Policy decides inside the broker, a change costs the same at any fleet
+	// size. Administered over MQTT as the plugin's admin (Config.URL, Username, Password, TLS).
+	Table = "table"
 )
 
 // Config says which broker the operator administers and how.
@@ -38,7 +43,7 @@ type Config struct {
 	// URL is the broker's MQTT URL (mqtt://, mqtts://, tls://): where the operator connects, or,
 	// for Embedded, where the broker listens.
 	URL string
-	// Username and Password of the broker's admin (Dynsec).
+	// Username and Password of the broker's admin (Dynsec, Table).
 	Username, Password string
 	// TLS of the admin connection (Dynsec; a2amqtt.BrokerTLS builds it) or of the listener
 	// (Embedded: a server configuration).
@@ -70,6 +75,7 @@ type Factory func(Config) (Broker, error)
 var factories = map[string]Factory{
 	Dynsec:   newDynsec,
 	Embedded: newEmbedded,
+	Table:    newTable,
 }
 
 // Kinds lists the kinds New knows, sorted.
@@ -125,6 +131,19 @@ func newDynsec(cfg Config) (Broker, error) {
 		return ds.Close(ctx)
 	}
 	return Broker{Backend: ds, URL: cfg.URL, Open: ds.Open, Close: closeConn}, nil
+}
+
+func newTable(cfg Config) (Broker, error) {
+	tb, err := mosqtable.New(mosqtable.Config{URL: cfg.URL, Username: cfg.Username, Password: cfg.Password, TLS: cfg.TLS, Logger: cfg.Logger})
+	if err != nil {
+		return Broker{}, err
+	}
+	closeConn := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return tb.Close(ctx)
+	}
+	return Broker{Backend: tb, URL: cfg.URL, Open: tb.Open, Close: closeConn}, nil
 }
 
 func newEmbedded(cfg Config) (Broker, error) {

@@ -167,7 +167,7 @@ func TestCommandCounts(t *testing.T) {
 // go test -run XXX -bench ApplyAgents ./internal/mqtt/conformance/
 func BenchmarkApplyAgents(b *testing.B) {
 	for _, n := range []int{100, 500} {
-		for _, kind := range []string{"mosquitto", "embedded"} {
+		for _, kind := range []string{"mosquitto", "embedded", "table"} {
 			b.Run(fmt.Sprintf("%s/agents=%d", kind, n), func(b *testing.B) {
 				var cmds, total int
 				var elapsed time.Duration
@@ -193,8 +193,11 @@ func BenchmarkApplyAgents(b *testing.B) {
 }
 
 func benchBroker(b *testing.B, kind string) *broker {
-	if kind == "mosquitto" {
+	switch kind {
+	case "mosquitto":
 		return startMosquitto(b)
+	case "table":
+		return startTable(b)
 	}
 	return startEmbedded(b)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/mosqtable"
 )
 
 // broker is one backend under test plus the ways a human could tamper with
@@ -46,6 +47,7 @@ var table = map[string]struct {
 }{
 	brokers.Dynsec:   {"mosquitto", startMosquitto},
 	brokers.Embedded: {"embedded", startEmbedded},
+	brokers.Table:    {"table", startTable},
 }
 
 // TestEveryBackendConforms: the factory and this suite's table list the same backends.
@@ -140,6 +142,50 @@ func mosquittoCtrl(t *testing.T, m *brokertest.Mosquitto, args ...string) {
 	out, err := exec.Command("mosquitto_ctrl", full...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("mosquitto_ctrl %v: %v\n%s", args, err, out)
+	}
+}
+
+// startTable is Mosquitto with the decision-table plugin. Its hand-made changes come from a
+// second admin connection (another operator, a human with the same protocol): the backend
+// under test must notice them, as it notices changes made with mosquitto_ctrl on dynsec.
+func startTable(t testing.TB) *broker {
+	t.Helper()
+	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{Table: &brokertest.TableOptions{}})
+	user, pass := m.TableAdmin()
+	connect := func() *mosqtable.Backend {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		be, err := mosqtable.Connect(ctx, mosqtable.Config{URL: m.URL(), Username: user, Password: pass, Timeout: 5 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatalf("decision table connect: %v\n%s", err, m.Log())
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = be.Close(ctx)
+		})
+		return be
+	}
+	be := connect()
+	var other *mosqtable.Backend
+	return &broker{
+		name: "table", addr: m.Addr(), backend: be, adminUser: user, adminPass: pass,
+		restart: func(t *testing.T) {
+			if err := m.Restart(); err != nil {
+				t.Fatalf("restart mosquitto: %v", err)
+			}
+		},
+		hand: func(t *testing.T, cmds ...acl.Command) {
+			if other == nil {
+				other = connect()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := other.Execute(ctx, cmds); err != nil {
+				t.Fatalf("hand-made change: %v", err)
+			}
+		},
+		log: m.Log,
 	}
 }
 

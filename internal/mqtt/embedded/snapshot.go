@@ -121,7 +121,7 @@ func (w *snapshotWriter) run() {
 // write hashes pending passwords and rewrites the file atomically.
 func (w *snapshotWriter) write() error {
 	err := w.s.hashPending()
-	if err == nil {
+	if err == nil && w.s.cfg.SnapshotPath != "" {
 		err = w.s.save()
 	}
 	w.mu.Lock()

@@ -49,6 +49,15 @@ type StoreConfig struct {
 	// OnKick, when set, is called for every executed command that
 	// disconnected at least one live client (after it ran; must not block).
 	OnKick func(acl.Kick)
+	// KeepHashes computes every password's PBKDF2 hash in the background
+	// even without a snapshot file, so ExportTable has them at once (a
+	// store whose table is exported: the Mosquitto plugin's, the operator's
+	// mirror of it).
+	KeepHashes bool
+	// OnChange, when set, is called after every Execute with the names it
+	// touched (outside the store's lock; must not block): incremental
+	// persistence.
+	OnChange func(acl.Names)
 }
 
 // Store holds the broker's identities and implements acl.Backend.
@@ -110,6 +119,8 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 		if snap != nil {
 			s.restore(snap)
 		}
+	}
+	if cfg.SnapshotPath != "" || cfg.KeepHashes {
 		s.snap = startSnapshotWriter(s)
 	}
 	s.policy.Sync(s.state, acl.Names{Roles: keys(s.state.Roles), Groups: keys(s.state.Groups), Clients: keys(s.state.Clients)})
@@ -359,8 +370,18 @@ func (s *Store) authenticate(username, password, clientID string) bool {
 // text and the disconnects of its Mosquitto 2.0.11 dynsec counterpart.
 // Only the objects the commands touch are recompiled.
 func (s *Store) Execute(ctx context.Context, cmds []acl.Command) error {
+	outs, err := s.execute(ctx, cmds)
+	if err != nil {
+		return err
+	}
+	return Errors(cmds, outs)
+}
+
+// execute runs cmds and returns each one's outcome; the error is the context's or the
+// snapshot writer's (a command the store refuses is an outcome, not an error).
+func (s *Store) execute(ctx context.Context, cmds []acl.Command) ([]Outcome, error) {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("embedded: execute: %w", err)
+		return nil, fmt.Errorf("embedded: execute: %w", err)
 	}
 	s.trips.Add(1)
 	s.mutations.Add(uint64(len(cmds)))
@@ -370,7 +391,7 @@ func (s *Store) Execute(ctx context.Context, cmds []acl.Command) error {
 		if (c.Op == acl.OpCreateClient || c.Op == acl.OpSetClientPassword || c.Op == acl.OpModifyClient) && c.Password != "" {
 			cr, err := newCredential(&s.key, c.Password, s.snap != nil)
 			if err != nil {
-				return fmt.Errorf("embedded: %s: %w", c, err)
+				return nil, fmt.Errorf("embedded: %s: %w", c, err)
 			}
 			creds[i] = cr
 		}
@@ -379,15 +400,14 @@ func (s *Store) Execute(ctx context.Context, cmds []acl.Command) error {
 	s.mu.Lock()
 	touched := &touchSet{}
 	kicks := make([]kickSet, len(cmds))
-	var errs []error
+	outs := make([]Outcome, len(cmds))
 	for i, c := range cmds {
 		r := s.apply(c, creds[i], touched)
 		kicks[i] = r.kick
-		if r.verdict.Failed() {
-			errs = append(errs, &acl.CommandError{Command: c, Verdict: r.verdict, Message: r.msg})
-		}
+		outs[i] = Outcome{Verdict: r.verdict, Message: r.msg}
 	}
-	s.policy.Sync(s.state, touched.names())
+	names := touched.names()
+	s.policy.Sync(s.state, names)
 	var targets [][]string
 	if conns := s.conns.Load(); conns != nil {
 		targets = make([][]string, len(cmds))
@@ -398,18 +418,20 @@ func (s *Store) Execute(ctx context.Context, cmds []acl.Command) error {
 		}
 	}
 	s.mu.Unlock()
+	var err error
 	if s.snap != nil {
-		if err := s.snap.changed(); err != nil {
-			errs = append(errs, err)
-		}
+		err = s.snap.changed()
 	}
-	s.disconnect(ctx, cmds, targets)
-	return errors.Join(errs...)
+	if s.cfg.OnChange != nil {
+		s.cfg.OnChange(names)
+	}
+	s.disconnect(ctx, cmds, targets, outs)
+	return outs, err
 }
 
 // disconnect ends the sessions of every username a command kicked and
 // reports each command's kicks.
-func (s *Store) disconnect(ctx context.Context, cmds []acl.Command, targets [][]string) {
+func (s *Store) disconnect(ctx context.Context, cmds []acl.Command, targets [][]string, outs []Outcome) {
 	all := map[string]struct{}{}
 	for _, t := range targets {
 		for _, u := range t {
@@ -435,6 +457,7 @@ func (s *Store) disconnect(ctx context.Context, cmds []acl.Command, targets [][]
 			continue
 		}
 		k.Command.Password = ""
+		outs[i].Kicked, outs[i].ClientIDs = k.Usernames, k.ClientIDs
 		s.kicks.Add(1)
 		s.kickedUsernames.Add(uint64(len(k.Usernames)))
 		acl.ReportKick(ctx, k)

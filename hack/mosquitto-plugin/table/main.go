@@ -1,0 +1,154 @@
+//go:build mosquittoplugin
+
+// Command table is the a2a-fleet decision-table plugin for Mosquitto 2.0, built as a C shared
+// library (hack/build-mosquitto-table-plugin.sh: go build -buildmode=c-shared, cgo against
+// Debian's mosquitto-dev). plugin.c registers Mosquitto's events and forwards them here;
+// every decision is internal/mqtt/mosqtable's Plugin, i.e. the embedded broker's store and
+// acl.Policy. The build tag keeps it out of `go build ./...` on machines without the headers.
+//
+// Options (plugin_opt_... in mosquitto.conf, after the plugin line):
+//
+//	admin_username       the bootstrap admin (required)
+//	admin_password       its password, or
+//	admin_password_file  a file holding it (a mounted Secret)
+//	state_dir            where the table is kept (bbolt); empty: memory only
+package main
+
+/*
+#cgo CFLAGS: -std=gnu99 -O2 -Wall
+#cgo LDFLAGS: -Wl,--unresolved-symbols=ignore-all
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <mosquitto.h>
+#include <mosquitto_broker.h>
+#include <mosquitto_plugin.h>
+
+void a2a_table_kick(const char *username);
+void a2a_table_log(int level, const char *msg);
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"runtime/cgo"
+	"strings"
+	"unsafe"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/mosqtable"
+)
+
+func main() {}
+
+func logf(level C.int) func(string, ...any) {
+	return func(format string, args ...any) {
+		msg := C.CString(fmt.Sprintf(format, args...))
+		C.a2a_table_log(level, msg)
+		C.free(unsafe.Pointer(msg))
+	}
+}
+
+// view is a C string seen as a Go string without copying: the decisions never keep it.
+func view(s *C.char) string {
+	if s == nil {
+		return ""
+	}
+	return unsafe.String((*byte)(unsafe.Pointer(s)), int(C.strlen(s)))
+}
+
+func plugin(h C.uintptr_t) *mosqtable.Plugin {
+	return cgo.Handle(h).Value().(*mosqtable.Plugin)
+}
+
+//export a2aTableInit
+func a2aTableInit(keys, values **C.char, n C.int) C.uintptr_t {
+	cfg := mosqtable.PluginConfig{
+		Logf: logf(C.MOSQ_LOG_NOTICE),
+		Kick: func(username string) {
+			u := C.CString(username)
+			C.a2a_table_kick(u)
+			C.free(unsafe.Pointer(u))
+		},
+	}
+	ks := unsafe.Slice(keys, int(n))
+	vs := unsafe.Slice(values, int(n))
+	fail := logf(C.MOSQ_LOG_ERR)
+	for i := range ks {
+		k, v := C.GoString(ks[i]), C.GoString(vs[i])
+		switch k {
+		case "admin_username":
+			cfg.AdminUsername = v
+		case "admin_password":
+			cfg.AdminPassword = v
+		case "admin_password_file":
+			data, err := os.ReadFile(v)
+			if err != nil {
+				fail("a2a-fleet table: admin_password_file: %v", err)
+				return 0
+			}
+			cfg.AdminPassword = strings.TrimSpace(string(data))
+		case "state_dir":
+			cfg.StateDir = v
+		}
+	}
+	p, err := mosqtable.StartPlugin(cfg)
+	if err != nil {
+		fail("a2a-fleet table: %v", err)
+		return 0
+	}
+	return C.uintptr_t(cgo.NewHandle(p))
+}
+
+//export a2aTableCleanup
+func a2aTableCleanup(h C.uintptr_t) {
+	if h == 0 {
+		return
+	}
+	if err := plugin(h).Close(); err != nil {
+		logf(C.MOSQ_LOG_ERR)("a2a-fleet table: close: %v", err)
+	}
+	cgo.Handle(h).Delete()
+}
+
+//export a2aTableBasicAuth
+func a2aTableBasicAuth(h C.uintptr_t, username, password, clientID *C.char) C.int {
+	if plugin(h).Authenticate(view(username), view(password), view(clientID)) {
+		return C.MOSQ_ERR_SUCCESS
+	}
+	return C.MOSQ_ERR_AUTH
+}
+
+//export a2aTableACLCheck
+func a2aTableACLCheck(h C.uintptr_t, username *C.char, access C.int, topic *C.char) C.int {
+	var a acl.Access
+	switch access {
+	case C.MOSQ_ACL_READ:
+		a = acl.Receive
+	case C.MOSQ_ACL_WRITE:
+		a = acl.Publish
+	case C.MOSQ_ACL_SUBSCRIBE:
+		a = acl.Subscribe
+	case C.MOSQ_ACL_UNSUBSCRIBE:
+		a = acl.Unsubscribe
+	default:
+		return C.MOSQ_ERR_ACL_DENIED
+	}
+	if plugin(h).Allows(view(username), a, view(topic)) {
+		return C.MOSQ_ERR_SUCCESS
+	}
+	return C.MOSQ_ERR_ACL_DENIED
+}
+
+//export a2aTableControl
+func a2aTableControl(h C.uintptr_t, sender *C.char, payload unsafe.Pointer, length C.int, outLen *C.int) unsafe.Pointer {
+	resp := plugin(h).Control(view(sender), C.GoBytes(payload, length))
+	*outLen = C.int(len(resp))
+	return C.CBytes(resp)
+}
+
+//export a2aTableDisconnect
+func a2aTableDisconnect(h C.uintptr_t, username, clientID *C.char) {
+	plugin(h).Disconnected(C.GoString(username), C.GoString(clientID))
+}

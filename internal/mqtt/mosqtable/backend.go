@@ -1,0 +1,591 @@
+package mosqtable
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/session"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+)
+
+// Config configures the operator's side.
+type Config struct {
+	// URL of the broker: mqtt://host:port, tls://host:port (or mqtts://).
+	URL string
+	// Username/Password of the plugin's bootstrap admin (plugin_opt_admin_username and its
+	// password).
+	Username, Password string
+	// ClientID defaults to "a2a-fleet-table-<random>".
+	ClientID string
+	// TLS of the admin connection (tls:// URLs).
+	TLS *tls.Config
+	// Prefix of the managed object names (default acl.DefaultPrefix).
+	Prefix string
+	// Timeout bounds one request/response exchange, waiting for the connection included
+	// (default 10s); ConnectTimeout Connect's wait for the first connection (default 10s).
+	Timeout, ConnectTimeout time.Duration
+	// MaxBatch is the most commands per message (default 1000): a message is applied on the
+	// broker's thread in one go, so it is kept to a few milliseconds.
+	MaxBatch int
+	// OnKick, when set, is called for every executed command that disconnected someone.
+	OnKick func(acl.Kick)
+	Logger *slog.Logger
+}
+
+// ErrNotOpen is returned by requests made before Open.
+var ErrNotOpen = errors.New("mosqtable: admin connection not opened yet")
+
+// Backend implements acl.Backend for the decision-table plugin. It keeps a mirror of the
+// plugin's table (an embedded.Store: the same code), so Observe and Check are answered
+// locally, and keeps the two equal: changes go to the broker and then, with the broker's
+// verdicts, to the mirror, one request at a time (so both apply them in the same order).
+// After every (re)connection it compares the plugin's Status with what the mirror was made
+// from: a plugin without a table (a broker that started on an empty disk) gets the mirror in
+// one import; a plugin that restarted (a new Boot) is read back whole (it is the authority:
+// it may have lost its last writes).
+type Backend struct {
+	cfg    Config
+	log    *slog.Logger
+	url    string
+	nonce  string
+	seq    atomic.Uint64
+	sess   atomic.Pointer[session.Session]
+	opened chan struct{}
+	stop   context.CancelFunc
+
+	pmu     sync.Mutex
+	pending map[string]chan Response
+
+	mu         sync.Mutex // one state-changing exchange at a time; guards the fields below
+	mirror     *embedded.Store
+	synced     bool          // the mirror holds the plugin's table of origin
+	origin     origin        // the plugin's epoch, boot and generation the mirror matches
+	syncedLink *session.Link // the connection the last sync ran on
+
+	mutations, reads, roundTrips atomic.Uint64
+	kicks, kickedUsernames       atomic.Uint64
+
+	onReady atomic.Pointer[func(context.Context)]
+}
+
+// New checks cfg and returns a backend that is not connected yet: Open starts it.
+func New(cfg Config) (*Backend, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("mosqtable: broker URL is required")
+	}
+	u, err := a2amqtt.ParseBrokerURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("mosqtable: %w", err)
+	}
+	if cfg.Username == "" {
+		return nil, errors.New("mosqtable: admin username is required")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = acl.DefaultPrefix
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 1000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	nonce := randomID()
+	if cfg.ClientID == "" {
+		cfg.ClientID = "a2a-fleet-table-" + nonce
+	}
+	mirror, err := embedded.NewStore(embedded.StoreConfig{Prefix: cfg.Prefix, KeepHashes: true})
+	if err != nil {
+		return nil, fmt.Errorf("mosqtable: mirror: %w", err)
+	}
+	return &Backend{cfg: cfg, log: cfg.Logger.With("component", "mosqtable"), url: u.Redacted(), nonce: nonce,
+		opened: make(chan struct{}), pending: map[string]chan Response{}, mirror: mirror}, nil
+}
+
+// NotifyReady sets a callback run after every (re)connection, once the mirror and the
+// plugin agree (the operator's broker runtime checks its state sentinel there).
+func (b *Backend) NotifyReady(fn func(context.Context)) { b.onReady.Store(&fn) }
+
+// Open starts the admin connection in the background; it reconnects until ctx ends.
+func (b *Backend) Open(ctx context.Context) error { return b.open(ctx, nil) }
+
+func (b *Backend) open(ctx context.Context, onRefused func(error)) error {
+	sess, err := session.Start(ctx, session.Config{
+		Name:           "decision table admin",
+		URL:            b.cfg.URL,
+		TLS:            b.cfg.TLS,
+		Username:       b.cfg.Username,
+		Password:       func() []byte { return []byte(b.cfg.Password) },
+		ClientID:       b.cfg.ClientID,
+		ConnectTimeout: b.cfg.ConnectTimeout,
+		PacketTimeout:  b.cfg.Timeout,
+		Subscriptions:  []paho.SubscribeOptions{{Topic: ResponseTopic, QoS: 1}},
+		OnMessage:      b.dispatch,
+		OnRefused:      onRefused,
+		OnReady: func(ctx context.Context, _ *session.Link) {
+			b.mu.Lock()
+			err := b.sync(ctx)
+			b.mu.Unlock()
+			if err != nil {
+				b.log.Info("could not sync the decision table with the broker; will retry on the next request", "err", err)
+			}
+			if fn := b.onReady.Load(); fn != nil {
+				(*fn)(ctx)
+			}
+		},
+		Logger: b.cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("mosqtable: %w", err)
+	}
+	if !b.sess.CompareAndSwap(nil, sess) {
+		return errors.New("mosqtable: admin connection already open")
+	}
+	close(b.opened)
+	return nil
+}
+
+// Connect is New plus Open with a connection of its own (ended by Close), waiting until the
+// mirror and the plugin agree: for tools and tests.
+func Connect(ctx context.Context, cfg Config) (*Backend, error) {
+	b, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	refused := make(chan error, 1)
+	if err := b.open(runCtx, func(err error) {
+		select {
+		case refused <- err:
+		default:
+		}
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	b.stop = cancel
+	waitCtx, waitCancel := context.WithTimeout(ctx, b.cfg.ConnectTimeout)
+	defer waitCancel()
+	ready := make(chan error, 1)
+	go func() {
+		if _, err := b.sess.Load().Await(waitCtx); err != nil {
+			ready <- err
+			return
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		ready <- b.ensureSynced(waitCtx)
+	}()
+	select {
+	case err := <-ready:
+		if err == nil {
+			return b, nil
+		}
+		_ = b.Close(context.Background())
+		return nil, fmt.Errorf("mosqtable: admin connection to %s as %q: %w", b.url, cfg.Username, err)
+	case err := <-refused:
+		_ = b.Close(context.Background())
+		return nil, fmt.Errorf("mosqtable: broker %s refused admin %q (check the plugin's admin credentials): %w", b.url, cfg.Username, err)
+	}
+}
+
+// Close disconnects the admin connection and stops the mirror.
+func (b *Backend) Close(ctx context.Context) error {
+	var err error
+	if sess := b.sess.Load(); sess != nil {
+		err = sess.Close(ctx)
+	}
+	if b.stop != nil {
+		b.stop()
+	}
+	return errors.Join(err, b.mirror.Close())
+}
+
+// Healthy returns nil while the admin connection is up (or down for less than grace).
+func (b *Backend) Healthy(grace time.Duration) error {
+	sess := b.sess.Load()
+	if sess == nil {
+		return ErrNotOpen
+	}
+	return sess.Healthy(grace)
+}
+
+// Prefix implements acl.Backend.
+func (b *Backend) Prefix() string { return b.cfg.Prefix }
+
+// Stats implements acl.Backend.
+func (b *Backend) Stats() acl.Stats {
+	return acl.Stats{Mutations: b.mutations.Load(), Reads: b.reads.Load(), RoundTrips: b.roundTrips.Load(),
+		Kicks: b.kicks.Load(), KickedUsernames: b.kickedUsernames.Load()}
+}
+
+// Observe implements acl.Backend from the mirror, after one status round trip (constant
+// cost at the broker) that tells whether anyone else changed the table since.
+func (b *Backend) Observe(ctx context.Context, only *acl.Names) (acl.State, error) {
+	if err := b.current(ctx); err != nil {
+		return acl.State{}, err
+	}
+	b.reads.Add(1)
+	return b.mirror.Observe(ctx, only)
+}
+
+// Check implements acl.Backend: the mirror's decision, the plugin's by construction.
+func (b *Backend) Check(ctx context.Context, username string, access acl.Access, topic string) (acl.Decision, error) {
+	if err := b.current(ctx); err != nil {
+		return acl.Decision{}, err
+	}
+	b.reads.Add(1)
+	return b.mirror.Check(ctx, username, access, topic)
+}
+
+// current makes sure the mirror is the plugin's table now.
+func (b *Backend) current(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sync(ctx)
+}
+
+// Execute implements acl.Backend: the commands go to the plugin (in messages of MaxBatch),
+// its verdicts are the answer, and the mirror applies them after it.
+func (b *Backend) Execute(ctx context.Context, cmds []acl.Command) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for start := 0; start < len(cmds); start += b.cfg.MaxBatch {
+		batch := cmds[start:min(start+b.cfg.MaxBatch, len(cmds))]
+		outs, err := b.executeBatch(ctx, batch)
+		if err != nil {
+			return errors.Join(append(errs, fmt.Errorf("mosqtable: commands %d-%d (%s...): %w", start+1, start+len(batch), batch[0], err))...)
+		}
+		b.mutations.Add(uint64(len(batch)))
+		b.reportKicks(ctx, batch, outs)
+		if err := embedded.Errors(batch, outs); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// executeBatch sends one message (with mu held), resyncing first when needed and once more
+// when the plugin turns out to have lost its table.
+func (b *Backend) executeBatch(ctx context.Context, cmds []acl.Command) ([]embedded.Outcome, error) {
+	for attempt := 1; ; attempt++ {
+		if err := b.ensureSynced(ctx); err != nil {
+			return nil, err
+		}
+		resp, err := b.request(ctx, Request{Op: OpExecute, Commands: cmds})
+		if err != nil {
+			// The broker may or may not have applied them: read it again next time.
+			b.synced = false
+			return nil, err
+		}
+		if resp.Error == ErrTableNotLoaded && attempt == 1 {
+			b.synced = false
+			continue
+		}
+		if resp.Error != "" {
+			return nil, errors.New(resp.Error)
+		}
+		if len(resp.Outcomes) != len(cmds) {
+			b.synced = false
+			return nil, fmt.Errorf("the plugin answered %d outcomes for %d commands", len(resp.Outcomes), len(cmds))
+		}
+		if resp.Status.Boot != b.origin.boot || resp.Status.Generation != b.origin.gen+1 {
+			// Applied to a broker that restarted since the mirror was made, or after
+			// another admin's change: read the table again before the next use.
+			b.synced = false
+			return resp.Outcomes, nil
+		}
+		b.origin.gen = resp.Status.Generation
+		mirrored, err := b.mirror.ExecuteEach(ctx, cmds)
+		if err == nil {
+			for i := range mirrored {
+				if mirrored[i].Verdict != resp.Outcomes[i].Verdict {
+					err = fmt.Errorf("%s: the mirror's verdict %d differs from the broker's %d (%s)", cmds[i], mirrored[i].Verdict, resp.Outcomes[i].Verdict, resp.Outcomes[i].Message)
+					break
+				}
+			}
+		}
+		if err != nil {
+			b.log.Info("the mirror diverged from the broker's table; reading it again", "err", err)
+			b.synced = false
+		}
+		return resp.Outcomes, nil
+	}
+}
+
+func (b *Backend) reportKicks(ctx context.Context, cmds []acl.Command, outs []embedded.Outcome) {
+	for i, o := range outs {
+		if len(o.Kicked) == 0 {
+			continue
+		}
+		k := acl.Kick{Command: cmds[i], Usernames: o.Kicked, ClientIDs: o.ClientIDs}
+		k.Command.Password = ""
+		b.kicks.Add(1)
+		b.kickedUsernames.Add(uint64(len(o.Kicked)))
+		acl.ReportKick(ctx, k)
+		if b.cfg.OnKick != nil {
+			b.cfg.OnKick(k)
+		}
+	}
+}
+
+// ensureSynced syncs unless the mirror is known to match (mu held).
+// A new connection is synced first, whatever the mirror believes: the broker behind it may
+// have restarted.
+func (b *Backend) ensureSynced(ctx context.Context) error {
+	if b.synced {
+		if sess := b.sess.Load(); sess != nil {
+			if l, err := sess.Await(ctx); err == nil && l == b.syncedLink {
+				return nil
+			}
+		}
+	}
+	return b.sync(ctx)
+}
+
+// syncAction is what sync does to make the mirror and the plugin agree.
+type syncAction int
+
+const (
+	syncNone   syncAction = iota // they agree
+	syncAdopt                    // they agree; the plugin restarted with everything on its disk
+	syncImport                   // the plugin gets the mirror
+	syncExport                   // the mirror gets the plugin's table
+)
+
+// origin is what the mirror was made from: the plugin's epoch, boot and generation.
+type origin struct {
+	epoch, boot string
+	gen         uint64
+}
+
+// decideSync picks the action for the plugin's status st, given the mirror's origin o and
+// whether the mirror is known to be o's table (synced):
+//   - a plugin without a table gets the mirror (fail closed until then);
+//   - a plugin of the mirror's epoch whose generation is below the mirror's lost changes it had
+//     acknowledged (it crashed before its disk round): it gets the mirror back, which has them;
+//   - the same boot and generation: nothing to do; the same epoch and generation after a
+//     restart: the disk had everything;
+//   - anything else (another admin's changes, a request that may or may not have been applied,
+//     another lineage, a mirror never made): the broker is the authority, the mirror reads it.
+func decideSync(st Status, o origin, synced bool) syncAction {
+	switch {
+	case !st.Loaded:
+		return syncImport
+	case o.epoch != "" && st.Epoch == o.epoch && st.Generation < o.gen:
+		return syncImport
+	case synced && st.Epoch == o.epoch && st.Generation == o.gen && st.Boot == o.boot:
+		return syncNone
+	case synced && st.Epoch == o.epoch && st.Generation == o.gen:
+		return syncAdopt
+	default:
+		return syncExport
+	}
+}
+
+// sync makes the mirror and the plugin agree (mu held); see decideSync.
+func (b *Backend) sync(ctx context.Context) error {
+	var link *session.Link
+	if sess := b.sess.Load(); sess != nil {
+		link, _ = sess.Await(ctx)
+	}
+	st, err := b.request(ctx, Request{Op: OpStatus})
+	if err != nil {
+		b.synced = false
+		return err
+	}
+	var got Status
+	switch decideSync(st.Status, b.origin, b.synced) {
+	case syncNone:
+		b.syncedLink = link
+		return nil
+	case syncAdopt:
+		got = st.Status
+	case syncImport:
+		if got, err = b.importMirror(ctx, st.Status); err != nil {
+			b.synced = false
+			return err
+		}
+	case syncExport:
+		resp, err := b.request(ctx, Request{Op: OpExport})
+		if err == nil && resp.Error != "" {
+			err = errors.New(resp.Error)
+		}
+		if err == nil && resp.Table == nil {
+			err = errors.New("export without a table")
+		}
+		if err != nil {
+			b.synced = false
+			return fmt.Errorf("mosqtable: read the broker's table: %w", err)
+		}
+		if err := b.mirror.ImportTable(*resp.Table); err != nil {
+			b.synced = false
+			return fmt.Errorf("mosqtable: mirror the broker's table: %w", err)
+		}
+		got = resp.Status
+	}
+	b.origin = origin{epoch: got.Epoch, boot: got.Boot, gen: got.Generation}
+	b.synced, b.syncedLink = true, link
+	return nil
+}
+
+// importMirror sends the mirror to the plugin in one import (in parts) and returns the
+// plugin's status after it.
+func (b *Backend) importMirror(ctx context.Context, before Status) (Status, error) {
+	t, err := b.mirror.ExportTable(nil)
+	if err != nil {
+		return Status{}, fmt.Errorf("mosqtable: export the mirror: %w", err)
+	}
+	start := time.Now()
+	parts := splitTable(t, b.cfg.MaxBatch)
+	id := fmt.Sprintf("%s-%d", b.nonce, b.seq.Add(1))
+	var resp Response
+	for i, part := range parts {
+		resp, err = b.request(ctx, Request{Op: OpImport, Table: &part, Import: id, Part: i, More: i < len(parts)-1})
+		if err == nil && resp.Error != "" {
+			err = errors.New(resp.Error)
+		}
+		if err != nil {
+			return Status{}, fmt.Errorf("mosqtable: import the table into the broker (part %d of %d): %w", i+1, len(parts), err)
+		}
+	}
+	why := "it had none"
+	if before.Loaded {
+		why = fmt.Sprintf("it restarted at generation %d, below the %d it had acknowledged", before.Generation, b.origin.gen)
+	}
+	b.log.Info("gave the broker its decision table", "why", why, "clients", len(t.State.Clients),
+		"roles", len(t.State.Roles), "groups", len(t.State.Groups), "messages", len(parts), "took", time.Since(start).String())
+	return resp.Status, nil
+}
+
+// splitTable cuts t into parts of at most n objects each (a client with its password), so that
+// every import message stays far below the broker's max_packet_size (1 MiB in
+// config/mosquitto: ≈ 0.3 KiB per object).
+func splitTable(t embedded.Table, n int) []embedded.Table {
+	var parts []embedded.Table
+	cur := func() *embedded.Table {
+		if len(parts) == 0 {
+			parts = append(parts, embedded.Table{})
+		}
+		p := &parts[len(parts)-1]
+		if len(p.State.Roles)+len(p.State.Groups)+len(p.State.Clients) >= n {
+			parts = append(parts, embedded.Table{})
+			p = &parts[len(parts)-1]
+		}
+		if p.State.Roles == nil {
+			p.Version, p.State, p.Credentials = t.Version, acl.NewState(nil, nil, nil), map[string]*embedded.Credential{}
+			p.State.DefaultACL = t.State.DefaultACL
+		}
+		return p
+	}
+	cur()
+	for _, k := range slices.Sorted(maps.Keys(t.State.Roles)) {
+		cur().State.Roles[k] = t.State.Roles[k]
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.State.Groups)) {
+		cur().State.Groups[k] = t.State.Groups[k]
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.State.Clients)) {
+		p := cur()
+		p.State.Clients[k] = t.State.Clients[k]
+		if c, ok := t.Credentials[k]; ok {
+			p.Credentials[k] = c
+		}
+	}
+	return parts
+}
+
+// Status asks the plugin for its state.
+func (b *Backend) Status(ctx context.Context) (Status, error) {
+	resp, err := b.request(ctx, Request{Op: OpStatus})
+	return resp.Status, err
+}
+
+// request sends one Request and waits for its Response (bounded by Config.Timeout).
+func (b *Backend) request(ctx context.Context, req Request) (Response, error) {
+	select {
+	case <-b.opened:
+	case <-ctx.Done():
+		return Response{}, fmt.Errorf("%w: %w", ErrNotOpen, ctx.Err())
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	sess := b.sess.Load()
+	l, err := sess.Await(ctx)
+	if err != nil {
+		return Response{}, fmt.Errorf("mosqtable: admin connection: %w", err)
+	}
+	req.ID = fmt.Sprintf("%s-%d", b.nonce, b.seq.Add(1))
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return Response{}, fmt.Errorf("mosqtable: encode %s: %w", req.Op, err)
+	}
+	ch := make(chan Response, 1)
+	b.pmu.Lock()
+	b.pending[req.ID] = ch
+	b.pmu.Unlock()
+	defer func() {
+		b.pmu.Lock()
+		delete(b.pending, req.ID)
+		b.pmu.Unlock()
+	}()
+	b.roundTrips.Add(1)
+	pr, err := sess.Publish(ctx, &paho.Publish{Topic: ControlTopic, QoS: 1, Payload: payload})
+	if err != nil {
+		return Response{}, fmt.Errorf("mosqtable: publish %s: %w", req.Op, err)
+	}
+	if pr != nil && pr.ReasonCode >= 0x80 {
+		return Response{}, fmt.Errorf("mosqtable: publish %s refused (PUBACK reason %d): is %q the plugin's admin?", req.Op, pr.ReasonCode, b.cfg.Username)
+	}
+	select {
+	case r := <-ch:
+		if r.Error == "not authorised" {
+			return r, fmt.Errorf("mosqtable: %s: the plugin does not take %q as its admin", req.Op, b.cfg.Username)
+		}
+		return r, nil
+	case <-l.Gone():
+		return Response{}, fmt.Errorf("mosqtable: %s: admin connection lost before the broker replied", req.Op)
+	case <-ctx.Done():
+		return Response{}, fmt.Errorf("mosqtable: no reply to %s from the broker: %w", req.Op, ctx.Err())
+	}
+}
+
+// dispatch hands responses to their waiters (other admins' are ignored).
+func (b *Backend) dispatch(p *paho.Publish) {
+	if p.Topic != ResponseTopic {
+		return
+	}
+	var r Response
+	if err := json.Unmarshal(p.Payload, &r); err != nil {
+		b.log.Warn("unparseable decision table response", "err", err)
+		return
+	}
+	b.pmu.Lock()
+	ch, ok := b.pending[r.ID]
+	b.pmu.Unlock()
+	if ok {
+		select {
+		case ch <- r:
+		default:
+		}
+	}
+}

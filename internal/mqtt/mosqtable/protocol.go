@@ -1,0 +1,90 @@
+// Package mosqtable puts the operator's decision table into the shipped Mosquitto: the
+// project's own Mosquitto plugin (hack/mosquitto-plugin/table, a Go c-shared library) holds
+// an embedded.Store in the broker's memory and answers CONNECT (MOSQ_EVT_BASIC_AUTH) and every
+// PUBLISH, delivery, SUBSCRIBE and UNSUBSCRIBE check (MOSQ_EVT_ACL_CHECK) from its acl.Policy:
+// the same code, hence the same decisions, as the embedded broker. The operator sends it the
+// same model commands it sends dynsec, on the plugin's own control topic; each is applied in
+// microseconds and persisted incrementally (bbolt, the objects a command touched), so a
+// change costs the broker the same at 100 and at 100 000 configured clients.
+//
+// Both ends live here: Plugin is the broker's side (no cgo: the c-shared shim only forwards
+// Mosquitto's events), Backend the operator's (an acl.Backend that mirrors the plugin's table,
+// so Observe and Check cost no round trip, and gives a broker that lost its disk the whole
+// table back in one message). docs/broker.md ("The decision-table plugin") describes it.
+package mosqtable
+
+import (
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+)
+
+// Topics of the plugin's control API (Mosquitto's $CONTROL mechanism, as dynsec's).
+const (
+	ControlTopic  = "$CONTROL/a2a-fleet/v1"
+	ResponseTopic = "$CONTROL/a2a-fleet/v1/response"
+)
+
+// The requests the plugin answers.
+const (
+	// OpExecute runs model commands (Request.Commands) in order.
+	OpExecute = "execute"
+	// OpStatus reports Status.
+	OpStatus = "status"
+	// OpExport returns the whole table (with password hashes, never plaintext).
+	OpExport = "export"
+	// OpImport replaces the whole table with Request.Table: how a broker that started with an
+	// empty disk gets its table back in one transfer. A table larger than the broker's
+	// max_packet_size comes in parts (Request.Part from 0, Request.More on all but the last)
+	// that the plugin stages and installs at once with the last.
+	OpImport = "import"
+)
+
+// Request is one message to ControlTopic.
+type Request struct {
+	// ID is echoed in the Response (several operators may share the response topic).
+	ID       string          `json:"id"`
+	Op       string          `json:"op"`
+	Commands []acl.Command   `json:"commands,omitempty"`
+	Table    *embedded.Table `json:"table,omitempty"`
+	// Import names one import transfer; Part numbers its messages from 0; More says that
+	// parts follow (the one without it installs the table).
+	Import string `json:"import,omitempty"`
+	Part   int    `json:"part,omitempty"`
+	More   bool   `json:"more,omitempty"`
+}
+
+// Response is the plugin's answer on ResponseTopic.
+type Response struct {
+	ID string `json:"id"`
+	// Error is set when the request as a whole was refused (a command the table refuses is an
+	// Outcome instead).
+	Error    string             `json:"error,omitempty"`
+	Outcomes []embedded.Outcome `json:"outcomes,omitempty"`
+	Status   Status             `json:"status"`
+	Table    *embedded.Table    `json:"table,omitempty"`
+}
+
+// Status is the plugin's state, in every Response.
+type Status struct {
+	// Loaded is false while the plugin has no table (it started on an empty disk and was
+	// never given one): only the bootstrap admin may connect, every other CONNECT is refused.
+	Loaded bool `json:"loaded"`
+	// Epoch names the table's lineage: set when a table is imported, kept across restarts
+	// with the disk.
+	Epoch string `json:"epoch,omitempty"`
+	// Boot is new at every start of the plugin: a mirror made before it may miss what the
+	// broker lost of its last changes, so the operator reads the table again.
+	Boot string `json:"boot"`
+	// Generation counts the execute and import requests applied to the table of Epoch; it is
+	// stored with every disk round and resumes from there after a restart. An admin that sees
+	// it move by more than its own requests knows another admin changed the table; one that
+	// finds it below the last it saw, after a restart, knows the broker lost changes it had
+	// acknowledged (a crash before the disk round).
+	Generation uint64 `json:"generation"`
+	Clients    int    `json:"clients"`
+	Roles      int    `json:"roles"`
+	Groups     int    `json:"groups"`
+}
+
+// ErrTableNotLoaded is the plugin's refusal of commands before it has a table.
+const ErrTableNotLoaded = "table not loaded"
