@@ -65,26 +65,37 @@ func storyEvents(payload []byte, asked map[string]bool) ([]map[string]any, any) 
 	if len(m.Parts) > 0 {
 		text = m.Parts[0].Text
 	}
+	asks := strings.HasPrefix(text, "ask") && !asked[m.TaskID]
+	if asks {
+		asked[m.TaskID] = true
+		return UserStoryEvents(m.TaskID, m.ContextID, "when?", true), req.ID
+	}
+	return UserStoryEvents(m.TaskID, m.ContextID, "echo: "+text, false), req.ID
+}
+
+// UserStoryEvents are the JSON-RPC results, in order, with which an agent of user story 08
+// answers a message of task taskID: a status update WORKING, then an artifact holding text and
+// COMPLETED with text as its status message, or, when it asks, INPUT_REQUIRED with the question
+// text. A2A v1.0 shapes, no v0.3 "final" marker.
+func UserStoryEvents(taskID, contextID, text string, asks bool) []map[string]any {
 	with := func(kv map[string]any) map[string]any {
-		kv["taskId"], kv["contextId"] = m.TaskID, m.ContextID
+		kv["taskId"], kv["contextId"] = taskID, contextID
 		return kv
 	}
 	status := func(state, text string) map[string]any {
 		st := map[string]any{"state": state}
 		if text != "" {
-			st["message"] = map[string]any{"messageId": uuid.NewString(), "role": "ROLE_AGENT", "taskId": m.TaskID, "contextId": m.ContextID,
+			st["message"] = map[string]any{"messageId": uuid.NewString(), "role": "ROLE_AGENT", "taskId": taskID, "contextId": contextID,
 				"parts": []any{map[string]any{"text": text}}}
 		}
 		return map[string]any{"statusUpdate": with(map[string]any{"status": st})}
 	}
 	events := []map[string]any{status("TASK_STATE_WORKING", "")}
-	if strings.HasPrefix(text, "ask") && !asked[m.TaskID] {
-		asked[m.TaskID] = true
-		return append(events, status("TASK_STATE_INPUT_REQUIRED", "when?")), req.ID
+	if asks {
+		return append(events, status("TASK_STATE_INPUT_REQUIRED", text))
 	}
-	answer := "echo: " + text
 	return append(events,
-		map[string]any{"artifactUpdate": with(map[string]any{"artifact": map[string]any{"artifactId": "answer-" + m.TaskID,
-			"parts": []any{map[string]any{"text": answer}}}})},
-		status("TASK_STATE_COMPLETED", answer)), req.ID
+		map[string]any{"artifactUpdate": with(map[string]any{"artifact": map[string]any{"artifactId": "answer-" + taskID,
+			"parts": []any{map[string]any{"text": text}}}})},
+		status("TASK_STATE_COMPLETED", text))
 }

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -206,26 +207,13 @@ func (a *rawAgent) serve(p *paho.Publish) {
 }
 
 // storyReplies answers a message, SendMessage or SendStreamingMessage alike, as user story 08
-// has the agent do: a status update WORKING, then (unless it stops to ask) an artifact, then the
-// final status (COMPLETED, or INPUT_REQUIRED with its question), each its own reply on the
-// request's correlation, in A2A v1.0 shapes and without v0.3's "final" marker: the state alone
-// says which event ends the stream.
+// has the agent do (brokertest.UserStoryEvents): WORKING, then an artifact and COMPLETED, or
+// INPUT_REQUIRED with its question, each its own reply on the request's correlation; the state
+// alone says which event ends the stream.
 func (a *rawAgent) storyReplies(p *paho.Publish, id any, taskID, contextID, state, answer string) {
-	result := func(r map[string]any) map[string]any { return map[string]any{"jsonrpc": "2.0", "id": id, "result": r} }
-	status := func(state string, text string) map[string]any {
-		st := map[string]any{"state": state}
-		if text != "" {
-			st["message"] = map[string]any{"messageId": uuid.NewString(), "role": "ROLE_AGENT", "taskId": taskID, "contextId": contextID,
-				"parts": []any{map[string]any{"text": text}}}
-		}
-		return result(map[string]any{"statusUpdate": map[string]any{"taskId": taskID, "contextId": contextID, "status": st}})
+	for _, ev := range brokertest.UserStoryEvents(taskID, contextID, answer, state == "TASK_STATE_INPUT_REQUIRED") {
+		a.replyFor(p, taskID, map[string]any{"jsonrpc": "2.0", "id": id, "result": ev})
 	}
-	a.replyFor(p, taskID, status("TASK_STATE_WORKING", ""))
-	if state == "TASK_STATE_COMPLETED" {
-		a.replyFor(p, taskID, result(map[string]any{"artifactUpdate": map[string]any{"taskId": taskID, "contextId": contextID,
-			"artifact": map[string]any{"artifactId": "answer-" + taskID, "parts": []any{map[string]any{"text": answer}}}}}))
-	}
-	a.replyFor(p, taskID, status(state, answer))
 }
 
 // replayOf publishes again every reply the agent sent for task, as a gated agent replaying its
