@@ -430,7 +430,7 @@ type AgentPresence struct {
 // workload that runs it.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=ag;a2a,categories={a2a,all}
+// +kubebuilder:resource:shortName=ag,categories={a2a,all}
 // +kubebuilder:printcolumn:name="Org",type=string,JSONPath=`.spec.orgID`
 // +kubebuilder:printcolumn:name="Unit",type=string,JSONPath=`.spec.unitID`
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.agentID`
