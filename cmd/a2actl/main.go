@@ -4,12 +4,16 @@
 //	a2actl agents [--org ORG]
 //	a2actl send ORG/UNIT/AGENT "text" [--stream] [--json]
 //	a2actl chat ORG/UNIT/AGENT [--state FILE]
+//	a2actl card verify ORG/UNIT/AGENT
+//	a2actl version
 //
-// Global flags (accepted anywhere): --broker (env A2A_BROKER), --username
-// (A2A_USERNAME), --password (A2A_PASSWORD), --as ORG/UNIT/AGENT (own
-// identity, default {target org}/{target unit}/a2actl-<random>), --tls-ca,
-// --tls-cert, --tls-key (A2A_TLS_CA, A2A_TLS_CERT, A2A_TLS_KEY), --timeout,
-// --json. Tracing: OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set (internal/telemetry).
+// Global flags (accepted anywhere): --broker (env A2A_BROKER), --as-agent NAME [-n NAMESPACE]
+// (A2A_AS_AGENT: the Agent's credentials Secret, read through the kubeconfig), --username
+// (A2A_USERNAME), --password (A2A_PASSWORD), --as ORG/UNIT/AGENT (own identity, default
+// {target org}/{target unit}/a2actl-<random>), --tls-ca, --tls-cert, --tls-key (A2A_TLS_CA,
+// A2A_TLS_CERT, A2A_TLS_KEY), --timeout, --json. `a2actl COMMAND -h` shows one command's
+// synopsis, examples and variables. Tracing: OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set
+// (internal/telemetry).
 package main
 
 import (

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,31 +31,27 @@ const (
 	exitTimeout     = 5
 )
 
-const usage = `a2actl - talk to A2A agents over MQTT (A2A over MQTT profile v0.1)
+const usageHead = `a2actl - talk to A2A agents over MQTT (A2A over MQTT profile v0.1)
 
 Usage:
-  a2actl agents [--org ORG] [--wait 1s]           list agents and their presence
-  a2actl send ORG/UNIT/AGENT "text" [--stream]    send one message, print the answer
-              [--task-id ID] [--context-id ID]
-              [--approve | --deny]                answer an approval request: "text" is the
-                                                  reason, sent with an approve/deny data part
-  a2actl card verify ORG/UNIT/AGENT               check an agent card's signature (verified,
-                                                  unverified = unsigned, invalid = tampered or
-                                                  signed by another key)
-  a2actl chat ORG/UNIT/AGENT [--state FILE]       interactive multi-turn conversation; when the
-                                                  agent expects an approval, answer approve/yes/
-                                                  go ahead or deny/no (or /approve, /deny REASON)
-  a2actl version                                  print the version and source commit
+`
 
+const usageGlobals = `
 Global flags (anywhere on the line):
   --broker URL        MQTT v5 broker (env A2A_BROKER, default mqtt://127.0.0.1:1883)
+  --as-agent NAME     act as the Agent NAME of the current kubeconfig context: its username,
+                      password and client ID are read from the Agent's credentials Secret (env
+                      A2A_AS_AGENT); replaces --username, --password and --as
+  -n NAMESPACE        the namespace of --as-agent (default: the kubeconfig context's)
+  --kubeconfig FILE   kubeconfig for --as-agent (default: KUBECONFIG, then ~/.kube/config)
   --username NAME     broker username (env A2A_USERNAME)
   --password PASS     broker password (env A2A_PASSWORD)
   --credentials-dir D folder with the files username, password and clientID (the Agent's
                       credentials Secret, e.g. mounted, or written by kubectl): read at every
                       connect, so a long chat survives a rotation; replaces --username and
                       --password, and clientID is the default --as (env A2A_CREDENTIALS_DIR)
-  --as ORG/UNIT/ID    own identity / MQTT Client ID (default target org/unit + a2actl-<random>)
+  --as ORG/UNIT/ID    own identity / MQTT Client ID (default target org/unit + a2actl-<random>;
+                      env A2A_AS)
   --tls-ca FILE       PEM CA bundle of the broker, for mqtts:// URLs (env A2A_TLS_CA)
   --tls-cert FILE     PEM client certificate (env A2A_TLS_CERT)
   --tls-key FILE      PEM key of the client certificate (env A2A_TLS_KEY)
@@ -72,23 +67,47 @@ Global flags (anywhere on the line):
   --json              machine-readable output
   -v                  debug logging
 
-Exit codes: 0 ok, 1 error reply / failed task, 2 usage, 3 broker unreachable,
-4 agent not registered or offline, 5 timeout.
+Exit codes: 0 ok, 1 error reply / failed task, 2 usage (or TLS settings, or --as-agent's Agent
+or Secret not readable), 3 broker unreachable, 4 agent not registered or offline, 5 timeout.
+"a2actl COMMAND -h" shows a command's synopsis, an example and the variables it reads.
 `
 
+// usage is the top-level help: every command's synopsis, then the global flags.
+func usage() string {
+	var b strings.Builder
+	b.WriteString(usageHead)
+	for _, cmd := range commands() {
+		fmt.Fprintf(&b, "  a2actl %-39s %s\n", cmd.synopsis, cmd.summary)
+	}
+	b.WriteString(usageGlobals)
+	return b.String()
+}
+
+// connectionEnv are the variables every command that connects reads.
+var connectionEnv = []string{
+	"A2A_BROKER", "A2A_AS_AGENT", "KUBECONFIG", "A2A_USERNAME", "A2A_PASSWORD", a2amqtt.EnvCredentialsDir,
+	"A2A_AS", a2amqtt.EnvTLSCA, a2amqtt.EnvTLSCert, a2amqtt.EnvTLSKey, a2amqtt.EnvCardKeys, "OTEL_EXPORTER_OTLP_ENDPOINT",
+}
+
 type globals struct {
-	broker   string
-	username string
-	password string
-	credsDir string
-	tls      a2amqtt.TLSFiles
-	cardKeys string
-	as       string
-	timeout  time.Duration
-	presence time.Duration
-	attempts int
-	json     bool
-	verbose  bool
+	broker     string
+	username   string
+	password   string
+	credsDir   string
+	asAgent    string
+	namespace  string
+	kubeconfig string
+	tls        a2amqtt.TLSFiles
+	cardKeys   string
+	as         string
+	timeout    time.Duration
+	presence   time.Duration
+	attempts   int
+	json       bool
+	verbose    bool
+	// brokerGiven is whether --broker or A2A_BROKER named the broker (an Agent's Secret that
+	// carries a broker URL is used only when neither does).
+	brokerGiven bool
 }
 
 func envOr(key, def string) string {
@@ -99,7 +118,10 @@ func envOr(key, def string) string {
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.broker, "broker", envOr("A2A_BROKER", "mqtt://127.0.0.1:1883"), "MQTT v5 broker URL")
+	fs.StringVar(&g.broker, "broker", envOr("A2A_BROKER", defaultBroker), "MQTT v5 broker URL")
+	fs.StringVar(&g.asAgent, "as-agent", envOr(envAsAgent, ""), "act as this Agent (credentials from its Secret, through the kubeconfig)")
+	fs.StringVar(&g.namespace, "n", "", "namespace of --as-agent (default: the kubeconfig context's)")
+	fs.StringVar(&g.kubeconfig, "kubeconfig", "", "kubeconfig for --as-agent (default: KUBECONFIG, ~/.kube/config)")
 	fs.StringVar(&g.username, "username", envOr("A2A_USERNAME", ""), "broker username")
 	fs.StringVar(&g.password, "password", envOr("A2A_PASSWORD", ""), "broker password")
 	fs.StringVar(&g.credsDir, "credentials-dir", envOr(a2amqtt.EnvCredentialsDir, ""), "credentials folder (username, password, clientID)")
@@ -115,9 +137,12 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.BoolVar(&g.verbose, "v", false, "debug logging")
 }
 
+// defaultBroker is `make dev`'s broker.
+const defaultBroker = "mqtt://127.0.0.1:1883"
+
 // commandIndex finds the command word, skipping global flags and their values.
 func commandIndex(args []string) int {
-	boolFlags := map[string]bool{"json": true, "v": true, "stream": true, "approve": true, "deny": true}
+	boolFlags := map[string]bool{"json": true, "v": true, "stream": true, "approve": true, "deny": true, "h": true, "help": true}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if !strings.HasPrefix(a, "-") {
@@ -150,107 +175,91 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 type cli struct {
-	g      globals
-	stdin  io.Reader
-	stdout io.Writer
-	stderr io.Writer
-	log    *slog.Logger
+	g globals
+	// agentCreds are --as-agent's, once read.
+	agentCreds *agentCredentials
+	stdin      io.Reader
+	stdout     io.Writer
+	stderr     io.Writer
+	log        *slog.Logger
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stdout, usage)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
-	}
-	if args[0] == "version" || args[0] == "--version" {
-		fmt.Fprintln(stdout, version.Get().String("a2actl"))
-		return exitOK
+	if code, done := topLevel(args, stdout); done {
+		return code
 	}
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
 	// Global flags may come before the command too: the command is the first word that is not
 	// a flag or a flag's value.
 	cmdAt := commandIndex(args)
 	if cmdAt < 0 {
-		fmt.Fprintf(stderr, "a2actl: no command\n\n%s", usage)
+		fmt.Fprintf(stderr, "a2actl: no command\n\n%s", usage())
 		return exitUsage
 	}
-	cmd := args[cmdAt]
-	rest := append(append([]string{}, args[:cmdAt]...), args[cmdAt+1:]...)
-	fs := flag.NewFlagSet("a2actl "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.g.register(fs)
-	var org, taskID, contextID, state string
-	var stream, approve, deny bool
-	var wait time.Duration
-	switch cmd {
-	case "agents":
-		fs.StringVar(&org, "org", "", "only this org")
-		fs.DurationVar(&wait, "wait", time.Second, "how long to collect retained cards")
-	case "send":
-		fs.BoolVar(&stream, "stream", false, "use SendStreamingMessage and print every event")
-		fs.StringVar(&taskID, "task-id", "", "continue this task (e.g. answer input-required)")
-		fs.StringVar(&contextID, "context-id", "", "conversation context id")
-		fs.BoolVar(&approve, "approve", false, "answer an approval request with an approve data part (text = reason)")
-		fs.BoolVar(&deny, "deny", false, "answer an approval request with a deny data part (text = reason)")
-	case "chat":
-		fs.StringVar(&state, "state", "", "conversation state file (loaded if present, saved after each turn)")
-	case "card":
-	default:
-		fmt.Fprintf(stderr, "a2actl: unknown command %q\n\n%s", cmd, usage)
+	cmd, ok := commandNamed(args[cmdAt])
+	if !ok {
+		fmt.Fprintf(stderr, "a2actl: unknown command %q\n\n%s", args[cmdAt], usage())
 		return exitUsage
+	}
+	rest := append(append([]string{}, args[:cmdAt]...), args[cmdAt+1:]...)
+	if wantsHelp(rest) {
+		fmt.Fprint(stdout, cmd.help())
+		return exitOK
+	}
+	fs := flag.NewFlagSet("a2actl "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.g.register(fs)
+	var o options
+	if cmd.flags != nil {
+		cmd.flags(fs, &o)
 	}
 	pos, err := parseInterspersed(fs, rest)
 	if err != nil {
+		fmt.Fprintf(stderr, "a2actl %s: %v\n\n%s", cmd.name, err, cmd.help())
 		return exitUsage
 	}
+	c.g.brokerGiven = os.Getenv("A2A_BROKER") != ""
+	fs.Visit(func(f *flag.Flag) { c.g.brokerGiven = c.g.brokerGiven || f.Name == "broker" })
 	level := slog.LevelWarn
 	if c.g.verbose {
 		level = slog.LevelDebug
 	}
 	c.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return cmd.run(c, ctx, &o, pos)
+}
 
-	switch cmd {
-	case "agents":
-		if len(pos) != 0 {
-			return c.usageErr("agents takes no arguments")
+// topLevel answers what needs no command: help (-h, --help, help; nothing at all is a usage
+// error) and --version.
+func topLevel(args []string, stdout io.Writer) (code int, done bool) {
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(stdout, usage())
+		return exitUsage, true
+	case args[0] == "-h" || args[0] == "--help" || (args[0] == "help" && len(args) == 1):
+		fmt.Fprint(stdout, usage())
+		return exitOK, true
+	case args[0] == "help":
+		// "a2actl help send" is "a2actl send -h".
+		if cmd, ok := commandNamed(args[1]); ok {
+			fmt.Fprint(stdout, cmd.help())
+			return exitOK, true
 		}
-		return c.agents(ctx, org, wait)
-	case "send":
-		if len(pos) != 2 {
-			return c.usageErr(`send needs ORG/UNIT/AGENT and "text"`)
-		}
-		ref, err := a2amqtt.ParseAgentRef(pos[0])
-		if err != nil {
-			return c.usageErr(err.Error())
-		}
-		if approve && deny {
-			return c.usageErr("--approve and --deny exclude each other")
-		}
-		msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(pos[1]))
-		if approve || deny {
-			msg = approvalAnswer(approve, pos[1], pos[1])
-		}
-		return c.send(ctx, ref, msg, stream, a2a.TaskID(taskID), contextID)
-	case "chat":
-		if len(pos) != 1 {
-			return c.usageErr("chat needs ORG/UNIT/AGENT")
-		}
-		ref, err := a2amqtt.ParseAgentRef(pos[0])
-		if err != nil {
-			return c.usageErr(err.Error())
-		}
-		return c.chat(ctx, ref, state)
-	case "card":
-		return c.card(ctx, pos)
+		fmt.Fprint(stdout, usage())
+		return exitUsage, true
+	case args[0] == "--version":
+		fmt.Fprintln(stdout, version.Get().String("a2actl"))
+		return exitOK, true
 	}
-	return exitUsage
+	return 0, false
+}
+
+// wantsHelp reports whether a command's arguments ask for its help.
+func wantsHelp(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" })
 }
 
 func (c *cli) usageErr(msg string) int {
-	fmt.Fprintf(c.stderr, "a2actl: %s\n\n%s", msg, usage)
+	fmt.Fprintf(c.stderr, "a2actl: %s\n\n%s", msg, usage())
 	return exitUsage
 }
 
@@ -274,27 +283,66 @@ func (c *cli) identity(target a2amqtt.AgentRef) (a2amqtt.AgentRef, error) {
 }
 
 func (c *cli) connect(ctx context.Context, target a2amqtt.AgentRef) (*a2amqtt.Conn, int) {
+	cfg, code := c.connectConfig(ctx, target)
+	if code != exitOK {
+		return nil, code
+	}
+	conn, err := a2amqtt.Connect(ctx, cfg)
+	if err != nil {
+		return nil, c.fail(exitUnreachable, fmt.Errorf("cannot connect to broker %s: %w", cfg.BrokerURL, err))
+	}
+	return conn, exitOK
+}
+
+// connectConfig is the connection the global flags describe: the broker, TLS, and who a2actl is
+// (--as-agent's Secret, --credentials-dir, or --username/--password with --as).
+func (c *cli) connectConfig(ctx context.Context, target a2amqtt.AgentRef) (a2amqtt.Config, int) {
+	if c.g.asAgent != "" {
+		if code := c.useAgentCredentials(ctx); code != exitOK {
+			return a2amqtt.Config{}, code
+		}
+	}
 	me, err := c.identity(target)
 	if err != nil {
-		return nil, c.usageErr("--as: " + err.Error())
+		return a2amqtt.Config{}, c.usageErr("--as: " + err.Error())
 	}
 	if _, err := c.g.tls.TLSConfig(); err != nil {
 		// A configuration mistake, not an unreachable broker.
 		fmt.Fprintf(c.stderr, "a2actl: TLS settings: %v\n", err)
-		return nil, exitUsage
+		return a2amqtt.Config{}, exitUsage
 	}
 	cfg := a2amqtt.Config{
 		BrokerURL: c.g.broker, Username: c.g.username, Password: c.g.password, TLSFiles: c.g.tls,
 		Agent: me, Logger: c.log, ConnectTimeout: 5 * time.Second, FailFast: true,
 	}
-	if c.g.credsDir != "" {
+	switch {
+	case c.agentCreds != nil:
+		cfg.Username, cfg.Password, cfg.Credentials = "", "", c.agentCreds.source
+		if c.agentCreds.tls != nil && c.g.tls.IsZero() {
+			cfg.TLSFiles, cfg.TLSConfig = a2amqtt.TLSFiles{}, c.agentCreds.tls
+		}
+	case c.g.credsDir != "":
 		cfg.Username, cfg.Password, cfg.Credentials = "", "", a2amqtt.CredentialsDir(c.g.credsDir)
 	}
-	conn, err := a2amqtt.Connect(ctx, cfg)
-	if err != nil {
-		return nil, c.fail(exitUnreachable, fmt.Errorf("cannot connect to broker %s: %w", c.g.broker, err))
+	return cfg, exitOK
+}
+
+// useAgentCredentials reads --as-agent's credentials Secret (once per run): the identity becomes
+// the Agent's client ID, and the Secret's broker URL is used when neither --broker nor A2A_BROKER
+// named one.
+func (c *cli) useAgentCredentials(ctx context.Context) int {
+	if c.agentCreds == nil {
+		creds, err := loadAgentCredentials(ctx, c.g.kubeconfig, c.g.namespace, c.g.asAgent)
+		if err != nil {
+			return c.fail(exitUsage, fmt.Errorf("--as-agent %s: %w", c.g.asAgent, err))
+		}
+		c.agentCreds = creds
 	}
-	return conn, exitOK
+	c.g.as = c.agentCreds.clientID
+	if c.agentCreds.brokerURL != "" && !c.g.brokerGiven {
+		c.g.broker = c.agentCreds.brokerURL
+	}
+	return exitOK
 }
 
 func closeConn(conn *a2amqtt.Conn) {
@@ -475,31 +523,49 @@ func (c *cli) checkPresence(ctx context.Context, conn *a2amqtt.Conn, ref a2amqtt
 	return exitOK
 }
 
-func (c *cli) send(ctx context.Context, ref a2amqtt.AgentRef, msg *a2a.Message, stream bool, taskID a2a.TaskID, contextID string) int {
+// session is where send and chat start: a connection as the caller's identity, the agent looked
+// up (so "not registered" and "offline" are told apart from a timeout) and a transport to it.
+type session struct {
+	conn *a2amqtt.Conn
+	tr   *a2amqtt.Transport
+}
+
+// open is the connection preamble of send and chat; the code is the exit code when it fails.
+func (c *cli) open(ctx context.Context, ref a2amqtt.AgentRef) (*session, int) {
 	conn, code := c.connect(ctx, ref)
 	if conn == nil {
-		return code
+		return nil, code
 	}
-	defer closeConn(conn)
 	if code := c.checkPresence(ctx, conn, ref); code != exitOK {
-		return code
+		closeConn(conn)
+		return nil, code
 	}
 	r, err := c.requester(ctx, conn)
 	if err != nil {
-		return c.fail(exitFailure, err)
+		closeConn(conn)
+		return nil, c.fail(exitFailure, err)
 	}
-	tr := r.Transport(ref)
-	msg.TaskID, msg.ContextID = taskID, contextID
+	return &session{conn: conn, tr: r.Transport(ref)}, exitOK
+}
+
+func (s *session) close() { closeConn(s.conn) }
+
+func (c *cli) send(ctx context.Context, ref a2amqtt.AgentRef, msg *a2a.Message, stream bool) int {
+	s, code := c.open(ctx, ref)
+	if s == nil {
+		return code
+	}
+	defer s.close()
 	req := &a2a.SendMessageRequest{Message: msg}
 	if !stream {
-		res, err := tr.SendMessage(ctx, nil, req)
+		res, err := s.tr.SendMessage(ctx, nil, req)
 		if err != nil {
 			return c.classify(ref, err)
 		}
 		return c.printResult(res)
 	}
 	var last a2a.Event
-	for ev, err := range tr.SendStreamingMessage(ctx, nil, req) {
+	for ev, err := range s.tr.SendStreamingMessage(ctx, nil, req) {
 		if err != nil {
 			return c.classify(ref, err)
 		}
@@ -581,101 +647,6 @@ func (c *cli) printEvent(ev a2a.Event) {
 		fmt.Fprintf(c.stdout, "[%s] %s%s\n", shortState(v.Status.State), a2amqtt.ResultText(v), note)
 	case *a2a.Message:
 		fmt.Fprintf(c.stdout, "agent> %s\n", a2amqtt.TextOf(v))
-	}
-}
-
-func (c *cli) chat(ctx context.Context, ref a2amqtt.AgentRef, statePath string) int {
-	conn, code := c.connect(ctx, ref)
-	if conn == nil {
-		return code
-	}
-	defer closeConn(conn)
-	if code := c.checkPresence(ctx, conn, ref); code != exitOK {
-		return code
-	}
-	r, err := c.requester(ctx, conn)
-	if err != nil {
-		return c.fail(exitFailure, err)
-	}
-	tr := r.Transport(ref)
-	conv := a2amqtt.NewConversation(tr)
-	if statePath != "" {
-		if st, err := a2amqtt.LoadConversationFile(statePath); err == nil {
-			if conv, err = a2amqtt.ResumeConversation(tr, st); err != nil {
-				return c.fail(exitFailure, err)
-			}
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return c.fail(exitFailure, err)
-		}
-	}
-	fmt.Fprintf(c.stdout, "chatting with %s (context %s); /new starts a new conversation, /quit exits\n", ref, conv.ContextID())
-	if p, ok := conv.Pending(); ok {
-		fmt.Fprintf(c.stdout, "agent asked: %s\n", p.Question)
-	}
-	in := bufio.NewScanner(c.stdin)
-	approvalHelpShown := false
-	for {
-		prompt := "you> "
-		if _, ok := conv.Pending(); ok {
-			prompt = "you (answer)> "
-		}
-		fmt.Fprint(c.stdout, prompt)
-		if !in.Scan() {
-			fmt.Fprintln(c.stdout)
-			return exitOK
-		}
-		line := strings.TrimSpace(in.Text())
-		switch line {
-		case "":
-			continue
-		case "/quit", "/exit":
-			return exitOK
-		case "/new":
-			conv = a2amqtt.NewConversation(tr)
-			fmt.Fprintf(c.stdout, "new conversation (context %s)\n", conv.ContextID())
-			continue
-		}
-		msg := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(line))
-		if approve, reason, ok := parseApprovalCommand(line); ok {
-			// /approve and /deny always send the structured answer.
-			msg = a2amqtt.ApprovalMessage(approve, reason)
-		} else if p, ok := conv.Pending(); ok && p.Continuation != nil && p.Continuation.ExpectedInput == a2amqtt.ExpectApproval {
-			if approve, _, ok := parseApproval(line); ok {
-				// The words as typed, for agents that read text, and the structured answer the
-				// hint asked for.
-				msg = approvalAnswer(approve, line, "")
-			}
-		}
-		var last a2a.Event
-		failed := false
-		for ev, err := range conv.Stream(ctx, msg) {
-			if err != nil {
-				c.classify(ref, err)
-				failed = true
-				break
-			}
-			last = ev
-			c.printEvent(ev)
-		}
-		if ctx.Err() != nil {
-			return exitOK
-		}
-		if !failed {
-			if p, ok := conv.Pending(); ok {
-				fmt.Fprintf(c.stdout, "agent asks: %s\n", p.Question)
-				if p.Continuation != nil && p.Continuation.ExpectedInput == a2amqtt.ExpectApproval && !approvalHelpShown {
-					fmt.Fprintln(c.stdout, "(answer approve, yes or go ahead to approve; deny or no to refuse; /approve or /deny REASON with a reason)")
-					approvalHelpShown = true
-				}
-			} else if last != nil && isTerminal(last) {
-				fmt.Fprintf(c.stdout, "(task done)\n")
-			}
-		}
-		if statePath != "" {
-			if err := conv.SaveFile(statePath); err != nil {
-				return c.fail(exitFailure, err)
-			}
-		}
 	}
 }
 

@@ -178,7 +178,10 @@ func (s *stack) script(setup []string, text string) string {
 func (s *stack) bash(script string) *exec.Cmd {
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Dir = s.work
-	cmd.Env = append(os.Environ(), "PWD="+s.work)
+	// The docs' commands rely on a2actl's default broker, `make dev`'s address; the test's stack
+	// listens on a free port, which a2actl's variable names (a block that exports it is rewritten
+	// by script the same way).
+	cmd.Env = append(os.Environ(), "PWD="+s.work, "A2A_BROKER="+s.brokerURL)
 	return cmd
 }
 
