@@ -254,24 +254,60 @@ func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, em
 		return nil, err
 	}
 	defer h.release(msg.TaskID, ex)
-	// Load under the execution lock: a previous execution of this task may
-	// have moved it on while we waited.
-	t, err := h.load(ctx, &msg)
+	t, err := h.begin(ctx, &msg)
+	if err != nil {
+		return nil, err
+	}
+	ec := executorContext(ctx, req, &msg, t.task)
+	r := &directRun{h: h, ctx: ctx, t: t, ex: ex, emit: emit}
+	defer func() {
+		if c, ok := h.exec.(a2asrv.AgentExecutionCleaner); ok {
+			c.Cleanup(execCtx, ec, t.task, r.execErr)
+		}
+	}()
+	defer func() {
+		// An executor that panics fails its task (as a2a-go's default handler does) instead of
+		// leaving it "working" for ever.
+		if v := recover(); v != nil {
+			r.execErr = fmt.Errorf("executor panic: %v", v)
+			res, err = h.fail(ctx, t, r.execErr, emit)
+		}
+	}()
+	defer func() {
+		// Whatever way the run ends, a deferred artifact reaches the store.
+		if ferr := r.flush(); ferr != nil && err == nil {
+			r.execErr, res, err = ferr, nil, ferr
+		}
+	}()
+	return r.loop(execCtx, ec)
+}
+
+// begin loads msg's task under the execution lock (a previous execution of this task may have
+// moved it on while this one waited) and records msg in its history, once: a retried request
+// carries the same message id.
+func (h *directHandler) begin(ctx context.Context, msg *a2a.Message) (*tracked, error) {
+	t, err := h.load(ctx, msg)
 	if err != nil {
 		return nil, err
 	}
 	msg.ContextID = t.task.ContextID
 	if !slices.ContainsFunc(t.task.History, func(m *a2a.Message) bool { return m.ID == msg.ID }) {
-		t.task.History = append(t.task.History, &msg)
-		if err := h.save(ctx, t, &msg); err != nil {
+		t.task.History = append(t.task.History, msg)
+		if err := h.save(ctx, t, msg); err != nil {
 			return nil, err
 		}
 	}
+	return t, nil
+}
+
+// executorContext is what the executor gets for msg on task: a copy of the stored task, and the
+// caller (user, service parameters, tenant) from the call context.
+func executorContext(ctx context.Context, req *a2a.SendMessageRequest, msg *a2a.Message, task *a2a.Task) *a2asrv.ExecutorContext {
 	ec := &a2asrv.ExecutorContext{
-		Message:    &msg,
-		TaskID:     t.task.ID,
-		StoredTask: copyTask(t.task),
-		ContextID:  t.task.ContextID,
+		Message:    msg,
+		TaskID:     task.ID,
+		StoredTask: copyTask(task),
+		ContextID:  task.ContextID,
 		Metadata:   req.Metadata,
 		Tenant:     req.Tenant,
 	}
@@ -281,121 +317,130 @@ func (h *directHandler) run(ctx context.Context, req *a2a.SendMessageRequest, em
 			ec.Tenant = cc.Tenant()
 		}
 	}
-	var execErr error
-	defer func() {
-		if c, ok := h.exec.(a2asrv.AgentExecutionCleaner); ok {
-			c.Cleanup(execCtx, ec, t.task, execErr)
-		}
-	}()
-	defer func() {
-		// An executor that panics fails its task (as a2a-go's default handler does) instead of
-		// leaving it "working" for ever.
-		if v := recover(); v != nil {
-			execErr = fmt.Errorf("executor panic: %v", v)
-			res, err = h.fail(ctx, t, execErr, emit)
-		}
-	}()
+	return ec
+}
+
+// directRun is one execution of a message by the direct handler: the executor's events applied
+// to the task and saved, and the error the execution ended with (for the executor's Cleanup).
+//
+// Artifact updates are applied at once but persisted together, at most artifactSaveInterval
+// after the first unsaved one (a timer, so a stalled executor does not leave the stored task
+// behind), with the next status update, or when the run ends: a stream of appends would
+// otherwise copy the whole growing task into the store per chunk (quadratic in the chunks).
+// Status updates, what a resume, a cancel or a retry reads, are persisted before they are
+// sent. mu guards t against the timer's flush.
+type directRun struct {
+	h       *directHandler
+	ctx     context.Context
+	t       *tracked
+	ex      *execution
+	emit    func(a2a.Event) bool
+	execErr error
+
+	mu      sync.Mutex
+	pending a2a.Event
+	timer   *time.Timer
+}
+
+// loop feeds the executor's events through step to the subscribers and emit, until the
+// executor ends, the stream ends, or emit stops consuming.
+func (r *directRun) loop(execCtx context.Context, ec *a2asrv.ExecutorContext) (*a2a.Task, error) {
 	first := true
-	// Artifact updates are applied at once but persisted together, at most artifactSaveInterval
-	// after the first unsaved one (a timer, so a stalled executor does not leave the stored task
-	// behind), with the next status update, or when the run ends: a stream of appends would
-	// otherwise copy the whole growing task into the store per chunk (quadratic in the chunks).
-	// Status updates, what a resume, a cancel or a retry reads, are persisted before they are
-	// sent. mu guards t against the timer's flush.
-	var (
-		mu      sync.Mutex
-		pending a2a.Event
-		timer   *time.Timer
-	)
-	flushLocked := func() error {
-		if timer != nil {
-			timer.Stop()
-			timer = nil
-		}
-		if pending == nil {
-			return nil
-		}
-		ev := pending
-		pending = nil
-		return h.save(ctx, t, ev)
-	}
-	defer func() {
-		// Whatever way the run ends, a deferred artifact reaches the store.
-		mu.Lock()
-		ferr := flushLocked()
-		mu.Unlock()
-		if ferr != nil && err == nil {
-			execErr, res, err = ferr, nil, ferr
-		}
-	}()
-	// step applies one event and saves it (or schedules the save); the deferred unlock keeps a
-	// panic here from leaving mu held for the flush below.
-	step := func(ev a2a.Event) (a2a.Event, error, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		ev, aerr := apply(t.task, ev)
-		if aerr != nil {
-			pending = nil // fail saves the whole task
-			if timer != nil {
-				timer.Stop()
-				timer = nil
-			}
-			return nil, aerr, nil
-		}
-		pending = ev
-		if _, isArtifact := ev.(*a2a.TaskArtifactUpdateEvent); !isArtifact {
-			return ev, nil, flushLocked()
-		}
-		if timer == nil {
-			timer = time.AfterFunc(artifactSaveInterval, func() {
-				mu.Lock()
-				defer mu.Unlock()
-				// A failure here is retried by the next save, which writes the whole task.
-				_ = flushLocked()
-			})
-		}
-		return ev, nil, nil
-	}
-	for ev, err := range h.exec.Execute(execCtx, ec) {
+	for ev, err := range r.h.exec.Execute(execCtx, ec) {
 		var serr error
 		if err == nil {
-			ev, err, serr = step(ev)
+			ev, err, serr = r.step(ev)
 		}
 		if err != nil {
-			execErr = err
-			mu.Lock()
-			pending = nil
-			mu.Unlock()
-			return h.fail(ctx, t, err, emit)
+			r.execErr = err
+			r.mu.Lock()
+			r.pending = nil
+			r.mu.Unlock()
+			return r.h.fail(r.ctx, r.t, err, r.emit)
 		}
 		if serr != nil {
-			if errors.Is(serr, taskstore.ErrConcurrentModification) {
-				// Canceled meanwhile: report the stored state.
-				st, gerr := h.store.Get(ctx, t.task.ID)
-				if gerr == nil && st.Task.Status.State.Terminal() {
-					emit(st.Task)
-					return st.Task, nil
-				}
-			}
-			execErr = serr
-			return nil, serr
+			return r.saveFailed(serr)
 		}
-		ex.publish(ev)
-		if !emit(ev) {
-			mu.Lock()
-			defer mu.Unlock()
-			return copyTask(t.task), nil
+		r.ex.publish(ev)
+		if !r.emit(ev) {
+			return r.snapshot(), nil
 		}
 		// An executor may open with a Task snapshot, as core A2A servers do; on a resume it
 		// still shows the interrupted state, which ends nothing (see endsStream).
-		if endsStream(ev, first) && stateEndsStream(t.task.Status.State) {
+		if endsStream(ev, first) && stateEndsStream(r.t.task.Status.State) {
 			break
 		}
 		first = false
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return copyTask(t.task), nil
+	return r.snapshot(), nil
+}
+
+// step applies one event and saves it (or schedules the save): applyErr is the executor's
+// mistake (the task fails), saveErr the store's. The deferred unlock keeps a panic here from
+// leaving mu held for the final flush.
+func (r *directRun) step(ev a2a.Event) (_ a2a.Event, applyErr, saveErr error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev, aerr := apply(r.t.task, ev)
+	if aerr != nil {
+		r.pending = nil // fail saves the whole task
+		r.stopTimerLocked()
+		return nil, aerr, nil
+	}
+	r.pending = ev
+	if _, isArtifact := ev.(*a2a.TaskArtifactUpdateEvent); !isArtifact {
+		return ev, nil, r.flushLocked()
+	}
+	if r.timer == nil {
+		r.timer = time.AfterFunc(artifactSaveInterval, func() {
+			// A failure here is retried by the next save, which writes the whole task.
+			_ = r.flush()
+		})
+	}
+	return ev, nil, nil
+}
+
+// saveFailed ends a run whose save failed: a task canceled meanwhile reports its stored state.
+func (r *directRun) saveFailed(serr error) (*a2a.Task, error) {
+	if errors.Is(serr, taskstore.ErrConcurrentModification) {
+		st, gerr := r.h.store.Get(r.ctx, r.t.task.ID)
+		if gerr == nil && st.Task.Status.State.Terminal() {
+			r.emit(st.Task)
+			return st.Task, nil
+		}
+	}
+	r.execErr = serr
+	return nil, serr
+}
+
+func (r *directRun) flush() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.flushLocked()
+}
+
+func (r *directRun) flushLocked() error {
+	r.stopTimerLocked()
+	if r.pending == nil {
+		return nil
+	}
+	ev := r.pending
+	r.pending = nil
+	return r.h.save(r.ctx, r.t, ev)
+}
+
+func (r *directRun) stopTimerLocked() {
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+}
+
+// snapshot is a copy of the task as applied so far.
+func (r *directRun) snapshot() *a2a.Task {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return copyTask(r.t.task)
 }
 
 // artifactSaveInterval bounds how stale the stored task may be behind the artifact updates

@@ -161,6 +161,41 @@ func decodeRequest(payload []byte, lim DecodeLimits, full bool) (*InboundRequest
 // decodeRequestVia is decodeRequest with the one-pass decode of send requests on or off
 // (FuzzDecodeRequest runs both and requires the same verdicts and results).
 func decodeRequestVia(payload []byte, lim DecodeLimits, full, onePass bool) (*InboundRequest, error) {
+	trimmed, err := checkPayload(payload, lim)
+	if err != nil {
+		return nil, err
+	}
+	if full && onePass {
+		if req, ok := decodeSendOnePass(trimmed); ok {
+			if err := checkSendIDs(req, lim); err != nil {
+				return nil, err
+			}
+			return req, nil
+		}
+	}
+	req, info, err := decodeEnvelope(trimmed)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case info.send:
+		if err := decodeSendParams(req, full); err != nil {
+			return nil, err
+		}
+		if err := checkSendIDs(req, lim); err != nil {
+			return nil, err
+		}
+	case info.task:
+		if err := decodeTaskParams(req); err != nil {
+			return nil, err
+		}
+	}
+	return req, nil
+}
+
+// checkPayload refuses what is not a single JSON-RPC request before parsing it: too large,
+// empty, not UTF-8, or a batch. It returns the payload without surrounding whitespace.
+func checkPayload(payload []byte, lim DecodeLimits) ([]byte, error) {
 	if lim.MaxPayloadBytes > 0 && len(payload) > lim.MaxPayloadBytes {
 		return nil, &DecodeError{Err: invalidRequest(fmt.Sprintf("payload of %d bytes exceeds the %d byte limit", len(payload), lim.MaxPayloadBytes),
 			map[string]any{"limitBytes": lim.MaxPayloadBytes, "sizeBytes": len(payload)})}
@@ -176,106 +211,103 @@ func decodeRequestVia(payload []byte, lim DecodeLimits, full, onePass bool) (*In
 		// JSON-RPC batches have no meaning on a correlated MQTT reply path.
 		return nil, &DecodeError{Err: invalidRequest("JSON-RPC batch requests are not supported over MQTT", nil)}
 	}
-	if full && onePass {
-		if req, ok := decodeSendOnePass(trimmed); ok {
-			if err := checkSendIDs(req, lim); err != nil {
-				return nil, err
-			}
-			return req, nil
-		}
-	}
+	return trimmed, nil
+}
+
+// decodeEnvelope parses and validates the JSON-RPC envelope (jsonrpc, id, method, params an
+// object) into a request whose params are still raw, with what the method table says of it.
+func decodeEnvelope(payload []byte) (*InboundRequest, methodInfo, error) {
 	var env struct {
 		JSONRPC *string         `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
 		Method  *string         `json:"method"`
 		Params  json.RawMessage `json:"params"`
 	}
-	if err := json.Unmarshal(trimmed, &env); err != nil {
+	if err := json.Unmarshal(payload, &env); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			return nil, &DecodeError{Err: invalidRequest("malformed JSON-RPC envelope: "+err.Error(), nil)}
+			return nil, methodInfo{}, &DecodeError{Err: invalidRequest("malformed JSON-RPC envelope: "+err.Error(), nil)}
 		}
-		return nil, &DecodeError{Err: rpcErrorFrom(fmt.Errorf("malformed JSON: %v: %w", err, errParse))}
+		return nil, methodInfo{}, &DecodeError{Err: rpcErrorFrom(fmt.Errorf("malformed JSON: %v: %w", err, errParse))}
 	}
 	id, ok := parseID(env.ID)
 	if !ok {
-		return nil, &DecodeError{Err: invalidRequest("JSON-RPC id must be a string, a number or null", nil)}
+		return nil, methodInfo{}, &DecodeError{Err: invalidRequest("JSON-RPC id must be a string, a number or null", nil)}
 	}
 	if env.JSONRPC == nil || *env.JSONRPC != jsonrpcVersion {
-		return nil, &DecodeError{ID: id, Err: invalidRequest(`"jsonrpc" must be "2.0"`, nil)}
+		return nil, methodInfo{}, &DecodeError{ID: id, Err: invalidRequest(`"jsonrpc" must be "2.0"`, nil)}
 	}
 	if env.Method == nil || *env.Method == "" {
-		return nil, &DecodeError{ID: id, Err: invalidRequest(`"method" is required`, nil)}
+		return nil, methodInfo{}, &DecodeError{ID: id, Err: invalidRequest(`"method" is required`, nil)}
 	}
 	info, known := methods[*env.Method]
 	if !known {
-		return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("method %q: %w", *env.Method, errMethodNotFound))}
+		return nil, methodInfo{}, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("method %q: %w", *env.Method, errMethodNotFound))}
 	}
-	req := &InboundRequest{ID: id, Method: *env.Method, Dialect: info.dialect, Params: env.Params}
-	if len(bytes.TrimSpace(env.Params)) > 0 && bytes.TrimSpace(env.Params)[0] != '{' && !bytes.Equal(bytes.TrimSpace(env.Params), []byte("null")) {
-		return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params must be an object: %w", errInvalidParams))}
+	if p := bytes.TrimSpace(env.Params); len(p) > 0 && p[0] != '{' && !bytes.Equal(p, []byte("null")) {
+		return nil, methodInfo{}, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params must be an object: %w", errInvalidParams))}
 	}
-	switch {
-	case info.send:
-		decoded := false
-		if full && info.dialect == DialectV1 && len(env.Params) > 0 {
-			// One pass into a2a-go's request type gives both the ids to validate and what the
-			// handler needs; only when it fails is the lenient id probe below used, so the
-			// errors stay those of the probe (binding) first, then a2a-go's params error.
-			var sp a2a.SendMessageRequest
-			if err := json.Unmarshal(env.Params, &sp); err == nil {
-				req.send, decoded = &sp, true
-				if sp.Message == nil {
-					return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params.message is required: %w", errInvalidParams))}
-				}
-				req.TaskID, req.ContextID, req.MessageID = string(sp.Message.TaskID), sp.Message.ContextID, sp.Message.ID
-			} else {
-				req.sendErr = paramsError(err)
+	return &InboundRequest{ID: id, Method: *env.Method, Dialect: info.dialect, Params: env.Params}, info, nil
+}
+
+// decodeSendParams reads a send method's params.message ids into req. With full (the
+// responder), A2A v1.0 params are decoded into a2a-go's request type in the same pass: it gives
+// both the ids to validate and what the handler needs. Only when that fails is the lenient id
+// probe used, so the errors stay those of the probe (binding) first, then a2a-go's params error.
+func decodeSendParams(req *InboundRequest, full bool) error {
+	if full && req.Dialect == DialectV1 && len(req.Params) > 0 {
+		var sp a2a.SendMessageRequest
+		err := json.Unmarshal(req.Params, &sp)
+		if err == nil {
+			if sp.Message == nil {
+				return &DecodeError{ID: req.ID, Err: rpcErrorFrom(fmt.Errorf("params.message is required: %w", errInvalidParams))}
 			}
+			req.send = &sp
+			req.TaskID, req.ContextID, req.MessageID = string(sp.Message.TaskID), sp.Message.ContextID, sp.Message.ID
+			return nil
 		}
-		if !decoded {
-			var p struct {
-				Message *struct {
-					TaskID    *string `json:"taskId"`
-					ContextID *string `json:"contextId"`
-					MessageID *string `json:"messageId"`
-				} `json:"message"`
-			}
-			if len(env.Params) > 0 {
-				if err := json.Unmarshal(env.Params, &p); err != nil {
-					return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params: %v: %w", err, errInvalidParams))}
-				}
-			}
-			if p.Message == nil {
-				return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params.message is required: %w", errInvalidParams))}
-			}
-			if p.Message.TaskID != nil {
-				req.TaskID = *p.Message.TaskID
-			}
-			if p.Message.ContextID != nil {
-				req.ContextID = *p.Message.ContextID
-			}
-			if p.Message.MessageID != nil {
-				req.MessageID = *p.Message.MessageID
-			}
-		}
-		if err := checkSendIDs(req, lim); err != nil {
-			return nil, err
-		}
-	case info.task:
-		var p struct {
-			ID *string `json:"id"`
-		}
-		if len(env.Params) > 0 {
-			if err := json.Unmarshal(env.Params, &p); err != nil {
-				return nil, &DecodeError{ID: id, Err: rpcErrorFrom(fmt.Errorf("params: %v: %w", err, errInvalidParams))}
-			}
-		}
-		if p.ID != nil {
-			req.TaskID = *p.ID
+		req.sendErr = paramsError(err)
+	}
+	var p struct {
+		Message *struct {
+			TaskID    *string `json:"taskId"`
+			ContextID *string `json:"contextId"`
+			MessageID *string `json:"messageId"`
+		} `json:"message"`
+	}
+	if len(req.Params) > 0 {
+		if err := json.Unmarshal(req.Params, &p); err != nil {
+			return &DecodeError{ID: req.ID, Err: rpcErrorFrom(fmt.Errorf("params: %v: %w", err, errInvalidParams))}
 		}
 	}
-	return req, nil
+	if p.Message == nil {
+		return &DecodeError{ID: req.ID, Err: rpcErrorFrom(fmt.Errorf("params.message is required: %w", errInvalidParams))}
+	}
+	req.TaskID = deref(p.Message.TaskID)
+	req.ContextID = deref(p.Message.ContextID)
+	req.MessageID = deref(p.Message.MessageID)
+	return nil
+}
+
+// decodeTaskParams reads a task method's params.id (a Task.id) into req.
+func decodeTaskParams(req *InboundRequest) error {
+	var p struct {
+		ID *string `json:"id"`
+	}
+	if len(req.Params) > 0 {
+		if err := json.Unmarshal(req.Params, &p); err != nil {
+			return &DecodeError{ID: req.ID, Err: rpcErrorFrom(fmt.Errorf("params: %v: %w", err, errInvalidParams))}
+		}
+	}
+	req.TaskID = deref(p.ID)
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // decodeSendOnePass is the responder's hot path: an A2A v1.0 SendMessage/SendStreamingMessage

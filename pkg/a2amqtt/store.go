@@ -118,40 +118,10 @@ func (s *MemoryStore) List(_ context.Context, req *a2a.ListTasksRequest) (*a2a.L
 	if pageSize < 1 || pageSize > 100 {
 		return nil, fmt.Errorf("page size must be between 1 and 100, got %d: %w", pageSize, a2a.ErrInvalidRequest)
 	}
-	s.mu.RLock()
-	var all []*memTask
-	for _, t := range s.tasks {
-		switch {
-		case req.ContextID != "" && t.task.ContextID != req.ContextID:
-			continue
-		case req.Status != a2a.TaskStateUnspecified && t.task.Status.State != req.Status:
-			continue
-		case req.StatusTimestampAfter != nil && t.task.Status.Timestamp != nil && t.task.Status.Timestamp.Before(*req.StatusTimestampAfter):
-			continue
-		}
-		all = append(all, t)
-	}
-	s.mu.RUnlock()
-	slices.SortFunc(all, func(a, b *memTask) int {
-		if c := b.updated.Compare(a.updated); c != 0 {
-			return c
-		}
-		return strings.Compare(string(b.task.ID), string(a.task.ID))
-	})
-	start := 0
-	if req.PageToken != "" {
-		at, id, err := decodeCursor(req.PageToken)
-		if err != nil {
-			return nil, err
-		}
-		start = len(all)
-		for i, t := range all {
-			c := t.updated.Compare(at)
-			if c < 0 || (c == 0 && strings.Compare(string(t.task.ID), string(id)) < 0) {
-				start = i
-				break
-			}
-		}
+	all := s.matching(req)
+	start, err := pageStart(all, req.PageToken)
+	if err != nil {
+		return nil, err
 	}
 	page := all[start:]
 	next := ""
@@ -160,24 +130,82 @@ func (s *MemoryStore) List(_ context.Context, req *a2a.ListTasksRequest) (*a2a.L
 		last := page[len(page)-1]
 		next = encodeCursor(last.updated, last.task.ID)
 	}
+	out := make([]*a2a.Task, 0, len(page))
+	for _, t := range page {
+		out = append(out, listView(t.task, req))
+	}
+	return &a2a.ListTasksResponse{Tasks: out, TotalSize: len(all), PageSize: pageSize, NextPageToken: next}, nil
+}
+
+// matching are the tasks req's filters select (context, state, status time), newest first
+// (ties by descending id, the order the cursor continues in).
+func (s *MemoryStore) matching(req *a2a.ListTasksRequest) []*memTask {
+	s.mu.RLock()
+	var all []*memTask
+	for _, t := range s.tasks {
+		if listSelects(req, t.task) {
+			all = append(all, t)
+		}
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(all, func(a, b *memTask) int {
+		if c := b.updated.Compare(a.updated); c != 0 {
+			return c
+		}
+		return strings.Compare(string(b.task.ID), string(a.task.ID))
+	})
+	return all
+}
+
+// listSelects reports whether req's filters select task.
+func listSelects(req *a2a.ListTasksRequest, task *a2a.Task) bool {
+	switch {
+	case req.ContextID != "" && task.ContextID != req.ContextID:
+		return false
+	case req.Status != a2a.TaskStateUnspecified && task.Status.State != req.Status:
+		return false
+	case req.StatusTimestampAfter != nil && task.Status.Timestamp != nil && task.Status.Timestamp.Before(*req.StatusTimestampAfter):
+		return false
+	}
+	return true
+}
+
+// pageStart is the index in all (sorted as matching sorts) of the first task after the cursor
+// token ("" starts at the beginning).
+func pageStart(all []*memTask, token string) (int, error) {
+	if token == "" {
+		return 0, nil
+	}
+	at, id, err := decodeCursor(token)
+	if err != nil {
+		return 0, err
+	}
+	for i, t := range all {
+		c := t.updated.Compare(at)
+		if c < 0 || (c == 0 && strings.Compare(string(t.task.ID), string(id)) < 0) {
+			return i, nil
+		}
+	}
+	return len(all), nil
+}
+
+// listView is a copy of task as List returns it: the last historyLength messages (default 100),
+// artifacts only when asked for.
+func listView(task *a2a.Task, req *a2a.ListTasksRequest) *a2a.Task {
 	hist := 100
 	if req.HistoryLength != nil {
 		hist = *req.HistoryLength
 	}
-	out := make([]*a2a.Task, 0, len(page))
-	for _, t := range page {
-		c := copyTask(t.task)
-		if hist == 0 {
-			c.History = []*a2a.Message{}
-		} else if hist > 0 && len(c.History) > hist {
-			c.History = c.History[len(c.History)-hist:]
-		}
-		if !req.IncludeArtifacts {
-			c.Artifacts = nil
-		}
-		out = append(out, c)
+	c := copyTask(task)
+	if hist == 0 {
+		c.History = []*a2a.Message{}
+	} else if hist > 0 && len(c.History) > hist {
+		c.History = c.History[len(c.History)-hist:]
 	}
-	return &a2a.ListTasksResponse{Tasks: out, TotalSize: len(all), PageSize: pageSize, NextPageToken: next}, nil
+	if !req.IncludeArtifacts {
+		c.Artifacts = nil
+	}
+	return c
 }
 
 func encodeCursor(t time.Time, id a2a.TaskID) string {
