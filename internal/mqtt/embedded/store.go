@@ -595,46 +595,207 @@ func done(k kickSet) reply                { return reply{verdict: acl.Applied, k
 func already(msg string, k kickSet) reply { return reply{verdict: acl.AlreadyDone, msg: msg, kick: k} }
 func refused(msg string, k kickSet) reply { return reply{verdict: acl.Refused, msg: msg, kick: k} }
 
-// applyFuncs run one command each (with mu held), as its dynsec counterpart does.
-var applyFuncs = map[acl.Op]func(*Store, acl.Command, *credential, *touchSet) reply{
+// handler runs one command (with mu held), as its dynsec counterpart does.
+type handler func(s *Store, c acl.Command, cred *credential, t *touchSet) reply
+
+// handlers are the store's commands. Most change one existing object through edit (the lookup,
+// refusal, copy and store shape once); creations, deletions (which cascade through the indexes)
+// and the commands whose checks come in another order are written out.
+var handlers = map[acl.Op]handler{
 	acl.OpSetDefaultACLAccess: (*Store).applySetDefaultACLAccess,
 	acl.OpCreateRole:          (*Store).applyCreateRole,
-	acl.OpModifyRole:          (*Store).applyModifyRole,
-	acl.OpDeleteRole:          (*Store).applyDeleteRole,
-	acl.OpAddRoleACL:          (*Store).applyAddRoleACL,
-	acl.OpRemoveRoleACL:       (*Store).applyRemoveRoleACL,
-	acl.OpCreateGroup:         (*Store).applyCreateGroup,
-	acl.OpDeleteGroup:         (*Store).applyDeleteGroup,
-	acl.OpAddGroupRole:        (*Store).applyAddGroupRole,
-	acl.OpRemoveGroupRole:     (*Store).applyRemoveGroupRole,
-	acl.OpCreateClient:        (*Store).applyCreateClient,
-	acl.OpModifyClient:        (*Store).applyModifyClient,
-	acl.OpDeleteClient:        (*Store).applyDeleteClient,
-	acl.OpSetClientPassword:   (*Store).applySetClientPassword,
-	acl.OpSetClientID:         (*Store).applySetClientID,
-	acl.OpAddClientRole:       (*Store).applyAddClientRole,
-	acl.OpRemoveClientRole:    (*Store).applyRemoveClientRole,
-	acl.OpAddGroupClient:      (*Store).applyAddGroupClient,
-	acl.OpRemoveGroupClient:   (*Store).applyRemoveGroupClient,
+	acl.OpModifyRole: edit(roles, editOptions{missing: "Role does not exist", noKick: true}, func(s *Store, c acl.Command, r *acl.Role) *reply {
+		nr := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
+		if err := nr.Validate(); err != nil {
+			return refusal("Invalid ACL topic")
+		}
+		r.ACLs = nr.ACLs // like dynsec: no disconnects
+		return nil
+	}),
+	acl.OpDeleteRole: (*Store).applyDeleteRole,
+	acl.OpAddRoleACL: edit(roles, editOptions{}, func(s *Store, c acl.Command, r *acl.Role) *reply {
+		if !c.ACL.Type.Valid() {
+			return refusal("Unknown acltype")
+		}
+		if acl.ValidateFilter(c.ACL.Topic) != nil {
+			return refusal("Invalid ACL topic")
+		}
+		if slices.ContainsFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic }) {
+			return alreadyDone("ACL with this topic already exists")
+		}
+		r.ACLs = acl.Canonical(append(slices.Clone(r.ACLs), c.ACL))
+		return nil
+	}),
+	acl.OpRemoveRoleACL: edit(roles, editOptions{}, func(s *Store, c acl.Command, r *acl.Role) *reply {
+		i := slices.IndexFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic })
+		if i < 0 {
+			return alreadyDone("ACL not found")
+		}
+		r.ACLs = slices.Delete(slices.Clone(r.ACLs), i, i+1)
+		return nil
+	}),
+	acl.OpCreateGroup: (*Store).applyCreateGroup,
+	acl.OpDeleteGroup: (*Store).applyDeleteGroup,
+	acl.OpAddGroupRole: edit(groups, editOptions{needs: roleNamed}, func(s *Store, c acl.Command, g *acl.Group) *reply {
+		if slices.ContainsFunc(g.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
+			return alreadyDone("Group is already in this role")
+		}
+		ref := acl.RoleRef{Name: c.Role, Priority: c.Priority}
+		at, _ := slices.BinarySearchFunc(g.Roles, ref, refCmp)
+		g.Roles = slices.Insert(slices.Clone(g.Roles), at, ref)
+		link(s.roleGroups, c.Role, c.Group)
+		return nil
+	}),
+	acl.OpRemoveGroupRole: edit(groups, editOptions{needs: roleNamed}, func(s *Store, c acl.Command, g *acl.Group) *reply {
+		g.Roles = slices.DeleteFunc(slices.Clone(g.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
+		unlink(s.roleGroups, c.Role, c.Group)
+		return nil
+	}),
+	acl.OpCreateClient:      (*Store).applyCreateClient,
+	acl.OpModifyClient:      (*Store).applyModifyClient,
+	acl.OpDeleteClient:      (*Store).applyDeleteClient,
+	acl.OpSetClientPassword: (*Store).applySetClientPassword,
+	acl.OpSetClientID: edit(clients, editOptions{noTouch: true}, func(s *Store, c acl.Command, cl *acl.Client) *reply {
+		cl.ClientID = c.ClientID
+		return nil
+	}),
+	acl.OpAddClientRole: edit(clients, editOptions{needs: roleNamed}, func(s *Store, c acl.Command, cl *acl.Client) *reply {
+		if slices.ContainsFunc(cl.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
+			return refusal("Internal error") // sic: dynsec 2.0.11's reply for a role the client already has
+		}
+		cl.Roles = append(slices.Clone(cl.Roles), acl.RoleRef{Name: c.Role, Priority: c.Priority})
+		return nil
+	}),
+	acl.OpRemoveClientRole: edit(clients, editOptions{needs: roleNamed}, func(s *Store, c acl.Command, cl *acl.Client) *reply {
+		cl.Roles = slices.DeleteFunc(slices.Clone(cl.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
+		return nil
+	}),
+	acl.OpAddGroupClient: edit(clients, editOptions{needs: groupNamed}, func(s *Store, c acl.Command, cl *acl.Client) *reply {
+		if slices.Contains(cl.Groups, c.Group) {
+			r := already("Client is already in this group", userKick(c.Username))
+			return &r
+		}
+		cl.Groups = append(slices.Clone(cl.Groups), c.Group)
+		return nil
+	}),
+	acl.OpRemoveGroupClient: edit(clients, editOptions{needs: groupNamed}, func(s *Store, c acl.Command, cl *acl.Client) *reply {
+		cl.Groups = slices.DeleteFunc(slices.Clone(cl.Groups), func(g string) bool { return g == c.Group })
+		return nil
+	}),
+}
+
+// refusal and alreadyDone are the early replies of an edit, which disconnect nobody.
+func refusal(msg string) *reply     { r := refused(msg, kickSet{}); return &r }
+func alreadyDone(msg string) *reply { r := already(msg, kickSet{}); return &r }
+
+// kind is how the store reads, writes and indexes one kind of object (role, group, client), for
+// edit.
+type kind[T any] struct {
+	// name is the object a command names; notFound the refusal when it does not exist.
+	name     func(acl.Command) string
+	notFound string
+	get      func(s *Store, name string) (T, bool)
+	// put stores the object and updates the store's indexes.
+	put   func(s *Store, name string, v T)
+	touch func(t *touchSet, name string)
+	// affected are the usernames whose sessions a change of the object ends.
+	affected func(s *Store, name string) kickSet
+}
+
+var (
+	roles = kind[acl.Role]{
+		name: func(c acl.Command) string { return c.Role }, notFound: "Role not found",
+		get:      func(s *Store, n string) (acl.Role, bool) { r, ok := s.state.Roles[n]; return r, ok },
+		put:      func(s *Store, n string, r acl.Role) { s.state.Roles[n] = r },
+		touch:    (*touchSet).role,
+		affected: (*Store).holders,
+	}
+	groups = kind[acl.Group]{
+		name: func(c acl.Command) string { return c.Group }, notFound: "Group not found",
+		get:      func(s *Store, n string) (acl.Group, bool) { g, ok := s.state.Groups[n]; return g, ok },
+		put:      func(s *Store, n string, g acl.Group) { s.state.Groups[n] = g },
+		touch:    (*touchSet).group,
+		affected: (*Store).memberSet,
+	}
+	clients = kind[acl.Client]{
+		name: func(c acl.Command) string { return c.Username }, notFound: "Client not found",
+		get:      func(s *Store, n string) (acl.Client, bool) { cl, ok := s.state.Clients[n]; return cl, ok },
+		put:      func(s *Store, _ string, cl acl.Client) { s.putClient(cl) },
+		touch:    (*touchSet).client,
+		affected: func(_ *Store, n string) kickSet { return userKick(n) },
+	}
+)
+
+// reference is an object a command refers to besides the one it changes, which must exist.
+type reference func(s *Store, c acl.Command) (notFound string, ok bool)
+
+func roleNamed(s *Store, c acl.Command) (string, bool) {
+	_, ok := s.state.Roles[c.Role]
+	return roles.notFound, ok
+}
+
+func groupNamed(s *Store, c acl.Command) (string, bool) {
+	_, ok := s.state.Groups[c.Group]
+	return groups.notFound, ok
+}
+
+// editOptions are how an edit departs from the common shape.
+type editOptions struct {
+	// missing replaces the kind's refusal for an object that does not exist.
+	missing string
+	// needs must exist too (checked after the object itself, as dynsec does).
+	needs reference
+	// noKick: the change disconnects nobody; noTouch: it does not change what the policy compiles.
+	noKick, noTouch bool
+}
+
+// edit is the shape of a command that changes one existing object: look it up (refused when it
+// does not exist), check what it refers to, let change edit a copy (change clones the slices it
+// alters; a non-nil reply answers early and stores nothing), store the copy, mark it for the
+// policy sync and disconnect whom it affects.
+func edit[T any](k kind[T], o editOptions, change func(s *Store, c acl.Command, v *T) *reply) handler {
+	missing := cmp.Or(o.missing, k.notFound)
+	return func(s *Store, c acl.Command, _ *credential, t *touchSet) reply {
+		name := k.name(c)
+		v, ok := k.get(s, name)
+		if !ok {
+			return refused(missing, kickSet{})
+		}
+		if o.needs != nil {
+			if msg, ok := o.needs(s, c); !ok {
+				return refused(msg, kickSet{})
+			}
+		}
+		if r := change(s, c, &v); r != nil {
+			return *r
+		}
+		k.put(s, name, v)
+		if !o.noTouch {
+			k.touch(t, name)
+		}
+		if o.noKick {
+			return done(kickSet{})
+		}
+		return done(k.affected(s, name))
+	}
 }
 
 // apply runs one command (with mu held).
 func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) reply {
-	f, ok := applyFuncs[c.Op]
+	f, ok := handlers[c.Op]
 	if !ok {
 		return refused("Unknown command", kickSet{})
 	}
 	return f(s, c, cred, t)
 }
 
-func (s *Store) applySetDefaultACLAccess(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
+func (s *Store) applySetDefaultACLAccess(c acl.Command, _ *credential, _ *touchSet) reply {
 	d := c.Default
-	st.DefaultACL = &d
+	s.state.DefaultACL = &d
 	return done(kickSet{})
 }
 
-func (s *Store) applyCreateRole(c acl.Command, cred *credential, t *touchSet) reply {
+func (s *Store) applyCreateRole(c acl.Command, _ *credential, t *touchSet) reply {
 	st := &s.state
 	if _, ok := st.Roles[c.Role]; ok {
 		if len(c.ACLs) > 0 {
@@ -652,23 +813,7 @@ func (s *Store) applyCreateRole(c acl.Command, cred *credential, t *touchSet) re
 	return done(kickSet{})
 }
 
-func (s *Store) applyModifyRole(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
-	r, ok := st.Roles[c.Role]
-	if !ok {
-		return refused("Role does not exist", kickSet{})
-	}
-	nr := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
-	if err := nr.Validate(); err != nil {
-		return refused("Invalid ACL topic", kickSet{})
-	}
-	r.ACLs = nr.ACLs
-	st.Roles[c.Role] = r // like dynsec: no disconnects
-	t.role(c.Role)
-	return done(kickSet{})
-}
-
-func (s *Store) applyDeleteRole(c acl.Command, cred *credential, t *touchSet) reply {
+func (s *Store) applyDeleteRole(c acl.Command, _ *credential, t *touchSet) reply {
 	st := &s.state
 	if _, ok := st.Roles[c.Role]; !ok {
 		return already("Role not found", kickSet{})
@@ -693,44 +838,7 @@ func (s *Store) applyDeleteRole(c acl.Command, cred *credential, t *touchSet) re
 	return done(kicked)
 }
 
-func (s *Store) applyAddRoleACL(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
-	r, ok := st.Roles[c.Role]
-	if !ok {
-		return refused("Role not found", kickSet{})
-	}
-	if !c.ACL.Type.Valid() {
-		return refused("Unknown acltype", kickSet{})
-	}
-	if acl.ValidateFilter(c.ACL.Topic) != nil {
-		return refused("Invalid ACL topic", kickSet{})
-	}
-	if slices.ContainsFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic }) {
-		return already("ACL with this topic already exists", kickSet{})
-	}
-	r.ACLs = acl.Canonical(append(slices.Clone(r.ACLs), c.ACL))
-	st.Roles[c.Role] = r
-	t.role(c.Role)
-	return done(s.holders(c.Role))
-}
-
-func (s *Store) applyRemoveRoleACL(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
-	r, ok := st.Roles[c.Role]
-	if !ok {
-		return refused("Role not found", kickSet{})
-	}
-	i := slices.IndexFunc(r.ACLs, func(a acl.ACL) bool { return a.Type == c.ACL.Type && a.Topic == c.ACL.Topic })
-	if i < 0 {
-		return already("ACL not found", kickSet{})
-	}
-	r.ACLs = slices.Delete(slices.Clone(r.ACLs), i, i+1)
-	st.Roles[c.Role] = r
-	t.role(c.Role)
-	return done(s.holders(c.Role))
-}
-
-func (s *Store) applyCreateGroup(c acl.Command, cred *credential, t *touchSet) reply {
+func (s *Store) applyCreateGroup(c acl.Command, _ *credential, t *touchSet) reply {
 	st := &s.state
 	if _, ok := st.Groups[c.Group]; ok {
 		return already("Group already exists", kickSet{})
@@ -740,7 +848,7 @@ func (s *Store) applyCreateGroup(c acl.Command, cred *credential, t *touchSet) r
 	return done(kickSet{})
 }
 
-func (s *Store) applyDeleteGroup(c acl.Command, cred *credential, t *touchSet) reply {
+func (s *Store) applyDeleteGroup(c acl.Command, _ *credential, t *touchSet) reply {
 	st := &s.state
 	if _, ok := st.Groups[c.Group]; !ok {
 		return already("Group not found", kickSet{})
@@ -757,43 +865,6 @@ func (s *Store) applyDeleteGroup(c acl.Command, cred *credential, t *touchSet) r
 	}
 	delete(s.members, c.Group)
 	return done(kicked)
-}
-
-func (s *Store) applyAddGroupRole(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
-	g, ok := st.Groups[c.Group]
-	if !ok {
-		return refused("Group not found", kickSet{})
-	}
-	if _, ok := st.Roles[c.Role]; !ok {
-		return refused("Role not found", kickSet{})
-	}
-	if slices.ContainsFunc(g.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
-		return already("Group is already in this role", kickSet{})
-	}
-	ref := acl.RoleRef{Name: c.Role, Priority: c.Priority}
-	at, _ := slices.BinarySearchFunc(g.Roles, ref, refCmp)
-	g.Roles = slices.Insert(slices.Clone(g.Roles), at, ref)
-	st.Groups[c.Group] = g
-	link(s.roleGroups, c.Role, c.Group)
-	t.group(c.Group)
-	return done(s.memberSet(c.Group))
-}
-
-func (s *Store) applyRemoveGroupRole(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
-	g, ok := st.Groups[c.Group]
-	if !ok {
-		return refused("Group not found", kickSet{})
-	}
-	if _, ok := st.Roles[c.Role]; !ok {
-		return refused("Role not found", kickSet{})
-	}
-	g.Roles = slices.DeleteFunc(slices.Clone(g.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
-	st.Groups[c.Group] = g
-	unlink(s.roleGroups, c.Role, c.Group)
-	t.group(c.Group)
-	return done(s.memberSet(c.Group))
 }
 
 func (s *Store) applyCreateClient(c acl.Command, cred *credential, t *touchSet) reply {
@@ -814,14 +885,14 @@ func (s *Store) applyCreateClient(c acl.Command, cred *credential, t *touchSet) 
 	return done(kickSet{})
 }
 
+// applyModifyClient is written out: dynsec changes the client ID and password before it looks
+// at the roles, and keeps those changes when a role is missing.
 func (s *Store) applyModifyClient(c acl.Command, cred *credential, t *touchSet) reply {
 	st := &s.state
 	cl, ok := st.Clients[c.Username]
 	if !ok {
 		return refused("Client not found", kickSet{})
 	}
-	// dynsec changes the client ID and password before it looks at the
-	// roles, and keeps those changes when a role is missing.
 	cl.ClientID = c.ClientID
 	if cred != nil {
 		s.creds[c.Username] = cred
@@ -840,7 +911,7 @@ func (s *Store) applyModifyClient(c acl.Command, cred *credential, t *touchSet) 
 	return done(userKick(c.Username))
 }
 
-func (s *Store) applyDeleteClient(c acl.Command, cred *credential, t *touchSet) reply {
+func (s *Store) applyDeleteClient(c acl.Command, _ *credential, t *touchSet) reply {
 	st := &s.state
 	if _, ok := st.Clients[c.Username]; !ok {
 		return already("Client not found", kickSet{})
@@ -852,92 +923,16 @@ func (s *Store) applyDeleteClient(c acl.Command, cred *credential, t *touchSet) 
 	return done(userKick(c.Username))
 }
 
-func (s *Store) applySetClientPassword(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
+// applySetClientPassword is written out: dynsec refuses an empty password before it looks the
+// client up.
+func (s *Store) applySetClientPassword(c acl.Command, cred *credential, _ *touchSet) reply {
 	if c.Password == "" {
 		return refused("Empty password is not allowed", kickSet{})
 	}
-	if _, ok := st.Clients[c.Username]; !ok {
+	if _, ok := s.state.Clients[c.Username]; !ok {
 		return refused("Client not found", kickSet{})
 	}
 	s.creds[c.Username] = cred
-	return done(userKick(c.Username))
-}
-
-func (s *Store) applySetClientID(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
-	cl, ok := st.Clients[c.Username]
-	if !ok {
-		return refused("Client not found", kickSet{})
-	}
-	cl.ClientID = c.ClientID
-	st.Clients[c.Username] = cl
-	return done(userKick(c.Username))
-}
-
-func (s *Store) applyAddClientRole(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
-	cl, ok := st.Clients[c.Username]
-	if !ok {
-		return refused("Client not found", kickSet{})
-	}
-	if _, ok := st.Roles[c.Role]; !ok {
-		return refused("Role not found", kickSet{})
-	}
-	if slices.ContainsFunc(cl.Roles, func(r acl.RoleRef) bool { return r.Name == c.Role }) {
-		return refused("Internal error", kickSet{}) // sic: dynsec 2.0.11's reply for a role the client already has
-	}
-	cl.Roles = append(slices.Clone(cl.Roles), acl.RoleRef{Name: c.Role, Priority: c.Priority})
-	s.putClient(cl)
-	t.client(c.Username)
-	return done(userKick(c.Username))
-}
-
-func (s *Store) applyRemoveClientRole(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
-	cl, ok := st.Clients[c.Username]
-	if !ok {
-		return refused("Client not found", kickSet{})
-	}
-	if _, ok := st.Roles[c.Role]; !ok {
-		return refused("Role not found", kickSet{})
-	}
-	cl.Roles = slices.DeleteFunc(slices.Clone(cl.Roles), func(r acl.RoleRef) bool { return r.Name == c.Role })
-	s.putClient(cl)
-	t.client(c.Username)
-	return done(userKick(c.Username))
-}
-
-func (s *Store) applyAddGroupClient(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
-	cl, ok := st.Clients[c.Username]
-	if !ok {
-		return refused("Client not found", kickSet{})
-	}
-	if _, ok := st.Groups[c.Group]; !ok {
-		return refused("Group not found", kickSet{})
-	}
-	if slices.Contains(cl.Groups, c.Group) {
-		return already("Client is already in this group", userKick(c.Username))
-	}
-	cl.Groups = append(slices.Clone(cl.Groups), c.Group)
-	s.putClient(cl)
-	t.client(c.Username)
-	return done(userKick(c.Username))
-}
-
-func (s *Store) applyRemoveGroupClient(c acl.Command, cred *credential, t *touchSet) reply {
-	st := &s.state
-	cl, ok := st.Clients[c.Username]
-	if !ok {
-		return refused("Client not found", kickSet{})
-	}
-	if _, ok := st.Groups[c.Group]; !ok {
-		return refused("Group not found", kickSet{})
-	}
-	cl.Groups = slices.DeleteFunc(slices.Clone(cl.Groups), func(g string) bool { return g == c.Group })
-	s.putClient(cl)
-	t.client(c.Username)
 	return done(userKick(c.Username))
 }
 
