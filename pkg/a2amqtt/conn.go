@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,17 +126,16 @@ type Conn struct {
 	acks *ackGate
 	// leftInSession counts the messages withheld for the session's next connection.
 	leftInSession atomic.Int64
-	// held are messages of a persistent session that arrived before any handler matched them
-	// (oldest first); Subscribe hands them to the first matching handler.
-	held []heldMessage
+	// held are messages of a persistent session that arrived before any handler matched them;
+	// Subscribe hands them to the first matching handler.
+	held heldMessages
 	// dispatchMu serialises handler calls of the receive goroutine with the hand-over of held
 	// messages in Subscribe, so a handler sees held messages before newer ones.
 	dispatchMu sync.Mutex
-	// dispatchSince is when the receive goroutine entered the current handler call (unix
-	// nanoseconds, 0 while idle): a handler that blocks stalls every message of the connection,
-	// and Alive reports it.
-	dispatchSince atomic.Int64
-	dispatchTopic atomic.Pointer[string]
+	// calls runs the handlers and knows which one runs since when (Alive).
+	calls handlerCalls
+	// resubscribe renews the broker subscriptions after a reconnect that lost them.
+	resubscribe *resubscriber
 	// dispatched counts the QoS 1 messages the handlers were given (or that were held or left
 	// in the session): with acks.delivered it tells when every message paho has read so far
 	// has been through dispatch (awaitDispatched).
@@ -224,6 +222,7 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 		subs:   newSubIndex(),
 		acks:   &ackGate{SessionManager: state.NewInMemory(), clean: cfg.SessionExpiry == 0},
 	}
+	c.held.log, c.calls.log = c.log, c.log
 	c.cardTrust.Store(cfg.CardTrust)
 	if cfg.Card != nil {
 		if c.card, err = json.Marshal(cfg.Card); err != nil {
@@ -292,6 +291,8 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	pcfg, st := setup.Config()
 	c.connState = st
+	c.resubscribe = &resubscriber{log: c.log, timeout: cfg.ConnectTimeout, state: st, closed: &c.closed,
+		subscribe: c.brokerSubscribe, wanted: c.wantsFilter}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	cm, err := autopaho.NewConnection(runCtx, pcfg)
@@ -360,16 +361,7 @@ func (c *Conn) Alive(stuck time.Duration) error {
 	if err := c.stopped(); err != nil {
 		return err
 	}
-	if since := c.dispatchSince.Load(); since != 0 {
-		if d := time.Since(time.Unix(0, since)); d > stuck {
-			topic := ""
-			if t := c.dispatchTopic.Load(); t != nil {
-				topic = *t
-			}
-			return fmt.Errorf("mqtt receive loop blocked for %s in the handler of %s", d.Round(10*time.Millisecond), topic)
-		}
-	}
-	return nil
+	return c.calls.blocked(stuck)
 }
 
 // ParseBrokerURL parses a broker address: mqtt:// (default when no scheme is given), tcp://,
@@ -417,20 +409,7 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 			}
 		})
 		c.mu.Unlock()
-		var refused []string
-		for _, f := range filters {
-			if err := c.brokerSubscribe(ctx, f); err != nil {
-				if errors.Is(err, errSubscribeRefused) {
-					c.log.Debug("resubscribe refused after reconnecting; retrying", "filter", f, "err", err)
-					refused = append(refused, f)
-					continue
-				}
-				c.logResubscribeError(f, err)
-			}
-		}
-		if len(refused) > 0 {
-			go c.retryRefused(refused)
-		}
+		c.resubscribe.renew(ctx, filters)
 	} else {
 		c.log.Debug("persistent session resumed; broker kept the subscriptions")
 	}
@@ -445,52 +424,6 @@ func (c *Conn) onUp(cm *autopaho.ConnectionManager, sessionPresent bool) {
 	}
 }
 
-// retryRefused retries resubscribes the broker refused after a reconnect, for as long as this
-// connection lasts. A refusal right after a reconnect is usually the broker's ACLs being
-// rewritten in several steps (the operator applying an Agent's rights, or re-creating a whole
-// broker state that was lost); it clears within seconds. Granting a right does not disconnect
-// the client (the operator's ACL model never kicks anyone for a grant), so without these retries
-// a client whose rights come back later would wait for ever. A refusal that persists past the
-// first attempts is reported once, at WARN, and its end at INFO; the retries then continue at
-// most every refusedRetryCap.
-func (c *Conn) retryRefused(filters []string) {
-	conn := c.connState.connection()
-	delay, waited, warned := time.Second, time.Duration(0), false
-	for len(filters) > 0 {
-		time.Sleep(delay)
-		waited += delay
-		if c.closed.Load() || !c.connState.Up() || c.connState.connection() != conn {
-			return // the next reconnect resubscribes (and retries on its own)
-		}
-		var still []string
-		for _, f := range filters {
-			if !c.subscribed(f) {
-				continue // the caller unsubscribed meanwhile
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ConnectTimeout)
-			err := c.brokerSubscribe(ctx, f)
-			cancel()
-			switch {
-			case errors.Is(err, errSubscribeRefused):
-				still = append(still, f)
-				c.log.Debug("resubscribe still refused; retrying", "filter", f, "err", err)
-			case err != nil:
-				c.logResubscribeError(f, err)
-			case warned:
-				c.log.Info("broker grants a subscription it refused after reconnecting", "filter", f, "refused_for", waited.Round(time.Second))
-			}
-		}
-		filters = still
-		if len(filters) > 0 && !warned && waited >= refusedWarnAfter {
-			warned = true
-			for _, f := range filters {
-				c.logResubscribeError(f, fmt.Errorf("subscribe %s: %w", f, errSubscribeRefused))
-			}
-		}
-		delay = min(2*delay, refusedRetryCap)
-	}
-}
-
 // refusedWarnAfter is how long a refused resubscribe may last before it is reported;
 // refusedRetryCap is the longest pause between two retries.
 const (
@@ -498,21 +431,11 @@ const (
 	refusedRetryCap  = 30 * time.Second
 )
 
-func (c *Conn) subscribed(filter string) bool {
+// wantsFilter reports whether a handler is subscribed to filter.
+func (c *Conn) wantsFilter(filter string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.subs.get(filter) != nil
-}
-
-// logResubscribeError: a SUBACK refusal (e.g. 0x87 not authorised: the ACLs changed while we
-// were away) is a real problem; a connection that dropped again during the resubscribe is not
-// (the next reconnect resubscribes).
-func (c *Conn) logResubscribeError(filter string, err error) {
-	if errors.Is(err, errSubscribeRefused) {
-		c.log.Warn("broker refuses a subscription after reconnecting: nothing arrives on it until the broker grants it (retried while connected)", "filter", filter, "err", err)
-		return
-	}
-	c.log.Debug("resubscribe interrupted; retried on the next reconnect", "filter", filter, "err", err)
 }
 
 // errSubscribeRefused marks a SUBACK with a failure reason code.
@@ -649,22 +572,10 @@ func (c *Conn) Subscribe(ctx context.Context, filter string, handler func(*paho.
 	}
 	e.handlers[id] = handler
 	e.local = false // subscribed at the broker again below
-	var mine []*paho.Publish
-	if len(c.held) > 0 {
-		kept := c.held[:0]
-		for _, h := range c.held {
-			if TopicMatches(e.match, h.p.Topic) {
-				mine = append(mine, h.p)
-			} else {
-				kept = append(kept, h)
-			}
-		}
-		clear(c.held[len(kept):])
-		c.held = kept
-	}
+	mine := c.held.claim(e.match)
 	c.mu.Unlock()
 	for _, p := range mine {
-		c.callHandler(handler, p)
+		c.calls.call(handler, p)
 	}
 	c.dispatchMu.Unlock()
 	if len(mine) > 0 {
@@ -909,47 +820,16 @@ func (c *Conn) dispatch(p *paho.Publish) {
 	}
 	unmatched := len(hs) == 0 && c.cfg.Unmatched != nil
 	if len(hs) == 0 && !unmatched && c.cfg.SessionExpiry > 0 {
-		c.holdLocked(p)
+		c.held.hold(p)
 	}
 	c.mu.Unlock()
 	if unmatched {
-		c.callHandler(c.cfg.Unmatched, p)
+		c.calls.call(c.cfg.Unmatched, p)
 		return
 	}
 	for _, h := range hs {
-		c.callHandler(h, p)
+		c.calls.call(h, p)
 	}
-}
-
-// holdLocked keeps a message of a persistent session that arrived before its handler was
-// subscribed (the broker sends queued messages right after CONNACK). Caller holds c.mu.
-func (c *Conn) holdLocked(p *paho.Publish) {
-	now := time.Now()
-	drop := 0
-	for drop < len(c.held) && (now.Sub(c.held[drop].at) > heldTTL || len(c.held)-drop >= heldMax) {
-		drop++
-	}
-	if drop > 0 {
-		c.log.Warn("dropping messages no handler claimed since the session resumed", "count", drop, "oldest_topic", c.held[0].p.Topic)
-		clear(c.held[:drop])
-		c.held = c.held[drop:]
-	}
-	c.held = append(c.held, heldMessage{p: p, at: now})
-}
-
-// callHandler runs one handler on the receive goroutine, recording when it started (Alive)
-// and recovering a panic: a panic here would kill the process from inside autopaho.
-func (c *Conn) callHandler(h func(*paho.Publish), p *paho.Publish) {
-	topic := p.Topic
-	c.dispatchTopic.Store(&topic)
-	c.dispatchSince.Store(time.Now().UnixNano())
-	defer func() {
-		c.dispatchSince.Store(0)
-		if v := recover(); v != nil {
-			c.log.Error("message handler panicked; message dropped", "topic", p.Topic, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-		}
-	}()
-	h(p)
 }
 
 // ClearCard deletes the retained agent card (unregister), using the

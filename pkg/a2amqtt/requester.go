@@ -330,98 +330,104 @@ func (r *Requester) exchange(ctx context.Context, c call, span trace.Span, handl
 // Data registered in corrs, until a first correlated reply arrives in ex's mailbox.
 func (r *Requester) firstReply(ctx context.Context, c call, span trace.Span, payload []byte, ex *exchange, corrs *[]string) (*paho.Publish, error) {
 	var lastErr error
-	var first *paho.Publish
-attempts:
-	for attempt := 1; attempt <= r.retry.MaxAttempts; attempt++ {
-		if attempt > 1 {
-			if err := sleepCtx(ctx, r.retry.Backoff(attempt-1)); err != nil {
+	for n := 1; n <= r.retry.MaxAttempts; n++ {
+		if n > 1 {
+			if err := sleepCtx(ctx, r.retry.Backoff(n-1)); err != nil {
 				return nil, errors.Join(err, lastErr)
 			}
 		}
-		topic, _ := r.topicFor(c.target, c.taskID)
-		corr := newCorrelation()
-		r.mu.Lock()
-		r.inflight[string(corr)] = ex
-		r.mu.Unlock()
-		*corrs = append(*corrs, string(corr))
-		pub := &paho.Publish{
-			Topic:   topic,
-			QoS:     1,
-			Payload: payload,
-			Properties: &paho.PublishProperties{
-				ResponseTopic:   r.reply,
-				CorrelationData: corr,
-				ContentType:     "application/json",
-			},
-		}
-		if r.opts.MessageExpiry > 0 {
-			exp := uint32(max(1, r.opts.MessageExpiry/time.Second))
-			pub.Properties.MessageExpiry = &exp
-		}
-		if c.contextID != "" && !r.opts.OmitContextIDProperty {
-			pub.Properties.User = append(pub.Properties.User, paho.UserProperty{Key: PropContextID, Value: c.contextID})
-		}
-		for k, vs := range serviceParamsFrom(ctx) {
-			for _, v := range vs {
-				pub.Properties.User = append(pub.Properties.User, paho.UserProperty{Key: k, Value: v})
-			}
-		}
-		if r.opts.Authorization != "" {
-			pub.Properties.User = append(pub.Properties.User, paho.UserProperty{Key: PropAuthorization, Value: r.opts.Authorization})
-		}
-		if attempt == 1 && span.IsRecording() {
-			span.SetAttributes(AttrTopic.String(topic))
-		}
-		InjectTraceContext(ctx, pub)
-		// Bound the wait for a reconnect, so a broker outage counts as a
-		// failed (retry-eligible) attempt instead of hanging the call.
-		resp, err := r.conn.publishWithin(ctx, pub, r.retry.FirstReplyTimeout)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			lastErr = err
-			r.log.Debug("request publish not accepted; retry-eligible", "attempt", attempt, "err", err)
-			continue
-		}
-		if resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers {
-			// Nobody listens on the request topic: the agent is offline or
-			// unregistered. Treated as "not accepted" (retry-eligible) so a
-			// restarting agent still gets the request.
-			lastErr = fmt.Errorf("%s: %w", topic, ErrNoSubscribers)
-			if first = ex.box.tryTake(); first != nil {
-				break attempts
-			}
-			continue
-		}
-		timer := time.NewTimer(r.retry.FirstReplyTimeout)
-		select {
-		case <-ex.box.notify:
-			timer.Stop()
-			first = ex.box.tryTake()
-			if first != nil {
-				break attempts
-			}
-		case <-timer.C:
-			lastErr = fmt.Errorf("%s on %s: no correlated reply within %s (attempt %d/%d): %w",
-				c.method, topic, r.retry.FirstReplyTimeout, attempt, r.retry.MaxAttempts, ErrNoReply)
-			// A late reply to an earlier attempt is still accepted: every
-			// attempt's correlation stays registered until the call ends.
-			if first = ex.box.tryTake(); first != nil {
-				break attempts
-			}
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, ctx.Err()
+		first, retryable, err := r.attempt(ctx, c, span, payload, ex, corrs, n)
+		switch {
+		case err != nil:
+			return nil, err
+		case first != nil:
+			return first, nil
+		case retryable != nil:
+			lastErr = retryable
 		}
 	}
-	if first == nil {
-		if lastErr == nil {
-			lastErr = ErrNoReply
-		}
-		return nil, fmt.Errorf("a2amqtt: %s to %s failed after %d attempts: %w", c.method, c.target, r.retry.MaxAttempts, lastErr)
+	if lastErr == nil {
+		lastErr = ErrNoReply
 	}
-	return first, nil
+	return nil, fmt.Errorf("a2amqtt: %s to %s failed after %d attempts: %w", c.method, c.target, r.retry.MaxAttempts, lastErr)
+}
+
+// attempt is attempt n of c's request: published with new Correlation Data (registered in corrs,
+// feeding ex's mailbox), then a wait of up to FirstReplyTimeout for a correlated reply, of this
+// or an earlier attempt. retryable says why there was none (nil when the wake-up was spurious);
+// err ends the call (the caller's context).
+func (r *Requester) attempt(ctx context.Context, c call, span trace.Span, payload []byte, ex *exchange, corrs *[]string, n int) (first *paho.Publish, retryable, err error) {
+	topic, _ := r.topicFor(c.target, c.taskID)
+	corr := newCorrelation()
+	r.mu.Lock()
+	r.inflight[string(corr)] = ex
+	r.mu.Unlock()
+	*corrs = append(*corrs, string(corr))
+	if n == 1 && span.IsRecording() {
+		span.SetAttributes(AttrTopic.String(topic))
+	}
+	// Bound the wait for a reconnect, so a broker outage counts as a
+	// failed (retry-eligible) attempt instead of hanging the call.
+	resp, err := r.conn.publishWithin(ctx, r.requestPublish(ctx, c, topic, corr, payload), r.retry.FirstReplyTimeout)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		r.log.Debug("request publish not accepted; retry-eligible", "attempt", n, "err", err)
+		return nil, err, nil
+	}
+	if resp != nil && resp.ReasonCode == reasonNoMatchingSubscribers {
+		// Nobody listens on the request topic: the agent is offline or
+		// unregistered. Treated as "not accepted" (retry-eligible) so a
+		// restarting agent still gets the request.
+		return ex.box.tryTake(), fmt.Errorf("%s: %w", topic, ErrNoSubscribers), nil
+	}
+	timer := time.NewTimer(r.retry.FirstReplyTimeout)
+	defer timer.Stop()
+	select {
+	case <-ex.box.notify:
+		return ex.box.tryTake(), nil, nil
+	case <-timer.C:
+		// A late reply to an earlier attempt is still accepted: every
+		// attempt's correlation stays registered until the call ends.
+		return ex.box.tryTake(), fmt.Errorf("%s on %s: no correlated reply within %s (attempt %d/%d): %w",
+			c.method, topic, r.retry.FirstReplyTimeout, n, r.retry.MaxAttempts, ErrNoReply), nil
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+// requestPublish is the PUBLISH of one attempt: the request with the reply topic, the attempt's
+// Correlation Data, the message expiry, and the user properties (context id, service parameters,
+// authorization, trace context).
+func (r *Requester) requestPublish(ctx context.Context, c call, topic string, corr, payload []byte) *paho.Publish {
+	pub := &paho.Publish{
+		Topic:   topic,
+		QoS:     1,
+		Payload: payload,
+		Properties: &paho.PublishProperties{
+			ResponseTopic:   r.reply,
+			CorrelationData: corr,
+			ContentType:     "application/json",
+		},
+	}
+	if r.opts.MessageExpiry > 0 {
+		exp := uint32(max(1, r.opts.MessageExpiry/time.Second))
+		pub.Properties.MessageExpiry = &exp
+	}
+	if c.contextID != "" && !r.opts.OmitContextIDProperty {
+		pub.Properties.User = append(pub.Properties.User, paho.UserProperty{Key: PropContextID, Value: c.contextID})
+	}
+	for k, vs := range serviceParamsFrom(ctx) {
+		for _, v := range vs {
+			pub.Properties.User = append(pub.Properties.User, paho.UserProperty{Key: k, Value: v})
+		}
+	}
+	if r.opts.Authorization != "" {
+		pub.Properties.User = append(pub.Properties.User, paho.UserProperty{Key: PropAuthorization, Value: r.opts.Authorization})
+	}
+	InjectTraceContext(ctx, pub)
+	return pub
 }
 
 // stream feeds first and every later reply correlated like it to handle, until handle is done.
