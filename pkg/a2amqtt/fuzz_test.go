@@ -27,50 +27,62 @@ func FuzzDecodeRequest(f *testing.F) {
 			full := i >= 2
 			req, err := decodeRequest(payload, lim, full)
 			if full {
-				// The one-pass decode of send requests answers exactly what the two-pass decode
-				// (the previous decoder, kept behind it) does: the same verdict, the same error,
-				// the same request (Params, the raw params the two-pass decode keeps, aside:
-				// nothing reads it once they are decoded).
-				slow, serr := decodeRequestVia(payload, lim, true, false)
-				switch {
-				case (err == nil) != (serr == nil):
-					t.Fatalf("one-pass %v vs two-pass %v", err, serr)
-				case err != nil && !sameDecodeError(err, serr):
-					t.Fatalf("errors differ: one-pass %#v, two-pass %#v", err, serr)
-				case err == nil:
-					fast := *req
-					fast.Params, slow.Params = nil, nil
-					if !reflect.DeepEqual(&fast, slow) {
-						t.Fatalf("one-pass %+v vs two-pass %+v", fast, slow)
-					}
-				}
+				checkOnePassMatchesTwoPass(t, payload, lim, req, err)
 			}
-			if full && err == nil && req.send != nil && req.send.Message != nil && string(req.send.Message.TaskID) != req.TaskID {
-				t.Fatalf("one-pass decode: ids %q vs message %q", req.TaskID, req.send.Message.TaskID)
-			}
-			if err != nil {
-				de, ok := err.(*DecodeError)
-				if !ok || de.Err == nil || de.Err.Code == 0 || de.Err.Message == "" {
-					t.Fatalf("rejection is not a usable JSON-RPC error: %#v", err)
-				}
-				out := encodeError(de.ID, de.Err)
-				var back rpcResponse
-				if jerr := json.Unmarshal(out, &back); jerr != nil || back.Error == nil || back.Error.Code != de.Err.Code {
-					t.Fatalf("error reply does not round-trip: %v %s", jerr, out)
-				}
-				continue
-			}
-			if req.Method == "" || req.Dialect == 0 {
-				t.Fatalf("accepted request without method/dialect: %+v", req)
-			}
-			if lim.MaxPayloadBytes > 0 && len(payload) > lim.MaxPayloadBytes {
-				t.Fatalf("accepted oversized payload (%d bytes)", len(payload))
-			}
-			if lim.RequireTaskID && methods[req.Method].send && req.Dialect == DialectV1 && !validTaskID(req.TaskID) {
-				t.Fatalf("accepted v1 send without a valid Task.id: %q", req.TaskID)
-			}
+			checkDecodeVerdict(t, payload, lim, req, err)
 		}
 	})
+}
+
+// checkOnePassMatchesTwoPass: the one-pass decode of send requests answers exactly what the
+// two-pass decode (the previous decoder, kept behind it) does: the same verdict, the same error,
+// the same request (Params, the raw params the two-pass decode keeps, aside: nothing reads it
+// once they are decoded).
+func checkOnePassMatchesTwoPass(t *testing.T, payload []byte, lim DecodeLimits, req *InboundRequest, err error) {
+	t.Helper()
+	slow, serr := decodeRequestVia(payload, lim, true, false)
+	switch {
+	case (err == nil) != (serr == nil):
+		t.Fatalf("one-pass %v vs two-pass %v", err, serr)
+	case err != nil && !sameDecodeError(err, serr):
+		t.Fatalf("errors differ: one-pass %#v, two-pass %#v", err, serr)
+	case err == nil:
+		fast := *req
+		fast.Params, slow.Params = nil, nil
+		if !reflect.DeepEqual(&fast, slow) {
+			t.Fatalf("one-pass %+v vs two-pass %+v", fast, slow)
+		}
+		if req.send != nil && req.send.Message != nil && string(req.send.Message.TaskID) != req.TaskID {
+			t.Fatalf("one-pass decode: ids %q vs message %q", req.TaskID, req.send.Message.TaskID)
+		}
+	}
+}
+
+// checkDecodeVerdict: a rejection is a JSON-RPC error the responder can publish; an accepted
+// request has a method and dialect and keeps the limits.
+func checkDecodeVerdict(t *testing.T, payload []byte, lim DecodeLimits, req *InboundRequest, err error) {
+	t.Helper()
+	if err != nil {
+		de, ok := err.(*DecodeError)
+		if !ok || de.Err == nil || de.Err.Code == 0 || de.Err.Message == "" {
+			t.Fatalf("rejection is not a usable JSON-RPC error: %#v", err)
+		}
+		out := encodeError(de.ID, de.Err)
+		var back rpcResponse
+		if jerr := json.Unmarshal(out, &back); jerr != nil || back.Error == nil || back.Error.Code != de.Err.Code {
+			t.Fatalf("error reply does not round-trip: %v %s", jerr, out)
+		}
+		return
+	}
+	if req.Method == "" || req.Dialect == 0 {
+		t.Fatalf("accepted request without method/dialect: %+v", req)
+	}
+	if lim.MaxPayloadBytes > 0 && len(payload) > lim.MaxPayloadBytes {
+		t.Fatalf("accepted oversized payload (%d bytes)", len(payload))
+	}
+	if lim.RequireTaskID && methods[req.Method].send && req.Dialect == DialectV1 && !validTaskID(req.TaskID) {
+		t.Fatalf("accepted v1 send without a valid Task.id: %q", req.TaskID)
+	}
 }
 
 // errorTimestamp is the time an error's ErrorInfo was built (it may differ between two calls).
