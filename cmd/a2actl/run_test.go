@@ -43,87 +43,117 @@ func TestCLI(t *testing.T) {
 		startAgent(t, b, agents.KindEcho, echo)
 		startAgent(t, b, agents.KindConfirm, confirm)
 		broker := "--broker=" + b.URL()
-
-		code, out, errOut := runCLI(t, "", "agents", broker, "--wait=500ms")
-		if code != exitOK || !strings.Contains(out, "demo/default/echo") || !strings.Contains(out, "online") || !strings.Contains(out, "demo/default/confirm") {
-			t.Fatalf("agents: %d\n%s\n%s", code, out, errOut)
-		}
-		code, out, _ = runCLI(t, "", "agents", broker, "--wait=500ms", "--json")
-		var rows []map[string]any
-		if code != exitOK || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 || rows[1]["status"] != "online" {
-			t.Fatalf("agents --json: %d %s", code, out)
-		}
-
-		code, out, errOut = runCLI(t, "", "send", "demo/default/echo", "hello there", broker)
-		if code != exitOK || !strings.Contains(out, "echo: hello there") || !strings.Contains(out, "completed") {
-			t.Fatalf("send: %d\n%s\n%s", code, out, errOut)
-		}
-		code, out, _ = runCLI(t, "", "send", broker, "--json", "demo/default/echo", "as json")
-		var res map[string]map[string]any
-		if code != exitOK || json.Unmarshal([]byte(out), &res) != nil || res["task"]["status"].(map[string]any)["state"] != "TASK_STATE_COMPLETED" {
-			t.Fatalf("send --json: %d %s", code, out)
-		}
-		code, out, _ = runCLI(t, "", "send", broker, "--stream", "demo/default/echo", "streamed")
-		if code != exitOK || !strings.Contains(out, "[working]") || !strings.Contains(out, "[artifact] streamed") || !strings.Contains(out, "[completed] echo: streamed") {
-			t.Fatalf("send --stream: %d %s", code, out)
-		}
-
-		// Not registered → exit 4 with a clear message.
-		code, _, errOut = runCLI(t, "", "send", broker, "--presence-wait=300ms", "demo/default/nobody", "hi")
-		if code != exitOffline || !strings.Contains(errOut, "not registered") {
-			t.Fatalf("unknown agent: %d %s", code, errOut)
-		}
-		// Broker unreachable → exit 3.
-		code, _, errOut = runCLI(t, "", "send", "--broker=mqtt://127.0.0.1:1", "demo/default/echo", "hi")
-		if code != exitUnreachable || !strings.Contains(errOut, "cannot connect to broker") {
-			t.Fatalf("unreachable: %d %s", code, errOut)
-		}
-		// JSON-RPC error: a message to a finished task → code + data shown.
-		code, _, errOut = runCLI(t, "", "send", broker, "--json", "--task-id", "0b9c2f4e-3a43-4d1c-9a55-7f0d1b2f6c11", "--context-id", "c1", "demo/default/confirm", "first")
-		if code != exitOK {
-			t.Fatalf("confirm first: %d %s", code, errOut)
-		}
-		code, _, errOut = runCLI(t, "", "send", broker, "--json", "--task-id", "0b9c2f4e-3a43-4d1c-9a55-7f0d1b2f6c11", "--context-id", "other", "demo/default/confirm", "hijack")
-		if code != exitFailure || !strings.Contains(errOut, `"code":-32602`) {
-			t.Fatalf("context mismatch: %d %s", code, errOut)
-		}
-
-		// Interactive chat: the agent asks, the user answers, the task resumes.
-		code, out, errOut = runCLI(t, "deploy v3\nnot yet\ngo ahead\n/quit\n", "chat", broker, "demo/default/confirm")
-		if code != exitOK {
-			t.Fatalf("chat: %d %s", code, errOut)
-		}
-		for _, want := range []string{"agent asks: " + agents.ConfirmPrompt("do deploy v3"), "you (answer)> ", "agent asks: " + agents.ConfirmReask, "[completed] Done: do deploy v3", "(task done)"} {
-			if !strings.Contains(out, want) {
-				t.Fatalf("chat output lacks %q:\n%s", want, out)
-			}
-		}
-		// The continuation hint is shown, approvals are answered with words or /deny REASON.
-		code, out, errOut = runCLI(t, "deploy v4\n/deny change freeze\ndeploy v5\nyes\n/quit\n", "chat", broker, "demo/default/confirm")
-		if code != exitOK {
-			t.Fatalf("chat approvals: %d %s", code, errOut)
-		}
-		for _, want := range []string{
-			"[input-required] " + agents.ConfirmPrompt("do deploy v4") + " (approval expected: answer approve/deny)",
-			"(answer approve, yes or go ahead to approve; deny or no to refuse; /approve or /deny REASON with a reason)",
-			"[canceled] Not done: do deploy v4 (denied: change freeze)",
-			"[completed] Done: do deploy v5",
-		} {
-			if !strings.Contains(out, want) {
-				t.Fatalf("chat output lacks %q:\n%s", want, out)
-			}
-		}
-		// send --approve answers a pending approval by task id.
-		const approvalTask = "5d6f2b7e-7c1a-4e0b-9a41-2b8c7d9e0f13"
-		code, out, errOut = runCLI(t, "", "send", broker, "--task-id", approvalTask, "--context-id", "c-approve", "demo/default/confirm", "rotate keys")
-		if code != exitOK || !strings.Contains(out, "(approval expected: answer approve/deny)") || !strings.Contains(out, `--approve|--deny "reason"`) {
-			t.Fatalf("send to confirm: %d %s %s", code, out, errOut)
-		}
-		code, out, errOut = runCLI(t, "", "send", broker, "--approve", "--task-id", approvalTask, "--context-id", "c-approve", "demo/default/confirm", "checked the plan")
-		if code != exitOK || !strings.Contains(out, "Done: do rotate keys") {
-			t.Fatalf("send --approve: %d %s %s", code, out, errOut)
-		}
+		testAgentsCommand(t, broker)
+		testSendCommand(t, broker)
+		testCLIErrors(t, broker)
+		testChatCommand(t, broker)
+		testSendApproval(t, broker)
 	})
+}
+
+func testAgentsCommand(t *testing.T, broker string) {
+	t.Helper()
+	code, out, errOut := runCLI(t, "", "agents", broker, "--wait=500ms")
+	if code != exitOK || !strings.Contains(out, "demo/default/echo") || !strings.Contains(out, "online") || !strings.Contains(out, "demo/default/confirm") {
+		t.Fatalf("agents: %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "", "agents", broker, "--wait=500ms", "--json")
+	var rows []map[string]any
+	if code != exitOK || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 || rows[1]["status"] != "online" {
+		t.Fatalf("agents --json: %d %s", code, out)
+	}
+}
+
+func testSendCommand(t *testing.T, broker string) {
+	t.Helper()
+	var code int
+	var out, errOut string
+
+	code, out, errOut = runCLI(t, "", "send", "demo/default/echo", "hello there", broker)
+	if code != exitOK || !strings.Contains(out, "echo: hello there") || !strings.Contains(out, "completed") {
+		t.Fatalf("send: %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "", "send", broker, "--json", "demo/default/echo", "as json")
+	var res map[string]map[string]any
+	if code != exitOK || json.Unmarshal([]byte(out), &res) != nil || res["task"]["status"].(map[string]any)["state"] != "TASK_STATE_COMPLETED" {
+		t.Fatalf("send --json: %d %s", code, out)
+	}
+	code, out, _ = runCLI(t, "", "send", broker, "--stream", "demo/default/echo", "streamed")
+	if code != exitOK || !strings.Contains(out, "[working]") || !strings.Contains(out, "[artifact] streamed") || !strings.Contains(out, "[completed] echo: streamed") {
+		t.Fatalf("send --stream: %d %s", code, out)
+	}
+}
+
+func testCLIErrors(t *testing.T, broker string) {
+	t.Helper()
+	var code int
+	var errOut string
+
+	// Not registered → exit 4 with a clear message.
+	code, _, errOut = runCLI(t, "", "send", broker, "--presence-wait=300ms", "demo/default/nobody", "hi")
+	if code != exitOffline || !strings.Contains(errOut, "not registered") {
+		t.Fatalf("unknown agent: %d %s", code, errOut)
+	}
+	// Broker unreachable → exit 3.
+	code, _, errOut = runCLI(t, "", "send", "--broker=mqtt://127.0.0.1:1", "demo/default/echo", "hi")
+	if code != exitUnreachable || !strings.Contains(errOut, "cannot connect to broker") {
+		t.Fatalf("unreachable: %d %s", code, errOut)
+	}
+	// JSON-RPC error: a message to a finished task → code + data shown.
+	code, _, errOut = runCLI(t, "", "send", broker, "--json", "--task-id", "0b9c2f4e-3a43-4d1c-9a55-7f0d1b2f6c11", "--context-id", "c1", "demo/default/confirm", "first")
+	if code != exitOK {
+		t.Fatalf("confirm first: %d %s", code, errOut)
+	}
+	code, _, errOut = runCLI(t, "", "send", broker, "--json", "--task-id", "0b9c2f4e-3a43-4d1c-9a55-7f0d1b2f6c11", "--context-id", "other", "demo/default/confirm", "hijack")
+	if code != exitFailure || !strings.Contains(errOut, `"code":-32602`) {
+		t.Fatalf("context mismatch: %d %s", code, errOut)
+	}
+}
+
+func testChatCommand(t *testing.T, broker string) {
+	t.Helper()
+	var code int
+	var out, errOut string
+
+	// Interactive chat: the agent asks, the user answers, the task resumes.
+	code, out, errOut = runCLI(t, "deploy v3\nnot yet\ngo ahead\n/quit\n", "chat", broker, "demo/default/confirm")
+	if code != exitOK {
+		t.Fatalf("chat: %d %s", code, errOut)
+	}
+	for _, want := range []string{"agent asks: " + agents.ConfirmPrompt("do deploy v3"), "you (answer)> ", "agent asks: " + agents.ConfirmReask, "[completed] Done: do deploy v3", "(task done)"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("chat output lacks %q:\n%s", want, out)
+		}
+	}
+	// The continuation hint is shown, approvals are answered with words or /deny REASON.
+	code, out, errOut = runCLI(t, "deploy v4\n/deny change freeze\ndeploy v5\nyes\n/quit\n", "chat", broker, "demo/default/confirm")
+	if code != exitOK {
+		t.Fatalf("chat approvals: %d %s", code, errOut)
+	}
+	for _, want := range []string{
+		"[input-required] " + agents.ConfirmPrompt("do deploy v4") + " (approval expected: answer approve/deny)",
+		"(answer approve, yes or go ahead to approve; deny or no to refuse; /approve or /deny REASON with a reason)",
+		"[canceled] Not done: do deploy v4 (denied: change freeze)",
+		"[completed] Done: do deploy v5",
+	} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("chat output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func testSendApproval(t *testing.T, broker string) {
+	t.Helper()
+	// send --approve answers a pending approval by task id.
+	const approvalTask = "5d6f2b7e-7c1a-4e0b-9a41-2b8c7d9e0f13"
+	code, out, errOut := runCLI(t, "", "send", broker, "--task-id", approvalTask, "--context-id", "c-approve", "demo/default/confirm", "rotate keys")
+	if code != exitOK || !strings.Contains(out, "(approval expected: answer approve/deny)") || !strings.Contains(out, `--approve|--deny "reason"`) {
+		t.Fatalf("send to confirm: %d %s %s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "", "send", broker, "--approve", "--task-id", approvalTask, "--context-id", "c-approve", "demo/default/confirm", "checked the plan")
+	if code != exitOK || !strings.Contains(out, "Done: do rotate keys") {
+		t.Fatalf("send --approve: %d %s %s", code, out, errOut)
+	}
 }
 
 func TestParseApproval(t *testing.T) {
