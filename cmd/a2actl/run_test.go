@@ -184,6 +184,33 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// TestCommandHelp: `a2actl COMMAND -h` (and `a2actl help COMMAND`) prints the command's
+// synopsis, an example and the environment variables it reads, on stdout, with exit 0.
+func TestCommandHelp(t *testing.T) {
+	for _, cmd := range commands() {
+		for _, args := range [][]string{{cmd.name, "-h"}, {"--json", cmd.name, "--help"}, {"help", cmd.name}} {
+			code, out, errOut := runCLI(t, "", args...)
+			if code != exitOK || errOut != "" || !strings.HasPrefix(out, "Usage: a2actl "+cmd.synopsis+"\n") || !strings.Contains(out, "\nExamples:\n  ") {
+				t.Fatalf("%q: exit %d\n%s\n%s", args, code, out, errOut)
+			}
+			if cmd.connects && (!strings.Contains(out, "A2A_BROKER") || !strings.Contains(out, envAsAgent) || !strings.Contains(out, "KUBECONFIG")) {
+				t.Fatalf("%q does not name the environment variables:\n%s", args, out)
+			}
+		}
+	}
+	code, out, _ := runCLI(t, "", "-h")
+	if code != exitOK || !strings.Contains(out, "a2actl chat ORG/UNIT/AGENT") || !strings.Contains(out, "--as-agent NAME") {
+		t.Fatalf("a2actl -h: %d\n%s", code, out)
+	}
+	if code, out, _ := runCLI(t, "", "version"); code != exitOK || !strings.HasPrefix(out, "a2actl ") {
+		t.Fatalf("a2actl version: %d %s", code, out)
+	}
+	// A flag the command does not take: its help on stderr, exit 2.
+	if code, _, errOut := runCLI(t, "", "agents", "--stream"); code != exitUsage || !strings.Contains(errOut, "Usage: a2actl agents") {
+		t.Fatalf("agents --stream: %d %s", code, errOut)
+	}
+}
+
 // TestCLIOfflineAgent: an agent whose connection died (LWT: offline) is
 // reported as offline (Mosquitto answers PUBACK 0x10, exit 4) or as a
 // timeout (mochi never reports "no subscribers", exit 5).
