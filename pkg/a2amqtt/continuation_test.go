@@ -100,6 +100,13 @@ func TestInputRequiredHelper(t *testing.T) {
 	if !ok || i.Continuation == nil || *i.Continuation != hint || !i.ExpectsApproval() || i.Question() != "deploy?" || i.HintError != nil {
 		t.Fatalf("InterruptionOf: %+v %v", i, ok)
 	}
+	checkInterruptionKinds(t, info, ev)
+}
+
+// checkInterruptionKinds: auth-required has a default question; a Task in input-required is an
+// interruption with its hint, working is none, and a malformed hint is reported.
+func checkInterruptionKinds(t *testing.T, info a2a.TaskInfo, ev *a2a.TaskStatusUpdateEvent) {
+	t.Helper()
 	auth := AuthRequired(info, nil, Continuation{ExpectedInput: ExpectCredential})
 	if auth.Status.State != a2a.TaskStateAuthRequired || TextOf(auth.Status.Message) != "Credentials expected." {
 		t.Fatalf("auth-required: %+v", auth.Status)

@@ -166,120 +166,150 @@ func TestSeed000MultiTurn(t *testing.T) {
 			t.Fatalf("context id %q is not a UUID", conv.ContextID())
 		}
 
-		// Turn 1: new context C, new task T1.
-		res, err := conv.Send(ctx, "My name is Ada")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t1 := asTask(t, res)
-		if t1.ContextID != conv.ContextID() || t1.Status.State != a2a.TaskStateCompleted || !strings.Contains(a2amqtt.ResultText(t1), "start of our conversation") {
-			t.Fatalf("turn 1: %+v %q", t1.Status.State, a2amqtt.ResultText(t1))
-		}
-
-		// Turn 2: new task T2 in C; the answer uses turn 1.
-		res, err = conv.Send(ctx, "What is my name?")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t2 := asTask(t, res)
-		if t2.ID == t1.ID || t2.ContextID != t1.ContextID {
-			t.Fatalf("turn 2 must be a new task in the same context: t1=%s t2=%s ctx %s/%s", t1.ID, t2.ID, t1.ContextID, t2.ContextID)
-		}
-		if ans := a2amqtt.ResultText(t2); !strings.Contains(ans, `"My name is Ada"`) || !strings.Contains(ans, "Turn 2") {
-			t.Fatalf("turn 2 answer ignores turn 1: %q", ans)
-		}
-
-		// Interrupted task T3: streams partial results, stops at
-		// input-required (stream-final), resumed with the same Task.id and
-		// context and fresh Correlation Data.
-		var states []a2a.TaskState
-		for ev, err := range conv.Stream(ctx, a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("remind me to call Bob"))) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			if su, ok := ev.(*a2a.TaskStatusUpdateEvent); ok {
-				states = append(states, su.Status.State)
-			}
-		}
-		if len(states) != 2 || states[0] != a2a.TaskStateWorking || states[1] != a2a.TaskStateInputRequired {
-			t.Fatalf("T3 stream states %v, want [working input-required]", states)
-		}
-		pending, ok := conv.Pending()
-		if !ok || pending.Question != agents.MemoryQuestion || pending.State != a2a.TaskStateInputRequired {
-			t.Fatalf("pending %+v %v", pending, ok)
-		}
-		// Persist and reload the conversation between the question and the
-		// answer, as a CLI would across runs.
-		path := filepath.Join(t.TempDir(), "conv.json")
-		if err := conv.SaveFile(path); err != nil {
-			t.Fatal(err)
-		}
-		st, err := a2amqtt.LoadConversationFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conv, err = a2amqtt.ResumeConversation(tr, st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err = conv.Send(ctx, "tomorrow at 9")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t3 := asTask(t, res)
-		if t3.ID != pending.TaskID || t3.Status.State != a2a.TaskStateCompleted || !strings.Contains(a2amqtt.ResultText(t3), "to call Bob tomorrow at 9") {
-			t.Fatalf("resume: id %s (want %s) state %s text %q", t3.ID, pending.TaskID, t3.Status.State, a2amqtt.ResultText(t3))
-		}
-		if _, ok := conv.Pending(); ok {
-			t.Fatal("pending task not cleared after completion")
-		}
-		reqs := w.waitFor(t, 4)
-		seen := map[string]bool{}
-		var t3corrs []string
-		for _, r := range reqs {
-			if seen[r.corr] {
-				t.Fatalf("Correlation Data reused across requests: %+v", reqs)
-			}
-			seen[r.corr] = true
-			if r.contextID != conv.ContextID() || r.ctxProp != conv.ContextID() {
-				t.Fatalf("request without the conversation context (payload %q, a2a-context-id %q)", r.contextID, r.ctxProp)
-			}
-			if r.taskID == string(t3.ID) {
-				t3corrs = append(t3corrs, r.corr)
-			}
-		}
-		if len(t3corrs) != 2 {
-			t.Fatalf("T3 should have been published twice (question, resume) with fresh correlation, got %d", len(t3corrs))
-		}
-
-		// Failure case: mismatched context for an existing task → -32602.
-		bad := &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("hijack"))}
-		bad.Message.TaskID, bad.Message.ContextID = t1.ID, uuid.NewString()
-		_, err = tr.SendMessage(ctx, nil, bad)
-		var rpcErr *a2amqtt.RPCError
-		if !errors.As(err, &rpcErr) || rpcErr.Code != -32602 || !errors.Is(err, a2a.ErrInvalidParams) {
-			t.Fatalf("mismatched context: want -32602, got %v", err)
-		}
-
-		// Failure case: a message to a terminal task → UnsupportedOperation
-		// (A2A v1.0 -32004, without the binding's a2a_error).
-		again := &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("more"))}
-		again.Message.TaskID, again.Message.ContextID = t1.ID, t1.ContextID
-		_, err = tr.SendMessage(ctx, nil, again)
-		if !errors.As(err, &rpcErr) || !errors.Is(err, a2a.ErrUnsupportedOperation) || rpcErr.A2AError() != "" || rpcErr.Retryable() {
-			t.Fatalf("terminal task: want UnsupportedOperation, got %v", err)
-		}
-
-		// Failure case: unknown context → a new context, no error.
-		fresh := a2amqtt.NewConversation(tr)
-		res, err = fresh.Send(ctx, "hello again")
-		if err != nil {
-			t.Fatalf("unknown context must start a new one: %v", err)
-		}
-		if ans := a2amqtt.ResultText(res); !strings.Contains(ans, "start of our conversation") || strings.Contains(ans, "Ada") {
-			t.Fatalf("new context leaked memory: %q", ans)
-		}
+		t1 := seed000TwoTurns(t, ctx, conv)
+		conv, t3 := seed000InterruptedTask(t, ctx, tr, conv)
+		seed000Correlations(t, w, conv, t3)
+		seed000Failures(t, ctx, tr, t1)
 	})
+}
+
+// seed000TwoTurns: turn 1 opens context C with task T1; turn 2 is a new task in C whose answer
+// uses turn 1. It returns T1.
+func seed000TwoTurns(t *testing.T, ctx context.Context, conv *a2amqtt.Conversation) *a2a.Task {
+	t.Helper()
+	// Turn 1: new context C, new task T1.
+	res, err := conv.Send(ctx, "My name is Ada")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t1 := asTask(t, res)
+	if t1.ContextID != conv.ContextID() || t1.Status.State != a2a.TaskStateCompleted || !strings.Contains(a2amqtt.ResultText(t1), "start of our conversation") {
+		t.Fatalf("turn 1: %+v %q", t1.Status.State, a2amqtt.ResultText(t1))
+	}
+
+	// Turn 2: new task T2 in C; the answer uses turn 1.
+	res, err = conv.Send(ctx, "What is my name?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2 := asTask(t, res)
+	if t2.ID == t1.ID || t2.ContextID != t1.ContextID {
+		t.Fatalf("turn 2 must be a new task in the same context: t1=%s t2=%s ctx %s/%s", t1.ID, t2.ID, t1.ContextID, t2.ContextID)
+	}
+	if ans := a2amqtt.ResultText(t2); !strings.Contains(ans, `"My name is Ada"`) || !strings.Contains(ans, "Turn 2") {
+		t.Fatalf("turn 2 answer ignores turn 1: %q", ans)
+	}
+	return t1
+}
+
+// seed000InterruptedTask: task T3 streams partial results, stops at input-required
+// (stream-final), and is resumed with the same Task.id and context and fresh Correlation Data,
+// after the conversation was saved and loaded again. It returns the resumed conversation and T3.
+func seed000InterruptedTask(t *testing.T, ctx context.Context, tr *a2amqtt.Transport, conv *a2amqtt.Conversation) (*a2amqtt.Conversation, *a2a.Task) {
+	t.Helper()
+
+	// Interrupted task T3: streams partial results, stops at
+	// input-required (stream-final), resumed with the same Task.id and
+	// context and fresh Correlation Data.
+	var states []a2a.TaskState
+	for ev, err := range conv.Stream(ctx, a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("remind me to call Bob"))) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if su, ok := ev.(*a2a.TaskStatusUpdateEvent); ok {
+			states = append(states, su.Status.State)
+		}
+	}
+	if len(states) != 2 || states[0] != a2a.TaskStateWorking || states[1] != a2a.TaskStateInputRequired {
+		t.Fatalf("T3 stream states %v, want [working input-required]", states)
+	}
+	pending, ok := conv.Pending()
+	if !ok || pending.Question != agents.MemoryQuestion || pending.State != a2a.TaskStateInputRequired {
+		t.Fatalf("pending %+v %v", pending, ok)
+	}
+	// Persist and reload the conversation between the question and the
+	// answer, as a CLI would across runs.
+	path := filepath.Join(t.TempDir(), "conv.json")
+	if err := conv.SaveFile(path); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a2amqtt.LoadConversationFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv, err = a2amqtt.ResumeConversation(tr, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := conv.Send(ctx, "tomorrow at 9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t3 := asTask(t, res)
+	if t3.ID != pending.TaskID || t3.Status.State != a2a.TaskStateCompleted || !strings.Contains(a2amqtt.ResultText(t3), "to call Bob tomorrow at 9") {
+		t.Fatalf("resume: id %s (want %s) state %s text %q", t3.ID, pending.TaskID, t3.Status.State, a2amqtt.ResultText(t3))
+	}
+	if _, ok := conv.Pending(); ok {
+		t.Fatal("pending task not cleared after completion")
+	}
+	return conv, t3
+}
+
+// seed000Correlations: every request had its own Correlation Data and the conversation's
+// context; T3 was published twice (question, resume).
+func seed000Correlations(t *testing.T, w *wire, conv *a2amqtt.Conversation, t3 *a2a.Task) {
+	t.Helper()
+	reqs := w.waitFor(t, 4)
+	seen := map[string]bool{}
+	var t3corrs []string
+	for _, r := range reqs {
+		if seen[r.corr] {
+			t.Fatalf("Correlation Data reused across requests: %+v", reqs)
+		}
+		seen[r.corr] = true
+		if r.contextID != conv.ContextID() || r.ctxProp != conv.ContextID() {
+			t.Fatalf("request without the conversation context (payload %q, a2a-context-id %q)", r.contextID, r.ctxProp)
+		}
+		if r.taskID == string(t3.ID) {
+			t3corrs = append(t3corrs, r.corr)
+		}
+	}
+	if len(t3corrs) != 2 {
+		t.Fatalf("T3 should have been published twice (question, resume) with fresh correlation, got %d", len(t3corrs))
+	}
+}
+
+// seed000Failures: a mismatched context, a message to a terminal task, an unknown context.
+func seed000Failures(t *testing.T, ctx context.Context, tr *a2amqtt.Transport, t1 *a2a.Task) {
+	t.Helper()
+
+	// Failure case: mismatched context for an existing task → -32602.
+	bad := &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("hijack"))}
+	bad.Message.TaskID, bad.Message.ContextID = t1.ID, uuid.NewString()
+	_, err := tr.SendMessage(ctx, nil, bad)
+	var rpcErr *a2amqtt.RPCError
+	if !errors.As(err, &rpcErr) || rpcErr.Code != -32602 || !errors.Is(err, a2a.ErrInvalidParams) {
+		t.Fatalf("mismatched context: want -32602, got %v", err)
+	}
+
+	// Failure case: a message to a terminal task → UnsupportedOperation
+	// (A2A v1.0 -32004, without the binding's a2a_error).
+	again := &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("more"))}
+	again.Message.TaskID, again.Message.ContextID = t1.ID, t1.ContextID
+	_, err = tr.SendMessage(ctx, nil, again)
+	if !errors.As(err, &rpcErr) || !errors.Is(err, a2a.ErrUnsupportedOperation) || rpcErr.A2AError() != "" || rpcErr.Retryable() {
+		t.Fatalf("terminal task: want UnsupportedOperation, got %v", err)
+	}
+
+	// Failure case: unknown context → a new context, no error.
+	fresh := a2amqtt.NewConversation(tr)
+	res, err := fresh.Send(ctx, "hello again")
+	if err != nil {
+		t.Fatalf("unknown context must start a new one: %v", err)
+	}
+	if ans := a2amqtt.ResultText(res); !strings.Contains(ans, "start of our conversation") || strings.Contains(ans, "Ada") {
+		t.Fatalf("new context leaked memory: %q", ans)
+	}
 }
 
 // TestSeed000ConcurrentTasks: T4 and T5 in flight at once in one context

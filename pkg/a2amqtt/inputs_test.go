@@ -119,6 +119,13 @@ func threeTurns(t *testing.T, conv *Conversation, exec *inputsRecorder, policy H
 	if in.Policy != policy || in.Source != source {
 		t.Fatalf("turn 3 came from %s/%s, want %s/%s", in.Policy, in.Source, policy, source)
 	}
+	checkThirdTurnInputs(t, in)
+}
+
+// checkThirdTurnInputs: the instruction is never evidence, the receipt is the first task's
+// artifact, and the digest is HistoryDigest of the three inputs.
+func checkThirdTurnInputs(t *testing.T, in Inputs) {
+	t.Helper()
 	for _, m := range in.Evidence {
 		if m.ID == in.Instruction.ID {
 			t.Fatal("the instruction must never be evidence")

@@ -101,8 +101,13 @@ func TestRefusedResubscribe(t *testing.T) {
 		t.Fatalf("persistent refusal logged %v; all: %v", loud, logs.AtLeast(slog.LevelDebug))
 	}
 
-	// Late: the grant comes back long after the reconnect, without a kick (a grant never
-	// disconnects anyone): the retries, still running while connected, pick it up.
+	checkLateGrant(t, ctx, b, full, got, send, logs)
+}
+
+// checkLateGrant: the grant comes back long after the reconnect, without a kick (a grant never
+// disconnects anyone): the retries, still running while connected, pick it up.
+func checkLateGrant(t *testing.T, ctx context.Context, b acl.Backend, full acl.Role, got *collector, send func(), logs *a2amqtttest.Logs) {
+	t.Helper()
 	before := len(got.snapshot())
 	if err := ensureRole(ctx, b, full); err != nil {
 		t.Fatal(err)
