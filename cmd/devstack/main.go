@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -179,62 +180,12 @@ func run(ctx context.Context, o options) error {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(a2av1.AddToScheme(scheme))
 
-	env := &envtest.Environment{
-		Scheme:                scheme,
-		CRDDirectoryPaths:     []string{o.crdDir},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: o.assets,
-		// etcd replaying a state dir on a busy machine takes longer than envtest's 20 s default;
-		// a retry would log an ERROR at every restart of the stack.
-		ControlPlaneStartTimeout: 2 * time.Minute,
-		// Within shutdownBound: SIGTERM, then SIGKILL after this.
-		ControlPlaneStopTimeout: 5 * time.Second,
-	}
-	// A fixed data dir keeps Agents and policies across restarts of the stack.
-	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
-	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
-	var stopOnce sync.Once
-	stopControlPlane := func() {
-		stopOnce.Do(func() {
-			if err := env.Stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "devstack: stop control plane:", err)
-			}
-		})
-	}
-	// Registered before the start: a signal during a slow start still stops what started.
-	onForcedExit(stopControlPlane)
-	cfg, err := env.Start()
+	cp, err := startControlPlane(ctx, o, scheme, stateDir, etcdDir, certDir)
 	if err != nil {
-		stopControlPlane()
-		return fmt.Errorf("start control plane: %w", err)
+		return err
 	}
-	defer stopControlPlane()
-
-	admin, err := env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return fmt.Errorf("create admin user: %w", err)
-	}
-	if o.controllerManager {
-		// What a cluster's controllers do: garbage collection (a deleted Agent's Secret goes with
-		// it), namespace deletion, RBAC aggregation (the project's roles in admin/edit/view).
-		kcm, err := controlplane.StartControllerManager(ctx, controlplane.ControllerManagerConfig{
-			Binary: filepath.Join(o.assets, controlplane.ControllerManagerBinary), Config: admin.Config(), Dir: stateDir,
-			Log: klogWriter{},
-		})
-		if err != nil {
-			return fmt.Errorf("start kube-controller-manager (--controller-manager=false runs without: no garbage collection, namespace deletion or RBAC aggregation): %w", err)
-		}
-		onForcedExit(func() { _ = kcm.Stop() })
-		defer func() { _ = kcm.Stop() }()
-	}
-	kubeconfig, err := admin.KubeConfig()
-	if err != nil {
-		return fmt.Errorf("render kubeconfig: %w", err)
-	}
-	kubeconfigPath := filepath.Join(stateDir, "kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
-		return fmt.Errorf("write kubeconfig: %w", err)
-	}
+	defer cp.stop()
+	cfg, kubeconfigPath := cp.cfg, cp.kubeconfigPath
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
@@ -306,6 +257,100 @@ func run(ctx context.Context, o options) error {
 		defer stopAgents()
 	}
 
+	printBanner(o, cfg.Host, brokerURL, stateDir, kubeconfigPath)
+
+	start := time.Now()
+	select {
+	case err := <-mgrDone:
+		if err != nil {
+			return fmt.Errorf("run operator: %w", err)
+		}
+	case <-ctx.Done():
+		<-mgrDone
+	}
+	fmt.Printf("devstack: stopped after %s\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// devControlPlane is the stack's kube-apiserver and etcd (with kube-controller-manager when
+// asked), and the kubeconfig written for the user.
+type devControlPlane struct {
+	cfg            *rest.Config
+	kubeconfigPath string
+	// stop stops kube-controller-manager, then the control plane.
+	stop func()
+}
+
+// startControlPlane starts the control plane on the state dir's etcd data (so Agents and policies
+// survive a restart of the stack) and writes the admin's kubeconfig into the state dir.
+func startControlPlane(ctx context.Context, o options, scheme *runtime.Scheme, stateDir, etcdDir, certDir string) (*devControlPlane, error) {
+	env := &envtest.Environment{
+		Scheme:                scheme,
+		CRDDirectoryPaths:     []string{o.crdDir},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: o.assets,
+		// etcd replaying a state dir on a busy machine takes longer than envtest's 20 s default;
+		// a retry would log an ERROR at every restart of the stack.
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		// Within shutdownBound: SIGTERM, then SIGKILL after this.
+		ControlPlaneStopTimeout: 5 * time.Second,
+	}
+	// A fixed data dir keeps Agents and policies across restarts of the stack.
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: etcdDir}
+	env.ControlPlane.APIServer = &envtest.APIServer{CertDir: certDir}
+	var stopOnce sync.Once
+	stopControlPlane := func() {
+		stopOnce.Do(func() {
+			if err := env.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "devstack: stop control plane:", err)
+			}
+		})
+	}
+	// Registered before the start: a signal during a slow start still stops what started.
+	onForcedExit(stopControlPlane)
+	cfg, err := env.Start()
+	if err != nil {
+		stopControlPlane()
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	cp := &devControlPlane{cfg: cfg, stop: stopControlPlane}
+	fail := func(err error) (*devControlPlane, error) {
+		cp.stop()
+		return nil, err
+	}
+	admin, err := env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fail(fmt.Errorf("create admin user: %w", err))
+	}
+	if o.controllerManager {
+		// What a cluster's controllers do: garbage collection (a deleted Agent's Secret goes with
+		// it), namespace deletion, RBAC aggregation (the project's roles in admin/edit/view).
+		kcm, err := controlplane.StartControllerManager(ctx, controlplane.ControllerManagerConfig{
+			Binary: filepath.Join(o.assets, controlplane.ControllerManagerBinary), Config: admin.Config(), Dir: stateDir,
+			Log: klogWriter{},
+		})
+		if err != nil {
+			return fail(fmt.Errorf("start kube-controller-manager (--controller-manager=false runs without: no garbage collection, namespace deletion or RBAC aggregation): %w", err))
+		}
+		onForcedExit(func() { _ = kcm.Stop() })
+		cp.stop = func() {
+			_ = kcm.Stop()
+			stopControlPlane()
+		}
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return fail(fmt.Errorf("render kubeconfig: %w", err))
+	}
+	cp.kubeconfigPath = filepath.Join(stateDir, "kubeconfig")
+	if err := os.WriteFile(cp.kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return fail(fmt.Errorf("write kubeconfig: %w", err))
+	}
+	return cp, nil
+}
+
+// printBanner says where the stack is and what to try first.
+func printBanner(o options, apiServer, brokerURL, stateDir, kubeconfigPath string) {
 	kubectl := filepath.Join(o.assets, "kubectl")
 	brokerKind := "embedded mochi-mqtt, ACLs enforced"
 	if o.mosquittoURL != "" {
@@ -313,6 +358,11 @@ func run(ctx context.Context, o options) error {
 		if o.mosquittoBackend == brokers.Table {
 			brokerKind = "Mosquitto with the a2a-fleet decision-table plugin"
 		}
+	}
+	// a2actl's default broker is the stack's default address: name it only when it differs.
+	brokerFlag := ""
+	if brokerURL != "mqtt://127.0.0.1:1883" {
+		brokerFlag = " --broker " + brokerURL
 	}
 	fmt.Printf(`
 a2a-fleet local stack is up:
@@ -328,25 +378,9 @@ Try, in another shell:
   kubectl describe agent confirm
 
 Chat with the confirmation agent (it asks "go ahead?" and waits for your answer) as the
-console identity of the samples:
-  export A2A_BROKER=%s A2A_AS=acme/demo/console A2A_USERNAME=a2a:acme/demo/console
-  export A2A_PASSWORD=$(kubectl get secret console-mqtt-credentials -o jsonpath='{.data.password}' | base64 -d)
-  go run ./cmd/a2actl chat acme/demo/confirm
-(or, instead of the password, the console's credentials folder, which follows a rotation:
-  go run ./cmd/a2actl chat acme/demo/confirm --credentials-dir %s)
-`, cfg.Host, brokerURL, brokerKind, o.samples, stateDir, kubeconfigPath, kubectl, brokerURL, creds.dir(metav1.NamespaceDefault, "console-mqtt-credentials"))
-
-	start := time.Now()
-	select {
-	case err := <-mgrDone:
-		if err != nil {
-			return fmt.Errorf("run operator: %w", err)
-		}
-	case <-ctx.Done():
-		<-mgrDone
-	}
-	fmt.Printf("devstack: stopped after %s\n", time.Since(start).Round(time.Second))
-	return nil
+samples' console Agent, whose credentials a2actl reads from the Agent's Secret:
+  KUBECONFIG=%s bin/a2actl chat --as-agent console%s acme/demo/confirm
+`, apiServer, brokerURL, brokerKind, o.samples, stateDir, kubeconfigPath, kubectl, kubeconfigPath, brokerFlag)
 }
 
 // prepareStateDir resolves the state dir and readies what the control plane keeps in it: etcd's
