@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,7 +61,8 @@ func loadAgentCredentials(ctx context.Context, kubeconfig, namespace, name strin
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), a2av1.AddToScheme(scheme)); err != nil {
+	// Only the two kinds read: the whole client-go scheme would double the binary's start-up.
+	if err := errors.Join(corev1.AddToScheme(scheme), a2av1.AddToScheme(scheme)); err != nil {
 		return nil, fmt.Errorf("scheme: %w", err)
 	}
 	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
