@@ -82,7 +82,7 @@ else
 endif
 
 .PHONY: test
-test: verify tools-test kind-up ## Every check and test: verify, then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
+test: verify tools-test kind-up release ## Every check and test: verify, the release bundle (test/release checks it), then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
 	@mkdir -p $(LOCALBIN)
 	@# -v so that the suites' evidence lines (which apiserver, how many broker decisions) show; the
 	@# summary keeps the log readable, and a failure prints the whole output of the run. The suites
@@ -268,9 +268,11 @@ docker-build: ## Build the four images from the Dockerfile with your Docker engi
 # commit comes from here (the build context has no .git).
 DOCKER_BUILD_ARGS := --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT)
 
+# make release saves the four images (IMAGES=0: without them, an incomplete bundle).
+IMAGES ?= 1
 .PHONY: release
-release: $(HELM) ## Draft release bundle of VERSION in dist/: the chart packaged, a2actl for linux/darwin on amd64/arm64, SHA256SUMS (IMAGES=1: the four images saved from your Docker engine). Not part of make test yet.
-	HELM=$(HELM) IMG=$(IMG) SERVICE_IMG=$(SERVICE_IMG) EXAMPLES_IMG=$(EXAMPLES_IMG) MOSQUITTO_IMG=$(MOSQUITTO_IMG) hack/release.sh
+release: $(HELM) $(if $(filter 1,$(IMAGES)),docker-images) ## Release bundle of VERSION in dist/: the chart packaged, the four images (docker save | gzip, from the project's dockerd), a2actl for linux/darwin on amd64/arm64, a CycloneDX SBOM, SHA256SUMS; test/release checks it.
+	HELM=$(HELM) IMAGES=$(IMAGES) IMG=$(IMG) SERVICE_IMG=$(SERVICE_IMG) EXAMPLES_IMG=$(EXAMPLES_IMG) MOSQUITTO_IMG=$(MOSQUITTO_IMG) hack/release.sh
 
 .PHONY: deploy
 deploy: $(KUSTOMIZE) ## Install config/quickstart (operator, conversation service, Mosquitto) with IMG and SERVICE_IMG into the cluster in KUBECONFIG.
