@@ -274,6 +274,10 @@ IMAGES ?= 1
 release: $(HELM) $(if $(filter 1,$(IMAGES)),docker-images) ## Release bundle of VERSION in dist/: the chart packaged, the four images (docker save | gzip, from the project's dockerd), a2actl for linux/darwin on amd64/arm64, a CycloneDX SBOM, SHA256SUMS; test/release checks it.
 	HELM=$(HELM) IMAGES=$(IMAGES) IMG=$(IMG) SERVICE_IMG=$(SERVICE_IMG) EXAMPLES_IMG=$(EXAMPLES_IMG) MOSQUITTO_IMG=$(MOSQUITTO_IMG) hack/release.sh
 
+.PHONY: kind-load-release
+kind-load-release: ## Load the release bundle's images (dist/images, make release) into the kind cluster with kind load image-archive, as the bundle's user would.
+	hack/release-kind-load.sh
+
 .PHONY: deploy
 deploy: $(KUSTOMIZE) ## Install config/quickstart (operator, conversation service, Mosquitto) with IMG and SERVICE_IMG into the cluster in KUBECONFIG.
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
