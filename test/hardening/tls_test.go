@@ -249,3 +249,41 @@ func serviceParty(objs []*unstructured.Unstructured) []string {
 	}
 	return problems
 }
+
+// With the operator's own broker, tls.everywhere puts every party on it with broker.tls.caSecret's
+// CA, and refuses a plain broker URL.
+func TestTLSEverywhereWithYourOwnBroker(t *testing.T) {
+	root, err := render.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.Helm(root, "--set", "tls.everywhere=true,mosquitto.enabled=false,broker.url=tls://broker.example:8883,broker.tls.caSecret=example-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if render.Find(objs, "Deployment", "a2a-fleet-mosquitto") != nil {
+		t.Fatal("mosquitto.enabled=false still renders the bundled Mosquitto")
+	}
+	var problems []string
+	problems = append(problems, operatorParty(objs)...)
+	problems = append(problems, serviceParty(objs)...)
+	for _, name := range []string{"a2a-fleet-controller-manager", "a2a-fleet-conversation-service"} {
+		d := render.Find(objs, "Deployment", name)
+		volumes, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes")
+		if !slices.ContainsFunc(volumes, func(v any) bool {
+			s, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName")
+			return s == "example-ca"
+		}) {
+			problems = append(problems, name+" does not mount the Secret example-ca")
+		}
+	}
+	if len(problems) > 0 {
+		t.Fatalf("%d problems:\n%s", len(problems), strings.Join(problems, "\n"))
+	}
+	for _, plain := range []string{"broker.url=mqtt://broker.example:1883", "broker.url=tls://broker.example:8883,broker.workloadURL=mqtt://broker.example:1883"} {
+		_, err := render.Helm(root, "--set", "tls.everywhere=true,mosquitto.enabled=false,broker.tls.caSecret=example-ca,"+plain)
+		if err == nil || !strings.Contains(err.Error(), "is not a TLS URL") {
+			t.Errorf("tls.everywhere with %s: want the chart to refuse it, got %v", plain, err)
+		}
+	}
+}
