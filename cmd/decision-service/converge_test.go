@@ -65,10 +65,10 @@ func sameTable(a, b acl.State) string {
 }
 
 // TestReplicaConvergesToTheOperatorsTable: the operator registers a small fleet (scopes None,
-// SameUnit, SameOrg, a callers.from selector) on its embedded broker; a decision-service replica
-// started beside it, reading only Kubernetes, holds the same table (the operator's own
-// identity aside), answers the Agents' Secrets' passwords over HTTP, refuses everything before
-// its first pass, and follows a deletion.
+// SameUnit, SameOrg, a callers.from selector) on its embedded broker; two decision-service
+// replicas started beside it, reading only Kubernetes, hold the same table (the operator's own
+// identity aside); one answers the Agents' Secrets' passwords over HTTP, refuses everything
+// before its first pass, and follows a deletion after the other replica has stopped.
 func TestReplicaConvergesToTheOperatorsTable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -79,6 +79,7 @@ func TestReplicaConvergesToTheOperatorsTable(t *testing.T) {
 	t.Cleanup(func() { _ = broker.Close() })
 	ns := cp.StartOperator(t, ctx, "decision-", broker.Backend(), broker.URL(), controllers.Options{})
 
+	// Two replicas, each with its own cache and table; the second is stopped half-way.
 	s, err := newService(ctx, cp.Config, options{probeAddr: "0", metricsAddr: "0"}, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +87,12 @@ func TestReplicaConvergesToTheOperatorsTable(t *testing.T) {
 	t.Cleanup(func() { _ = s.store.Close() })
 	endpoint := httptest.NewServer(s.handler)
 	t.Cleanup(endpoint.Close)
+	ctx2, stop2 := context.WithCancel(ctx)
+	s2, err := newService(ctx2, cp.Config, options{probeAddr: "0", metricsAddr: "0"}, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s2.store.Close() })
 	user := func(name string) string { return "a2a:acme/ops/" + name }
 	goAuthUser := func(username, password, clientID string) int {
 		t.Helper()
@@ -110,6 +117,7 @@ func TestReplicaConvergesToTheOperatorsTable(t *testing.T) {
 		testenv.MustCreate(t, ctx, cp.Client, ns, m)
 	}
 	go func() { _ = s.mgr.Start(ctx) }()
+	go func() { _ = s2.mgr.Start(ctx2) }()
 
 	passwords := map[string]string{}
 	testenv.Eventually(t, 60*time.Second, "the replica holds the operator's table", func() error {
@@ -141,8 +149,17 @@ func TestReplicaConvergesToTheOperatorsTable(t *testing.T) {
 		if d := sameTable(withoutOperator(op), mine); d != "" {
 			return fmt.Errorf("tables differ:\n%s", d)
 		}
+		other, err := s2.store.Observe(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if d := sameTable(mine, other); d != "" {
+			return fmt.Errorf("the replicas' tables differ:\n%s", d)
+		}
 		return nil
 	})
+	// One replica gone: the other answers alone, and goes on following changes.
+	stop2()
 	for name, pw := range passwords {
 		if code := goAuthUser(user(name), pw, "acme/ops/"+name); code != http.StatusOK {
 			t.Errorf("%s with its Secret's password: %d, want 200", name, code)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,4 +204,59 @@ func TestDecisionRevocationDelay(t *testing.T) {
 		mustDial(t, b, userAgent, "rotated", "acme/u/agent-2").close()
 		t.Logf("%s: rotated password: the old one connected %d more times, for %v", b.name, old, window.Round(time.Millisecond))
 	})
+}
+
+// TestDecisionServiceDown: the broker depends on the decision service for every uncached
+// answer, and fails closed without it: with the service gone a CONNECT and a PUBLISH that the
+// table allows are refused; with it back they pass again, on the same broker and connection.
+func TestDecisionServiceDown(t *testing.T) {
+	t.Parallel()
+	store, err := embedded.NewStore(embedded.StoreConfig{AdminUsername: "admin", AdminPassword: "admin-password"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	h, err := decision.NewHandler(decision.Config{Decider: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DenyAnonymous: true, ExtraConfig: httpAuthConfig(t, addr, 0, 0)})
+	b := &broker{name: "decision-http", addr: m.Addr(), backend: store, adminUser: "admin", adminPass: "admin-password", log: m.Log}
+	apply(t, b, fleet())
+	const topic = "$a2a/v1/request/acme/u/agent"
+	caller := mustDial(t, b, userCaller, pwCaller, "acme/u/caller")
+	if code := caller.pub(topic, "up"); !granted(code) {
+		t.Fatalf("publish with the service up: %#x", code)
+	}
+
+	_ = srv.Close()
+	if code := caller.pub(topic, "down"); code != notAuthorized {
+		t.Errorf("publish with the service down: %#x, want 0x87 (fail closed)", code)
+	}
+	if c, err := dial(t, b, userAgent, pwAgent, "a2", nil); err == nil {
+		c.close()
+		t.Errorf("CONNECT accepted with the service down")
+	}
+	if !strings.Contains(m.Log(), "refused") {
+		t.Errorf("the broker did not log the refusals:\n%s", m.Log())
+	}
+
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", addr, err)
+	}
+	srv = &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	if code := caller.pub(topic, "back"); !granted(code) {
+		t.Errorf("publish with the service back: %#x", code)
+	}
+	mustDial(t, b, userAgent, pwAgent, "a3")
 }
