@@ -41,6 +41,9 @@ type converger struct {
 	kick   chan struct{}
 	ready  atomic.Bool
 	passes atomic.Uint64
+	// lastPass is how long the last successful pass took (ns): the delay a change waits for
+	// beyond the debounce.
+	lastPass atomic.Int64
 }
 
 func newConverger(reader client.Reader, store *embedded.Store, serviceSecret *client.ObjectKey, gating bool, log logr.Logger) *converger {
@@ -113,6 +116,7 @@ func (c *converger) Start(ctx context.Context) error {
 			c.trigger()
 			continue
 		}
+		c.lastPass.Store(int64(time.Since(start)))
 		c.passes.Add(1)
 		if !c.ready.Swap(true) {
 			clients, roles, groups := c.store.Size()

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -26,6 +27,7 @@ import (
 var cp *testenv.ControlPlane
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
 	testenv.Main(m, "../..", func(c *testenv.ControlPlane) error { cp = c; return nil })
 }
 
