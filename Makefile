@@ -234,6 +234,10 @@ mosquitto-plugin: ## Build the project's Mosquitto plugins (hack/mosquitto-plugi
 	hack/build-mosquitto-plugin.sh
 	hack/build-mosquitto-table-plugin.sh
 
+.PHONY: mosquitto-httpauth-plugin
+mosquitto-httpauth-plugin: ## Build the HTTP-auth Mosquitto plugin (go-auth's HTTP protocol and cache) that calls the decision service in the tests, into bin/mosquitto (idempotent).
+	hack/build-mosquitto-httpauth-plugin.sh
+
 .PHONY: redis
 redis: ## Install redis-server and redis-sentinel from Debian packages (idempotent).
 	hack/install-redis.sh
@@ -243,7 +247,7 @@ node-deps: ## Install the pinned npm packages of the JS interop tests into bin/n
 	hack/install-node-deps.sh
 
 .PHONY: tools-test
-tools-test: control-plane mosquitto mosquitto-plugin redis node-deps $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart; the npm packages of test/interop).
+tools-test: control-plane mosquitto mosquitto-plugin mosquitto-httpauth-plugin redis node-deps $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart; the npm packages of test/interop).
 
 .PHONY: build
 build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).
