@@ -150,7 +150,23 @@ type Config struct {
 	Registry *prometheus.Registry
 }
 
+// defaults checks what is required and fills in what is not set, in named steps.
 func (c *Config) defaults() error {
+	if err := c.requireSettings(); err != nil {
+		return err
+	}
+	c.defaultIntervals()
+	c.defaultLimits()
+	if err := c.defaultRouteSecret(); err != nil {
+		return err
+	}
+	c.defaultPlumbing()
+	return nil
+}
+
+// requireSettings checks the settings without a default (and defaults the replica id to the
+// host name).
+func (c *Config) requireSettings() error {
 	if c.ReplicaID == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -170,60 +186,61 @@ func (c *Config) defaults() error {
 	if c.Store == "" {
 		return errors.New("store is required (bolt:PATH, redis://..., redis+sentinel://... or redis+cluster://...)")
 	}
+	return nil
+}
+
+// defaultIntervals sets the clock and the durations left unset.
+func (c *Config) defaultIntervals() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.SweepInterval <= 0 {
-		c.SweepInterval = time.Second
-	}
-	if c.StatsInterval <= 0 {
-		c.StatsInterval = 15 * time.Second
-	}
-	if c.ResyncInterval <= 0 {
-		c.ResyncInterval = 10 * time.Second
-	}
-	if c.Workers <= 0 {
-		c.Workers = 32
-	}
-	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = 15 * time.Second
-	}
+	orDefault(&c.SweepInterval, time.Second)
+	orDefault(&c.StatsInterval, 15*time.Second)
+	orDefault(&c.ResyncInterval, 10*time.Second)
+	orDefault(&c.LeaseTTL, 15*time.Second)
 	if c.SessionExpiry == 0 {
-		c.SessionExpiry = 10 * time.Minute
+		c.SessionExpiry = 10 * time.Minute // negative: clean start
 	}
-	if c.ReadinessGrace <= 0 {
-		c.ReadinessGrace = 10 * time.Second
-	}
-	if c.HandoverWait <= 0 {
-		c.HandoverWait = 10 * time.Second
-	}
-	if c.MaxPayloadBytes <= 0 {
-		c.MaxPayloadBytes = 1 << 20
-	}
+	orDefault(&c.ReadinessGrace, 10*time.Second)
+	orDefault(&c.HandoverWait, 10*time.Second)
+}
+
+// defaultLimits sets the worker count, the payload bound and the rate limits left unset
+// (a negative rate means no limit and is kept).
+func (c *Config) defaultLimits() {
+	orDefault(&c.Workers, 32)
+	orDefault(&c.MaxPayloadBytes, 1<<20)
 	if c.CallerRate == 0 {
 		c.CallerRate = DefaultCallerRate
 	}
-	if c.CallerBurst <= 0 {
-		c.CallerBurst = DefaultCallerBurst
-	}
+	orDefault(&c.CallerBurst, DefaultCallerBurst)
 	if c.AgentHistoryRate == 0 {
 		c.AgentHistoryRate = DefaultAgentHistoryRate
 	}
-	if c.AgentHistoryBurst <= 0 {
-		c.AgentHistoryBurst = DefaultAgentHistoryBurst
+	orDefault(&c.AgentHistoryBurst, DefaultAgentHistoryBurst)
+}
+
+// defaultRouteSecret keys the routes with the password at the start when no route secret is set.
+func (c *Config) defaultRouteSecret() error {
+	if c.RouteSecret != nil {
+		return nil
 	}
-	if c.RouteSecret == nil {
-		c.RouteSecret = []byte(c.Password)
-		if c.Credentials != nil {
-			// The password at the start keys the routes; a rotated one must not change the key
-			// under the routes in flight (--route-secret-file decouples them).
-			_, pass, err := c.Credentials.Credentials()
-			if err != nil {
-				return fmt.Errorf("read the credentials for the default route secret: %w", err)
-			}
-			c.RouteSecret = pass
+	c.RouteSecret = []byte(c.Password)
+	if c.Credentials != nil {
+		// The password at the start keys the routes; a rotated one must not change the key
+		// under the routes in flight (--route-secret-file decouples them).
+		_, pass, err := c.Credentials.Credentials()
+		if err != nil {
+			return fmt.Errorf("read the credentials for the default route secret: %w", err)
 		}
+		c.RouteSecret = pass
 	}
+	return nil
+}
+
+// defaultPlumbing sets the Redis prefix, the logger, the tracer provider and the metrics
+// registry left unset.
+func (c *Config) defaultPlumbing() {
 	if c.RedisPrefix == "" {
 		c.RedisPrefix = "a2af"
 	}
@@ -236,7 +253,13 @@ func (c *Config) defaults() error {
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 	}
-	return nil
+}
+
+// orDefault sets *v to def when it is zero or negative.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Service is a running replica.
