@@ -186,6 +186,10 @@ verify-mod: ## Fail when go.mod/go.sum are not tidy.
 verify-architecture: ## Fail when docs/architecture.md's package diagram differs from the import graph (go list), or imports do not run one way.
 	go run ./hack/archgraph -check docs/architecture.md
 
+.PHONY: verify-methods
+verify-methods: ## Fail when a type of the conversation service reaches more than 20 methods, promoted ones included (hack/methodcount).
+	go run ./hack/methodcount -max 20 ./internal/convservice/... ./internal/ownership/...
+
 .PHONY: verify-complexity
 verify-complexity: $(GOCYCLO) ## Fail when more than MAX_COMPLEX_FUNCS functions of non-test code have a cyclomatic complexity above 30 (gocyclo, pinned).
 	@out="$$($(GOCYCLO) -over 30 -ignore '_test|^bin/' . || true)"; n=$$(printf '%s' "$$out" | grep -c . || true); \
