@@ -112,11 +112,14 @@ func (g *CallerGraph) notify(keys []types.NamespacedName) {
 	}
 }
 
-// Upsert records agent (old: its previous version, nil when new or unknown) and returns the
+// Upsert records agent (old: its previous version, nil when new or unknown) and returns the other
 // Agents whose caller relations the change can touch: the owners of the rules that cover it
-// before or after (they start or stop admitting it), the Agents its rules cover before or after
-// (they may start or stop calling it), and agent itself when it has rules or is covered by one.
-// A change of nothing the relations depend on (labels, spec, deletion, gating) touches nobody.
+// before or after (they start or stop admitting it) and the Agents its rules cover before or
+// after (they may start or stop calling it). A change of nothing the relations depend on (labels,
+// spec, deletion, gating) touches nobody. agent itself is not among them: its own questions
+// (Candidates of its rules, RulesCovering its labels) are asked with the object being reconciled,
+// never the graph's copy, so only the other Agents the graph holds can be behind, and each of
+// them is reported when the graph applies it.
 func (g *CallerGraph) Upsert(old, agent *a2av1.Agent) []types.NamespacedName {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -145,8 +148,7 @@ func (g *CallerGraph) Remove(agent *a2av1.Agent) []types.NamespacedName {
 		return nil
 	}
 	g.unfile(prev)
-	touched := g.touched(nil, prev.agent, prev)
-	return slicesDeleteKey(touched, agentKey(agent))
+	return g.touched(nil, prev.agent, prev)
 }
 
 // relationsChanged: what the caller relations depend on changed (labels, spec, deletion, gating).
@@ -160,13 +162,11 @@ func gated(a *a2av1.Agent) bool { return a.Status.Topics != nil && a.Status.Topi
 // touched computes Upsert's answer under the lock (prev: agent's node before, for its old rules).
 func (g *CallerGraph) touched(old, agent *a2av1.Agent, prev *graphNode) []types.NamespacedName {
 	out := map[types.NamespacedName]bool{}
-	related := false
 	for _, subject := range []*a2av1.Agent{agent, old} {
 		if subject == nil {
 			continue
 		}
 		for _, owner := range g.rulesCovering(subject) {
-			related = true
 			out[agentKey(owner.agent)] = true
 		}
 	}
@@ -178,14 +178,9 @@ func (g *CallerGraph) touched(old, agent *a2av1.Agent, prev *graphNode) []types.
 		rules = append(append([]CallerRule(nil), rules...), prev.rules...)
 	}
 	for _, n := range g.candidates(rules) {
-		related = true
 		out[agentKey(n.agent)] = true
 	}
-	self := agentKey(agent)
-	delete(out, self)
-	if related {
-		out[self] = true
-	}
+	delete(out, agentKey(agent))
 	return slicesOfKeys(out)
 }
 
@@ -324,16 +319,6 @@ func slicesOfKeys(m map[types.NamespacedName]bool) []types.NamespacedName {
 	out := make([]types.NamespacedName, 0, len(m))
 	for k := range m {
 		out = append(out, k)
-	}
-	return out
-}
-
-func slicesDeleteKey(keys []types.NamespacedName, k types.NamespacedName) []types.NamespacedName {
-	out := keys[:0]
-	for _, x := range keys {
-		if x != k {
-			out = append(out, x)
-		}
 	}
 	return out
 }

@@ -226,10 +226,8 @@ func TestCallersIsSelects(t *testing.T) {
 			}
 		}
 		graph := NewCallerGraph()
-		var agents []*a2av1.Agent
 		for range 40 {
 			a := f.agent()
-			agents = append(agents, a)
 			objs = append(objs, a)
 			graph.Upsert(nil, a)
 		}
