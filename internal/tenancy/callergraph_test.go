@@ -372,3 +372,42 @@ func TestViewIsSafeForConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// The graph is read while the informer's handler changes it: readers see whole Agents, never a
+// half-filed one (run with -race).
+func TestCallerGraphReadsWhileItChanges(t *testing.T) {
+	f := &randomFleet{rnd: rand.New(rand.NewPCG(11, 4)), namespaces: []string{"ns0", "ns1"}}
+	g := NewCallerGraph()
+	var fleet []*a2av1.Agent
+	for range 50 {
+		a := f.agent()
+		fleet = append(fleet, a)
+		g.Upsert(nil, a)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for round := range 20 {
+			for i, a := range fleet {
+				next := a.DeepCopy()
+				next.Labels = map[string]string{"app": []string{"a", "b"}[(i+round)%2]}
+				g.Upsert(a, next)
+				fleet[i] = next
+			}
+		}
+	})
+	for range 4 {
+		// An empty selector with an empty namespace selector covers every Agent.
+		probe := f.agent()
+		probe.Spec.Callers.From = []a2av1.CallerSelector{{NamespaceSelector: &metav1.LabelSelector{}}}
+		wg.Go(func() {
+			for range 200 {
+				if got := len(g.Candidates(probe)); got != len(fleet) {
+					t.Errorf("a read during changes saw %d Agents, want all %d", got, len(fleet))
+					return
+				}
+				_ = g.RulesCovering(probe)
+			}
+		})
+	}
+	wg.Wait()
+}
