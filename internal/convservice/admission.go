@@ -79,9 +79,8 @@ type callerDirectory struct {
 }
 
 type directoryGeneration struct {
-	mu      sync.Mutex // a tenancy.View is not safe for concurrent use
-	view    *tenancy.View
-	decided sync.Map // callerPair -> bool
+	view    *tenancy.View // safe for concurrent use: requests decide in parallel
+	decided sync.Map      // callerPair -> bool
 }
 
 type callerPair struct{ callee, caller a2amqtt.AgentRef }
@@ -106,8 +105,6 @@ func (d *callerDirectory) admits(ctx context.Context, callee *a2av1.Agent, calle
 	if v, ok := g.decided.Load(key); ok {
 		return v.(bool)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	ok, err := admitsCaller(ctx, g.view, callee, caller)
 	if err != nil {
 		return false // not remembered: the next request asks again
