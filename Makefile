@@ -82,7 +82,7 @@ else
 endif
 
 .PHONY: test
-test: verify tools-test kind-up ## Every check and test: verify, then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
+test: verify tools-test kind-up release ## Every check and test: verify, the release bundle (test/release checks it), then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
 	@mkdir -p $(LOCALBIN)
 	@# -v so that the suites' evidence lines (which apiserver, how many broker decisions) show; the
 	@# summary keeps the log readable, and a failure prints the whole output of the run. The suites
@@ -147,7 +147,7 @@ generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: verify
-verify: verify-generated fmt-check vet lint verify-mod verify-kustomize verify-chart verify-version verify-architecture verify-complexity ## Static checks that CI runs before the tests.
+verify: verify-generated fmt-check vet lint verify-mod verify-kustomize verify-chart verify-version verify-architecture verify-complexity verify-methods ## Static checks that CI runs before the tests.
 
 .PHONY: verify-version
 verify-version: ## Fail when the chart's version or appVersion is not the VERSION file's, or CHANGELOG.md has no entry for it.
@@ -186,6 +186,10 @@ verify-mod: ## Fail when go.mod/go.sum are not tidy.
 verify-architecture: ## Fail when docs/architecture.md's package diagram differs from the import graph (go list), or imports do not run one way.
 	go run ./hack/archgraph -check docs/architecture.md
 
+.PHONY: verify-methods
+verify-methods: ## Fail when a type of the conversation service or the controllers reaches more than 20 methods, promoted ones included (hack/methodcount).
+	go run ./hack/methodcount -max 20 ./internal/convservice/... ./internal/ownership/... ./controllers/...
+
 .PHONY: verify-complexity
 verify-complexity: $(GOCYCLO) ## Fail when more than MAX_COMPLEX_FUNCS functions of non-test code have a cyclomatic complexity above 30 (gocyclo, pinned).
 	@out="$$($(GOCYCLO) -over 30 -ignore '_test|^bin/' . || true)"; n=$$(printf '%s' "$$out" | grep -c . || true); \
@@ -203,6 +207,9 @@ verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickst
 	@tmp=$(LOCALBIN)/.verify-quickstart-sentinel; mkdir -p $$tmp; \
 		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/conversation-service/sentinel]\n' > $$tmp/kustomization.yaml; \
 		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/conversation-service/sentinel failed"; exit 1; }
+	@tmp=$(LOCALBIN)/.verify-quickstart-hardened; mkdir -p $$tmp; \
+		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/quickstart/tls-everywhere, ../../config/networkpolicy]\n' > $$tmp/kustomization.yaml; \
+		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/quickstart/tls-everywhere + config/networkpolicy failed"; exit 1; }
 
 .PHONY: verify-chart
 verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-fleet, with the defaults and with every option on.
@@ -215,7 +222,8 @@ CHART_ALL_OPTIONS := --set mosquitto.tls.enabled=true,broker.tls.caSecret=a2a-fl
 	--set conversationService.persistence.enabled=true,tracing.otlpEndpoint=http://otel-collector:4318 \
 	--set conversationService.replicas=2,conversationService.redis.sentinel.addresses={s0:26379\,s1:26379\,s2:26379},conversationService.redis.passwordSecret.name=redis-auth \
 	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,conversationService.callerRate=50,conversationService.callerBurst=100,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false \
-	--set metrics.podMonitor.enabled=true,metrics.podMonitor.labels.release=prometheus
+	--set metrics.podMonitor.enabled=true,metrics.podMonitor.labels.release=prometheus \
+	--set tls.everywhere=true,networkPolicy.enabled=true,networkPolicy.brokerExtraFrom[0].ipBlock.cidr=198.18.0.0/15
 
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver, etcd and kubectl from source into bin/k8s (cached).
@@ -230,6 +238,10 @@ mosquitto-plugin: ## Build the project's Mosquitto plugins (hack/mosquitto-plugi
 	hack/build-mosquitto-plugin.sh
 	hack/build-mosquitto-table-plugin.sh
 
+.PHONY: mosquitto-httpauth-plugin
+mosquitto-httpauth-plugin: ## Build the HTTP-auth Mosquitto plugin (go-auth's HTTP protocol and cache) that calls the decision service in the tests, into bin/mosquitto (idempotent).
+	hack/build-mosquitto-httpauth-plugin.sh
+
 .PHONY: redis
 redis: ## Install redis-server and redis-sentinel from Debian packages (idempotent).
 	hack/install-redis.sh
@@ -239,7 +251,7 @@ node-deps: ## Install the pinned npm packages of the JS interop tests into bin/n
 	hack/install-node-deps.sh
 
 .PHONY: tools-test
-tools-test: control-plane mosquitto mosquitto-plugin redis node-deps $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart; the npm packages of test/interop).
+tools-test: control-plane mosquitto mosquitto-plugin mosquitto-httpauth-plugin redis node-deps $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart; the npm packages of test/interop).
 
 .PHONY: build
 build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).
@@ -264,9 +276,15 @@ docker-build: ## Build the four images from the Dockerfile with your Docker engi
 # commit comes from here (the build context has no .git).
 DOCKER_BUILD_ARGS := --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT)
 
+# make release saves the four images (IMAGES=0: without them, an incomplete bundle).
+IMAGES ?= 1
 .PHONY: release
-release: $(HELM) ## Draft release bundle of VERSION in dist/: the chart packaged, a2actl for linux/darwin on amd64/arm64, SHA256SUMS (IMAGES=1: the four images saved from your Docker engine). Not part of make test yet.
-	HELM=$(HELM) IMG=$(IMG) SERVICE_IMG=$(SERVICE_IMG) EXAMPLES_IMG=$(EXAMPLES_IMG) MOSQUITTO_IMG=$(MOSQUITTO_IMG) hack/release.sh
+release: $(HELM) $(if $(filter 1,$(IMAGES)),docker-images) ## Release bundle of VERSION in dist/: the chart packaged, the four images (docker save | gzip, from the project's dockerd), a2actl for linux/darwin on amd64/arm64, a CycloneDX SBOM, SHA256SUMS; test/release checks it.
+	HELM=$(HELM) IMAGES=$(IMAGES) IMG=$(IMG) SERVICE_IMG=$(SERVICE_IMG) EXAMPLES_IMG=$(EXAMPLES_IMG) MOSQUITTO_IMG=$(MOSQUITTO_IMG) hack/release.sh
+
+.PHONY: kind-load-release
+kind-load-release: ## Load the release bundle's images (dist/images, make release) into the kind cluster with kind load image-archive, as the bundle's user would.
+	hack/release-kind-load.sh
 
 .PHONY: deploy
 deploy: $(KUSTOMIZE) ## Install config/quickstart (operator, conversation service, Mosquitto) with IMG and SERVICE_IMG into the cluster in KUBECONFIG.

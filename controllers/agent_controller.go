@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,11 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
-	"github.com/a2a-fleet/a2a-fleet/internal/identity"
-	"github.com/a2a-fleet/a2a-fleet/internal/policy"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
-	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // AgentFinalizer guards the broker-side state of an Agent (client, role, retained card): the
@@ -71,9 +65,20 @@ type Registrar interface {
 	ApplyShared(ctx context.Context, key registration.SharedKey, members []registration.Member) error
 }
 
-// AgentReconciler reconciles Agents.
+// AgentReconciler reconciles Agents. It orchestrates four units, each with its own narrow
+// dependencies, that talk through the Agent's conditions:
+//
+//   - identity (agentIdentity): client ID, topics, governing policy, IdentityPermitted, the holder
+//     of a contested identity;
+//   - credentials (agentCredentials): the credentials Secret, rotations and their staging;
+//   - registration (agentRegistration): the broker side, Registered and ACLsSynced;
+//   - workload (agentWorkload): the Deployment, WorkloadAvailable.
+//
+// agentStatus derives Ready and Connected from their conditions, and agentEvents maps watch
+// events to the Agents they concern.
 type AgentReconciler struct {
-	client.Client
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
 	// APIReader reads around the cache where a stale read would repeat a broker write, and for
 	// objects the cache does not hold (Secrets and Deployments without our label).
 	APIReader client.Reader
@@ -100,9 +105,27 @@ type AgentReconciler struct {
 	PresenceEvents <-chan event.TypedGenericEvent[client.Object]
 	// PoolsUnsupported, when set, says why the broker cannot serve an Agent's pool (Ready=False).
 	PoolsUnsupported string
+	// Graph is the caller graph Client carries (tenancy.WithCallerGraph): after each Agent change
+	// it applies, it wakes the Agents whose caller relations the change can touch.
+	Graph *tenancy.CallerGraph
 
-	metrics     *metrics
-	deployments appliedDeployments
+	metrics *metrics
+
+	// The units, built by SetupWithManager from the fields above.
+	identity     *agentIdentity
+	credentials  *agentCredentials
+	registration *agentRegistration
+	workload     *agentWorkload
+	status       *agentStatus
+}
+
+// buildUnits gives every unit exactly what it uses.
+func (r *AgentReconciler) buildUnits() {
+	r.identity = &agentIdentity{reader: r.Client, gating: r.Gating}
+	r.credentials = &agentCredentials{client: r.Client, apiReader: r.APIReader, recorder: r.Recorder, metrics: r.metrics, withBroker: r.Registrar != nil}
+	r.registration = &agentRegistration{registrar: r.Registrar, shared: r.Shared, resyncs: r.Resyncs, recorder: r.Recorder, resync: r.Resync, gating: r.Gating}
+	r.workload = &agentWorkload{client: r.Client, apiReader: r.APIReader, policy: r.Workloads, brokerURL: r.WorkloadBrokerURL}
+	r.status = &agentStatus{presence: r.Presence, poolsUnsupported: r.PoolsUnsupported, recorder: r.Recorder}
 }
 
 // +kubebuilder:rbac:groups=a2a.fleet.dev,resources=agents,verbs=get;list;watch;update;patch
@@ -122,89 +145,82 @@ type AgentReconciler struct {
 // changed.
 func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	agent := &a2av1.Agent{}
-	if err := r.Get(ctx, req.NamespacedName, agent); err != nil {
+	if err := r.Client.Get(ctx, req.NamespacedName, agent); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !agent.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.finalize(ctx, agent)
 	}
 	if controllerutil.AddFinalizer(agent, AgentFinalizer) {
-		if err := r.Update(ctx, agent); err != nil {
+		if err := r.Client.Update(ctx, agent); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
 	}
 
-	before := agent.DeepCopy()
-	var holder *a2av1.Agent
+	s := &agentReconcile{before: agent.DeepCopy(), agent: agent}
 	defer func() {
-		if err := r.writeStatus(ctx, before, agent, holder); err != nil {
+		if err := r.writeStatus(ctx, s); err != nil {
 			retErr = errors.Join(retErr, err)
 		}
 	}()
 
-	if err := r.observe(ctx, agent); err != nil {
+	if err := r.identity.observe(ctx, agent); err != nil {
 		return ctrl.Result{}, err
 	}
-	view, err := (&tenancy.Authorizer{Reader: r.Client}).View(ctx)
+	view, err := r.identity.view(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	decision, err := view.Permit(ctx, agent)
+	s.view = view
+	refused, err := r.identity.permit(ctx, view, agent)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	agent.Status.Tenant = decision.Tenant
-	if decision.LimitExceeded {
-		// The oldest Agents of the Tenant keep their place. An Agent's deletion (agentsOverTheLimit)
-		// or a Tenant change re-reconciles this one: no requeue.
-		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionIdentityPermitted, metav1.ConditionFalse, a2av1.ReasonAgentLimitExceeded, decision.Message)
-		return ctrl.Result{}, r.refuseIdentity(ctx, view, before, agent, a2av1.ReasonAgentLimitExceeded, decision.Message)
+	if refused != nil {
+		// A Tenant change, or an Agent's deletion (agentsOverTheLimit), re-reconciles: no requeue.
+		return ctrl.Result{}, r.refuseIdentity(ctx, s, refused.reason, refused.message)
 	}
-	if !decision.Permitted {
-		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionIdentityPermitted, metav1.ConditionFalse, a2av1.ReasonIdentityNotPermitted, decision.Message)
-		// A Tenant change re-reconciles the Agent: no requeue.
-		return ctrl.Result{}, r.refuseIdentity(ctx, view, before, agent, a2av1.ReasonIdentityNotPermitted, decision.Message)
-	}
-	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionIdentityPermitted, metav1.ConditionTrue, a2av1.ReasonIdentityPermitted, decision.Message)
-
-	if holder, err = view.Holder(ctx, agent); err != nil {
+	if s.holder, err = view.Holder(ctx, agent); err != nil {
 		return ctrl.Result{}, err
 	}
-	if holder.UID != agent.UID {
-		// Registering would hand this Agent the other's broker identity; the older Agent keeps it,
-		// and this one holds no credentials for it, and shows no client ID or topics.
-		msg := fmt.Sprintf("client ID %s already belongs to Agent %s/%s", agent.Status.ClientID, holder.Namespace, holder.Name)
-		withoutIdentity(agent)
-		r.setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonIdentityConflict, msg)
-		if err := r.revokeCredentials(ctx, agent, "the identity belongs to Agent "+holder.Namespace+"/"+holder.Name); err != nil {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{}, r.reconcileWorkload(ctx, view, agent, "")
+	if s.holder.UID != agent.UID {
+		return ctrl.Result{}, r.loseIdentity(ctx, s)
 	}
+	return r.reconcileHeld(ctx, s)
+}
 
+// agentReconcile is one reconcile's state: the Agent as read, as it becomes, the view it is
+// decided on, and the holder of its identity (nil until known).
+type agentReconcile struct {
+	before, agent *a2av1.Agent
+	view          *tenancy.View
+	holder        *a2av1.Agent
+}
+
+// reconcileHeld runs the credentials, the broker registration and the workload of an Agent that
+// holds its identity.
+func (r *AgentReconciler) reconcileHeld(ctx context.Context, s *agentReconcile) (ctrl.Result, error) {
+	agent := s.agent
 	if err := validateCallers(agent); err != nil {
 		// Only a spec change can fix it, and a spec change reconciles: no retry.
-		r.setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonInvalidCallers, err.Error())
+		setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonInvalidCallers, err.Error())
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
-
-	if since, lost := r.Resyncs.takeLost(agent); lost && r.Registrar != nil {
+	if r.registration.takeLost(agent) {
 		// Say it first (its own status write), then repair in this same reconcile: the deferred
 		// write compares with what the first one wrote. (Repairing in a later reconcile would
 		// compare with a cache that may not hold the first write yet, and skip the second.)
-		r.setBrokerConditions(agent, metav1.ConditionFalse, ReasonBrokerStateLost, fmt.Sprintf(
-			"the broker lost this agent's client, role and shared grants (state loss found at %s); registering it again", since.UTC().Format(time.RFC3339)))
-		if err := r.writeStatus(ctx, before, agent, holder); err != nil {
+		if err := r.writeStatus(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
-		before = agent.DeepCopy()
+		s.before = agent.DeepCopy()
 	}
 
-	pending, err := r.prepareCredentials(ctx, agent)
+	pending, err := r.credentials.prepare(ctx, agent)
 	if err != nil {
 		var conflict *credentialsConflictError
 		if errors.As(err, &conflict) {
-			r.setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonCredentialsConflict, err.Error())
+			setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonCredentialsConflict, err.Error())
 			// The cache does not hold foreign Secrets, so their removal triggers nothing: look again
 			// after a while instead of retrying hot.
 			return ctrl.Result{RequeueAfter: time.Minute}, nil
@@ -212,8 +228,9 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 		return ctrl.Result{}, err
 	}
 
-	result, regErr := r.registerOnBroker(ctx, view, agent, pending)
-	if err := r.reconcileWorkload(ctx, view, agent, pending.checksum()); err != nil {
+	persist := func(ctx context.Context) error { return r.credentials.persist(ctx, agent, pending) }
+	result, regErr := r.registration.register(ctx, s.view, agent, pending.creds, persist)
+	if err := r.workload.reconcile(ctx, s.view, agent, pending.checksum()); err != nil {
 		return ctrl.Result{}, errors.Join(regErr, err)
 	}
 	if regErr != nil {
@@ -224,38 +241,28 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 	return pending.requeue(result), nil
 }
 
-// observe resolves what the Agent's identity implies: client ID, topics, governing policy.
-func (r *AgentReconciler) observe(ctx context.Context, agent *a2av1.Agent) error {
-	id := identity.Of(agent)
-	agent.Status.AgentID = id.Agent
-	agent.Status.ClientID = id.ClientID()
-	agent.Status.Topics = &a2av1.AgentTopics{
-		Request:     id.RequestTopic(),
-		ReplyPrefix: id.Topic(a2amqtt.MethodReply),
-		Discovery:   id.DiscoveryTopic(),
-		Event:       id.EventTopic(),
-	}
-	if agent.Spec.PoolID != "" {
-		agent.Status.Topics.Pool = a2amqtt.PoolRef{Org: id.Org, Unit: id.Unit, Pool: agent.Spec.PoolID}.RequestTopic()
-	}
-	if err := r.resolvePolicy(ctx, agent); err != nil {
+// loseIdentity handles the loser of an identity conflict: registering would hand this Agent the
+// other's broker identity; the older Agent keeps it, and this one holds no credentials for it,
+// and shows no client ID or topics.
+func (r *AgentReconciler) loseIdentity(ctx context.Context, s *agentReconcile) error {
+	agent, holder := s.agent, s.holder
+	msg := fmt.Sprintf("client ID %s already belongs to Agent %s/%s", agent.Status.ClientID, holder.Namespace, holder.Name)
+	withoutIdentity(agent)
+	setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonIdentityConflict, msg)
+	if err := r.credentials.revoke(ctx, agent, "the identity belongs to Agent "+holder.Namespace+"/"+holder.Name); err != nil {
 		return err
 	}
-	if r.Gating && agent.Status.ConversationPolicy != "" {
-		agent.Status.Topics.Delivery = identity.DeliveryTopic(id)
-	}
-	return nil
+	return r.workload.reconcile(ctx, s.view, agent, "")
 }
 
 // writeStatus derives Ready, patches status when (and only when) it changed, and records Events
 // for the transitions.
-func (r *AgentReconciler) writeStatus(ctx context.Context, before, agent *a2av1.Agent, holder *a2av1.Agent) error {
-	r.setReady(agent)
-	r.setConnected(agent, holder)
-	agent.Status.ObservedGeneration = agent.Generation
-	patched, err := patchStatus(ctx, r.Client, before, agent, func(a *a2av1.Agent) any { return a.Status })
+func (r *AgentReconciler) writeStatus(ctx context.Context, s *agentReconcile) error {
+	r.status.derive(s.agent, s.holder)
+	s.agent.Status.ObservedGeneration = s.agent.Generation
+	patched, err := patchStatus(ctx, r.Client, s.before, s.agent, func(a *a2av1.Agent) any { return a.Status })
 	if patched {
-		r.emitTransitions(before, agent, holder)
+		r.status.emitTransitions(s.before, s.agent, s.holder)
 	}
 	return err
 }
@@ -280,46 +287,21 @@ func validateCallers(agent *a2av1.Agent) error {
 	return nil
 }
 
-// ownsBrokerState reports whether the broker objects named after agent's identity are agent's to
-// remove: it holds the identity, or nobody may hold it now and agent is the one that registered
-// it (its status says so). The loser of an identity conflict never owns them.
-func ownsBrokerState(ctx context.Context, view *tenancy.View, agent, recorded *a2av1.Agent) (bool, error) {
-	holder, err := view.Holder(ctx, agent)
-	if err != nil {
-		return false, err
-	}
-	if holder != nil {
-		return holder.UID == agent.UID, nil
-	}
-	return meta.IsStatusConditionTrue(recorded.Status.Conditions, a2av1.ConditionRegistered) || recorded.Status.PublishedCardDigest != "", nil
-}
-
 func (r *AgentReconciler) finalize(ctx context.Context, agent *a2av1.Agent) error {
 	if !controllerutil.ContainsFinalizer(agent, AgentFinalizer) {
 		return nil
 	}
 	if r.Registrar != nil {
-		view, err := (&tenancy.Authorizer{Reader: r.Client}).View(ctx)
+		view, err := r.identity.view(ctx)
 		if err != nil {
 			return err
 		}
-		owns, err := ownsBrokerState(ctx, view, agent, agent)
-		if err != nil {
+		if err := r.registration.finalize(ctx, view, agent); err != nil {
 			return err
 		}
-		if owns {
-			if err := r.Registrar.Unregister(ctx, agent); err != nil {
-				r.Recorder.Eventf(agent, nil, corev1.EventTypeWarning, EventRegistrationFail, "Unregister",
-					"removing broker state failed, will retry: %v", err)
-				return fmt.Errorf("unregister agent: %w", err)
-			}
-			r.Recorder.Eventf(agent, nil, corev1.EventTypeNormal, EventUnregistered, "Unregister",
-				"removed client %s from the broker", identity.Of(agent).ClientID())
-		}
-		r.Shared.Poke(ctx, registration.KeysOf(identity.Of(agent), r.Gating)...)
 	}
 	controllerutil.RemoveFinalizer(agent, AgentFinalizer)
-	if err := r.Update(ctx, agent); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Client.Update(ctx, agent); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove finalizer: %w", err)
 	}
 	return nil
@@ -328,30 +310,17 @@ func (r *AgentReconciler) finalize(ctx context.Context, agent *a2av1.Agent) erro
 // refuseIdentity handles an Agent whose namespace may not claim its identity: nothing may stay on
 // the broker in its name (if it registered the identity before a Tenant changed, its broker state
 // is removed), no credentials, no workload.
-func (r *AgentReconciler) refuseIdentity(ctx context.Context, view *tenancy.View, before, agent *a2av1.Agent, reason, why string) error {
+func (r *AgentReconciler) refuseIdentity(ctx context.Context, s *agentReconcile, reason, why string) error {
+	agent := s.agent
 	withoutIdentity(agent)
-	r.setBrokerConditions(agent, metav1.ConditionFalse, reason, why)
-	if r.Registrar != nil {
-		owns, err := ownsBrokerState(ctx, view, agent, before)
-		if err != nil {
-			return err
-		}
-		if owns {
-			if err := r.Registrar.Unregister(ctx, agent); err != nil {
-				r.setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable,
-					"the identity is not permitted and removing its broker state failed: "+err.Error())
-				return fmt.Errorf("unregister agent: %w", err)
-			}
-			agent.Status.PublishedCardDigest = ""
-			r.Recorder.Eventf(agent, nil, corev1.EventTypeWarning, EventUnregistered, "Unregister",
-				"removed client %s from the broker: %s", identity.Of(agent).ClientID(), why)
-		}
-		r.Shared.Poke(ctx, registration.KeysOf(identity.Of(agent), r.Gating)...)
-	}
-	if err := r.revokeCredentials(ctx, agent, why); err != nil {
+	setBrokerConditions(agent, metav1.ConditionFalse, reason, why)
+	if err := r.registration.withdraw(ctx, s.view, s.before, agent, why); err != nil {
 		return err
 	}
-	return r.reconcileWorkload(ctx, view, agent, "")
+	if err := r.credentials.revoke(ctx, agent, why); err != nil {
+		return err
+	}
+	return r.workload.reconcile(ctx, s.view, agent, "")
 }
 
 // withoutIdentity clears what status says of an identity the Agent does not hold (refused, or
@@ -361,195 +330,12 @@ func withoutIdentity(agent *a2av1.Agent) {
 	agent.Status.ClientID, agent.Status.Topics = "", nil
 }
 
-// resolvePolicy records in status the ConversationPolicy that governs the Agent and the ones it
-// outranks.
-func (r *AgentReconciler) resolvePolicy(ctx context.Context, agent *a2av1.Agent) error {
-	var policies a2av1.ConversationPolicyList
-	// Read-only use of the cache's objects: no deep copies.
-	if err := r.List(ctx, &policies, client.InNamespace(agent.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("list conversation policies: %w", err)
-	}
-	names := policy.Names(policy.Matching(policies.Items, agent.Labels))
-	agent.Status.ConversationPolicy, agent.Status.OverlappingPolicies = "", nil
-	if len(names) > 0 {
-		agent.Status.ConversationPolicy = names[0]
-	}
-	if len(names) > 1 {
-		agent.Status.OverlappingPolicies = names[1:min(len(names), maxOverlappingPolicies+1)]
-	}
-	return nil
-}
-
-// registerOnBroker runs the Registrar, persists new credentials once the broker has them, and
-// records ACLsSynced and Registered (ACLsSynced only once the shared objects include the Agent).
-func (r *AgentReconciler) registerOnBroker(ctx context.Context, view *tenancy.View, agent *a2av1.Agent, pending *pendingCredentials) (ctrl.Result, error) {
-	if r.Registrar == nil {
-		r.setBrokerConditions(agent, metav1.ConditionUnknown, a2av1.ReasonBrokerNotConfigured,
-			"the operator runs without an MQTT broker; identity and topics are resolved but nothing is registered")
-		// The Secret still exists for workloads; there is no broker to hand its password to.
-		return ctrl.Result{}, pending.persist(ctx, r, agent)
-	}
-	err := r.Registrar.Register(ctx, agent, pending.creds)
-	var stage *registration.StageError
-	if err == nil || (errors.As(err, &stage) && stage.Stage == registration.StageCard) {
-		// The broker has the password now: only then does the Secret get it.
-		if perr := pending.persist(ctx, r, agent); perr != nil {
-			err = errors.Join(err, &registration.StageError{Stage: registration.StageCredentials, Err: perr})
-		}
-	}
-	var tooLarge *registration.CardTooLargeError
-	switch {
-	case err == nil:
-		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionRegistered, metav1.ConditionTrue, a2av1.ReasonRegistered,
-			"broker client "+identity.BrokerUsername(agent)+" exists and the agent card is published")
-	case errors.As(err, &tooLarge):
-		// Terminal until the card or the Tenant's limit changes (each reconciles): no retry, and
-		// nothing oversized ever reaches the broker.
-		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonCardTooLarge,
-			"broker client "+identity.BrokerUsername(agent)+" exists, but "+tooLarge.Error())
-		return r.aclsSynced(ctx, view, agent), nil
-	case errors.As(err, &stage) && stage.Stage != registration.StageACLs:
-		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionRegistered, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, err.Error())
-	default:
-		r.setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonBrokerUnavailable, err.Error())
-		return ctrl.Result{}, err
-	}
-	return r.aclsSynced(ctx, view, agent), err
-}
-
-// aclsSynced sets ACLsSynced once the Agent's own objects are applied: True when the shared unit,
-// org and gates roles hold exactly its entries too (as the shared reconcile last applied them),
-// False while they do not (the shared reconcile is woken and wakes the Agent in turn) or while
-// its pool or callers need consent it does not have.
-func (r *AgentReconciler) aclsSynced(ctx context.Context, view *tenancy.View, agent *a2av1.Agent) ctrl.Result {
-	resync := ctrl.Result{RequeueAfter: jitter(r.Resync)}
-	self, live, err := registration.MemberOf(ctx, view, agent)
-	if err != nil || !live {
-		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionACLsSynced, metav1.ConditionFalse, a2av1.ReasonSharedACLsPending,
-			fmt.Sprintf("cannot tell whether the shared ACLs include this agent: %v", err))
-		return ctrl.Result{RequeueAfter: sharedPendingRecheck}
-	}
-	var waiting []string
-	for _, key := range registration.KeysOf(self.Agent, r.Gating) {
-		switch r.Shared.Includes(key, agent.UID, registration.Contribution(key, self)) {
-		case inclusionNo:
-			waiting = append(waiting, key.String())
-		case inclusionUnknown:
-			// Not applied since the operator started: trust a True condition of this generation
-			// (the shared reconcile runs for every key at start and wakes us if it differs), so a
-			// restart does not flip a fleet's status twice.
-			c := meta.FindStatusCondition(agent.Status.Conditions, a2av1.ConditionACLsSynced)
-			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != agent.Generation {
-				waiting = append(waiting, key.String())
-			}
-		}
-	}
-	if len(waiting) > 0 {
-		r.Shared.Poke(ctx, registration.KeysOf(self.Agent, r.Gating)...)
-		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionACLsSynced, metav1.ConditionFalse, a2av1.ReasonSharedACLsPending,
-			"the agent's own ACLs are applied; waiting for the shared "+strings.Join(waiting, ", ")+" ACLs to include it")
-		return ctrl.Result{RequeueAfter: sharedPendingRecheck}
-	}
-	if agent.Spec.PoolID != "" && self.Pool == "" {
-		owner, _ := view.PoolOwner(ctx, agent)
-		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionACLsSynced, metav1.ConditionFalse, a2av1.ReasonPoolNotGranted,
-			fmt.Sprintf("pool %s belongs to namespace %s (its oldest member), which grants namespace %s no AgentGrant of kind Pools: the agent is registered but not a pool member",
-				agent.Spec.PoolID, owner, agent.Namespace))
-		return resync
-	}
-	msg := "the broker grants exactly the topics this agent and its callers need"
-	if hasNamespaceSelectors(agent) {
-		if _, ungranted, err := registration.SelectedCallers(ctx, view, agent); err == nil && len(ungranted) > 0 {
-			msg += fmt.Sprintf("; agents selected in namespaces %s are not admitted: no AgentGrant of kind Callers there consents", strings.Join(ungranted, ", "))
-			if c := meta.FindStatusCondition(agent.Status.Conditions, a2av1.ConditionACLsSynced); c == nil || c.Message != msg {
-				r.Recorder.Eventf(agent, nil, corev1.EventTypeWarning, EventCallersNotGranted, "Register",
-					"agents selected by callers.from in namespaces %s are not admitted: no AgentGrant there consents", strings.Join(ungranted, ", "))
-			}
-		}
-	}
-	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionACLsSynced, metav1.ConditionTrue, a2av1.ReasonACLsApplied, msg)
-	return resync
-}
-
-func hasNamespaceSelectors(agent *a2av1.Agent) bool {
-	return slices.ContainsFunc(agent.Spec.Callers.From, func(f a2av1.CallerSelector) bool { return f.NamespaceSelector != nil })
-}
-
 // setBrokerConditions sets ACLsSynced and Registered alike.
-func (r *AgentReconciler) setBrokerConditions(agent *a2av1.Agent, status metav1.ConditionStatus, reason, message string) {
+func setBrokerConditions(agent *a2av1.Agent, status metav1.ConditionStatus, reason, message string) {
 	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionACLsSynced, status, reason, message)
 	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionRegistered, status, reason, message)
 }
 
-// setReady derives Ready from the other conditions: the first that is not True explains why.
-func (r *AgentReconciler) setReady(agent *a2av1.Agent) {
-	for _, t := range []string{a2av1.ConditionIdentityPermitted, a2av1.ConditionRegistered, a2av1.ConditionACLsSynced, a2av1.ConditionWorkloadAvailable} {
-		c := meta.FindStatusCondition(agent.Status.Conditions, t)
-		if c == nil {
-			continue // WorkloadAvailable exists only with a workload
-		}
-		if c.Status != metav1.ConditionTrue {
-			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
-			return
-		}
-	}
-	if agent.Spec.PoolID != "" && r.PoolsUnsupported != "" {
-		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionReady, metav1.ConditionFalse, a2av1.ReasonPoolUnsupportedByBroker,
-			fmt.Sprintf("the agent is registered and may connect as %s, but its pool %s cannot be served on this broker: %s; remove spec.poolID or use a broker that delivers shared subscriptions on $-topics",
-				agent.Status.ClientID, agent.Spec.PoolID, r.PoolsUnsupported))
-		return
-	}
-	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionReady, metav1.ConditionTrue, a2av1.ReasonReconciled,
-		"the agent is registered and may connect as "+agent.Status.ClientID)
-}
-
-// wasNotReady reports whether a Ready condition said the Agent was not Ready for a reason worth an
-// Event (not merely waiting for its shared ACLs on the way to Ready).
-func wasNotReady(c *metav1.Condition) bool {
-	return c != nil && c.Status != metav1.ConditionTrue && c.Reason != a2av1.ReasonSharedACLsPending
-}
-
 func removeCondition(agent *a2av1.Agent, condType string) {
 	meta.RemoveStatusCondition(&agent.Status.Conditions, condType)
-}
-
-// emitTransitions records an Event for each change a human would want to see in kubectl describe.
-func (r *AgentReconciler) emitTransitions(before, after *a2av1.Agent, holder *a2av1.Agent) {
-	if b, a := before.Status.ConversationPolicy, after.Status.ConversationPolicy; b != a {
-		if a == "" {
-			r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventPolicyRemoved, "ResolvePolicy",
-				"no ConversationPolicy selects this Agent any more (was %s)", b)
-		} else {
-			r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventPolicyApplied, "ResolvePolicy",
-				"ConversationPolicy %s applies", a)
-		}
-	}
-	if o := after.Status.OverlappingPolicies; len(o) > 0 && !slices.Equal(o, before.Status.OverlappingPolicies) {
-		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, a2av1.ReasonOverlappingPolicies, "ResolvePolicy",
-			"ConversationPolicy %s applies; %v select this Agent too but lose on precedence (highest priority, then oldest, then name)",
-			after.Status.ConversationPolicy, o)
-	}
-	wasReady := meta.FindStatusCondition(before.Status.Conditions, a2av1.ConditionReady)
-	nowReady := meta.FindStatusCondition(after.Status.Conditions, a2av1.ConditionReady)
-	if nowReady == nil || (wasReady != nil && wasReady.Status == nowReady.Status && wasReady.Reason == nowReady.Reason) {
-		return
-	}
-	switch {
-	case nowReady.Status == metav1.ConditionTrue && !wasNotReady(wasReady):
-		// A new Agent becoming Ready is what applying it means, and status says so: an Event per
-		// Agent of a fleet rollout would only load the API server. Recovering is news.
-	case nowReady.Status == metav1.ConditionTrue:
-		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventReady, "Reconcile", "%s", nowReady.Message)
-	case nowReady.Reason == a2av1.ReasonIdentityNotPermitted, nowReady.Reason == a2av1.ReasonAgentLimitExceeded:
-		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, EventIdentityNotAllowed, "Reconcile", "%s", nowReady.Message)
-	case nowReady.Reason == a2av1.ReasonIdentityConflict && holder != nil:
-		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, EventIdentityConflict, "Reconcile",
-			"client ID %s already belongs to Agent %s/%s", identity.Of(after).ClientID(), holder.Namespace, holder.Name)
-	case nowReady.Reason == a2av1.ReasonSharedACLsPending:
-		// A step on the way to Ready, not news.
-	case nowReady.Reason == a2av1.ReasonPoolUnsupportedByBroker:
-		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, a2av1.ReasonPoolUnsupportedByBroker, "Reconcile", "%s", nowReady.Message)
-	default:
-		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, EventNotReady, "Reconcile", "%s: %s", nowReady.Reason, nowReady.Message)
-	}
 }

@@ -42,7 +42,7 @@ const (
 // ConversationPolicyReconciler reconciles ConversationPolicies: which Agents each selects, and
 // where two policies select the same Agent.
 type ConversationPolicyReconciler struct {
-	client.Client
+	Client   client.Client
 	Recorder events.EventRecorder
 }
 
@@ -53,7 +53,7 @@ type ConversationPolicyReconciler struct {
 // Reconcile recomputes a policy's selection and conflicts and writes them to status.
 func (r *ConversationPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	p := &a2av1.ConversationPolicy{}
-	if err := r.Get(ctx, req.NamespacedName, p); err != nil {
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !p.DeletionTimestamp.IsZero() {
@@ -84,11 +84,11 @@ func (r *ConversationPolicyReconciler) Reconcile(ctx context.Context, req ctrl.R
 	}
 
 	var agents a2av1.AgentList
-	if err := r.List(ctx, &agents, client.InNamespace(p.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := r.Client.List(ctx, &agents, client.InNamespace(p.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list selected agents: %w", err)
 	}
 	var policies a2av1.ConversationPolicyList
-	if err := r.List(ctx, &policies, client.InNamespace(p.Namespace)); err != nil {
+	if err := r.Client.List(ctx, &policies, client.InNamespace(p.Namespace)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list conversation policies: %w", err)
 	}
 
@@ -271,7 +271,7 @@ func (r *ConversationPolicyReconciler) allPolicies(ctx context.Context, _ client
 
 func (r *ConversationPolicyReconciler) policiesIn(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
 	var policies a2av1.ConversationPolicyList
-	if err := r.List(ctx, &policies, opts...); err != nil {
+	if err := r.Client.List(ctx, &policies, opts...); err != nil {
 		logf.FromContext(ctx).Error(err, "list conversation policies")
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,129 +103,190 @@ func (p *pendingCredentials) requeue(result ctrl.Result) ctrl.Result {
 	return result
 }
 
-// prepareCredentials reads the Agent's credentials Secret and decides what this reconcile does
-// with it: keep it, or generate a new password (no Secret yet, the Secret was deleted, or a
-// rotation was asked for). Nothing is written here: persist writes after the broker has the
-// password, so a Secret never holds a password the broker refuses (and one API write is saved).
+// agentCredentials keeps an Agent's credentials Secret: it decides, per reconcile, whether the
+// Secret's password stays or a new one is generated (pendingCredentials), writes it once the
+// broker has it, stages a rotation while the workload's old pods still use the old password, and
+// revokes the Secret of an Agent that does not hold its identity.
+type agentCredentials struct {
+	client    client.Client
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	metrics   *metrics
+	// withBroker: a broker gets the passwords (a rotation can be staged).
+	withBroker bool
+}
+
+// prepare reads the Agent's credentials Secret and decides what this reconcile does with it:
+// keep it, or generate a new password (no Secret yet, the Secret was deleted, or a rotation was
+// asked for). Nothing is written here: persist writes after the broker has the password, so a
+// Secret never holds a password the broker refuses (and one API write is saved).
 //
 // The exception is a staged rotation (stageRotation): when the Agent's workload runs pods with
 // the old password, the new one goes into the Secret first (marked not synced), the Deployment
 // rolls (Recreate: the old pods drain and go before new ones start), and only then does the
 // broker get it; the new pods' refused CONNECTs retry meanwhile.
-func (r *AgentReconciler) prepareCredentials(ctx context.Context, agent *a2av1.Agent) (*pendingCredentials, error) {
-	clientID := identity.Of(agent).ClientID()
-	username := identity.BrokerUsername(agent)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: identity.CredentialsSecretName(agent), Namespace: agent.Namespace}}
-	err := r.Get(ctx, client.ObjectKeyFromObject(secret), secret)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("get credentials secret: %w", err)
+func (u *agentCredentials) prepare(ctx context.Context, agent *a2av1.Agent) (*pendingCredentials, error) {
+	secret, exists, err := u.secretOf(ctx, agent)
+	if err != nil {
+		return nil, err
 	}
-	exists := err == nil
-	if !exists {
-		// The cache holds only Secrets with our label: make sure no foreign one has the name.
-		foreign := &corev1.Secret{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(secret), foreign); err == nil {
-			if !metav1.IsControlledBy(foreign, agent) {
-				return nil, &credentialsConflictError{name: secret.Name}
-			}
-			secret, exists = foreign, true
-		} else if !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("get credentials secret: %w", err)
-		}
-	}
-	if exists && !metav1.IsControlledBy(secret, agent) {
-		return nil, &credentialsConflictError{name: secret.Name}
-	}
-
 	wantRotation := agent.Annotations[AnnotationRotateCredentials]
-	needsPassword := func(s *corev1.Secret) bool {
-		return len(s.Data[identity.SecretKeyPassword]) == 0 || (wantRotation != "" && s.Annotations[annotationRotatedFor] != wantRotation)
-	}
-	needPassword := !exists || needsPassword(secret)
+	needPassword := !exists || needsPassword(secret, wantRotation)
 	if exists && needPassword {
 		// A new password goes to the broker before the Secret: decide on the API server's copy,
 		// never on a cache that may not have seen our last write yet (that would push a password
 		// the Secret update then fails to store).
-		fresh := &corev1.Secret{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(secret), fresh); err != nil {
-			return nil, fmt.Errorf("get credentials secret: %w", err)
+		if secret, err = u.fresh(ctx, secret); err != nil {
+			return nil, err
 		}
-		secret, needPassword = fresh, needsPassword(fresh)
+		needPassword = needsPassword(secret, wantRotation)
 	}
-	if exists && !needPassword && string(secret.Data[identity.SecretKeyClientID]) == clientID && string(secret.Data[identity.SecretKeyUsername]) == username {
-		synced := secret.Annotations[annotationPasswordSynced] == "true"
-		staged := ""
-		if !synced {
-			// The cache may not have seen our own "synced" mark yet; ask the API server before
-			// pushing the password to the broker a second time.
-			fresh := &corev1.Secret{}
-			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(secret), fresh); err != nil {
-				return nil, fmt.Errorf("get credentials secret: %w", err)
-			}
-			synced = fresh.Annotations[annotationPasswordSynced] == "true" &&
-				string(fresh.Data[identity.SecretKeyPassword]) == string(secret.Data[identity.SecretKeyPassword])
-			staged = fresh.Annotations[annotationPasswordStaged]
-		}
-		agent.Status.CredentialsSecret = secret.Name
-		p := &pendingCredentials{
-			creds: registration.Credentials{Username: username, Password: string(secret.Data[identity.SecretKeyPassword]),
-				ClientID: clientID, PasswordChanged: !synced},
-			markSynced: !synced,
-		}
-		if !synced && staged != "" {
-			if err := r.finishStagedRotation(ctx, agent, secret.Name, staged, p); err != nil {
-				return nil, err
-			}
-		}
-		return p, nil
+	if exists && !needPassword && string(secret.Data[identity.SecretKeyClientID]) == identity.Of(agent).ClientID() &&
+		string(secret.Data[identity.SecretKeyUsername]) == identity.BrokerUsername(agent) {
+		return u.keep(ctx, agent, secret)
 	}
+	return u.generate(ctx, agent, secret, exists, needPassword)
+}
 
-	password := string(secret.Data[identity.SecretKeyPassword])
-	p := &pendingCredentials{secret: secret, write: "update"}
-	// A new password for an identity the broker already has (a rotation, a deleted Secret)
-	// while the workload runs pods with the old one: staged.
-	// (Without a broker there is nothing to stage.)
-	replacing := needPassword && (exists || agent.Status.CredentialsSecret != "") && r.Registrar != nil
-	staged := false
-	if replacing {
-		if staged, err = r.workloadHoldsCredentials(ctx, agent); err != nil {
+// needsPassword: the Secret has no password, or a rotation was asked for that it does not
+// satisfy yet.
+func needsPassword(s *corev1.Secret, wantRotation string) bool {
+	return len(s.Data[identity.SecretKeyPassword]) == 0 || (wantRotation != "" && s.Annotations[annotationRotatedFor] != wantRotation)
+}
+
+// secretOf reads the Agent's credentials Secret (exists false: none, and secret is the one to
+// create). A Secret of that name that is not the Agent's is a credentialsConflictError.
+func (u *agentCredentials) secretOf(ctx context.Context, agent *a2av1.Agent) (secret *corev1.Secret, exists bool, err error) {
+	key := client.ObjectKey{Namespace: agent.Namespace, Name: identity.CredentialsSecretName(agent)}
+	secret = &corev1.Secret{}
+	err = u.client.Get(ctx, key, secret)
+	if apierrors.IsNotFound(err) {
+		// The cache holds only Secrets with our label: make sure no foreign one has the name.
+		err = u.apiReader.Get(ctx, key, secret)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("get credentials secret: %w", err)
+	case !metav1.IsControlledBy(secret, agent):
+		return nil, false, &credentialsConflictError{name: key.Name}
+	}
+	return secret, true, nil
+}
+
+// fresh reads secret again from the API server, around the cache.
+func (u *agentCredentials) fresh(ctx context.Context, secret *corev1.Secret) (*corev1.Secret, error) {
+	fresh := &corev1.Secret{}
+	if err := u.apiReader.Get(ctx, client.ObjectKeyFromObject(secret), fresh); err != nil {
+		return nil, fmt.Errorf("get credentials secret: %w", err)
+	}
+	return fresh, nil
+}
+
+// keep uses the Secret's password as it is; the broker is given it again when it is not known to
+// have it (or a staged password's wait is over).
+func (u *agentCredentials) keep(ctx context.Context, agent *a2av1.Agent, secret *corev1.Secret) (*pendingCredentials, error) {
+	synced := secret.Annotations[annotationPasswordSynced] == "true"
+	staged := ""
+	if !synced {
+		// The cache may not have seen our own "synced" mark yet; ask the API server before
+		// pushing the password to the broker a second time.
+		fresh, err := u.fresh(ctx, secret)
+		if err != nil {
+			return nil, err
+		}
+		synced = fresh.Annotations[annotationPasswordSynced] == "true" &&
+			string(fresh.Data[identity.SecretKeyPassword]) == string(secret.Data[identity.SecretKeyPassword])
+		staged = fresh.Annotations[annotationPasswordStaged]
+	}
+	agent.Status.CredentialsSecret = secret.Name
+	p := &pendingCredentials{
+		creds: registration.Credentials{Username: identity.BrokerUsername(agent), Password: string(secret.Data[identity.SecretKeyPassword]),
+			ClientID: identity.Of(agent).ClientID(), PasswordChanged: !synced},
+		markSynced: !synced,
+	}
+	if !synced && staged != "" {
+		if err := u.finishStagedRotation(ctx, agent, secret.Name, staged, p); err != nil {
 			return nil, err
 		}
 	}
-	const stagedNote = " (the workload rolls to it; the broker keeps the old one until its old pods are gone)"
+	return p, nil
+}
+
+// generate writes the identity (and, when needPassword, a new password) into secret, to be
+// persisted once the broker has it, or at once when the rotation is staged.
+func (u *agentCredentials) generate(ctx context.Context, agent *a2av1.Agent, secret *corev1.Secret, exists, needPassword bool) (*pendingCredentials, error) {
+	password := string(secret.Data[identity.SecretKeyPassword])
+	// A new password for an identity the broker already has (a rotation, a deleted Secret)
+	// while the workload runs pods with the old one: staged.
+	// (Without a broker there is nothing to stage.)
+	recorded := agent.Status.CredentialsSecret != ""
+	staged := false
+	if needPassword && (exists || recorded) && u.withBroker {
+		var err error
+		if staged, err = u.workloadHoldsCredentials(ctx, agent); err != nil {
+			return nil, err
+		}
+	}
+	p := &pendingCredentials{secret: secret}
+	p.write, p.event, p.eventNote = credentialsWrite(exists, recorded, needPassword, staged)
+	if needPassword {
+		var err error
+		if password, err = identity.NewPassword(); err != nil {
+			return nil, err
+		}
+	}
+	if err := u.fill(agent, secret, password, staged); err != nil {
+		return nil, err
+	}
+	agent.Status.CredentialsSecret = secret.Name
+	// A staged password stays off the broker for now: the old pods keep their connections and
+	// finish their work. (If the broker has no client for the identity at all, Register creates
+	// it with this password: nothing runs with the old one there.)
+	p.creds = registration.Credentials{Username: identity.BrokerUsername(agent), Password: password,
+		ClientID: identity.Of(agent).ClientID(), PasswordChanged: !staged}
+	if staged {
+		p.recheck = stagedRotationRecheck
+	}
+	return p, nil
+}
+
+// credentialsWrite is the Secret write of new credentials ("create" or "update") and the Event it
+// is reported with (none for a new Agent's first credentials). recorded: status names a Secret
+// the Agent had.
+func credentialsWrite(exists, recorded, needPassword, staged bool) (write, event, note string) {
+	suffix := ""
+	if staged {
+		suffix = " (the workload rolls to it; the broker keeps the old one until its old pods are gone)"
+	}
 	switch {
-	case !exists && agent.Status.CredentialsSecret != "" && staged:
-		p.write, p.event, p.eventNote = "create", EventCredentialsRecreate, "Secret %s was deleted: generated a new broker password"+stagedNote
-	case !exists && agent.Status.CredentialsSecret != "":
-		p.write, p.event, p.eventNote = "create", EventCredentialsRecreate, "Secret %s was deleted: generated a new broker password"
+	case !exists && recorded:
+		return "create", EventCredentialsRecreate, "Secret %s was deleted: generated a new broker password" + suffix
 	case !exists:
 		// A new Agent's first credentials are what applying it means, and status.credentialsSecret
 		// says so: an Event per Agent of a fleet rollout would cost the API server a write (~5 % of
 		// its CPU per Agent, docs/benchmarks.md) and the operator its event cache, and tell nobody
 		// anything. Changes to credentials that exist (below) are news.
-		p.write = "create"
-	case needPassword && staged:
-		p.event, p.eventNote = EventCredentialsRotated, "generated a new broker password in Secret %s"+stagedNote
+		return "create", "", ""
 	case needPassword:
-		p.event, p.eventNote = EventCredentialsRotated, "generated a new broker password in Secret %s"
-	default:
-		p.event, p.eventNote = EventCredentialsRotated, "rewrote the identity in Secret %s"
+		return "update", EventCredentialsRotated, "generated a new broker password in Secret %s" + suffix
 	}
-	if needPassword {
-		if password, err = identity.NewPassword(); err != nil {
-			return nil, err
-		}
-	}
+	return "update", EventCredentialsRotated, "rewrote the identity in Secret %s"
+}
+
+// fill sets the Secret's data, marks and ownership.
+func (u *agentCredentials) fill(agent *a2av1.Agent, secret *corev1.Secret, password string, staged bool) error {
 	secret.Type = corev1.SecretTypeOpaque
 	secret.Data = map[string][]byte{
-		identity.SecretKeyUsername: []byte(username),
+		identity.SecretKeyUsername: []byte(identity.BrokerUsername(agent)),
 		identity.SecretKeyPassword: []byte(password),
-		identity.SecretKeyClientID: []byte(clientID),
+		identity.SecretKeyClientID: []byte(identity.Of(agent).ClientID()),
 	}
 	if secret.Annotations == nil {
 		secret.Annotations = map[string]string{}
 	}
-	secret.Annotations[annotationRotatedFor] = wantRotation
+	secret.Annotations[annotationRotatedFor] = agent.Annotations[AnnotationRotateCredentials]
 	secret.Annotations[annotationPasswordSynced] = "true"
 	delete(secret.Annotations, annotationPasswordStaged)
 	if staged {
@@ -236,29 +298,21 @@ func (r *AgentReconciler) prepareCredentials(ctx context.Context, agent *a2av1.A
 	}
 	secret.Labels[identity.LabelManagedBy] = identity.ManagedByValue
 	secret.Labels[identity.LabelAgent] = agent.Name
-	if err := controllerutil.SetControllerReference(agent, secret, r.Scheme()); err != nil {
-		return nil, fmt.Errorf("own credentials secret: %w", err)
+	if err := controllerutil.SetControllerReference(agent, secret, u.client.Scheme()); err != nil {
+		return fmt.Errorf("own credentials secret: %w", err)
 	}
-	agent.Status.CredentialsSecret = secret.Name
-	// A staged password stays off the broker for now: the old pods keep their connections and
-	// finish their work. (If the broker has no client for the identity at all, Register creates
-	// it with this password: nothing runs with the old one there.)
-	p.creds = registration.Credentials{Username: username, Password: password, ClientID: clientID, PasswordChanged: !staged}
-	if staged {
-		p.recheck = stagedRotationRecheck
-	}
-	return p, nil
+	return nil
 }
 
 // workloadHoldsCredentials reports whether the Agent's workload runs pods that hold its current
 // credentials: its Deployment exists, is the Agent's and wants pods. A new password for it is
-// staged (prepareCredentials).
-func (r *AgentReconciler) workloadHoldsCredentials(ctx context.Context, agent *a2av1.Agent) (bool, error) {
+// staged (prepare).
+func (u *agentCredentials) workloadHoldsCredentials(ctx context.Context, agent *a2av1.Agent) (bool, error) {
 	if agent.Spec.Workload == nil {
 		return false, nil
 	}
 	deploy := &appsv1.Deployment{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: WorkloadName(agent)}, deploy)
+	err := u.client.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: WorkloadName(agent)}, deploy)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -274,13 +328,13 @@ func (r *AgentReconciler) workloadHoldsCredentials(ctx context.Context, agent *a
 // their termination grace period plus stagedRotationSlack (the old password must not stay valid
 // for ever: they are disconnected, with a Warning). Otherwise the broker keeps the old password
 // and the Agent is looked at again soon.
-func (r *AgentReconciler) finishStagedRotation(ctx context.Context, agent *a2av1.Agent, secretName, stagedAt string, p *pendingCredentials) error {
+func (u *agentCredentials) finishStagedRotation(ctx context.Context, agent *a2av1.Agent, secretName, stagedAt string, p *pendingCredentials) error {
 	since, err := time.Parse(time.RFC3339, stagedAt)
 	if err != nil {
 		since = time.Time{} // unreadable (edited by hand): do not wait
 	}
 	deploy := &appsv1.Deployment{}
-	err = r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: WorkloadName(agent)}, deploy)
+	err = u.client.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: WorkloadName(agent)}, deploy)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("get workload deployment: %w", err)
 	}
@@ -312,21 +366,21 @@ func stagedRotationTimeout(agent *a2av1.Agent) time.Duration {
 	return time.Duration(grace)*time.Second + stagedRotationSlack
 }
 
-// persist writes what prepareCredentials decided, once the broker has the password.
-func (p *pendingCredentials) persist(ctx context.Context, r *AgentReconciler, agent *a2av1.Agent) error {
+// persist writes what prepare decided, once the broker has the password.
+func (u *agentCredentials) persist(ctx context.Context, agent *a2av1.Agent, p *pendingCredentials) error {
 	var err error
 	switch p.write {
 	case "create":
-		err = r.Create(ctx, p.secret)
+		err = u.client.Create(ctx, p.secret)
 	case "update":
-		err = r.Update(ctx, p.secret)
+		err = u.client.Update(ctx, p.secret)
 	case "":
 		if p.markSynced {
-			if err := r.markPasswordSynced(ctx, agent); err != nil {
+			if err := u.markPasswordSynced(ctx, agent); err != nil {
 				return err
 			}
 			if p.activated != "" {
-				r.Recorder.Eventf(agent, nil, p.activatedType, p.activated, "Credentials", "%s", p.activatedNote)
+				u.recorder.Eventf(agent, nil, p.activatedType, p.activated, "Credentials", "%s", p.activatedNote)
 				p.activated = ""
 			}
 		}
@@ -337,8 +391,8 @@ func (p *pendingCredentials) persist(ctx context.Context, r *AgentReconciler, ag
 	}
 	p.write, p.creds.PasswordChanged = "", false
 	if p.event != "" {
-		r.Recorder.Eventf(agent, nil, corev1.EventTypeNormal, p.event, "Credentials", p.eventNote, p.secret.Name)
-		r.metrics.credentialsReplaced(p.event)
+		u.recorder.Eventf(agent, nil, corev1.EventTypeNormal, p.event, "Credentials", p.eventNote, p.secret.Name)
+		u.metrics.credentialsReplaced(p.event)
 	}
 	return nil
 }
@@ -346,31 +400,31 @@ func (p *pendingCredentials) persist(ctx context.Context, r *AgentReconciler, ag
 // markPasswordSynced records that the broker has the Secret's current password (and that no
 // password is staged any more). A merge patch by name needs no read, so it cannot fail on a cache
 // that has not seen the Secret yet.
-func (r *AgentReconciler) markPasswordSynced(ctx context.Context, agent *a2av1.Agent) error {
+func (u *agentCredentials) markPasswordSynced(ctx context.Context, agent *a2av1.Agent) error {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: agent.Namespace, Name: identity.CredentialsSecretName(agent)}}
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true",%q:null}}}`, annotationPasswordSynced, annotationPasswordStaged)
-	if err := r.Patch(ctx, secret, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	if err := u.client.Patch(ctx, secret, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("mark password synced: %w", err)
 	}
 	return nil
 }
 
-// revokeCredentials deletes the Agent's credentials Secret, if it has one: an Agent that does not
+// revoke deletes the Agent's credentials Secret, if it has one: an Agent that does not
 // hold its identity (not permitted, or the loser of a conflict) must not keep a password for it.
-func (r *AgentReconciler) revokeCredentials(ctx context.Context, agent *a2av1.Agent, why string) error {
+func (u *agentCredentials) revoke(ctx context.Context, agent *a2av1.Agent, why string) error {
 	agent.Status.CredentialsSecret = ""
 	secret := &corev1.Secret{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: identity.CredentialsSecretName(agent)}, secret)
+	err := u.client.Get(ctx, client.ObjectKey{Namespace: agent.Namespace, Name: identity.CredentialsSecretName(agent)}, secret)
 	if apierrors.IsNotFound(err) || (err == nil && !metav1.IsControlledBy(secret, agent)) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("get credentials secret: %w", err)
 	}
-	if err := r.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
+	if err := u.client.Delete(ctx, secret); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete credentials secret: %w", err)
 	}
-	r.Recorder.Eventf(agent, nil, corev1.EventTypeWarning, EventCredentialsRevoked, "Credentials",
+	u.recorder.Eventf(agent, nil, corev1.EventTypeWarning, EventCredentialsRevoked, "Credentials",
 		"deleted Secret %s: %s", secret.Name, why)
 	return nil
 }

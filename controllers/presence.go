@@ -29,15 +29,15 @@ func presenceSource(events <-chan event.TypedGenericEvent[client.Object]) source
 // setConnected writes the Connected condition and status.presence of an Agent that holds its
 // identity (an Agent that may not, or whose client ID another Agent holds, has no process of its
 // own to speak of: both are removed). It never touches Ready.
-func (r *AgentReconciler) setConnected(agent *a2av1.Agent, holder *a2av1.Agent) {
+func (u *agentStatus) setConnected(agent *a2av1.Agent, holder *a2av1.Agent) {
 	holds := meta.IsStatusConditionTrue(agent.Status.Conditions, a2av1.ConditionIdentityPermitted) &&
 		(holder == nil || holder.UID == agent.UID) && agent.Status.ClientID != ""
-	if r.Presence == nil || !holds {
+	if u.presence == nil || !holds {
 		removeCondition(agent, a2av1.ConditionConnected)
 		agent.Status.Presence = nil
 		return
 	}
-	st := r.Presence.Presence(agent.Status.ClientID)
+	st := u.presence.Presence(agent.Status.ClientID)
 	c := metav1.Condition{Type: a2av1.ConditionConnected, ObservedGeneration: agent.Generation}
 	if !st.Since.IsZero() {
 		c.LastTransitionTime = metav1.NewTime(st.Since.Truncate(time.Second))

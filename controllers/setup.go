@@ -60,6 +60,10 @@ type Options struct {
 	// ConversationPolicies by condition, broker commands with their latency and failures,
 	// credential rotations. The binaries pass controller-runtime's registry; nil: none.
 	Metrics prometheus.Registerer
+	// CallerGraph, when set, is the caller graph Setup keeps from the manager's Agent informer
+	// and the controllers read; the binary shares it with the Registrar's reader
+	// (tenancy.WithCallerGraph). Nil: Setup makes its own.
+	CallerGraph *tenancy.CallerGraph
 }
 
 // PoolsUnsupportedOnMosquitto is Options.PoolsUnsupported for a Mosquitto broker (docs/broker.md).
@@ -129,6 +133,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	// The reconcilers' reads count a Tenant's Agents from an informer-kept count instead of
 	// listing them all in every reconcile (tenancy.AgentCounts).
 	c := tenancy.WithAgentCounts(mgr.GetClient(), tenancy.NewAgentCounts(mgr.GetCache()))
+	// Their caller relations come from one caller graph, kept by the Agent informer.
+	graph := opts.CallerGraph
+	if graph == nil {
+		graph = tenancy.NewCallerGraph()
+	}
+	if err := graph.Watch(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
+	c = tenancy.WithCallerGraph(c, graph)
 	var m *metrics
 	if opts.Metrics != nil {
 		if m, err = newMetrics(opts.Metrics, mgr.GetCache()); err != nil {
@@ -170,6 +183,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Presence:          opts.Presence,
 		PresenceEvents:    opts.PresenceEvents,
 		PoolsUnsupported:  opts.PoolsUnsupported,
+		Graph:             graph,
 		metrics:           m,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)

@@ -167,7 +167,7 @@ func (t *SharedTracker) agentWakeups() source.Source {
 // sharedSpacing of its last apply, so a rollout of n Agents into one unit applies the unit's role
 // a bounded number of times per second, not n times, whatever the size of the unit.
 type SharedReconciler struct {
-	client.Client
+	Client    client.Client
 	Registrar Registrar
 	Tracker   *SharedTracker
 	Gating    bool
@@ -245,7 +245,7 @@ func (r *SharedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	// Read-only use of cached objects: no deep copies of the whole unit or org.
 	opts = append(opts, client.UnsafeDisableDeepCopy)
-	if err := r.List(ctx, &candidates, opts...); err != nil {
+	if err := r.Client.List(ctx, &candidates, opts...); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list agents of %s: %w", key, err)
 	}
 	view, err := (&tenancy.Authorizer{Reader: r.Client}).View(ctx)

@@ -30,7 +30,7 @@ const (
 // TenantReconciler reports what each Tenant binds: whether it is in effect (no older Tenant owns
 // its org), the namespaces it binds, and those it loses to older Tenants.
 type TenantReconciler struct {
-	client.Client
+	Client   client.Client
 	Recorder events.EventRecorder
 }
 
@@ -40,15 +40,15 @@ type TenantReconciler struct {
 // Reconcile recomputes one Tenant's status.
 func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	t := &a2av1.Tenant{}
-	if err := r.Get(ctx, req.NamespacedName, t); err != nil {
+	if err := r.Client.Get(ctx, req.NamespacedName, t); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	var tenants a2av1.TenantList
-	if err := r.List(ctx, &tenants); err != nil {
+	if err := r.Client.List(ctx, &tenants); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list tenants: %w", err)
 	}
 	var namespaces corev1.NamespaceList
-	if err := r.List(ctx, &namespaces); err != nil {
+	if err := r.Client.List(ctx, &namespaces); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list namespaces: %w", err)
 	}
 	b := tenancy.NewBindings(tenants.Items)
@@ -100,7 +100,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		var tenants a2av1.TenantList
-		if err := r.List(ctx, &tenants); err != nil {
+		if err := r.Client.List(ctx, &tenants); err != nil {
 			logf.FromContext(ctx).Error(err, "list tenants")
 			return nil
 		}

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,41 +20,47 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
-	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
 type workqueueOf = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
+// agentEvents maps the events of the objects an Agent's outcome depends on to exactly the Agents
+// whose outcome they can change. It only reads the cache.
+type agentEvents struct {
+	reader client.Reader
+}
+
 // SetupWithManager registers the Agent controller and its watches. Every watch maps an event to
 // exactly the Agents whose outcome it can change.
 func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.buildUnits()
+	e := &agentEvents{reader: r.Client}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&a2av1.Agent{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		// A policy change can move Agents in or out of its selector.
-		Watches(&a2av1.ConversationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.agentsForPolicy)).
+		Watches(&a2av1.ConversationPolicy{}, handler.EnqueueRequestsFromMapFunc(e.agentsForPolicy)).
 		// Claimants of one client ID: a newcomer may outrank an Agent (same-second creation); once
 		// the holder is gone, or stops being permitted, or has removed its broker state, the next
 		// Agent in line takes over.
-		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.agentsSharingIdentity),
+		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(e.agentsSharingIdentity),
 			builder.WithPredicates(identityHolderChangePredicate())).
-		// Caller rules tie Agents together: a rule's owner and the Agents it selects both change.
-		Watches(&a2av1.Agent{}, r.callerRulesHandler()).
 		// A deleted Agent frees a place under its Tenant's maxAgents: the Agents waiting for one
 		// look again at once.
-		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.agentsOverTheLimit), builder.WithPredicates(deletedPredicate())).
+		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(e.agentsOverTheLimit), builder.WithPredicates(deletedPredicate())).
 		// Pool ownership follows the oldest member: members appearing or leaving move it.
-		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(r.poolMembers), builder.WithPredicates(createOrDeletePredicate())).
+		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(e.poolMembers), builder.WithPredicates(createOrDeletePredicate())).
 		// Tenancy: which namespace may claim which org, unit and pool.
-		Watches(&a2av1.Tenant{}, r.tenantHandler()).
+		Watches(&a2av1.Tenant{}, e.tenantHandler()).
 		// Consent: being selected as callers, joining pools.
-		Watches(&a2av1.AgentGrant{}, r.grantHandler()).
+		Watches(&a2av1.AgentGrant{}, e.grantHandler()).
 		// Namespace labels drive Tenant selectors, caller namespace selectors and Pod Security levels.
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.agentsForNamespace), builder.WithPredicates(
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(e.agentsForNamespace), builder.WithPredicates(
 			predicate.Or[client.Object](predicate.LabelChangedPredicate{}, createOrDeletePredicate()))).
 		// Only a deletion or a change of the data of a credentials Secret concerns the Agent (not
 		// the operator's own writes of it, which it made knowingly).
@@ -64,6 +69,11 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}, builder.WithPredicates(deploymentChangePredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrent}).
 		Named("agent")
+	if r.Graph != nil {
+		// Caller rules tie Agents together: a rule's owner and the Agents it selects both change.
+		// The graph says which, once it has applied the change (so their reconciles read it).
+		b = b.WatchesRawSource(callerGraphSource(r.Graph))
+	}
 	if r.Shared != nil {
 		b = b.WatchesRawSource(r.Shared.agentWakeups())
 	}
@@ -87,9 +97,9 @@ func deletedPredicate() predicate.Funcs {
 }
 
 // agentsOverTheLimit are the Agents refused for their Tenant's maxAgents (usually none).
-func (r *AgentReconciler) agentsOverTheLimit(ctx context.Context, _ client.Object) []reconcile.Request {
+func (e *agentEvents) agentsOverTheLimit(ctx context.Context, _ client.Object) []reconcile.Request {
 	var over a2av1.AgentList
-	if err := r.List(ctx, &over, client.MatchingFields{indexAgentOverLimit: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := e.reader.List(ctx, &over, client.MatchingFields{indexAgentOverLimit: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		logf.FromContext(ctx).Error(err, "list agents over the agent limit")
 		return nil
 	}
@@ -189,7 +199,7 @@ func (q *requests) addAll(items []a2av1.Agent) {
 }
 
 // agentsForPolicy maps a policy event to the Agents it selects now and those it governed before.
-func (r *AgentReconciler) agentsForPolicy(ctx context.Context, obj client.Object) []reconcile.Request {
+func (e *agentEvents) agentsForPolicy(ctx context.Context, obj client.Object) []reconcile.Request {
 	p, ok := obj.(*a2av1.ConversationPolicy)
 	if !ok {
 		return nil
@@ -197,14 +207,14 @@ func (r *AgentReconciler) agentsForPolicy(ctx context.Context, obj client.Object
 	log := logf.FromContext(ctx)
 	var q requests
 	var governed a2av1.AgentList
-	if err := r.List(ctx, &governed, client.InNamespace(p.Namespace),
+	if err := e.reader.List(ctx, &governed, client.InNamespace(p.Namespace),
 		client.MatchingFields{identity.IndexAgentPolicy: p.Name}); err != nil {
 		log.Error(err, "list agents governed by policy", "policy", p.Name)
 	}
 	q.addAll(governed.Items)
 	if sel, err := metav1.LabelSelectorAsSelector(&p.Spec.AgentSelector); err == nil {
 		var selected a2av1.AgentList
-		if err := r.List(ctx, &selected, client.InNamespace(p.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		if err := e.reader.List(ctx, &selected, client.InNamespace(p.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 			log.Error(err, "list agents selected by policy", "policy", p.Name)
 		}
 		q.addAll(selected.Items)
@@ -212,13 +222,13 @@ func (r *AgentReconciler) agentsForPolicy(ctx context.Context, obj client.Object
 	return q.out
 }
 
-func (r *AgentReconciler) agentsSharingIdentity(ctx context.Context, obj client.Object) []reconcile.Request {
+func (e *agentEvents) agentsSharingIdentity(ctx context.Context, obj client.Object) []reconcile.Request {
 	a, ok := obj.(*a2av1.Agent)
 	if !ok {
 		return nil
 	}
 	var same a2av1.AgentList
-	if err := r.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: identity.Of(a).ClientID()}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := e.reader.List(ctx, &same, client.MatchingFields{identity.IndexAgentClientID: identity.Of(a).ClientID()}, client.UnsafeDisableDeepCopy); err != nil {
 		logf.FromContext(ctx).Error(err, "list agents sharing a client ID")
 		return nil
 	}
@@ -233,13 +243,13 @@ func (r *AgentReconciler) agentsSharingIdentity(ctx context.Context, obj client.
 
 // poolMembers maps a pool member's appearance or disappearance to the other members: the owner
 // of the pool (its oldest member's namespace) may change.
-func (r *AgentReconciler) poolMembers(ctx context.Context, obj client.Object) []reconcile.Request {
+func (e *agentEvents) poolMembers(ctx context.Context, obj client.Object) []reconcile.Request {
 	a, ok := obj.(*a2av1.Agent)
 	if !ok || a.Spec.PoolID == "" {
 		return nil
 	}
 	var members a2av1.AgentList
-	if err := r.List(ctx, &members, client.MatchingFields{identity.IndexAgentPool: tenancy.PoolKey(a)}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := e.reader.List(ctx, &members, client.MatchingFields{identity.IndexAgentPool: tenancy.PoolKey(a)}, client.UnsafeDisableDeepCopy); err != nil {
 		logf.FromContext(ctx).Error(err, "list pool members")
 		return nil
 	}
@@ -252,110 +262,24 @@ func (r *AgentReconciler) poolMembers(ctx context.Context, obj client.Object) []
 	return q.out
 }
 
-// callerRulesHandler maps Agent events to the Agents whose broker ACLs may change with them: the
-// Agents whose caller selectors match the changed Agent's labels, before or after the change
-// (they start or stop admitting it), and, when the changed Agent has selectors, every Agent they
-// can reach (they may start or stop calling it). Matching here keeps a fleet-wide rollout from
-// re-reconciling every rule owner for every Agent.
-func (r *AgentReconciler) callerRulesHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
-	return handler.TypedFuncs[client.Object, reconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueueOf) {
-			r.enqueueCallerRuleChanges(ctx, q, nil, e.Object)
-		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueueOf) {
-			r.enqueueCallerRuleChanges(ctx, q, e.ObjectOld, e.ObjectNew)
-		},
-		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueueOf) {
-			r.enqueueCallerRuleChanges(ctx, q, nil, e.Object)
-		},
-	}
-}
-
-func (r *AgentReconciler) enqueueCallerRuleChanges(ctx context.Context, q workqueueOf, oldObj, newObj client.Object) {
-	a, ok := newObj.(*a2av1.Agent)
-	if !ok {
-		return
-	}
-	old, _ := oldObj.(*a2av1.Agent)
-	if old != nil && old.Generation == a.Generation && maps.Equal(old.Labels, a.Labels) &&
-		old.DeletionTimestamp.Equal(a.DeletionTimestamp) && gated(old) == gated(a) {
-		return
-	}
-	log := logf.FromContext(ctx)
-	add := func(o *a2av1.Agent) {
-		if o.UID != a.UID {
-			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
-		}
-	}
-	// The rules that may admit the Agent, before or after the change: found through the
-	// caller-rule index, so an Agent event costs the rules filed under its labels, not a scan of
-	// every rule in the fleet.
-	for _, subject := range []*a2av1.Agent{a, old} {
-		if subject == nil || (subject == old && maps.Equal(old.Labels, a.Labels) && old.Namespace == a.Namespace) {
-			continue
-		}
-		callees, err := registration.RulesMaySelect(ctx, r.Client, subject)
-		if err != nil {
-			log.Error(err, "list caller rules that may select an agent")
-		}
-		for _, callee := range callees {
-			if selectsByLabels(callee, a) || (old != nil && selectsByLabels(callee, old)) {
-				add(callee)
+// callerGraphSource enqueues the Agents whose caller relations an Agent change touches, as the
+// caller graph reports them after applying it (tenancy.CallerGraph.Upsert): the rules' owners
+// that start or stop admitting it, the Agents its rules start or stop covering, and itself.
+func callerGraphSource(g *tenancy.CallerGraph) source.Source {
+	return source.Func(func(_ context.Context, q workqueueOf) error {
+		g.Subscribe(func(keys []types.NamespacedName) {
+			for _, k := range keys {
+				q.Add(reconcile.Request{NamespacedName: k})
 			}
-		}
-	}
-	if len(a.Spec.Callers.From) == 0 && (old == nil || len(old.Spec.Callers.From) == 0) {
-		return
-	}
-	if old != nil && old.Generation == a.Generation && gated(old) == gated(a) {
-		return // only its labels changed: the Agents it reaches are unaffected
-	}
-	// The Agents its rules select, before or after the change, may start or stop calling it.
-	for _, f := range append(slices.Clone(a.Spec.Callers.From), callersFrom(old)...) {
-		sel, err := metav1.LabelSelectorAsSelector(&f.AgentSelector)
-		if err != nil {
-			continue // an invalid selector admits nobody
-		}
-		opts := []client.ListOption{client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy}
-		if f.NamespaceSelector == nil {
-			opts = append(opts, client.InNamespace(a.Namespace))
-		}
-		var reachable a2av1.AgentList
-		if err := r.List(ctx, &reachable, opts...); err != nil {
-			log.Error(err, "list agents reachable by caller selectors")
-		}
-		for i := range reachable.Items {
-			add(&reachable.Items[i])
-		}
-	}
-}
-
-// selectsByLabels reports whether one of callee's caller selectors could select agent. Namespace
-// selectors are not evaluated here (that needs the Namespace): they count as a possible match.
-func selectsByLabels(callee, agent *a2av1.Agent) bool {
-	for _, f := range callee.Spec.Callers.From {
-		if f.NamespaceSelector == nil && callee.Namespace != agent.Namespace {
-			continue
-		}
-		sel, err := metav1.LabelSelectorAsSelector(&f.AgentSelector)
-		if err == nil && sel.Matches(labels.Set(agent.Labels)) {
-			return true
-		}
-	}
-	return false
-}
-
-func callersFrom(a *a2av1.Agent) []a2av1.CallerSelector {
-	if a == nil {
+		})
 		return nil
-	}
-	return a.Spec.Callers.From
+	})
 }
 
 // tenantHandler maps a Tenant event to the Agents of every namespace whose binding it can change:
 // the namespaces the old or new Tenant selects, those named like its org (the zero-config rule),
 // and those of other Tenants of the same org (precedence).
-func (r *AgentReconciler) tenantHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+func (e *agentEvents) tenantHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return specChangeHandler(func(ctx context.Context, objs []client.Object) []reconcile.Request {
 		var tenants []a2av1.Tenant
 		for _, o := range objs {
@@ -363,7 +287,7 @@ func (r *AgentReconciler) tenantHandler() handler.TypedEventHandler[client.Objec
 				tenants = append(tenants, *t)
 			}
 		}
-		return r.agentsForTenants(ctx, tenants)
+		return e.agentsForTenants(ctx, tenants)
 	})
 }
 
@@ -390,10 +314,10 @@ func specChangeHandler(mapper func(ctx context.Context, objs []client.Object) []
 	}
 }
 
-func (r *AgentReconciler) agentsForTenants(ctx context.Context, changed []a2av1.Tenant) []reconcile.Request {
+func (e *agentEvents) agentsForTenants(ctx context.Context, changed []a2av1.Tenant) []reconcile.Request {
 	log := logf.FromContext(ctx)
 	var all a2av1.TenantList
-	if err := r.List(ctx, &all); err != nil {
+	if err := e.reader.List(ctx, &all); err != nil {
 		log.Error(err, "list tenants")
 		return nil
 	}
@@ -409,7 +333,7 @@ func (r *AgentReconciler) agentsForTenants(ctx context.Context, changed []a2av1.
 	}
 	b := tenancy.NewBindings(involved)
 	var namespaces corev1.NamespaceList
-	if err := r.List(ctx, &namespaces); err != nil {
+	if err := e.reader.List(ctx, &namespaces); err != nil {
 		log.Error(err, "list namespaces")
 		return nil
 	}
@@ -423,18 +347,18 @@ func (r *AgentReconciler) agentsForTenants(ctx context.Context, changed []a2av1.
 		if !hit {
 			continue
 		}
-		q.addAll(r.agentsIn(ctx, ns.Name))
+		q.addAll(e.agentsIn(ctx, ns.Name))
 	}
 	return q.out
 }
 
 // grantHandler maps an AgentGrant event (old and new spec) to the Agents whose ACLs depend on it.
-func (r *AgentReconciler) grantHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+func (e *agentEvents) grantHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
 	return specChangeHandler(func(ctx context.Context, objs []client.Object) []reconcile.Request {
 		var q requests
 		for _, o := range objs {
 			if g, ok := o.(*a2av1.AgentGrant); ok {
-				r.agentsForGrant(ctx, g, &q)
+				e.agentsForGrant(ctx, g, &q)
 			}
 		}
 		return q.out
@@ -444,7 +368,7 @@ func (r *AgentReconciler) grantHandler() handler.TypedEventHandler[client.Object
 // agentsForGrant: for Callers, the granting namespace's Agents the grant covers (they gain or lose
 // the right to call the selectors' owners) and the Agents of the from namespaces with namespace
 // selectors (they gain or lose reply grants); for Pools, the from namespaces' pool members.
-func (r *AgentReconciler) agentsForGrant(ctx context.Context, g *a2av1.AgentGrant, q *requests) {
+func (e *agentEvents) agentsForGrant(ctx context.Context, g *a2av1.AgentGrant, q *requests) {
 	log := logf.FromContext(ctx)
 	from := map[string]bool{}
 	for _, f := range g.Spec.From {
@@ -464,7 +388,7 @@ func (r *AgentReconciler) agentsForGrant(ctx context.Context, g *a2av1.AgentGran
 				opts = append(opts, client.MatchingLabelsSelector{Selector: sel})
 			}
 			var covered a2av1.AgentList
-			if err := r.List(ctx, &covered, opts...); err != nil {
+			if err := e.reader.List(ctx, &covered, opts...); err != nil {
 				log.Error(err, "list agents covered by grant", "grant", g.Name)
 			}
 			q.addAll(covered.Items)
@@ -474,7 +398,7 @@ func (r *AgentReconciler) agentsForGrant(ctx context.Context, g *a2av1.AgentGran
 	}
 	if callersGranted {
 		var rules a2av1.AgentList
-		if err := r.List(ctx, &rules, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
+		if err := e.reader.List(ctx, &rules, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
 			log.Error(err, "list agents with caller selectors")
 		}
 		for _, a := range rules.Items {
@@ -485,7 +409,7 @@ func (r *AgentReconciler) agentsForGrant(ctx context.Context, g *a2av1.AgentGran
 	}
 	if poolsGranted {
 		for ns := range from {
-			for _, a := range r.agentsIn(ctx, ns) {
+			for _, a := range e.agentsIn(ctx, ns) {
 				if a.Spec.PoolID != "" {
 					q.add(a.Namespace, a.Name)
 				}
@@ -497,12 +421,12 @@ func (r *AgentReconciler) agentsForGrant(ctx context.Context, g *a2av1.AgentGran
 // agentsForNamespace maps a namespace's creation, deletion or relabelling to its own Agents
 // (Tenant selectors, Pod Security level) and to the Agents with namespace selectors (they may
 // start or stop admitting its Agents).
-func (r *AgentReconciler) agentsForNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
+func (e *agentEvents) agentsForNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
 	log := logf.FromContext(ctx)
 	var q requests
-	q.addAll(r.agentsIn(ctx, obj.GetName()))
+	q.addAll(e.agentsIn(ctx, obj.GetName()))
 	var rules a2av1.AgentList
-	if err := r.List(ctx, &rules, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
+	if err := e.reader.List(ctx, &rules, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
 		log.Error(err, "list agents with caller selectors")
 	}
 	for _, a := range rules.Items {
@@ -515,9 +439,9 @@ func (r *AgentReconciler) agentsForNamespace(ctx context.Context, obj client.Obj
 
 // agentsIn lists the Agents of a namespace for an event mapping. A namespace the cache does not
 // cover (an operator scoped to some namespaces) has none the operator manages.
-func (r *AgentReconciler) agentsIn(ctx context.Context, ns string) []a2av1.Agent {
+func (e *agentEvents) agentsIn(ctx context.Context, ns string) []a2av1.Agent {
 	var agents a2av1.AgentList
-	if err := r.List(ctx, &agents, client.InNamespace(ns)); err != nil {
+	if err := e.reader.List(ctx, &agents, client.InNamespace(ns)); err != nil {
 		logf.FromContext(ctx).V(1).Info("cannot list agents for an event", "namespace", ns, "error", err.Error())
 		return nil
 	}

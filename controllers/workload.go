@@ -77,14 +77,26 @@ func (a *appliedDeployments) forget(uid types.UID) {
 	delete(a.last, uid)
 }
 
-// reconcileWorkload applies the Deployment of spec.workload with server-side apply (or deletes it
-// when there is no workload, no credentials, or the workload is not permitted) and sets
+// agentWorkload runs an Agent's spec.workload as a Deployment (server-side apply, Recreate) with
+// the Agent's identity and credentials, within WorkloadPolicy, and reports WorkloadAvailable. It
+// reads the Registered condition to say why no workload runs without credentials.
+type agentWorkload struct {
+	client    client.Client
+	apiReader client.Reader
+	policy    *WorkloadPolicy
+	// brokerURL is the broker address injected into workloads (A2A_BROKER).
+	brokerURL   string
+	deployments appliedDeployments
+}
+
+// reconcile applies the Deployment of spec.workload with server-side apply (or deletes it when
+// there is no workload, no credentials, or the workload is not permitted) and sets
 // WorkloadAvailable from the Deployment's own status. checksum is the credentials' digest; ""
 // means the Agent may run nothing.
-func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.View, agent *a2av1.Agent, checksum string) error {
+func (u *agentWorkload) reconcile(ctx context.Context, view *tenancy.View, agent *a2av1.Agent, checksum string) error {
 	key := client.ObjectKey{Namespace: agent.Namespace, Name: WorkloadName(agent)}
 	if agent.Spec.Workload == nil || checksum == "" {
-		if err := r.deleteWorkload(ctx, agent, key); err != nil {
+		if err := u.delete(ctx, agent, key); err != nil {
 			return err
 		}
 		if agent.Spec.Workload == nil {
@@ -96,10 +108,10 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 		}
 		return nil
 	}
-	if violations, err := r.Workloads.Check(ctx, view, agent); err != nil {
+	if violations, err := u.policy.Check(ctx, view, agent); err != nil {
 		return err
 	} else if len(violations) > 0 {
-		if err := r.deleteWorkload(ctx, agent, key); err != nil {
+		if err := u.delete(ctx, agent, key); err != nil {
 			return err
 		}
 		// Terminal until the spec (or the namespace's level, or the Tenant) changes, each of which
@@ -108,24 +120,17 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 			"the workload is not run: "+strings.Join(violations, "; "))
 		return nil
 	}
+	return u.run(ctx, agent, key, checksum)
+}
 
-	deploy := &appsv1.Deployment{}
-	err := r.Get(ctx, key, deploy)
-	if apierrors.IsNotFound(err) {
-		// The cache holds only Deployments with our label: never take over someone else's.
-		if err := r.APIReader.Get(ctx, key, deploy); err == nil && !metav1.IsControlledBy(deploy, agent) {
-			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
-				fmt.Sprintf("Deployment %s exists and is not this Agent's; delete or rename it", key.Name))
-			return nil
-		} else if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("get workload deployment: %w", err)
-		}
-		deploy = nil
-	} else if err != nil {
-		return fmt.Errorf("get workload deployment: %w", err)
+// run applies the Deployment when it differs from the one last applied and reports its
+// availability.
+func (u *agentWorkload) run(ctx context.Context, agent *a2av1.Agent, key client.ObjectKey, checksum string) error {
+	deploy, mine, err := u.current(ctx, agent, key)
+	if err != nil || !mine {
+		return err
 	}
-
-	desired, err := r.desiredDeployment(agent, checksum)
+	desired, err := u.desired(agent, checksum)
 	if err != nil {
 		return err
 	}
@@ -133,32 +138,58 @@ func (r *AgentReconciler) reconcileWorkload(ctx context.Context, view *tenancy.V
 	if err != nil {
 		return err
 	}
-	last, known := r.deployments.get(agent.UID)
+	last, known := u.deployments.get(agent.UID)
 	if deploy == nil || !known || last.digest != digest || last.generation != deploy.Generation {
-		if err := r.switchToRecreate(ctx, deploy); err != nil {
+		if err := u.switchToRecreate(ctx, deploy); err != nil {
 			return err
 		}
-		applied, err := r.applyDeployment(ctx, desired)
-		if err != nil {
-			if apierrors.IsInvalid(err) {
-				setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadInvalid, err.Error())
-				return nil
-			}
+		applied, err := u.apply(ctx, desired)
+		if apierrors.IsInvalid(err) {
+			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadInvalid, err.Error())
+			return nil
+		} else if err != nil {
 			return fmt.Errorf("apply workload deployment: %w", err)
 		}
-		r.deployments.set(agent.UID, appliedDeployment{digest: digest, generation: applied.Generation})
+		u.deployments.set(agent.UID, appliedDeployment{digest: digest, generation: applied.Generation})
 		deploy = applied
 	}
-	for _, c := range deploy.Status.Conditions {
-		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue {
-			setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionTrue, ReasonWorkloadAvailable,
-				fmt.Sprintf("%d/%d replicas available", deploy.Status.AvailableReplicas, ptr.Deref(deploy.Spec.Replicas, 1)))
-			return nil
-		}
+	setAvailability(agent, deploy)
+	return nil
+}
+
+// current reads the Agent's Deployment (nil: none yet). mine is false, with WorkloadAvailable
+// saying why, when a Deployment of that name exists and is not the Agent's.
+func (u *agentWorkload) current(ctx context.Context, agent *a2av1.Agent, key client.ObjectKey) (deploy *appsv1.Deployment, mine bool, err error) {
+	deploy = &appsv1.Deployment{}
+	err = u.client.Get(ctx, key, deploy)
+	if err == nil {
+		return deploy, true, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, false, fmt.Errorf("get workload deployment: %w", err)
+	}
+	// The cache holds only Deployments with our label: never take over someone else's.
+	err = u.apiReader.Get(ctx, key, deploy)
+	switch {
+	case err == nil && !metav1.IsControlledBy(deploy, agent):
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, a2av1.ReasonWorkloadNotPermitted,
+			fmt.Sprintf("Deployment %s exists and is not this Agent's; delete or rename it", key.Name))
+		return nil, false, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, false, fmt.Errorf("get workload deployment: %w", err)
+	}
+	return nil, true, nil
+}
+
+// setAvailability sets WorkloadAvailable from the Deployment's Available condition.
+func setAvailability(agent *a2av1.Agent, deploy *appsv1.Deployment) {
+	if available(deploy) {
+		setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionTrue, ReasonWorkloadAvailable,
+			fmt.Sprintf("%d/%d replicas available", deploy.Status.AvailableReplicas, ptr.Deref(deploy.Spec.Replicas, 1)))
+		return
 	}
 	setCondition(&agent.Status.Conditions, agent.Generation, a2av1.ConditionWorkloadAvailable, metav1.ConditionFalse, ReasonWorkloadProgressing,
-		fmt.Sprintf("Deployment %s has %d/%d replicas available", key.Name, deploy.Status.AvailableReplicas, ptr.Deref(deploy.Spec.Replicas, 1)))
-	return nil
+		fmt.Sprintf("Deployment %s has %d/%d replicas available", deploy.Name, deploy.Status.AvailableReplicas, ptr.Deref(deploy.Spec.Replicas, 1)))
 }
 
 func conditionOf(agent *a2av1.Agent, condType string) metav1.Condition {
@@ -170,21 +201,21 @@ func conditionOf(agent *a2av1.Agent, condType string) metav1.Condition {
 	return metav1.Condition{Reason: a2av1.ReasonBrokerNotConfigured, Message: "not registered"}
 }
 
-func (r *AgentReconciler) deleteWorkload(ctx context.Context, agent *a2av1.Agent, key client.ObjectKey) error {
+func (u *agentWorkload) delete(ctx context.Context, agent *a2av1.Agent, key client.ObjectKey) error {
 	deploy := &appsv1.Deployment{}
-	if err := r.Get(ctx, key, deploy); err == nil && metav1.IsControlledBy(deploy, agent) {
-		if err := r.Delete(ctx, deploy); err != nil && !apierrors.IsNotFound(err) {
+	if err := u.client.Get(ctx, key, deploy); err == nil && metav1.IsControlledBy(deploy, agent) {
+		if err := u.client.Delete(ctx, deploy); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete workload: %w", err)
 		}
 	}
-	r.deployments.forget(agent.UID)
+	u.deployments.forget(agent.UID)
 	return nil
 }
 
-// desiredDeployment is the Deployment the operator applies for the Agent: the template with the
+// desired is the Deployment the operator applies for the Agent: the template with the
 // operator's labels, identity env, credentials checksum, and the service account token off unless
 // the template asks for it.
-func (r *AgentReconciler) desiredDeployment(agent *a2av1.Agent, checksum string) (*appsv1.Deployment, error) {
+func (u *agentWorkload) desired(agent *a2av1.Agent, checksum string) (*appsv1.Deployment, error) {
 	selector := map[string]string{identity.LabelAgent: agent.Name, "app.kubernetes.io/component": "agent"}
 	tmpl := *agent.Spec.Workload.Template.DeepCopy()
 	if tmpl.Labels == nil {
@@ -200,7 +231,7 @@ func (r *AgentReconciler) desiredDeployment(agent *a2av1.Agent, checksum string)
 	if tmpl.Spec.AutomountServiceAccountToken == nil {
 		tmpl.Spec.AutomountServiceAccountToken = ptr.To(false)
 	}
-	env := r.workloadEnv(agent)
+	env := u.env(agent)
 	// The credentials Secret is also mounted read-only, as a credentials folder the SDK reads at
 	// every CONNECT (A2A_CREDENTIALS_DIR): no password in the process environment, and a
 	// process that reconnects picks up what the Secret holds by then. Mode 0444: the kubelet writes
@@ -234,29 +265,29 @@ func (r *AgentReconciler) desiredDeployment(agent *a2av1.Agent, checksum string)
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 		},
 	}
-	if err := controllerutil.SetControllerReference(agent, deploy, r.Scheme()); err != nil {
+	if err := controllerutil.SetControllerReference(agent, deploy, u.client.Scheme()); err != nil {
 		return nil, fmt.Errorf("own workload deployment: %w", err)
 	}
 	return deploy, nil
 }
 
-// applyDeployment sends desired with server-side apply under FieldManager and returns what the
+// apply sends desired with server-side apply under FieldManager and returns what the
 // API server made of it.
-func (r *AgentReconciler) applyDeployment(ctx context.Context, desired *appsv1.Deployment) (*appsv1.Deployment, error) {
+func (u *agentWorkload) apply(ctx context.Context, desired *appsv1.Deployment) (*appsv1.Deployment, error) {
 	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
 	if err != nil {
 		return nil, fmt.Errorf("convert deployment: %w", err)
 	}
-	u := &unstructured.Unstructured{Object: raw}
+	obj := &unstructured.Unstructured{Object: raw}
 	// Fields the operator does not set must not be claimed by the apply.
-	delete(u.Object, "status")
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "creationTimestamp")
-	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+	delete(obj.Object, "status")
+	unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(obj.Object, "spec", "template", "metadata", "creationTimestamp")
+	if err := u.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return nil, err
 	}
 	out := &appsv1.Deployment{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, out); err != nil {
 		return nil, fmt.Errorf("read applied deployment: %w", err)
 	}
 	return out, nil
@@ -266,12 +297,12 @@ func (r *AgentReconciler) applyDeployment(ctx context.Context, desired *appsv1.D
 // RollingUpdate strategy, with its rollingUpdate parameters) to Recreate. An apply cannot do it:
 // the defaulted rollingUpdate field belongs to no field manager, stays, and is invalid next to
 // type Recreate. A merge patch removes it (one write, once per Deployment).
-func (r *AgentReconciler) switchToRecreate(ctx context.Context, deploy *appsv1.Deployment) error {
+func (u *agentWorkload) switchToRecreate(ctx context.Context, deploy *appsv1.Deployment) error {
 	if deploy == nil || deploy.Spec.Strategy.RollingUpdate == nil {
 		return nil
 	}
 	patch := []byte(`{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}`)
-	if err := r.Patch(ctx, deploy, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager)); err != nil {
+	if err := u.client.Patch(ctx, deploy, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager)); err != nil {
 		return fmt.Errorf("switch workload deployment to the Recreate strategy: %w", err)
 	}
 	return nil
@@ -318,9 +349,9 @@ const (
 	CredentialsMountPath = "/var/run/secrets/a2a.fleet.dev/credentials"
 )
 
-// workloadEnv is what every container of the workload learns about its identity. The password
+// env is what every container of the workload learns about its identity. The password
 // comes from the Secret by reference, never as a literal in the pod spec.
-func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
+func (u *agentWorkload) env(agent *a2av1.Agent) []corev1.EnvVar {
 	id := identity.Of(agent)
 	secretRef := func(key string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
@@ -328,7 +359,7 @@ func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
 		}}
 	}
 	env := []corev1.EnvVar{
-		{Name: "A2A_BROKER", Value: r.WorkloadBrokerURL},
+		{Name: "A2A_BROKER", Value: u.brokerURL},
 		{Name: "A2A_ORG", Value: id.Org},
 		{Name: "A2A_UNIT", Value: id.Unit},
 		{Name: "A2A_AGENT", Value: id.Agent},
@@ -339,7 +370,7 @@ func (r *AgentReconciler) workloadEnv(agent *a2av1.Agent) []corev1.EnvVar {
 		{Name: a2amqtt.EnvCredentialsDir, Value: CredentialsMountPath},
 		// The manifest's card, for the process to publish with its presence: one card per agent,
 		// whoever writes the retained topic last (docs/api.md, "Which card is the agent's").
-		{Name: a2amqtt.EnvAgentCard, Value: workloadCard(agent, id, r.WorkloadBrokerURL)},
+		{Name: a2amqtt.EnvAgentCard, Value: workloadCard(agent, id, u.brokerURL)},
 	}
 	if agent.Spec.PoolID != "" {
 		env = append(env, corev1.EnvVar{Name: "A2A_POOLS", Value: agent.Spec.PoolID})

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	psaapi "k8s.io/pod-security-admission/api"
 	psapolicy "k8s.io/pod-security-admission/policy"
 
@@ -64,8 +65,30 @@ func (p *WorkloadPolicy) Check(ctx context.Context, view *tenancy.View, agent *a
 		return nil, err
 	}
 	tmpl := agent.Spec.Workload.Template
-	var out []string
+	spec := tmpl.Spec.DeepCopy()
+	if spec.AutomountServiceAccountToken == nil {
+		spec.AutomountServiceAccountToken = new(bool) // what the operator will apply
+	}
+	out := p.podSecurity(ns, &tmpl.ObjectMeta, spec)
+	out = append(out, hostAccess(spec)...)
+	var allowed []string
+	if t := view.Bindings().TenantFor(ns); t != nil {
+		allowed = t.Spec.WorkloadServiceAccounts
+	}
+	out = append(out, serviceAccountViolations(spec, allowed)...)
+	own := identity.CredentialsSecretName(agent)
+	for _, ref := range secretRefs(spec) {
+		if ref.name != own {
+			out = append(out, fmt.Sprintf("%s references Secret %s: only the Agent's own credentials Secret %s may be referenced", ref.where, ref.name, own))
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out), nil
+}
 
+// podSecurity checks spec against the Pod Security Standards at the namespace's enforce level,
+// never below Floor.
+func (p *WorkloadPolicy) podSecurity(ns *corev1.Namespace, meta *metav1.ObjectMeta, spec *corev1.PodSpec) []string {
 	level, version := p.Floor, psaapi.LatestVersion()
 	if l, err := psaapi.ParseLevel(ns.Labels[psaapi.EnforceLevelLabel]); err == nil && levelRank[l] > levelRank[level] {
 		level = l
@@ -73,16 +96,19 @@ func (p *WorkloadPolicy) Check(ctx context.Context, view *tenancy.View, agent *a
 			version = v
 		}
 	}
-	spec := tmpl.Spec.DeepCopy()
-	if spec.AutomountServiceAccountToken == nil {
-		spec.AutomountServiceAccountToken = new(bool) // what the operator will apply
-	}
-	for _, res := range p.evaluator.EvaluatePod(psaapi.LevelVersion{Level: level, Version: version}, &tmpl.ObjectMeta, spec) {
+	var out []string
+	for _, res := range p.evaluator.EvaluatePod(psaapi.LevelVersion{Level: level, Version: version}, meta, spec) {
 		if !res.Allowed {
 			out = append(out, fmt.Sprintf("Pod Security %q: %s (%s)", level, res.ForbiddenReason, res.ForbiddenDetail))
 		}
 	}
+	return out
+}
 
+// hostAccess lists what the operator refuses whatever the level: host namespaces, privileged
+// containers, hostPath volumes.
+func hostAccess(spec *corev1.PodSpec) []string {
+	var out []string
 	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
 		out = append(out, "host namespaces (hostNetwork, hostPID, hostIPC) are not allowed")
 	}
@@ -91,33 +117,25 @@ func (p *WorkloadPolicy) Check(ctx context.Context, view *tenancy.View, agent *a
 			out = append(out, fmt.Sprintf("container %s: privileged is not allowed", c.Name))
 		}
 	}
-
-	if sa := spec.ServiceAccountName; sa != "" && sa != "default" {
-		var allowed []string
-		if t := view.Bindings().TenantFor(ns); t != nil {
-			allowed = t.Spec.WorkloadServiceAccounts
-		}
-		if !slices.Contains(allowed, sa) {
-			out = append(out, fmt.Sprintf("serviceAccountName %s is not allowed: only default, or a ServiceAccount the namespace's Tenant lists in workloadServiceAccounts", sa))
-		}
-	}
-	if spec.DeprecatedServiceAccount != "" && spec.DeprecatedServiceAccount != spec.ServiceAccountName {
-		out = append(out, "serviceAccount (deprecated) must be empty or equal serviceAccountName")
-	}
-
-	own := identity.CredentialsSecretName(agent)
-	for _, ref := range secretRefs(spec) {
-		if ref.name != own {
-			out = append(out, fmt.Sprintf("%s references Secret %s: only the Agent's own credentials Secret %s may be referenced", ref.where, ref.name, own))
-		}
-	}
 	for _, v := range spec.Volumes {
 		if v.HostPath != nil {
 			out = append(out, fmt.Sprintf("volume %s: hostPath is not allowed", v.Name))
 		}
 	}
-	sort.Strings(out)
-	return slices.Compact(out), nil
+	return out
+}
+
+// serviceAccountViolations: the pod runs as default or a ServiceAccount of allowed (the Tenant's
+// workloadServiceAccounts).
+func serviceAccountViolations(spec *corev1.PodSpec, allowed []string) []string {
+	var out []string
+	if sa := spec.ServiceAccountName; sa != "" && sa != "default" && !slices.Contains(allowed, sa) {
+		out = append(out, fmt.Sprintf("serviceAccountName %s is not allowed: only default, or a ServiceAccount the namespace's Tenant lists in workloadServiceAccounts", sa))
+	}
+	if spec.DeprecatedServiceAccount != "" && spec.DeprecatedServiceAccount != spec.ServiceAccountName {
+		out = append(out, "serviceAccount (deprecated) must be empty or equal serviceAccountName")
+	}
+	return out
 }
 
 type secretRef struct{ where, name string }
@@ -146,33 +164,93 @@ func secretRefs(spec *corev1.PodSpec) []secretRef {
 		}
 	}
 	for _, v := range spec.Volumes {
-		where := "volume " + v.Name
-		switch {
-		case v.Secret != nil:
-			out = append(out, secretRef{where, v.Secret.SecretName})
-		case v.Projected != nil:
-			for _, s := range v.Projected.Sources {
-				if s.Secret != nil {
-					out = append(out, secretRef{where, s.Secret.Name})
-				}
-			}
-		case v.CSI != nil && v.CSI.NodePublishSecretRef != nil:
-			out = append(out, secretRef{where, v.CSI.NodePublishSecretRef.Name})
-		case v.AzureFile != nil:
-			out = append(out, secretRef{where, v.AzureFile.SecretName})
-		case v.CephFS != nil && v.CephFS.SecretRef != nil:
-			out = append(out, secretRef{where, v.CephFS.SecretRef.Name})
-		case v.FlexVolume != nil && v.FlexVolume.SecretRef != nil:
-			out = append(out, secretRef{where, v.FlexVolume.SecretRef.Name})
-		case v.ISCSI != nil && v.ISCSI.SecretRef != nil:
-			out = append(out, secretRef{where, v.ISCSI.SecretRef.Name})
-		case v.RBD != nil && v.RBD.SecretRef != nil:
-			out = append(out, secretRef{where, v.RBD.SecretRef.Name})
-		case v.ScaleIO != nil && v.ScaleIO.SecretRef != nil:
-			out = append(out, secretRef{where, v.ScaleIO.SecretRef.Name})
-		case v.StorageOS != nil && v.StorageOS.SecretRef != nil:
-			out = append(out, secretRef{where, v.StorageOS.SecretRef.Name})
+		for _, name := range volumeSecrets(&v) {
+			out = append(out, secretRef{"volume " + v.Name, name})
 		}
 	}
 	return out
+}
+
+// volumeSecrets lists the Secrets a volume reads, one source kind per entry.
+func volumeSecrets(v *corev1.Volume) []string {
+	var out []string
+	for _, of := range volumeSecretSources {
+		if name, ok := of(v); ok {
+			out = append(out, name)
+		}
+	}
+	if v.Projected != nil {
+		for _, s := range v.Projected.Sources {
+			if s.Secret != nil {
+				out = append(out, s.Secret.Name)
+			}
+		}
+	}
+	return out
+}
+
+// volumeSecretSources read the Secret of each volume source that names one.
+var volumeSecretSources = []func(*corev1.Volume) (string, bool){
+	func(v *corev1.Volume) (string, bool) {
+		return secretName(v.Secret, func(s *corev1.SecretVolumeSource) string { return s.SecretName })
+	},
+	func(v *corev1.Volume) (string, bool) {
+		return secretName(v.AzureFile, func(s *corev1.AzureFileVolumeSource) string { return s.SecretName })
+	},
+	func(v *corev1.Volume) (string, bool) {
+		if v.CSI == nil {
+			return "", false
+		}
+		return localRef(v.CSI.NodePublishSecretRef)
+	},
+	func(v *corev1.Volume) (string, bool) {
+		if v.CephFS == nil {
+			return "", false
+		}
+		return localRef(v.CephFS.SecretRef)
+	},
+	func(v *corev1.Volume) (string, bool) {
+		if v.FlexVolume == nil {
+			return "", false
+		}
+		return localRef(v.FlexVolume.SecretRef)
+	},
+	func(v *corev1.Volume) (string, bool) {
+		if v.ISCSI == nil {
+			return "", false
+		}
+		return localRef(v.ISCSI.SecretRef)
+	},
+	func(v *corev1.Volume) (string, bool) {
+		if v.RBD == nil {
+			return "", false
+		}
+		return localRef(v.RBD.SecretRef)
+	},
+	func(v *corev1.Volume) (string, bool) {
+		if v.ScaleIO == nil {
+			return "", false
+		}
+		return localRef(v.ScaleIO.SecretRef)
+	},
+	func(v *corev1.Volume) (string, bool) {
+		if v.StorageOS == nil {
+			return "", false
+		}
+		return localRef(v.StorageOS.SecretRef)
+	},
+}
+
+func secretName[T any](src *T, name func(*T) string) (string, bool) {
+	if src == nil {
+		return "", false
+	}
+	return name(src), true
+}
+
+func localRef(ref *corev1.LocalObjectReference) (string, bool) {
+	if ref == nil {
+		return "", false
+	}
+	return ref.Name, true
 }

@@ -30,8 +30,9 @@ const generatedAdminUsername = "admin"
 // every entry point uses (internal/mqtt/brokers). For Mosquitto's dynamic-security plugin it
 // reads the admin credentials (once, through the API server: the cache is not running yet),
 // creating them first when asked to; the admin connection opens when the manager starts the
-// runtime. The embedded broker runs in this process, listening on --broker-url.
-func brokerRuntime(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate bool, serviceSecret string, orphanInterval time.Duration) (*registration.Broker, error) {
+// runtime. The embedded broker runs in this process, listening on --broker-url. reader is the
+// manager's client with the caller graph the controllers keep (tenancy.WithCallerGraph).
+func brokerRuntime(ctx context.Context, mgr ctrl.Manager, reader client.Client, o brokerOptions, gate bool, serviceSecret string, orphanInterval time.Duration) (*registration.Broker, error) {
 	bc := brokers.Config{Kind: o.kind, URL: o.url, Logger: slog.New(logr.ToSlogHandler(ctrl.Log.WithName("broker")))}
 	var err error
 	if bc.Kind == brokers.Dynsec || bc.Kind == brokers.Table {
@@ -47,7 +48,7 @@ func brokerRuntime(ctx context.Context, mgr ctrl.Manager, o brokerOptions, gate 
 		return nil, err
 	}
 	cfg := registration.BrokerConfig{URL: backend.URL, TLS: bc.TLS, Backend: backend.Backend, Open: backend.Open,
-		Client: mgr.GetClient(), Cache: mgr.GetCache(),
+		Client: reader, Cache: mgr.GetCache(),
 		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker"), OrphanInterval: orphanInterval}
 	if gate {
 		ns, name, ok := strings.Cut(serviceSecret, "/")

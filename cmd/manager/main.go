@@ -29,6 +29,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/telemetry"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 	"github.com/a2a-fleet/a2a-fleet/internal/version"
 )
 
@@ -161,8 +162,11 @@ func run(o options) error {
 	copts.ResyncPeriod = o.brokerResyncPeriod
 	copts.WorkloadBrokerURL = cmp.Or(o.workloadBrokerURL, o.broker.url)
 	readyz := healthz.Checker(healthz.Ping)
+	// One caller graph for the controllers and the Registrar (Setup keeps it from the informer).
+	copts.CallerGraph = tenancy.NewCallerGraph()
 	if o.broker.url != "" {
-		broker, err := brokerRuntime(ctx, mgr, o.broker, o.gate, o.serviceSecret, o.orphanInterval)
+		reader := tenancy.WithCallerGraph(mgr.GetClient(), copts.CallerGraph)
+		broker, err := brokerRuntime(ctx, mgr, reader, o.broker, o.gate, o.serviceSecret, o.orphanInterval)
 		if err != nil {
 			return err
 		}

@@ -171,100 +171,123 @@ func (d *Decision) reject(e *Error) {
 }
 
 func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Task, taskCtx string, d *Decision) {
-	if req.TaskID == "" {
-		d.reject(errInvalidParams(now, "message.taskId is required: over MQTT the requester creates task ids (A2A over MQTT profile)", nil))
+	ctxID, e := sendContextID(p, now, v, req, c, taskCtx)
+	if e != nil {
+		d.reject(e)
 		return
 	}
+	switch {
+	case t == nil:
+		decideNewTask(p, now, v, req, c, ctxID, d)
+	case t.Terminal():
+		decideTerminal(now, req, c, t, d)
+	case interrupted(t.State):
+		decideResume(p, now, req, c, t, d)
+	default: // submitted or working
+		decideRunning(p, now, req, c, t, d)
+	}
+}
+
+// sendContextID checks a send's ids and returns the context it addresses (the task's, when the
+// task is known), or the error that refuses it.
+func sendContextID(p Policy, now time.Time, v View, req Request, c *Context, taskCtx string) (string, *Error) {
+	if req.TaskID == "" {
+		return "", errInvalidParams(now, "message.taskId is required: over MQTT the requester creates task ids (A2A over MQTT profile)", nil)
+	}
 	if req.MessageID == "" {
-		d.reject(errInvalidParams(now, "message.messageId is required", map[string]any{"taskId": req.TaskID}))
-		return
+		return "", errInvalidParams(now, "message.messageId is required", map[string]any{"taskId": req.TaskID})
 	}
 	ctxID := req.ContextID
 	if taskCtx != "" {
 		if ctxID != "" && ctxID != taskCtx {
-			d.reject(errContextMismatch(now, req.TaskID, taskCtx, ctxID))
-			return
+			return "", errContextMismatch(now, req.TaskID, taskCtx, ctxID)
 		}
 		ctxID = taskCtx
 	}
 	if ctxID == "" {
-		d.reject(errInvalidParams(now,
+		return "", errInvalidParams(now,
 			fmt.Sprintf("message.contextId is required to start task %s: over MQTT the requester creates context ids (A2A over MQTT profile)", req.TaskID),
-			map[string]any{"taskId": req.TaskID}))
-		return
+			map[string]any{"taskId": req.TaskID})
 	}
 	if v.ContextID != "" && v.ContextID != ctxID {
 		// The caller loaded the wrong context; refusing beats corrupting it.
-		d.reject(a2aError(now, a2a.ErrInternalError,
-			fmt.Sprintf("internal error: state of context %q loaded for a request in context %q", v.ContextID, ctxID), nil))
-		return
+		return "", a2aError(now, a2a.ErrInternalError,
+			fmt.Sprintf("internal error: state of context %q loaded for a request in context %q", v.ContextID, ctxID), nil)
 	}
 	if c != nil && c.Expired != nil {
-		d.reject(errContextExpired(ctxID, *c.Expired, p))
+		return "", errContextExpired(ctxID, *c.Expired, p)
+	}
+	return ctxID, nil
+}
+
+// decideTerminal: a send to a finished task is refused, unless it repeats the message that
+// finished it (its reply was lost; the agent answers the repeat with the finished task).
+func decideTerminal(now time.Time, req Request, c *Context, t *Task, d *Decision) {
+	if req.MessageID == t.MessageID {
+		d.Kind, d.Forward = KindRetry, true
 		return
 	}
-	limit := p.MaxConcurrentTasksPerContext
+	d.reject(errTerminalTask(now, t, c.ID))
+}
 
-	if t != nil {
-		switch {
-		case t.Terminal():
-			if req.MessageID == t.MessageID {
-				// The reply to the message that finished the task was lost;
-				// the agent answers the repeat with the finished task.
-				d.Kind, d.Forward = KindRetry, true
-				return
-			}
-			d.reject(errTerminalTask(now, t, c.ID))
-		case interrupted(t.State):
-			if req.MessageID == t.MessageID {
-				d.Kind, d.Forward = KindRetry, true
-				return
-			}
-			if e := resumeMismatch(c, t, req); e != nil {
-				// Before the limit: waiting would not make this answer fit.
-				d.reject(e)
-				return
-			}
-			if limit > 0 && c.Working >= limit {
-				d.reject(errContextBusy(c, limit))
-				return
-			}
-			n := c.Clone()
-			nt := n.own(n.index(t.ID))
-			nt.PrevState = nt.State
-			nt.State = a2a.TaskStateSubmitted
-			nt.MessageID = req.MessageID
-			nt.UpdatedAt = now
-			nt.Streams = nil
-			nt.Notify = nil
-			nt.addStream(p, req, now)
-			n.Working++
-			n.LastActivity = now
-			n.refresh(p)
-			d.accept(KindResume, n, nt)
-		default: // submitted or working
-			if req.Correlation != nil && t.stream(req.Correlation) >= 0 {
-				// QoS 1 redelivery of a request already forwarded: its
-				// replies are flowing on that correlation.
-				d.Kind, d.Forward = KindRetry, false
-				return
-			}
-			if req.MessageID != t.MessageID {
-				d.reject(errTaskBusy(c, t))
-				return
-			}
-			// The requester retried with fresh correlation data (profile
-			// retry rule). Forward; track the new stream too.
-			n := c.Clone()
-			nt := n.own(n.index(t.ID))
-			nt.addStream(p, req, now)
-			n.refresh(p)
-			d.Kind, d.Forward = KindRetry, true
-			d.Context, d.Changed, d.Task = n, true, nt
-		}
+// decideResume: a send to a task waiting for input resumes it, within the context's limit of
+// concurrent tasks.
+func decideResume(p Policy, now time.Time, req Request, c *Context, t *Task, d *Decision) {
+	if req.MessageID == t.MessageID {
+		d.Kind, d.Forward = KindRetry, true
 		return
 	}
+	if e := resumeMismatch(c, t, req); e != nil {
+		// Before the limit: waiting would not make this answer fit.
+		d.reject(e)
+		return
+	}
+	if limit := p.MaxConcurrentTasksPerContext; limit > 0 && c.Working >= limit {
+		d.reject(errContextBusy(c, limit))
+		return
+	}
+	n := c.Clone()
+	nt := n.own(n.index(t.ID))
+	nt.PrevState = nt.State
+	nt.State = a2a.TaskStateSubmitted
+	nt.MessageID = req.MessageID
+	nt.UpdatedAt = now
+	nt.Streams = nil
+	nt.Notify = nil
+	nt.addStream(p, req, now)
+	n.Working++
+	n.LastActivity = now
+	n.refresh(p)
+	d.accept(KindResume, n, nt)
+}
 
+// decideRunning: a send to a task in a run is a redelivery or a retry of the message that
+// started the run; any other message is refused (the task is busy).
+func decideRunning(p Policy, now time.Time, req Request, c *Context, t *Task, d *Decision) {
+	if req.Correlation != nil && t.stream(req.Correlation) >= 0 {
+		// QoS 1 redelivery of a request already forwarded: its
+		// replies are flowing on that correlation.
+		d.Kind, d.Forward = KindRetry, false
+		return
+	}
+	if req.MessageID != t.MessageID {
+		d.reject(errTaskBusy(c, t))
+		return
+	}
+	// The requester retried with fresh correlation data (profile
+	// retry rule). Forward; track the new stream too.
+	n := c.Clone()
+	nt := n.own(n.index(t.ID))
+	nt.addStream(p, req, now)
+	n.refresh(p)
+	d.Kind, d.Forward = KindRetry, true
+	d.Context, d.Changed, d.Task = n, true, nt
+}
+
+// decideNewTask: a send naming an unknown task starts it, in a new context within the agent's
+// and the caller's limits of live contexts, or in an existing one within its limit of
+// concurrent tasks.
+func decideNewTask(p Policy, now time.Time, v View, req Request, c *Context, ctxID string, d *Decision) {
 	kind := KindNewTask
 	var n *Context
 	if c == nil {
@@ -283,7 +306,7 @@ func decideSend(p Policy, now time.Time, v View, req Request, c *Context, t *Tas
 			d.reject(e)
 			return
 		}
-		if limit > 0 && c.Working >= limit {
+		if limit := p.MaxConcurrentTasksPerContext; limit > 0 && c.Working >= limit {
 			d.reject(errContextBusy(c, limit))
 			return
 		}

@@ -76,10 +76,7 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 	}
 	x.ContextID = c.ID
 	if c.Expired != nil {
-		if !now.Before(c.Expired.At.Add(p.tombstoneTTL())) {
-			x.Context, x.Changed, x.Delete = nil, true, true
-			x.Forgotten = c.ExpiredTasks
-		}
+		x.endTombstone(p, now, c)
 		return x
 	}
 	// Fast path: the stored deadlines were computed under p's durations
@@ -88,93 +85,13 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 	if fresh && (c.NextDeadline.IsZero() || now.Before(c.NextDeadline)) {
 		return x
 	}
-	var n *Context // copy-on-write
-	if p.InputRequiredTimeout > 0 {
-		for i, t := range c.Tasks {
-			if !interrupted(t.State) {
-				continue
-			}
-			deadline := t.WaitingSince.Add(p.InputRequiredTimeout)
-			if now.Before(deadline) {
-				continue
-			}
-			if n == nil {
-				n = c.Clone()
-			}
-			nt := n.own(i)
-			nt.State = a2a.TaskStateFailed
-			nt.StatusMessage = fmt.Sprintf("input-required timeout: no input within %s (waiting in %s since %s)",
-				p.InputRequiredTimeout, t.State, t.WaitingSince.UTC().Format(time.RFC3339))
-			x.TimedOut = append(x.TimedOut, TimedOut{TaskID: t.ID, PrevState: t.State, WaitingSince: t.WaitingSince,
-				Deadline: deadline, StatusMessage: nt.StatusMessage, Notify: t.Notify})
-			nt.Notify = nil
-			nt.UpdatedAt = now
-			nt.WaitingSince = time.Time{}
-			nt.Streams = nil
-		}
+	n := x.timeOutInputs(p, now, c, nil) // copy-on-write: nil until something changes
+	n = x.undoUnacknowledged(p, now, c, n)
+	if x.Delete {
+		return x
 	}
-	if p.FirstEventTimeout > 0 && c.Working > 0 {
-		for i := 0; i < len(c.Tasks); i++ {
-			t := c.Tasks[i]
-			if n != nil {
-				t = n.Tasks[i]
-			}
-			if t.State != a2a.TaskStateSubmitted || now.Before(t.UpdatedAt.Add(p.FirstEventTimeout)) {
-				continue
-			}
-			if n == nil {
-				n = c.Clone()
-			}
-			u := Unacknowledged{TaskID: t.ID, MessageID: t.MessageID, Streams: t.Streams, Since: t.UpdatedAt}
-			n.Working--
-			if t.PrevState == a2a.TaskStateUnspecified {
-				u.Removed = true
-				n.Tasks = slices.Delete(n.Tasks, i, i+1)
-				i--
-				if c != n && len(c.Tasks) != len(n.Tasks) {
-					// indexes of c and n no longer line up: read n only
-					c = n
-				}
-			} else {
-				nt := n.own(i)
-				nt.State, nt.PrevState = t.PrevState, a2a.TaskStateUnspecified
-				nt.Streams = nil
-				nt.UpdatedAt = now
-			}
-			x.Unacknowledged = append(x.Unacknowledged, u)
-		}
-		if n != nil && len(n.Tasks) == 0 {
-			// Only a never-acknowledged first task leaves a context empty:
-			// it never started, so it must not count as active.
-			x.Context, x.Changed, x.Delete = nil, true, true
-			return x
-		}
-	}
-	cur := c
-	if n != nil {
-		cur = n
-	}
-	if e, expired := cur.expiry(p, now); expired {
-		if n == nil {
-			n = c.Clone()
-		}
-		x.Expired = &e
-		x.Dropped = make([]Task, len(n.Tasks))
-		n.ExpiredTasks = make([]string, len(n.Tasks))
-		for i, t := range n.Tasks {
-			x.Dropped[i] = *t
-			n.ExpiredTasks[i] = t.ID
-		}
-		n.Tasks = nil
-		n.Working = 0
-		n.Expired = &e
-		if !now.Before(e.At.Add(p.tombstoneTTL())) {
-			// Expired so long ago that the tombstone is over too (a sweep
-			// that ran late): one call goes all the way.
-			x.Context, x.Changed, x.Delete = nil, true, true
-			x.Forgotten = n.ExpiredTasks
-			return x
-		}
+	if n = x.expireContext(p, now, c, n); x.Delete {
+		return x
 	}
 	if n == nil {
 		// Nothing is due, but the policy changed since the context was
@@ -188,6 +105,122 @@ func Expire(p Policy, now time.Time, c *Context) Expiration {
 	n.refresh(p)
 	x.Context, x.Changed = n, true
 	return x
+}
+
+// endTombstone deletes a tombstone past its retention.
+func (x *Expiration) endTombstone(p Policy, now time.Time, c *Context) {
+	if !now.Before(c.Expired.At.Add(p.tombstoneTTL())) {
+		x.Context, x.Changed, x.Delete = nil, true, true
+		x.Forgotten = c.ExpiredTasks
+	}
+}
+
+// timeOutInputs fails the tasks that waited for input past the policy's timeout. n is the
+// copy of c being written (nil: none yet); it returns the copy, made if a task timed out.
+func (x *Expiration) timeOutInputs(p Policy, now time.Time, c, n *Context) *Context {
+	if p.InputRequiredTimeout <= 0 {
+		return n
+	}
+	for i, t := range c.Tasks {
+		if !interrupted(t.State) {
+			continue
+		}
+		deadline := t.WaitingSince.Add(p.InputRequiredTimeout)
+		if now.Before(deadline) {
+			continue
+		}
+		if n == nil {
+			n = c.Clone()
+		}
+		nt := n.own(i)
+		nt.State = a2a.TaskStateFailed
+		nt.StatusMessage = fmt.Sprintf("input-required timeout: no input within %s (waiting in %s since %s)",
+			p.InputRequiredTimeout, t.State, t.WaitingSince.UTC().Format(time.RFC3339))
+		x.TimedOut = append(x.TimedOut, TimedOut{TaskID: t.ID, PrevState: t.State, WaitingSince: t.WaitingSince,
+			Deadline: deadline, StatusMessage: nt.StatusMessage, Notify: t.Notify})
+		nt.Notify = nil
+		nt.UpdatedAt = now
+		nt.WaitingSince = time.Time{}
+		nt.Streams = nil
+	}
+	return n
+}
+
+// undoUnacknowledged undoes the runs no agent acknowledged within the first-event timeout: a
+// task that never ran is removed, a resumed one goes back to the state it was resumed from.
+// It returns the copy of c being written; when the context is left empty it sets x.Delete.
+func (x *Expiration) undoUnacknowledged(p Policy, now time.Time, c, n *Context) *Context {
+	if p.FirstEventTimeout <= 0 || c.Working == 0 {
+		return n
+	}
+	for i := 0; i < len(c.Tasks); i++ {
+		t := c.Tasks[i]
+		if n != nil {
+			t = n.Tasks[i]
+		}
+		if t.State != a2a.TaskStateSubmitted || now.Before(t.UpdatedAt.Add(p.FirstEventTimeout)) {
+			continue
+		}
+		if n == nil {
+			n = c.Clone()
+		}
+		u := Unacknowledged{TaskID: t.ID, MessageID: t.MessageID, Streams: t.Streams, Since: t.UpdatedAt}
+		n.Working--
+		if t.PrevState == a2a.TaskStateUnspecified {
+			u.Removed = true
+			n.Tasks = slices.Delete(n.Tasks, i, i+1)
+			i--
+			if c != n && len(c.Tasks) != len(n.Tasks) {
+				// indexes of c and n no longer line up: read n only
+				c = n
+			}
+		} else {
+			nt := n.own(i)
+			nt.State, nt.PrevState = t.PrevState, a2a.TaskStateUnspecified
+			nt.Streams = nil
+			nt.UpdatedAt = now
+		}
+		x.Unacknowledged = append(x.Unacknowledged, u)
+	}
+	if n != nil && len(n.Tasks) == 0 {
+		// Only a never-acknowledged first task leaves a context empty:
+		// it never started, so it must not count as active.
+		x.Context, x.Changed, x.Delete = nil, true, true
+	}
+	return n
+}
+
+// expireContext turns a context past its idle TTL or max age into a tombstone (deleted at once
+// when the tombstone is over too, x.Delete). It returns the copy of c being written.
+func (x *Expiration) expireContext(p Policy, now time.Time, c, n *Context) *Context {
+	cur := c
+	if n != nil {
+		cur = n
+	}
+	e, expired := cur.expiry(p, now)
+	if !expired {
+		return n
+	}
+	if n == nil {
+		n = c.Clone()
+	}
+	x.Expired = &e
+	x.Dropped = make([]Task, len(n.Tasks))
+	n.ExpiredTasks = make([]string, len(n.Tasks))
+	for i, t := range n.Tasks {
+		x.Dropped[i] = *t
+		n.ExpiredTasks[i] = t.ID
+	}
+	n.Tasks = nil
+	n.Working = 0
+	n.Expired = &e
+	if !now.Before(e.At.Add(p.tombstoneTTL())) {
+		// Expired so long ago that the tombstone is over too (a sweep
+		// that ran late): one call goes all the way.
+		x.Context, x.Changed, x.Delete = nil, true, true
+		x.Forgotten = n.ExpiredTasks
+	}
+	return n
 }
 
 // notable reports whether an expiration did more than refresh deadlines.

@@ -2,16 +2,21 @@ package convservice
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/a2aproject/a2a-go/v2/a2a"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
 // Why a request is dropped without an answer (rejections_total reasons). The
@@ -74,9 +79,8 @@ type callerDirectory struct {
 }
 
 type directoryGeneration struct {
-	mu      sync.Mutex // a tenancy.View is not safe for concurrent use
-	view    *tenancy.View
-	decided sync.Map // callerPair -> bool
+	view    *tenancy.View // safe for concurrent use: requests decide in parallel
+	decided sync.Map      // callerPair -> bool
 }
 
 type callerPair struct{ callee, caller a2amqtt.AgentRef }
@@ -101,8 +105,6 @@ func (d *callerDirectory) admits(ctx context.Context, callee *a2av1.Agent, calle
 	if v, ok := g.decided.Load(key); ok {
 		return v.(bool)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	ok, err := admitsCaller(ctx, g.view, callee, caller)
 	if err != nil {
 		return false // not remembered: the next request asks again
@@ -136,4 +138,115 @@ func AdmitsCaller(ctx context.Context, reader client.Reader, callee, caller a2am
 		return false, err
 	}
 	return admitsCaller(ctx, v, holder, caller)
+}
+
+// verifySender establishes who is asking: the publisher the broker stamped
+// (identity.SenderProperty), which must be an agent naming a reply topic of
+// its own as Response Topic. Anything else is dropped and counted, never
+// answered: the answer would go where the requester may not publish. On
+// success the request is marked verified and in.caller set: only then may
+// the service answer it (replyError).
+func (s *admission) verifySender(in *inbound) bool {
+	caller, reason, why := verifiedCaller(in)
+	if reason != "" {
+		s.log.Info("dropping request: "+why, "topic", in.topic, "response_topic", in.respTo, "sender", in.user.Get(identity.SenderProperty))
+		s.m.rejections.WithLabelValues(reason).Inc()
+		return false
+	}
+	in.caller, in.verified = caller, true
+	return true
+}
+
+// verifiedCaller is the publisher a request may be answered to, or why
+// there is none (a rejections_total reason and a phrase).
+func verifiedCaller(in *inbound) (caller a2amqtt.AgentRef, reason, why string) {
+	switch {
+	case in.respTo == "":
+		// No reply path: the profile allows dropping.
+		return caller, "no_response_topic", "no Response Topic"
+	case strings.ContainsAny(in.respTo, "+#"):
+		return caller, "no_response_topic", "a wildcard Response Topic"
+	}
+	sender, present, ok := senderIdentity(in)
+	if !present {
+		// The broker did not say who published (a Mosquitto without the
+		// sender-stamp plugin): nobody can be verified, nobody is answered.
+		return caller, reasonSenderMissing, "the broker did not stamp it with its publisher (is the sender-stamp plugin loaded?)"
+	}
+	if owner, isReply := replyIdentity(in.respTo); !ok || !isReply || owner != sender {
+		return caller, reasonReplyTopicNotPermitted, "its Response Topic is not the publisher's own reply topic"
+	}
+	return sender, "", ""
+}
+
+// withinRate checks a request's caller against its rate (ratelimit.go),
+// as the message arrives or in the worker; false when the request was
+// refused (its answer queued, or dropped unanswered). A request whose
+// publisher cannot be verified passes: verifySender drops it, counted.
+func (s *admission) withinRate(in *inbound) bool {
+	if s.limiter == nil || in.rateChecked {
+		return true
+	}
+	caller, reason, _ := verifiedCaller(in)
+	if reason != "" {
+		return true
+	}
+	in.rateChecked = true
+	ok, wait, answer := s.limiter.allow(caller, time.Now())
+	if !ok {
+		s.refuseForRate(in, bucketKey{ref: caller, budget: budgetCaller}, wait, answer)
+	}
+	return ok
+}
+
+// answerRateLimited publishes the rate-limit answers, without waiting for
+// their PUBACKs, until the replica closes.
+func (s *admission) answerRateLimited() {
+	for {
+		select {
+		case <-s.quit:
+			return
+		case p := <-s.rateAnswers:
+			ctx, cancel := context.WithTimeout(s.runCtx, publishTimeout)
+			if err := s.conn.PublishAsync(ctx, p); err != nil {
+				s.log.Info("cannot answer a rate-limited request", "response_topic", p.Topic, "err", err.Error())
+			}
+			cancel()
+		}
+	}
+}
+
+// checkRequest applies the profile's checks of a verified request shared by
+// the proxy and the history endpoint, answering the ones it refuses. It
+// returns false when the request was answered.
+func (s *admission) checkRequest(ctx context.Context, in *inbound) bool {
+	if len(in.corr) == 0 {
+		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorTransportProtocolError).Inc()
+		s.out.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorTransportProtocolError, "request lacks MQTT Correlation Data"))
+		return false
+	}
+	if in.expiry != nil && time.Since(in.received) > time.Duration(*in.expiry)*time.Second {
+		s.m.rejections.WithLabelValues(a2amqtt.A2AErrorRequestExpired).Inc()
+		s.out.replyError(ctx, in, nil, a2amqtt.NewBindingError(a2amqtt.A2AErrorRequestExpired,
+			fmt.Sprintf("request expired after waiting %s in the conversation service (message expiry %ds)",
+				time.Since(in.received).Round(time.Millisecond), *in.expiry)))
+		return false
+	}
+	return true
+}
+
+func (s *admission) decode(ctx context.Context, in *inbound, requireTaskID bool) *a2amqtt.InboundRequest {
+	req, err := a2amqtt.DecodeRequest(in.payload, a2amqtt.DecodeLimits{MaxPayloadBytes: s.cfg.MaxPayloadBytes, RequireTaskID: requireTaskID})
+	if err == nil {
+		return req
+	}
+	var de *a2amqtt.DecodeError
+	if errors.As(err, &de) {
+		s.m.rejections.WithLabelValues(de.Err.Reason()).Inc()
+		s.out.replyError(ctx, in, de.ID, de.Err)
+		return nil
+	}
+	s.m.rejections.WithLabelValues("invalid_request").Inc()
+	s.out.replyError(ctx, in, nil, rpcerr.NewA2A(a2a.ErrInvalidRequest, err.Error(), nil, s.cfg.Now()))
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
+	"github.com/a2a-fleet/a2a-fleet/internal/ownership"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
@@ -23,7 +24,7 @@ const maxListPageSize = 100
 
 func (s *history) onHistoryRequest(p *paho.Publish) {
 	in := newInbound(p)
-	s.dispatch(in.corr, func() { s.handleHistory(in) })
+	s.work.dispatch(in.corr, func() { s.handleHistory(in) })
 }
 
 // handleHistory serves GetTask and ListTasks (by contextId) from the store
@@ -38,10 +39,10 @@ func (s *history) handleHistory(in *inbound) {
 	defer cancel()
 	// The caller is the publisher the broker stamped, asking on its own
 	// reply topic (verifySender): nobody else is ever answered.
-	if !s.verifySender(in) || !s.checkRequest(ctx, in) {
+	if !s.adm.verifySender(in) || !s.adm.checkRequest(ctx, in) {
 		return
 	}
-	req := s.decode(ctx, in, false)
+	req := s.adm.decode(ctx, in, false)
 	if req == nil {
 		return
 	}
@@ -55,12 +56,12 @@ func (s *history) handleHistory(in *inbound) {
 		agent = scope.Tenant
 	}
 	now := s.cfg.Now()
-	p := s.gated.policyOf(agent)
+	p := s.agents.policyOf(agent)
 	var result any
 	var rerr *rpcerr.Error
 	var sv served
 	method, _ := conversation.ParseMethod(req.Method)
-	role := s.historyRole(agent)
+	role := s.place.historyRole(agent)
 	if role != historyIgnore && !s.withinHistoryRate(in, agent) {
 		// Only the replica that answers counts the caller's rate.
 		return
@@ -71,7 +72,7 @@ func (s *history) handleHistory(in *inbound) {
 		// agent answers from memory.
 		return
 	case historyUnavailable:
-		if s.owners != nil && s.owners.place(agent) == placeSoon && s.parkUntilHeld(in, agent, func() { s.handleHistory(in) }) {
+		if s.owners != nil && s.owners.Place(agent) == ownership.PlaceSoon && s.place.parkUntilHeld(in, agent, func() { s.handleHistory(in) }) {
 			// This replica is taking the agent over: answer once it has.
 			return
 		}
@@ -81,7 +82,7 @@ func (s *history) handleHistory(in *inbound) {
 		if s.owners != nil {
 			// An event another replica relayed after the agent moved here
 			// is in the inbox before its requester saw it: answer with it.
-			s.owners.applyPending(ctx, agent)
+			s.owners.ApplyPending(ctx, agent)
 		}
 		allowed := func(c *conversation.Context) bool { return caller == agent || (c != nil && c.Requester == caller) }
 		switch method {
@@ -103,16 +104,16 @@ func (s *history) handleHistory(in *inbound) {
 		s.log.Error(err, "encode history reply")
 		return
 	}
-	s.send(ctx, in, b)
+	s.out.send(ctx, in, b)
 }
 
 // withinHistoryRate charges a history query: a governed agent reading its own conversations to
 // its own-history budget, anyone else to its caller's rate (ratelimit.go).
 func (s *history) withinHistoryRate(in *inbound, agent string) bool {
-	if agent == in.caller.String() && s.gated.agent(agent) != nil {
-		return s.withinOwnHistoryRate(in)
+	if agent == in.caller.String() && s.agents.agent(agent) != nil {
+		return s.adm.withinOwnHistoryRate(in)
 	}
-	return s.withinRate(in)
+	return s.adm.withinRate(in)
 }
 
 // served collects what a history answer showed (the digest's inputs).

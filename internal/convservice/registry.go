@@ -7,16 +7,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/eclipse/paho.golang/paho"
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
@@ -49,7 +48,7 @@ type registry struct {
 	conn        *a2amqtt.Conn
 	gauge       prometheus.Gauge
 	// consumes says whether this replica subscribes an agent's request topic; onRequest
-	// handles what arrives there.
+	// handles what arrives there (both given to serve).
 	consumes  func(agent string) bool
 	onRequest func(topic string, p *paho.Publish)
 	// ownersKick, when set (several replicas), wakes the ownership loop when the agents change.
@@ -75,11 +74,11 @@ type registryDeps struct {
 	log        logr.Logger
 	conn       *a2amqtt.Conn
 	gauge      prometheus.Gauge
-	consumes   func(agent string) bool
-	onRequest  func(topic string, p *paho.Publish)
 	ownersKick chan struct{}
 }
 
+// newRegistry starts the Kubernetes cache and returns once it is synced; serve subscribes the
+// request topics.
 func newRegistry(ctx context.Context, d registryDeps) (*registry, error) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(a2av1.AddToScheme(scheme))
@@ -98,7 +97,7 @@ func newRegistry(ctx context.Context, d registryDeps) (*registry, error) {
 		return nil, fmt.Errorf("conversation service: %w", err)
 	}
 	r := &registry{
-		resyncEvery: d.cfg.ResyncInterval, log: d.log, conn: d.conn, gauge: d.gauge, consumes: d.consumes, onRequest: d.onRequest,
+		resyncEvery: d.cfg.ResyncInterval, log: d.log, conn: d.conn, gauge: d.gauge,
 		ownersKick: d.ownersKick, cache: c, callers: newCallerDirectory(c), kick: make(chan struct{}, 1), done: make(chan struct{}),
 		byTopic: map[string]*gatedAgent{}, byKey: map[string]*gatedAgent{}, subs: map[string]*a2amqtt.Subscription{},
 		leaving: map[string]bool{},
@@ -134,10 +133,21 @@ func newRegistry(ctx context.Context, d registryDeps) (*registry, error) {
 		<-r.done
 		return nil, fmt.Errorf("conversation service: kubernetes cache did not sync: %w", syncCtx.Err())
 	}
-	// Subscribe what exists before reporting ready, so a request published
-	// right after Start returns is not lost.
-	r.resync(ctx)
 	return r, nil
+}
+
+// serve subscribes the request topics of the gated agents this replica consumes, handled by
+// onRequest, and keeps them so (resync, run).
+func (r *registry) serve(ctx context.Context, consumes func(agent string) bool, onRequest func(topic string, p *paho.Publish)) {
+	r.mu.Lock()
+	r.consumes, r.onRequest = consumes, onRequest
+	r.mu.Unlock()
+	r.resync(ctx)
+}
+
+// admits reports whether the gated agent callee admits caller (the caller directory).
+func (r *registry) admits(ctx context.Context, callee *a2av1.Agent, caller a2amqtt.AgentRef) bool {
+	return r.callers.admits(ctx, callee, caller)
 }
 
 func (r *registry) poke() {

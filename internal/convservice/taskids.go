@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
-
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/conversation"
@@ -174,11 +173,11 @@ func (s *replies) reshape(ctx context.Context, rt route, pr parsedReply) bool {
 	if c == nil || t == nil || t.State != a2a.TaskStateSubmitted || t.PrevState != a2a.TaskStateUnspecified || t.AgentTaskID != "" {
 		return false // not the first answer to a new task
 	}
-	g := s.gated.agent(rt.Agent)
+	g := s.agents.agent(rt.Agent)
 	if g == nil {
 		return false
 	}
-	s.setAgentCreatesIDs(rt.Agent, createsIDs)
+	s.ids.setAgentCreatesIDs(rt.Agent, createsIDs)
 	payload := ru.in.payload
 	if createsIDs {
 		var err error
@@ -190,7 +189,7 @@ func (s *replies) reshape(ctx context.Context, rt route, pr parsedReply) bool {
 	ru.reshaped, ru.agentIDs = true, createsIDs
 	s.log.Info("agent takes task ids the other way; presenting the task again", "agent", rt.Agent, "task", rt.TaskID,
 		"agent_creates_task_ids", createsIDs, "first_answer_code", pr.errCode)
-	if err := s.forwardTo(ctx, g, ru.in, payload, ru.in.user, rt, nil); err != nil {
+	if err := s.fwd.forwardTo(ctx, g, ru.in, payload, ru.in.user, rt, nil); err != nil {
 		s.log.Info("cannot present the task again", "agent", rt.Agent, "task", rt.TaskID, "err", err.Error())
 		return false
 	}

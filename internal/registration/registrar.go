@@ -6,11 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -199,84 +196,30 @@ func InputFor(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) (Input, 
 	return in, nil
 }
 
-// SelectedCallers resolves the Agent's callers.from selectors to the live agents they admit.
+// SelectedCallers resolves the Agent's callers.from selectors to the live agents they admit
+// (tenancy.View.Callers: the caller graph's enumeration of the rule View.Selects decides).
 // Agents of another namespace count only where an AgentGrant of their namespace consents;
 // ungranted lists the namespaces whose selected agents were left out for want of one.
 func SelectedCallers(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) (callers []a2amqtt.AgentRef, ungranted []string, err error) {
-	reader := v.Reader()
-	for i, from := range agent.Spec.Callers.From {
-		sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
-		if err != nil {
-			return nil, nil, fmt.Errorf("callers.from[%d].agentSelector: %w", i, err)
-		}
-		// Read-only use of the cache's objects: no deep copies.
-		opts := []client.ListOption{client.MatchingLabelsSelector{Selector: sel}, client.UnsafeDisableDeepCopy}
-		var nsSel labels.Selector
-		if from.NamespaceSelector == nil {
-			opts = append(opts, client.InNamespace(agent.Namespace))
-		} else if nsSel, err = metav1.LabelSelectorAsSelector(from.NamespaceSelector); err != nil {
-			return nil, nil, fmt.Errorf("callers.from[%d].namespaceSelector: %w", i, err)
-		}
-		var agents a2av1.AgentList
-		if err := reader.List(ctx, &agents, opts...); err != nil {
-			return nil, nil, fmt.Errorf("list caller agents: %w", err)
-		}
-		for j := range agents.Items {
-			c := &agents.Items[j]
-			if c.UID == agent.UID {
-				continue
-			}
-			if nsSel != nil {
-				ns, err := v.Namespace(ctx, c.Namespace)
-				if err != nil {
-					return nil, nil, err
-				}
-				if !nsSel.Matches(labels.Set(ns.Labels)) {
-					continue
-				}
-			}
-			live, err := v.Live(ctx, c)
-			if err != nil {
-				return nil, nil, err
-			}
-			if !live {
-				continue
-			}
-			granted, err := v.CallerGranted(ctx, agent.Namespace, c)
-			if err != nil {
-				return nil, nil, err
-			}
-			if !granted {
-				if !slices.Contains(ungranted, c.Namespace) {
-					ungranted = append(ungranted, c.Namespace)
-				}
-				continue
-			}
-			callers = append(callers, identity.Of(c))
-		}
+	admitted, ungranted, err := v.Callers(ctx, agent)
+	if err != nil {
+		return nil, nil, err
 	}
-	slices.Sort(ungranted)
+	for _, c := range admitted {
+		callers = append(callers, identity.Of(c))
+	}
 	return callers, ungranted, nil
 }
 
 // calleesAdmitting finds the live Agents whose callers.from selectors select this Agent (with its
-// namespace's consent where they are of another namespace). Only the rules the caller-rule index
-// files under the Agent's labels are examined, so the cost follows the number of rules that may
-// select it, not the size of the fleet.
+// namespace's consent where they are of another namespace): tenancy.View.Callees.
 func calleesAdmitting(ctx context.Context, v *tenancy.View, agent *a2av1.Agent) ([]Member, error) {
-	candidates, err := RulesMaySelect(ctx, v.Reader(), agent)
+	callees, err := v.Callees(ctx, agent)
 	if err != nil {
 		return nil, err
 	}
-	var out []Member
-	for _, callee := range candidates {
-		selects, err := v.Selects(ctx, callee, agent)
-		if err != nil {
-			return nil, err
-		}
-		if !selects {
-			continue
-		}
+	out := make([]Member, 0, len(callees))
+	for _, callee := range callees {
 		m, live, err := MemberOf(ctx, v, callee)
 		if err != nil {
 			return nil, err

@@ -3,6 +3,7 @@ package tenancy
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,30 +16,59 @@ import (
 )
 
 // Authorizer answers the tenancy questions from a client.Reader (the manager's cache, which must
-// index Agents by identity.IndexAgentClientID and identity.IndexAgentPool).
+// index Agents by identity.IndexAgentClientID, identity.IndexAgentPool and
+// identity.IndexAgentCallerRule).
 type Authorizer struct {
 	Reader client.Reader
+	// Graph, when set (or when Reader carries one: WithCallerGraph), answers which Agents caller
+	// rules cover without listing the cache. It is used once it has synced.
+	Graph *CallerGraph
 }
 
 // View is one consistent look at the objects tenancy depends on, memoizing what it reads and
-// decides, for the length of one reconcile. It is not safe for concurrent use. Objects it returns
-// (holders) are the cache's own: read them, never change them.
+// decides, for the length of one reconcile (or one generation of the conversation service's
+// decisions). It is safe for concurrent use: each memo has its own lock, and two goroutines that
+// miss the same entry at once both decide it, alike. Objects it returns (holders) are the
+// cache's own: read them, never change them.
 type View struct {
 	reader   client.Reader
+	graph    *CallerGraph
 	bindings *Bindings
-	ns       map[string]*corev1.Namespace
-	grants   map[string][]a2av1.AgentGrant
+	ns       memo[string, *corev1.Namespace]
+	grants   memo[string, []a2av1.AgentGrant]
 	// byClaim memoizes decisions per namespace and claim: Agents claiming the same org, unit and
 	// pool from one namespace get the same answer (a unit of a thousand Agents, one decision).
-	byClaim map[nsClaim]Decision
+	byClaim memo[nsClaim, Decision]
 	// claimants are the Agents claiming each client ID (listed once, or preloaded), holders the
 	// decided holder of each client ID (nil: nobody may hold it), poolOwners the owning namespace
 	// of each pool.
-	claimants  map[a2amqtt.AgentRef][]*a2av1.Agent
-	holders    map[a2amqtt.AgentRef]*a2av1.Agent
-	poolOwners map[string]string
+	claimants  memo[a2amqtt.AgentRef, []*a2av1.Agent]
+	holders    memo[a2amqtt.AgentRef, *a2av1.Agent]
+	poolOwners memo[string, string]
 	// quotas are the maxAgents standings by scope ("tenant/{name}", "namespace/{name}").
-	quotas map[string]agentQuota
+	quotas memo[string, agentQuota]
+}
+
+// memo is a map safe for concurrent use.
+type memo[K comparable, V any] struct {
+	mu sync.RWMutex
+	m  map[K]V
+}
+
+func (m *memo[K, V]) get(k K) (V, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	v, ok := m.m[k]
+	return v, ok
+}
+
+func (m *memo[K, V]) put(k K, v V) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[K]V{}
+	}
+	m.m[k] = v
 }
 
 type nsClaim struct {
@@ -53,12 +83,14 @@ func (a *Authorizer) View(ctx context.Context) (*View, error) {
 	if err := a.Reader.List(ctx, &tenants, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list tenants: %w", err)
 	}
-	return &View{
-		reader: a.Reader, bindings: NewBindings(tenants.Items),
-		ns: map[string]*corev1.Namespace{}, grants: map[string][]a2av1.AgentGrant{},
-		byClaim: map[nsClaim]Decision{}, claimants: map[a2amqtt.AgentRef][]*a2av1.Agent{}, holders: map[a2amqtt.AgentRef]*a2av1.Agent{}, poolOwners: map[string]string{},
-		quotas: map[string]agentQuota{},
-	}, nil
+	graph := a.Graph
+	if gr, ok := a.Reader.(CallerGraphReader); ok && graph == nil {
+		graph = gr.CallerGraph()
+	}
+	if graph != nil && !graph.Synced() {
+		graph = nil
+	}
+	return &View{reader: a.Reader, graph: graph, bindings: NewBindings(tenants.Items)}, nil
 }
 
 // PreloadClaimants tells the view that agents include every Agent claiming any of their client
@@ -72,15 +104,15 @@ func (v *View) PreloadClaimants(agents []a2av1.Agent) {
 		byID[id] = append(byID[id], &agents[i])
 	}
 	for id, list := range byID {
-		if _, known := v.claimants[id]; !known {
-			v.claimants[id] = list
+		if _, known := v.claimants.get(id); !known {
+			v.claimants.put(id, list)
 		}
 	}
 }
 
 // claimantsOf lists the Agents claiming the client ID of id, once per view.
 func (v *View) claimantsOf(ctx context.Context, id a2amqtt.AgentRef) ([]*a2av1.Agent, error) {
-	if list, ok := v.claimants[id]; ok {
+	if list, ok := v.claimants.get(id); ok {
 		return list, nil
 	}
 	var same a2av1.AgentList
@@ -92,7 +124,7 @@ func (v *View) claimantsOf(ctx context.Context, id a2amqtt.AgentRef) ([]*a2av1.A
 	for i := range same.Items {
 		list = append(list, &same.Items[i])
 	}
-	v.claimants[id] = list
+	v.claimants.put(id, list)
 	return list, nil
 }
 
@@ -105,7 +137,7 @@ func (v *View) Bindings() *Bindings { return v.bindings }
 // Namespace returns a namespace (a missing one as a Namespace with only its name, so that the
 // rules still apply: Agents outlive their namespace only while it terminates).
 func (v *View) Namespace(ctx context.Context, name string) (*corev1.Namespace, error) {
-	if ns, ok := v.ns[name]; ok {
+	if ns, ok := v.ns.get(name); ok {
 		return ns, nil
 	}
 	ns := &corev1.Namespace{}
@@ -116,34 +148,34 @@ func (v *View) Namespace(ctx context.Context, name string) (*corev1.Namespace, e
 		ns = &corev1.Namespace{}
 		ns.Name = name
 	}
-	v.ns[name] = ns
+	v.ns.put(name, ns)
 	return ns, nil
 }
 
 // Grants returns the AgentGrants of namespace ns.
 func (v *View) Grants(ctx context.Context, ns string) ([]a2av1.AgentGrant, error) {
-	if g, ok := v.grants[ns]; ok {
+	if g, ok := v.grants.get(ns); ok {
 		return g, nil
 	}
 	var list a2av1.AgentGrantList
 	if err := v.reader.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("list agent grants in %s: %w", ns, err)
 	}
-	v.grants[ns] = list.Items
+	v.grants.put(ns, list.Items)
 	return list.Items, nil
 }
 
 // Authorize decides whether agent's namespace may make the agent's claim.
 func (v *View) Authorize(ctx context.Context, agent *a2av1.Agent) (Decision, error) {
 	key := nsClaim{namespace: agent.Namespace, claim: ClaimOf(agent)}
-	d, ok := v.byClaim[key]
+	d, ok := v.byClaim.get(key)
 	if !ok {
 		ns, err := v.Namespace(ctx, agent.Namespace)
 		if err != nil {
 			return Decision{}, err
 		}
 		d = v.bindings.Authorize(ns, key.claim)
-		v.byClaim[key] = d
+		v.byClaim.put(key, d)
 	}
 	return d, nil
 }
@@ -180,7 +212,7 @@ func (v *View) Holder(ctx context.Context, agent *a2av1.Agent) (*a2av1.Agent, er
 		return nil, err
 	}
 	known := containsUIDPtr(claimants, agent.UID)
-	if h, ok := v.holders[id]; ok && known {
+	if h, ok := v.holders.get(id); ok && known {
 		if h != nil && h.UID == agent.UID {
 			return agent, nil
 		}
@@ -212,14 +244,14 @@ func (v *View) Holder(ctx context.Context, agent *a2av1.Agent) (*a2av1.Agent, er
 		}
 		return holder, nil
 	}
-	v.holders[id] = holder
+	v.holders.put(id, holder)
 	return holder, nil
 }
 
 // HolderOf is the Agent that holds client ID id (nil: nobody may hold it), as Holder decides it:
 // who is on the bus as id, whatever other Agents claim it.
 func (v *View) HolderOf(ctx context.Context, id a2amqtt.AgentRef) (*a2av1.Agent, error) {
-	if h, ok := v.holders[id]; ok {
+	if h, ok := v.holders.get(id); ok {
 		return h, nil
 	}
 	claimants, err := v.claimantsOf(ctx, id)
@@ -249,7 +281,7 @@ func (v *View) PoolOwner(ctx context.Context, agent *a2av1.Agent) (string, error
 		return "", nil
 	}
 	key := PoolKey(agent)
-	if owner, ok := v.poolOwners[key]; ok {
+	if owner, ok := v.poolOwners.get(key); ok {
 		return owner, nil
 	}
 	var members a2av1.AgentList
@@ -278,7 +310,7 @@ func (v *View) PoolOwner(ctx context.Context, agent *a2av1.Agent) (string, error
 		owner = oldest.Namespace
 	}
 	if known {
-		v.poolOwners[key] = owner
+		v.poolOwners.put(key, owner)
 	}
 	return owner, nil
 }

@@ -3,9 +3,10 @@ package tenancy
 import (
 	"context"
 	"fmt"
+	"slices"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
@@ -15,9 +16,10 @@ import (
 
 // Who may call whom is decided here, once, for everything that needs it: the ACL compiler
 // (internal/registration compiles the broker's grants from it) and the conversation service
-// (internal/convservice admits a gated agent's callers by it). The two can therefore never
-// disagree; TestACLMatrix* in test/registration checks, pair by pair, that the broker's
-// decisions and the service's agree.
+// (internal/convservice admits a gated agent's callers by it). Both evaluate the same compiled
+// rules (CallerRule), enumerated from one caller graph (CallerGraph) where the reader carries one:
+// Callers is exactly the live Agents Selects admits (TestCallersIsSelects checks it as a
+// property over random fleets).
 
 // ScopeAdmits reports whether callers.scope admits caller by identity alone: every agent of the
 // callee's unit (SameUnit) or org (SameOrg). The broker grants it through the unit's and the
@@ -32,41 +34,177 @@ func ScopeAdmits(scope a2av1.CallerScope, callee, caller a2amqtt.AgentRef) bool 
 	return false
 }
 
-// Selects reports whether one of callee's callers.from rules admits agent: its agent selector
-// matches, its namespace rule covers the agent's namespace, and the agent's namespace consents
-// (an AgentGrant of kind Callers) when it is another one. A rule never selects the callee itself.
+// Selects reports whether one of callee's callers.from rules admits agent: the rule covers it
+// (CallerRule.Covers: its agent selector matches, its namespace rule covers the agent's
+// namespace), and the agent's namespace consents (an AgentGrant of kind Callers) when it is
+// another one. A rule never selects the callee itself.
 func (v *View) Selects(ctx context.Context, callee, agent *a2av1.Agent) (bool, error) {
 	if callee.UID == agent.UID {
 		return false, nil
 	}
-	for _, from := range callee.Spec.Callers.From {
-		sel, err := metav1.LabelSelectorAsSelector(&from.AgentSelector)
-		if err != nil || !sel.Matches(labels.Set(agent.Labels)) {
-			continue
-		}
-		if from.NamespaceSelector == nil {
-			if callee.Namespace != agent.Namespace {
-				continue
-			}
-		} else {
-			ns, err := v.Namespace(ctx, agent.Namespace)
-			if err != nil {
-				return false, err
-			}
-			nsSel, err := metav1.LabelSelectorAsSelector(from.NamespaceSelector)
-			if err != nil || !nsSel.Matches(labels.Set(ns.Labels)) {
-				continue
-			}
-		}
-		granted, err := v.CallerGranted(ctx, callee.Namespace, agent)
+	rules, _ := CompileCallerRules(callee)
+	covered, err := v.covered(ctx, rules, agent)
+	if err != nil || !covered {
+		return false, err
+	}
+	return v.CallerGranted(ctx, callee.Namespace, agent)
+}
+
+// covered reports whether one of rules covers agent.
+func (v *View) covered(ctx context.Context, rules []CallerRule, agent *a2av1.Agent) (bool, error) {
+	nsLabels := func() (labels.Set, error) {
+		ns, err := v.Namespace(ctx, agent.Namespace)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		if granted {
-			return true, nil
+		return labels.Set(ns.Labels), nil
+	}
+	for i := range rules {
+		ok, err := rules[i].Covers(agent, nsLabels)
+		if err != nil || ok {
+			return ok, err
 		}
 	}
 	return false, nil
+}
+
+// Callers enumerates the live Agents callee's callers.from rules admit: exactly the live Agents
+// for which Selects is true (each once). Agents of another namespace count only where an
+// AgentGrant of their namespace consents; ungranted lists, sorted, the namespaces whose covered
+// live Agents were left out for want of one. An invalid rule is an error.
+func (v *View) Callers(ctx context.Context, callee *a2av1.Agent) (callers []*a2av1.Agent, ungranted []string, err error) {
+	rules, err := CompileCallerRules(callee)
+	if err != nil {
+		return nil, nil, err
+	}
+	candidates, err := v.candidates(ctx, callee, rules)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range candidates {
+		ok, err := v.covered(ctx, rules, c)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			continue
+		}
+		if live, err := v.Live(ctx, c); err != nil || !live {
+			if err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		granted, err := v.CallerGranted(ctx, callee.Namespace, c)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !granted {
+			if !slices.Contains(ungranted, c.Namespace) {
+				ungranted = append(ungranted, c.Namespace)
+			}
+			continue
+		}
+		callers = append(callers, c)
+	}
+	slices.Sort(ungranted)
+	return callers, ungranted, nil
+}
+
+// candidates are the Agents rules may cover by labels and namespace, each once, never callee: from
+// the caller graph, or listed from the cache by each rule's selectors.
+func (v *View) candidates(ctx context.Context, callee *a2av1.Agent, rules []CallerRule) ([]*a2av1.Agent, error) {
+	if v.graph != nil {
+		return v.graph.Candidates(callee), nil
+	}
+	seen := map[types.UID]bool{callee.UID: true}
+	var out []*a2av1.Agent
+	for i := range rules {
+		r := &rules[i]
+		if r.Agents == nil {
+			continue
+		}
+		// Read-only use of the cache's objects: no deep copies.
+		opts := []client.ListOption{client.MatchingLabelsSelector{Selector: r.Agents}, client.UnsafeDisableDeepCopy}
+		if !r.AnyNamespace {
+			opts = append(opts, client.InNamespace(r.OwnerNamespace))
+		}
+		var agents a2av1.AgentList
+		if err := v.reader.List(ctx, &agents, opts...); err != nil {
+			return nil, fmt.Errorf("list caller agents: %w", err)
+		}
+		for j := range agents.Items {
+			if a := &agents.Items[j]; !seen[a.UID] {
+				seen[a.UID] = true
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Callees returns the live Agents whose callers.from rules admit agent (Selects), each once. Only
+// the rules filed under agent's labels are examined (the caller graph, or the cache's caller-rule
+// index), so the cost follows the number of rules that may cover it, not the size of the fleet.
+func (v *View) Callees(ctx context.Context, agent *a2av1.Agent) ([]*a2av1.Agent, error) {
+	owners, err := v.RuleOwners(ctx, agent)
+	if err != nil {
+		return nil, err
+	}
+	var out []*a2av1.Agent
+	for _, callee := range owners {
+		selects, err := v.Selects(ctx, callee, agent)
+		if err != nil {
+			return nil, err
+		}
+		if !selects {
+			continue
+		}
+		if live, err := v.Live(ctx, callee); err != nil {
+			return nil, err
+		} else if live {
+			out = append(out, callee)
+		}
+	}
+	return out, nil
+}
+
+// RuleOwners returns the Agents with callers.from rules that may cover agent by its labels (each
+// at most once, never agent itself): from the caller graph, or through the cache's caller-rule
+// index (identity.IndexAgentCallerRule). The objects are the cache's own: read them, never change
+// them.
+func (v *View) RuleOwners(ctx context.Context, agent *a2av1.Agent) ([]*a2av1.Agent, error) {
+	return ruleOwners(ctx, v.reader, v.graph, agent)
+}
+
+// RuleOwners is View.RuleOwners for a reader (with the caller graph it carries, if any).
+func RuleOwners(ctx context.Context, reader client.Reader, agent *a2av1.Agent) ([]*a2av1.Agent, error) {
+	var graph *CallerGraph
+	if gr, ok := reader.(CallerGraphReader); ok && gr.CallerGraph().Synced() {
+		graph = gr.CallerGraph()
+	}
+	return ruleOwners(ctx, reader, graph, agent)
+}
+
+func ruleOwners(ctx context.Context, reader client.Reader, graph *CallerGraph, agent *a2av1.Agent) ([]*a2av1.Agent, error) {
+	if graph != nil {
+		return graph.RulesCovering(agent), nil
+	}
+	var out []*a2av1.Agent
+	seen := map[types.UID]bool{agent.UID: true}
+	for _, key := range RuleLookupKeys(agent) {
+		var owners a2av1.AgentList
+		if err := reader.List(ctx, &owners, client.MatchingFields{identity.IndexAgentCallerRule: key}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("list caller rules under %s: %w", key, err)
+		}
+		for i := range owners.Items {
+			if o := &owners.Items[i]; !seen[o.UID] {
+				seen[o.UID] = true
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
 }
 
 // AdmitsCaller reports whether caller may call callee: both are live identities (permitted, the

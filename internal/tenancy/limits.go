@@ -92,12 +92,12 @@ func (v *View) withinAgentLimit(ctx context.Context, agent *a2av1.Agent) (bool, 
 	if t != nil {
 		key = "tenant/" + t.Name
 	}
-	q, ok := v.quotas[key]
+	q, ok := v.quotas.get(key)
 	if !ok {
 		if q, err = v.quotaOf(ctx, t, agent.Namespace); err != nil {
 			return false, "", err
 		}
-		v.quotas[key] = q
+		v.quotas.put(key, q)
 	}
 	if q.ranked == nil {
 		// Fewer Agents than the limit: even one the cache has not seen yet (a fresh create) fits.

@@ -258,7 +258,7 @@ func TestSharedSubscriptions(t *testing.T) {
 
 		code = caller.pub("$a2a/v1/request/acme/pool/p1", "dollar")
 		switch b.name {
-		case "mosquitto", "table": // both are Mosquitto 2.0.11
+		case "mosquitto", "table", "decision-http": // all are Mosquitto 2.0.11
 			if code != 0x10 {
 				t.Errorf("mosquitto: '$' topic to a shared subscription: PUBACK %d, want 0x10 (2.0.11 limitation)", code)
 			}
@@ -310,7 +310,9 @@ func TestAuthentication(t *testing.T) {
 		if err := acl.SetPassword(context.Background(), b.backend, userAgent, "rotated"); err != nil {
 			t.Fatal(err)
 		}
-		if !live.disconnected(5 * time.Second) {
+		if b.noKicks != "" {
+			t.Logf("%s: live session after the rotation not checked: %s", b.name, b.noKicks)
+		} else if !live.disconnected(5 * time.Second) {
 			t.Errorf("%s: session with the old password survived the rotation", b.name)
 		}
 		refused("old password after rotation", userAgent, pwAgent, "")
@@ -469,6 +471,10 @@ func TestWill(t *testing.T) {
 		watcher.expect("$a2a/v1/discovery/acme/u/agent", "offline")
 		if p, err := watcher.next(300 * time.Millisecond); err == nil {
 			t.Errorf("%s: unexpected delivery %q on %q", b.name, p.Payload, p.Topic)
+		}
+		if b.noKicks != "" {
+			t.Logf("%s: Will on a kick not checked: %s", b.name, b.noKicks)
+			return
 		}
 		// A client disconnected by the broker because of a dynsec change
 		// (here a password rotation) does not send its Will.
