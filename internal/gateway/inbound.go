@@ -46,7 +46,10 @@ type InboundConfig struct {
 	MaxBodyBytes int64
 	// KeepAlive is the SSE keep-alive interval (default 15s), so proxies keep idle streams open.
 	KeepAlive time.Duration
-	Logger    *slog.Logger
+	// Ring, when set, assigns each caller identity to one replica (ring.go): a request whose
+	// caller another replica serves is forwarded to it. Nil: this replica serves every caller.
+	Ring   *Ring
+	Logger *slog.Logger
 }
 
 // Inbound serves the exposed agents over HTTP.
@@ -186,6 +189,12 @@ func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
 	caller, tgt, ok := in.admit(w, r)
 	if !ok {
 		return
+	}
+	if in.cfg.Ring != nil && r.Header.Get(ForwardedHeader) == "" {
+		if owner := in.cfg.Ring.Owner(identity.Of(caller).ClientID()); owner.ID != in.cfg.Ring.Self() {
+			in.forward(w, r, owner)
+			return
+		}
 	}
 	req, release, err := in.cfg.Pool.Requester(r.Context(), caller)
 	if err != nil {

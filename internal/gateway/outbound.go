@@ -23,6 +23,9 @@ type OutboundConfig struct {
 	// HTTPClient calls the HTTP agents (default: a client without an overall timeout, since a
 	// stream lasts as long as the task).
 	HTTPClient *http.Client
+	// Ring, when set, assigns each HTTP agent to one replica (ring.go): this replica holds only
+	// its own. Nil: this replica holds every HTTP agent.
+	Ring *Ring
 }
 
 // heldAgent is an HTTP agent the gateway stands in for on the bus.
@@ -40,6 +43,8 @@ type Outbound struct {
 
 	mu   sync.Mutex
 	held map[string]*heldAgent // by namespace/name
+	// resync asks Run for a Sync now (the ring changed).
+	resync chan struct{}
 }
 
 // NewOutbound returns an Outbound holding nothing yet (Sync starts holding).
@@ -51,7 +56,7 @@ func NewOutbound(cfg OutboundConfig) *Outbound {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Outbound{cfg: cfg, log: log, held: map[string]*heldAgent{}}
+	return &Outbound{cfg: cfg, log: log, held: map[string]*heldAgent{}, resync: make(chan struct{}, 1)}
 }
 
 // requestTopic is where the agent reads its requests: the delivery topic when the conversation
@@ -77,6 +82,9 @@ func (o *Outbound) Sync(ctx context.Context) error {
 	want := map[string]*a2av1.Agent{}
 	for i := range agents {
 		ag := &agents[i]
+		if o.cfg.Ring != nil && !o.cfg.Ring.Owns(identity.Of(ag).ClientID()) {
+			continue // another replica holds it
+		}
 		// The agent's presence on the bus is its HTTP server's: one that does not answer is let
 		// go (its LWT makes it offline) until it answers again.
 		if err := o.probe(ctx, ag.Spec.HTTP.URL); err != nil {
@@ -191,7 +199,16 @@ func (o *Outbound) Run(ctx context.Context, interval time.Duration) {
 			o.Close(context.Background())
 			return
 		case <-t.C:
+		case <-o.resync:
 		}
+	}
+}
+
+// Resync asks Run to sync at once (the ring moved agents).
+func (o *Outbound) Resync() {
+	select {
+	case o.resync <- struct{}{}:
+	default:
 	}
 }
 
