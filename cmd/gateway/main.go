@@ -39,6 +39,8 @@ type options struct {
 	// The ring of replicas (internal/gateway/ring.go): on when replicaID and ringNamespace are set.
 	replicaID, ringNamespace, ringName, advertise string
 	ringTTL                                       time.Duration
+	// cardKeysAgent is NAMESPACE/NAME of the Agent whose identity reads the card signing keys.
+	cardKeysAgent string
 }
 
 func main() {
@@ -55,6 +57,7 @@ func main() {
 	flag.StringVar(&o.ringNamespace, "ring-namespace", env("POD_NAMESPACE", ""), "namespace of the replicas' Leases (env POD_NAMESPACE); empty: one replica serves every identity")
 	flag.StringVar(&o.ringName, "ring-name", "a2a-gateway", "name of the ring (its Leases' label and name prefix)")
 	flag.StringVar(&o.advertise, "advertise-url", advertiseDefault(), "this replica's URL as the other replicas reach it (default http://$POD_IP:8080)")
+	flag.StringVar(&o.cardKeysAgent, "card-keys-agent", env("A2A_GATEWAY_CARD_KEYS_AGENT", ""), "NAMESPACE/NAME of an Agent (without a workload) whose identity reads the card signing keys on the bus, served at /.well-known/jwks.json (empty: not served)")
 	flag.DurationVar(&o.ringTTL, "ring-ttl", 10*time.Second, "a replica that stopped renewing its Lease leaves the ring after this long")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -116,7 +119,15 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	if o.audiences != "" {
 		reviewer.Audiences = strings.Split(o.audiences, ",")
 	}
-	in := gateway.NewInbound(gateway.InboundConfig{Directory: dir, Auth: reviewer, Pool: pool,
+	var keysAgent client.ObjectKey
+	if o.cardKeysAgent != "" {
+		ns, name, ok := strings.Cut(o.cardKeysAgent, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--card-keys-agent %q: want NAMESPACE/NAME", o.cardKeysAgent)
+		}
+		keysAgent = client.ObjectKey{Namespace: ns, Name: name}
+	}
+	in := gateway.NewInbound(gateway.InboundConfig{CardKeysAgent: keysAgent, Directory: dir, Auth: reviewer, Pool: pool,
 		BrokerURL: o.brokerURL, PublicURL: o.publicURL, MaxBodyBytes: o.maxBody, Ring: ring, Logger: log})
 	out := gateway.NewOutbound(gateway.OutboundConfig{Conn: conn, Directory: dir, Ring: ring})
 	if ring != nil {
