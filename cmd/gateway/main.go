@@ -39,6 +39,8 @@ type options struct {
 	// The ring of replicas (internal/gateway/ring.go): on when replicaID and ringNamespace are set.
 	replicaID, ringNamespace, ringName, advertise string
 	ringTTL                                       time.Duration
+	// cardStatus writes the CardMatches condition of the HTTP agents held.
+	cardStatus bool
 	// cardKeysAgent is NAMESPACE/NAME of the Agent whose identity reads the card signing keys.
 	cardKeysAgent string
 }
@@ -58,6 +60,7 @@ func main() {
 	flag.StringVar(&o.ringName, "ring-name", "a2a-gateway", "name of the ring (its Leases' label and name prefix)")
 	flag.StringVar(&o.advertise, "advertise-url", advertiseDefault(), "this replica's URL as the other replicas reach it (default http://$POD_IP:8080)")
 	flag.StringVar(&o.cardKeysAgent, "card-keys-agent", env("A2A_GATEWAY_CARD_KEYS_AGENT", ""), "NAMESPACE/NAME of an Agent (without a workload) whose identity reads the card signing keys on the bus, served at /.well-known/jwks.json (empty: not served)")
+	flag.BoolVar(&o.cardStatus, "card-status", true, "compare the card each HTTP agent serves with its spec.card at every sync and set the Agent's CardMatches condition (needs patch on agents/status)")
 	flag.DurationVar(&o.ringTTL, "ring-ttl", 10*time.Second, "a replica that stopped renewing its Lease leaves the ring after this long")
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -129,7 +132,13 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 	}
 	in := gateway.NewInbound(gateway.InboundConfig{CardKeysAgent: keysAgent, Directory: dir, Auth: reviewer, Pool: pool,
 		BrokerURL: o.brokerURL, PublicURL: o.publicURL, MaxBodyBytes: o.maxBody, Ring: ring, Logger: log})
-	out := gateway.NewOutbound(gateway.OutboundConfig{Conn: conn, Directory: dir, Ring: ring})
+	ocfg := gateway.OutboundConfig{Conn: conn, Directory: dir, Ring: ring}
+	if o.cardStatus {
+		if ocfg.Status, err = client.New(restCfg, client.Options{Scheme: gateway.NewScheme()}); err != nil {
+			return fmt.Errorf("status client: %w", err)
+		}
+	}
+	out := gateway.NewOutbound(ocfg)
 	if ring != nil {
 		ring.Follow(ctx, pool, out)
 		go ring.Run(ctx)

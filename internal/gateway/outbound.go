@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
@@ -26,6 +27,9 @@ type OutboundConfig struct {
 	// Ring, when set, assigns each HTTP agent to one replica (ring.go): this replica holds only
 	// its own. Nil: this replica holds every HTTP agent.
 	Ring *Ring
+	// Status, when set, writes the CardMatches condition of the Agents held (carddiff.go): the
+	// card each HTTP agent serves is read at every sync and compared with its manifest's.
+	Status client.Client
 }
 
 // heldAgent is an HTTP agent the gateway stands in for on the bus.
@@ -107,6 +111,11 @@ func (o *Outbound) Sync(ctx context.Context) error {
 	}
 	var firstErr error
 	for name, ag := range want {
+		if o.cfg.Status != nil {
+			if err := o.checkCard(ctx, ag); err != nil {
+				o.log.Error("compare served card", "agent", name, "err", err)
+			}
+		}
 		o.mu.Lock()
 		_, ok := o.held[name]
 		o.mu.Unlock()
