@@ -1,5 +1,7 @@
 // Command gateway joins A2A agents that speak HTTP to the MQTT fleet, both ways
-// (internal/gateway, docs/gateway.md). It is stateless: run several replicas behind one Service.
+// (internal/gateway, docs/gateway.md). It keeps no task state; several replicas behind one
+// Service share the identities through a ring of Leases (--replica-id, --ring-namespace), so that
+// each identity's one MQTT client ID is used by one replica.
 package main
 
 import (
