@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,4 +187,69 @@ func TestTwoReplicasShareTheIdentities(t *testing.T) {
 		}
 		t.Logf("after A stopped: the first GetTask answered through B in %v; B held the HTTP agent after %v", inboundBack, <-heldByB)
 	})
+}
+
+// TestRingMembership: a replica is a member while its Lease is renewed; one that stops renewing
+// (a crash) leaves the others' view once its Lease expires, one that leaves (a clean stop) at
+// their next read; the listeners hear each change.
+func TestRingMembership(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := cp.NewNamespace(t, ctx, "gw-ring-")
+	leases, err := client.New(restCfg, client.Options{Scheme: gateway.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRing := func(id string) *gateway.Ring {
+		return gateway.NewRing(gateway.RingConfig{Client: leases, Namespace: ns, ReplicaID: id, Address: "http://" + id,
+			TTL: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	}
+	a, b, c := newRing("a"), newRing("b"), newRing("c")
+	var changes atomic.Int32
+	b.OnChange(func() { changes.Add(1) })
+	ids := func(r *gateway.Ring) []string {
+		var out []string
+		for _, m := range r.Members() {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	tick := func(rs ...*gateway.Ring) {
+		for _, r := range rs {
+			if err := r.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tick(a, b, c)
+	tick(a, b, c)
+	if got := ids(b); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("members %v", got)
+	}
+	if b.Members()[0].Address != "http://a" || changes.Load() == 0 {
+		t.Fatalf("members %+v, %d changes", b.Members(), changes.Load())
+	}
+	// c stops cleanly: gone at b's next read.
+	c.Leave(ctx)
+	tick(b)
+	if got := ids(b); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("after c left: %v", got)
+	}
+	// a crashes (stops renewing): gone once its Lease expires, not before.
+	crashed := time.Now()
+	tick(b)
+	if got := ids(b); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("right after a stopped renewing: %v", got)
+	}
+	testenv.Eventually(t, 10*time.Second, "a's Lease expires", func() error {
+		tick(b)
+		if got := ids(b); !slices.Equal(got, []string{"b"}) {
+			return fmt.Errorf("members %v", got)
+		}
+		return nil
+	})
+	t.Logf("a crashed replica left the ring after %v (TTL 2 s)", time.Since(crashed))
+	if owner := b.Owner("acme/sales/anything"); owner.ID != "b" {
+		t.Fatalf("alone, b is assigned %v", owner)
+	}
 }
