@@ -23,6 +23,20 @@ const (
 	// broker reports it (or, where the broker does not, the agent's retained card: its online card
 	// or its LWT). It is not part of Ready: Ready is about what the operator manages.
 	ConditionConnected = "Connected"
+	// ConditionCardMatches, on an Agent whose workload is an HTTP A2A server (spec.http.url), says
+	// whether the card that server serves matches spec.card (which the bus shows); the HTTP
+	// gateway that holds the agent sets it. It is not part of Ready.
+	ConditionCardMatches = "CardMatches"
+)
+
+// Reasons of ConditionCardMatches.
+const (
+	// ReasonServedCardMatches: every member spec.card states is the same on the served card.
+	ReasonServedCardMatches = "ServedCardMatches"
+	// ReasonServedCardDiffers: the message names the members that differ.
+	ReasonServedCardDiffers = "ServedCardDiffers"
+	// ReasonServedCardUnavailable: the HTTP agent serves no readable card at the well-known path.
+	ReasonServedCardUnavailable = "ServedCardUnavailable"
 )
 
 // Condition reasons, CamelCase as metav1.Condition requires.

@@ -64,7 +64,7 @@ func brokerRuntime(ctx context.Context, mgr ctrl.Manager, reader client.Client, 
 		}
 		// Read past the cache: a provided Secret (cert-manager's) carries no label the cache selects.
 		cfg.CardSigning = &registration.CardSigning{Secret: client.ObjectKey{Namespace: ns, Name: name},
-			Generate: o.generateCardSigningSecret, Reader: mgr.GetAPIReader()}
+			Generate: o.generateCardSigningSecret, Reader: mgr.GetAPIReader(), KeysURL: o.cardKeysURL}
 	}
 	return registration.NewBroker(cfg)
 }

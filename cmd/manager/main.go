@@ -67,6 +67,9 @@ type brokerOptions struct {
 	// generateCardSigningSecret creates it with one new key when it is missing.
 	cardSigningSecret         string
 	generateCardSigningSecret bool
+	// cardKeysURL is the signatures' jku when the key set is also served over HTTP ("": the
+	// retained topic's {broker URL}/$a2a-fleet/v1/card-keys).
+	cardKeysURL string
 }
 
 func main() {
@@ -84,6 +87,7 @@ func main() {
 	flag.StringVar(&o.broker.clientKeyFile, "broker-client-key-file", "", "PEM private key of --broker-client-cert-file.")
 	flag.BoolVar(&o.broker.insecureSkipVerify, "broker-insecure-skip-verify", false, "Do not verify the broker's TLS certificate (testing only).")
 	flag.StringVar(&o.broker.cardSigningSecret, "card-signing-secret", "", "NAMESPACE/NAME of a Secret whose PEM private keys (entries tls.key or *.pem; ECDSA P-256 or Ed25519) sign every agent card (A2A v1.0 §8.4); the public keys are retained on $a2a-fleet/v1/card-keys. Empty: cards are published unsigned.")
+	flag.StringVar(&o.broker.cardKeysURL, "card-keys-url", "", "URL of the card signing key set over HTTP, put in every signature's jku (e.g. the gateway's https://GATEWAY/.well-known/jwks.json). Empty: {broker URL}/$a2a-fleet/v1/card-keys.")
 	flag.BoolVar(&o.broker.generateCardSigningSecret, "card-signing-secret-generate", false, "Create the --card-signing-secret with one new ES256 key when it does not exist.")
 	flag.DurationVar(&o.broker.readinessGrace, "broker-readiness-grace", 30*time.Second, "/readyz fails once the broker has been unreachable for longer than this (0 disables the broker check).")
 	flag.DurationVar(&o.orphanInterval, "broker-orphan-interval", registration.DefaultOrphanInterval, "How often the broker is searched for the clients and roles of identities no Agent claims (an Agent deleted without its finalizer); they are deleted when found in two searches in a row (0 disables it: only for a broker shared with objects under the a2a: prefix that this operator does not own).")

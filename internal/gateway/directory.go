@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,6 +44,60 @@ type Directory struct {
 	Reader client.Reader
 	// Namespace, when set, limits the gateway to one namespace; "" reads every namespace.
 	Namespace string
+	// MemoTTL is how long a found caller or target Agent is reused without a lookup (default
+	// DefaultMemoTTL; negative: look up every time). A lookup in the informer cache costs a REST
+	// mapping and an index read, about a third of the gateway's own CPU per call; a mapping
+	// removed from an Agent stops admitting within MemoTTL (a refusal is never remembered).
+	MemoTTL time.Duration
+
+	memo memo
+}
+
+// DefaultMemoTTL is Directory's default MemoTTL.
+const DefaultMemoTTL = time.Second
+
+// maxMemoEntries bounds each memo map; past it, the map is emptied.
+const maxMemoEntries = 10000
+
+// memo keeps the Agents found recently, by lookup key.
+type memo struct {
+	mu      sync.Mutex
+	entries map[string]memoEntry
+}
+
+type memoEntry struct {
+	agent   *a2av1.Agent
+	expires time.Time
+}
+
+func (d *Directory) memoTTL() time.Duration {
+	if d.MemoTTL == 0 {
+		return DefaultMemoTTL
+	}
+	return d.MemoTTL
+}
+
+func (d *Directory) recall(key string, now time.Time) *a2av1.Agent {
+	d.memo.mu.Lock()
+	defer d.memo.mu.Unlock()
+	e, ok := d.memo.entries[key]
+	if !ok || now.After(e.expires) {
+		return nil
+	}
+	return e.agent
+}
+
+func (d *Directory) remember(key string, ag *a2av1.Agent, now time.Time) {
+	ttl := d.memoTTL()
+	if ttl < 0 {
+		return
+	}
+	d.memo.mu.Lock()
+	defer d.memo.mu.Unlock()
+	if d.memo.entries == nil || len(d.memo.entries) >= maxMemoEntries {
+		d.memo.entries = map[string]memoEntry{}
+	}
+	d.memo.entries[key] = memoEntry{agent: ag, expires: now.Add(ttl)}
 }
 
 // holds reports whether the Agent holds its identity: the operator sets status.clientID only for
@@ -55,6 +111,18 @@ func (d *Directory) CallerAgent(ctx context.Context, ns, name string) (*a2av1.Ag
 	if d.Namespace != "" && ns != d.Namespace {
 		return nil, ErrNoAgentForCaller
 	}
+	key, now := "caller\x00"+ns+"/"+name, time.Now()
+	if ag := d.recall(key, now); ag != nil {
+		return ag, nil
+	}
+	ag, err := d.lookupCaller(ctx, ns, name)
+	if err == nil {
+		d.remember(key, ag, now)
+	}
+	return ag, err
+}
+
+func (d *Directory) lookupCaller(ctx context.Context, ns, name string) (*a2av1.Agent, error) {
 	var list a2av1.AgentList
 	// Read-only: the cache's objects are not copied (the gateway never modifies an Agent).
 	if err := d.Reader.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy,
@@ -93,6 +161,18 @@ func (d *Directory) agents(ctx context.Context, more ...client.ListOption) ([]a2
 
 // ExposedAgent returns the holder of identity ref when it is exposed over HTTP.
 func (d *Directory) ExposedAgent(ctx context.Context, ref a2amqtt.AgentRef) (*a2av1.Agent, error) {
+	key, now := "target\x00"+ref.ClientID(), time.Now()
+	if ag := d.recall(key, now); ag != nil {
+		return ag, nil
+	}
+	ag, err := d.lookupExposed(ctx, ref)
+	if err == nil {
+		d.remember(key, ag, now)
+	}
+	return ag, err
+}
+
+func (d *Directory) lookupExposed(ctx context.Context, ref a2amqtt.AgentRef) (*a2av1.Agent, error) {
 	items, err := d.agents(ctx, client.MatchingFields{identity.IndexAgentClientID: ref.ClientID()})
 	if err != nil {
 		return nil, err

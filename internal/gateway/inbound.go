@@ -12,6 +12,7 @@ import (
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
@@ -46,7 +47,13 @@ type InboundConfig struct {
 	MaxBodyBytes int64
 	// KeepAlive is the SSE keep-alive interval (default 15s), so proxies keep idle streams open.
 	KeepAlive time.Duration
-	Logger    *slog.Logger
+	// Ring, when set, assigns each caller identity to one replica (ring.go): a request whose
+	// caller another replica serves is forwarded to it. Nil: this replica serves every caller.
+	Ring *Ring
+	// CardKeysAgent names the Agent (usually one without a workload) whose identity reads the
+	// card signing keys on the bus, served at JWKSPath; empty: JWKSPath answers 404.
+	CardKeysAgent client.ObjectKey
+	Logger        *slog.Logger
 }
 
 // Inbound serves the exposed agents over HTTP.
@@ -54,6 +61,7 @@ type Inbound struct {
 	cfg     InboundConfig
 	jsonrpc http.Handler
 	mux     *http.ServeMux
+	jwks    jwksCache
 }
 
 // NewInbound builds the HTTP handler: for each exposed agent, the card at
@@ -74,6 +82,7 @@ func NewInbound(cfg InboundConfig) *Inbound {
 	in.mux.HandleFunc("GET /agents/{org}/{unit}/{agent}/.well-known/agent-card.json", in.serveCard)
 	in.mux.HandleFunc("POST /agents/{org}/{unit}/{agent}/{$}", in.serveRPC)
 	in.mux.HandleFunc("POST /agents/{org}/{unit}/{agent}", in.serveRPC)
+	in.mux.HandleFunc("GET "+JWKSPath, in.serveJWKS)
 	in.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	return in
 }
@@ -186,6 +195,12 @@ func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
 	caller, tgt, ok := in.admit(w, r)
 	if !ok {
 		return
+	}
+	if in.cfg.Ring != nil && r.Header.Get(ForwardedHeader) == "" {
+		if owner := in.cfg.Ring.Owner(identity.Of(caller).ClientID()); owner.ID != in.cfg.Ring.Self() {
+			in.forward(w, r, owner)
+			return
+		}
 	}
 	req, release, err := in.cfg.Pool.Requester(r.Context(), caller)
 	if err != nil {

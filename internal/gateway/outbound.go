@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
@@ -23,6 +24,12 @@ type OutboundConfig struct {
 	// HTTPClient calls the HTTP agents (default: a client without an overall timeout, since a
 	// stream lasts as long as the task).
 	HTTPClient *http.Client
+	// Ring, when set, assigns each HTTP agent to one replica (ring.go): this replica holds only
+	// its own. Nil: this replica holds every HTTP agent.
+	Ring *Ring
+	// Status, when set, writes the CardMatches condition of the Agents held (carddiff.go): the
+	// card each HTTP agent serves is read at every sync and compared with its manifest's.
+	Status client.Client
 }
 
 // heldAgent is an HTTP agent the gateway stands in for on the bus.
@@ -40,6 +47,8 @@ type Outbound struct {
 
 	mu   sync.Mutex
 	held map[string]*heldAgent // by namespace/name
+	// resync asks Run for a Sync now (the ring changed).
+	resync chan struct{}
 }
 
 // NewOutbound returns an Outbound holding nothing yet (Sync starts holding).
@@ -51,7 +60,7 @@ func NewOutbound(cfg OutboundConfig) *Outbound {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Outbound{cfg: cfg, log: log, held: map[string]*heldAgent{}}
+	return &Outbound{cfg: cfg, log: log, held: map[string]*heldAgent{}, resync: make(chan struct{}, 1)}
 }
 
 // requestTopic is where the agent reads its requests: the delivery topic when the conversation
@@ -77,6 +86,9 @@ func (o *Outbound) Sync(ctx context.Context) error {
 	want := map[string]*a2av1.Agent{}
 	for i := range agents {
 		ag := &agents[i]
+		if o.cfg.Ring != nil && !o.cfg.Ring.Owns(identity.Of(ag).ClientID()) {
+			continue // another replica holds it
+		}
 		// The agent's presence on the bus is its HTTP server's: one that does not answer is let
 		// go (its LWT makes it offline) until it answers again.
 		if err := o.probe(ctx, ag.Spec.HTTP.URL); err != nil {
@@ -99,6 +111,11 @@ func (o *Outbound) Sync(ctx context.Context) error {
 	}
 	var firstErr error
 	for name, ag := range want {
+		if o.cfg.Status != nil {
+			if err := o.checkCard(ctx, ag); err != nil {
+				o.log.Error("compare served card", "agent", name, "err", err)
+			}
+		}
 		o.mu.Lock()
 		_, ok := o.held[name]
 		o.mu.Unlock()
@@ -191,7 +208,16 @@ func (o *Outbound) Run(ctx context.Context, interval time.Duration) {
 			o.Close(context.Background())
 			return
 		case <-t.C:
+		case <-o.resync:
 		}
+	}
+}
+
+// Resync asks Run to sync at once (the ring moved agents).
+func (o *Outbound) Resync() {
+	select {
+	case o.resync <- struct{}{}:
+	default:
 	}
 }
 

@@ -125,6 +125,29 @@ func (p *Pool) Sweep(ctx context.Context, idle time.Duration) int {
 	return len(closing)
 }
 
+// Retain closes the connections of the caller identities keep refuses (those the ring moved to
+// another replica, which connects with the same client ID: keeping them would have the two
+// replicas take the session from each other). A request in flight on one ends with an error; a
+// stream's caller resumes with GetTask or SubscribeToTask.
+func (p *Pool) Retain(ctx context.Context, keep func(a2amqtt.AgentRef) bool) int {
+	var closing []*callerConn
+	p.mu.Lock()
+	for ref, cc := range p.conns {
+		if !keep(ref) {
+			closing = append(closing, cc)
+			delete(p.conns, ref)
+		}
+	}
+	p.mu.Unlock()
+	for _, cc := range closing {
+		<-cc.ready
+		if cc.conn != nil {
+			_ = cc.conn.Close(ctx)
+		}
+	}
+	return len(closing)
+}
+
 // Size is the number of caller connections held.
 func (p *Pool) Size() int {
 	p.mu.Lock()

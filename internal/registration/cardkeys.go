@@ -37,6 +37,9 @@ type CardSigning struct {
 	Reader client.Reader
 	// Interval is how often the Secret is read again for key changes (default 30 s).
 	Interval time.Duration
+	// KeysURL, when set, is the signatures' jku: where the key set is served over HTTP (the
+	// gateway's /.well-known/jwks.json). Empty: {broker URL}/{a2amqtt.CardKeysTopic}.
+	KeysURL string
 }
 
 // Data keys of a card signing Secret.
@@ -85,7 +88,11 @@ func newCardSigner(cfg CardSigning, brokerURL string, reader client.Reader) *car
 	if cfg.Interval <= 0 {
 		cfg.Interval = 30 * time.Second
 	}
-	return &cardSigner{cfg: cfg, jku: strings.TrimSuffix(brokerURL, "/") + "/" + a2amqtt.CardKeysTopic, changed: make(chan struct{}, 1)}
+	jku := cfg.KeysURL
+	if jku == "" {
+		jku = strings.TrimSuffix(brokerURL, "/") + "/" + a2amqtt.CardKeysTopic
+	}
+	return &cardSigner{cfg: cfg, jku: jku, changed: make(chan struct{}, 1)}
 }
 
 // sign returns the card with the ring's signatures.

@@ -69,11 +69,21 @@ func (p *planner) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq
 	}
 }
 
+// plannerCard is the card the planner serves: it differs from the test fleet's manifest for
+// httpagent in its description and its skill.
+var plannerCard = &a2a.AgentCard{Name: "httpagent", Description: "plans deployments, then waits for a yes", Version: "1.0.0",
+	Capabilities:      a2a.AgentCapabilities{Streaming: true},
+	DefaultInputModes: []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
+	Skills: []a2a.AgentSkill{{ID: "plan", Name: "Plan", Description: "plans a deployment", Tags: []string{"deploy"}}}}
+
 // startPlanner serves a planner with a2a-go's own handler and JSON-RPC server on loopback.
 func startPlanner(t testing.TB) (*planner, string) {
 	t.Helper()
 	p := &planner{turns: map[string]int{}}
-	p.srv = httptest.NewServer(a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(p)))
+	mux := http.NewServeMux()
+	mux.Handle("/", a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(p)))
+	mux.Handle("GET /.well-known/agent-card.json", a2asrv.NewStaticAgentCardHandler(plannerCard))
+	p.srv = httptest.NewServer(mux)
 	t.Cleanup(p.srv.Close)
 	return p, p.srv.URL + "/"
 }

@@ -49,6 +49,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChildGateway())
+	}
 	ctrl.SetLogger(zap.New(zap.Level(zapcore.ErrorLevel + 1)))
 	// The JS SDK first (idempotent; a missing npm or registry fails the suite here, with the
 	// script's message): TestJSClientCallsAnMQTTAgent runs its HTTP client.

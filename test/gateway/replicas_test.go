@@ -1,0 +1,255 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/google/uuid"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/gateway"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/test/testenv"
+)
+
+// ringReplica is one in-process gateway replica in a ring (its Lease in the stack's namespace):
+// its HTTP side on loopback, its bus side holding the HTTP agents the ring assigns it. stop ends
+// it as a pod's SIGTERM does: it leaves the ring, cuts its HTTP connections and closes its MQTT
+// connections.
+type ringReplica struct {
+	url  string
+	ring *gateway.Ring
+	pool *gateway.Pool
+	out  *gateway.Outbound
+	stop func()
+}
+
+func (st *stack) ringReplica(t testing.TB, ctx context.Context, id string) *ringReplica {
+	t.Helper()
+	reader, err := gateway.NewCachedReader(ctx, restCfg, st.ns)
+	if err != nil {
+		t.Fatalf("gateway reader: %v", err)
+	}
+	leases, err := client.New(restCfg, client.Options{Scheme: gateway.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handler http.Handler
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	log := slog.New(slog.DiscardHandler)
+	rctx, cancel := context.WithCancel(ctx)
+	ring := gateway.NewRing(gateway.RingConfig{Client: leases, Namespace: st.ns, ReplicaID: id, Address: srv.URL,
+		TTL: 5 * time.Second, Interval: 200 * time.Millisecond, Logger: log})
+	dir := &gateway.Directory{Reader: reader, Namespace: st.ns}
+	conn := gateway.ConnConfig{BrokerURL: st.brokerURL, Logger: log,
+		Retry: a2amqtt.RetryPolicy{FirstReplyTimeout: 10 * time.Second, MaxAttempts: 1}}
+	pool := gateway.NewPool(conn, dir)
+	handler = gateway.NewInbound(gateway.InboundConfig{Directory: dir, Pool: pool, BrokerURL: st.brokerURL, Ring: ring,
+		Auth: &gateway.TokenReviewer{Reviews: kube.AuthenticationV1().TokenReviews()}, Logger: log})
+	out := gateway.NewOutbound(gateway.OutboundConfig{Conn: conn, Directory: dir, Ring: ring})
+	ring.Follow(rctx, pool, out)
+	ringDone, outDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(ringDone); ring.Run(rctx) }()
+	go func() { defer close(outDone); out.Run(rctx, 500*time.Millisecond) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		<-ringDone
+		srv.CloseClientConnections()
+		srv.Close()
+		<-outDone
+		pool.Close(context.Background())
+	}
+	t.Cleanup(stop)
+	return &ringReplica{url: srv.URL, ring: ring, pool: pool, out: out, stop: stop}
+}
+
+// replicaIDs returns two replica names such that, while both are live, the first is assigned
+// both keys: the test then knows which replica's stop moves them.
+func replicaIDs(keys ...string) (string, string) {
+	for i := 0; ; i++ {
+		a, b := fmt.Sprintf("gw-a-%d", i), fmt.Sprintf("gw-b-%d", i)
+		members := []gateway.Member{{ID: a}, {ID: b}}
+		if !slices.ContainsFunc(keys, func(k string) bool { return gateway.RendezvousOwner(k, members).ID != a }) {
+			return a, b
+		}
+	}
+}
+
+// TestTwoReplicasShareTheIdentities: two gateway replicas in a ring. The HTTP agent is held by
+// one of them only (one MQTT session per identity), and an HTTP request that reaches the other
+// is forwarded to the replica serving its caller (only that one connects as the caller). That
+// replica stops during an HTTP stream: the stream is cut, the caller reads the task to its end
+// with GetTask through the survivor, and an MQTT requester calls the HTTP agent, now held by the
+// survivor.
+func TestTwoReplicasShareTheIdentities(t *testing.T) {
+	onBothBrokers(t, func(t *testing.T, kind string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		_, agentURL := startPlanner(t)
+		st := newStack(t, ctx, kind, agentURL)
+		st.startMQTTAgent(t, ctx, "memory", true, 2*time.Second)
+		idA, idB := replicaIDs(ref("client").ClientID(), ref("httpagent").ClientID())
+		a, b := st.ringReplica(t, ctx, idA), st.ringReplica(t, ctx, idB)
+		httpAgent := st.ns + "/httpagent"
+		testenv.Eventually(t, 30*time.Second, "both replicas see each other; only A holds the HTTP agent", func() error {
+			if len(a.ring.Members()) != 2 || len(b.ring.Members()) != 2 {
+				return fmt.Errorf("members: A %v, B %v", a.ring.Members(), b.ring.Members())
+			}
+			if ha, hb := a.out.Held(), b.out.Held(); !slices.Equal(ha, []string{httpAgent}) || len(hb) != 0 {
+				return fmt.Errorf("held: A %v, B %v", ha, hb)
+			}
+			return nil
+		})
+		tr := st.requesterAs(t, ctx, "mqttclient").Transport(ref("httpagent"))
+		if plan := taskOf(t)(tr.SendMessage(ctx, nil, userMsg(uuid.NewString(), "", "deploy v1"))); plan.Status.State != a2a.TaskStateInputRequired {
+			t.Fatalf("outbound through A: %s %q", plan.Status.State, said(plan))
+		}
+
+		// Inbound through B: forwarded to A, which alone connects as the caller.
+		token := st.token(t, ctx, "caller")
+		viaB, _ := httpClient(t, ctx, b.url, "memory", token)
+		var taskID a2a.TaskID
+		var last a2a.Event
+		var stoppedAt time.Time
+		heldByB := make(chan time.Duration, 1)
+		for ev, err := range viaB.SendStreamingMessage(ctx, userMsg(uuid.NewString(), "", "a long one")) {
+			if err != nil {
+				break
+			}
+			last = ev
+			if taskID == "" {
+				taskID = ev.TaskInfo().TaskID
+				if a.pool.Size() != 1 || b.pool.Size() != 0 {
+					t.Fatalf("caller connections: A %d, B %d; want the caller on A only", a.pool.Size(), b.pool.Size())
+				}
+				stoppedAt = time.Now()
+				go func() {
+					for ctx.Err() == nil && !slices.Equal(b.out.Held(), []string{httpAgent}) {
+						time.Sleep(10 * time.Millisecond)
+					}
+					heldByB <- time.Since(stoppedAt)
+				}()
+				a.stop() // A stops after the stream's first event
+			}
+		}
+		if taskID == "" {
+			t.Fatal("the stream gave no event")
+		}
+		if su, ok := last.(*a2a.TaskStatusUpdateEvent); ok && su.Status.State.Terminal() {
+			t.Fatalf("the stream reached its end (%s) although its replica stopped", su.Status.State)
+		}
+
+		var inboundBack time.Duration
+		testenv.Eventually(t, 30*time.Second, "the task completes, read through B", func() error {
+			task, err := viaB.GetTask(ctx, &a2a.GetTaskRequest{ID: taskID})
+			if err != nil {
+				return err
+			}
+			if inboundBack == 0 {
+				inboundBack = time.Since(stoppedAt)
+			}
+			if task.Status.State != a2a.TaskStateCompleted || !strings.Contains(said(task), "a long one") {
+				return fmt.Errorf("%s %q", task.Status.State, said(task))
+			}
+			return nil
+		})
+		if b.pool.Size() != 1 {
+			t.Fatalf("B holds %d caller connections, want 1 (it took the caller over)", b.pool.Size())
+		}
+		testenv.Eventually(t, 30*time.Second, "B holds the HTTP agent, which answers", func() error {
+			callCtx, cancelCall := context.WithTimeout(ctx, 5*time.Second)
+			defer cancelCall()
+			res, err := tr.SendMessage(callCtx, nil, userMsg(uuid.NewString(), "", "deploy v2"))
+			if err != nil {
+				return err
+			}
+			if task, ok := res.(*a2a.Task); !ok || task.Status.State != a2a.TaskStateInputRequired {
+				return fmt.Errorf("answer %#v", res)
+			}
+			return nil
+		})
+		if held := b.out.Held(); !slices.Equal(held, []string{httpAgent}) {
+			t.Fatalf("B holds %v", held)
+		}
+		t.Logf("after A stopped: the first GetTask answered through B in %v; B held the HTTP agent after %v", inboundBack, <-heldByB)
+	})
+}
+
+// TestRingMembership: a replica is a member while its Lease is renewed; one that stops renewing
+// (a crash) leaves the others' view once its Lease expires, one that leaves (a clean stop) at
+// their next read; the listeners hear each change.
+func TestRingMembership(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := cp.NewNamespace(t, ctx, "gw-ring-")
+	leases, err := client.New(restCfg, client.Options{Scheme: gateway.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRing := func(id string) *gateway.Ring {
+		return gateway.NewRing(gateway.RingConfig{Client: leases, Namespace: ns, ReplicaID: id, Address: "http://" + id,
+			TTL: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	}
+	a, b, c := newRing("a"), newRing("b"), newRing("c")
+	var changes atomic.Int32
+	b.OnChange(func() { changes.Add(1) })
+	ids := func(r *gateway.Ring) []string {
+		var out []string
+		for _, m := range r.Members() {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	tick := func(rs ...*gateway.Ring) {
+		for _, r := range rs {
+			if err := r.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tick(a, b, c)
+	tick(a, b, c)
+	if got := ids(b); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("members %v", got)
+	}
+	if b.Members()[0].Address != "http://a" || changes.Load() == 0 {
+		t.Fatalf("members %+v, %d changes", b.Members(), changes.Load())
+	}
+	// c stops cleanly: gone at b's next read.
+	c.Leave(ctx)
+	tick(b)
+	if got := ids(b); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("after c left: %v", got)
+	}
+	// a crashes (stops renewing): gone once its Lease expires, not before.
+	crashed := time.Now()
+	tick(b)
+	if got := ids(b); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("right after a stopped renewing: %v", got)
+	}
+	testenv.Eventually(t, 10*time.Second, "a's Lease expires", func() error {
+		tick(b)
+		if got := ids(b); !slices.Equal(got, []string{"b"}) {
+			return fmt.Errorf("members %v", got)
+		}
+		return nil
+	})
+	t.Logf("a crashed replica left the ring after %v (TTL 2 s)", time.Since(crashed))
+	if owner := b.Owner("acme/sales/anything"); owner.ID != "b" {
+		t.Fatalf("alone, b is assigned %v", owner)
+	}
+}
