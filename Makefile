@@ -25,6 +25,7 @@ IMG ?= a2a-fleet/operator:dev
 SERVICE_IMG ?= a2a-fleet/conversation-service:dev
 EXAMPLES_IMG ?= a2a-fleet/example-agents:dev
 MOSQUITTO_IMG ?= a2a-fleet/mosquitto:dev
+DECISION_IMG ?= a2a-fleet/decision-service:dev
 # Kubernetes version the chart is rendered for in verify (the control plane the tests run).
 CHART_KUBE_VERSION ?= 1.37.2
 # Broker of `make dev`: embedded (mochi-mqtt in the devstack process) or mosquitto (a local
@@ -131,7 +132,7 @@ kind-down: ## Delete the kind cluster and stop the project's dockerd (the cache 
 	hack/kind/down.sh
 
 .PHONY: docker-images
-docker-images: ## The four images from the Dockerfile with the project's dockerd and locally made base images (hack/kind/images.sh).
+docker-images: ## The images from the Dockerfile with the project's dockerd and locally made base images (hack/kind/images.sh).
 	hack/kind/images.sh
 
 ##@ Development
@@ -250,8 +251,8 @@ node-deps: ## Install the pinned npm packages of the JS interop tests into bin/n
 tools-test: control-plane mosquitto mosquitto-plugin mosquitto-httpauth-plugin redis node-deps $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart; the npm packages of test/interop).
 
 .PHONY: build
-build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).
-	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./cmd/manager ./cmd/conversation-service ./cmd/a2actl ./cmd/devstack
+build: ## Build the binaries into bin/ (manager, conversation-service, decision-service, a2actl, devstack).
+	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./cmd/manager ./cmd/conversation-service ./cmd/decision-service ./cmd/a2actl ./cmd/devstack
 
 $(DEV_BINS) &: $(GO_SOURCES) $(COMMIT_STAMP)
 	@mkdir -p $(LOCALBIN)
@@ -262,11 +263,12 @@ $(TEST_BINS) &: $(GO_SOURCES) $(COMMIT_STAMP)
 	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./examples/echo ./cmd/conversation-service ./cmd/manager
 
 .PHONY: docker-build
-docker-build: ## Build the four images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG.
+docker-build: ## Build the images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG, DECISION_IMG.
 	docker build $(DOCKER_BUILD_ARGS) --target manager -t $(IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target conversation-service -t $(SERVICE_IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target example-agents -t $(EXAMPLES_IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target mosquitto -t $(MOSQUITTO_IMG) .
+	docker build $(DOCKER_BUILD_ARGS) --target decision-service -t $(DECISION_IMG) .
 
 # The images' version label and their binaries' stamp: the Dockerfile reads VERSION itself; the
 # commit comes from here (the build context has no .git).
