@@ -72,7 +72,8 @@ func TestDecisionServiceInstall(t *testing.T) {
 	kust, chart := renders(t, decisionComponent, decisionValues)
 	for name, objs := range map[string][]*unstructured.Unstructured{"kustomize": kust, "helm": chart} {
 		t.Run(name, func(t *testing.T) {
-			if problems := decisionInstallProblems(t, objs); len(problems) > 0 {
+			problems := append(decisionInstallProblems(t, objs), render.DanglingServiceAccounts(objs)...)
+			if len(problems) > 0 {
 				t.Fatalf("%d problems:\n%s", len(problems), strings.Join(problems, "\n"))
 			}
 		})
