@@ -61,6 +61,34 @@ COPY --from=build /out/conversation-service /conversation-service
 USER 65532:65532
 ENTRYPOINT ["/conversation-service"]
 
+# The decision service (cmd/decision-service): a broker cluster's HTTP authentication and
+# authorization from the operator's decision table (config/decision-service, the chart's
+# decisionService). Its own build stage on the builder's layers and caches, so the targets above
+# do not compile it:
+#   docker build --target decision-service -t a2a-fleet/decision-service:TAG .
+FROM build AS decision-service-build
+ARG TARGETOS=linux
+ARG TARGETARCH=amd64
+ARG VERSION
+ARG COMMIT
+RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    version="${VERSION:-$(cat VERSION)}" && \
+    GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -o /out/decision-service \
+    -ldflags="-s -w -X github.com/a2a-fleet/a2a-fleet/internal/version.Version=${version} -X github.com/a2a-fleet/a2a-fleet/internal/version.Commit=${COMMIT}" \
+    ./cmd/decision-service
+
+FROM ${RUNTIME_IMAGE} AS decision-service
+ARG VERSION
+ARG COMMIT
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/a2a-fleet/a2a-fleet" \
+      org.opencontainers.image.title="a2a-fleet decision service"
+COPY --from=decision-service-build /out/decision-service /decision-service
+USER 65532:65532
+ENTRYPOINT ["/decision-service"]
+
 # The example agents of config/samples (examples/): one image, the Agent's workload names the
 # binary (/confirm, /echo, /memory); each reads its identity and credentials from what the
 # operator injects (A2A_* variables, docs/registration.md). /chaosagent is the chaos suite's

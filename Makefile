@@ -25,6 +25,7 @@ IMG ?= a2a-fleet/operator:dev
 SERVICE_IMG ?= a2a-fleet/conversation-service:dev
 EXAMPLES_IMG ?= a2a-fleet/example-agents:dev
 MOSQUITTO_IMG ?= a2a-fleet/mosquitto:dev
+DECISION_IMG ?= a2a-fleet/decision-service:dev
 # Kubernetes version the chart is rendered for in verify (the control plane the tests run).
 CHART_KUBE_VERSION ?= 1.37.2
 # Broker of `make dev`: embedded (mochi-mqtt in the devstack process) or mosquitto (a local
@@ -131,7 +132,7 @@ kind-down: ## Delete the kind cluster and stop the project's dockerd (the cache 
 	hack/kind/down.sh
 
 .PHONY: docker-images
-docker-images: ## The four images from the Dockerfile with the project's dockerd and locally made base images (hack/kind/images.sh).
+docker-images: ## The images from the Dockerfile with the project's dockerd and locally made base images (hack/kind/images.sh).
 	hack/kind/images.sh
 
 ##@ Development
@@ -197,8 +198,8 @@ verify-complexity: $(GOCYCLO) ## Fail when more than MAX_COMPLEX_FUNCS functions
 	if [ "$$n" -gt $(MAX_COMPLEX_FUNCS) ]; then echo "split the new one into named steps"; exit 1; fi
 
 .PHONY: verify-kustomize
-verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS component, mosquitto, conversation-service and its Sentinel component, monitoring).
-	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/monitoring config/admission; do \
+verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS and decision-service components, mosquitto, conversation-service and its Sentinel component, decision-service, monitoring).
+	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/decision-service config/monitoring config/admission; do \
 		$(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed"; exit 1; }; done
 	@# A component is rendered through an overlay that uses it, as a user's would.
 	@tmp=$(LOCALBIN)/.verify-quickstart-tls; mkdir -p $$tmp; \
@@ -207,6 +208,9 @@ verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickst
 	@tmp=$(LOCALBIN)/.verify-quickstart-sentinel; mkdir -p $$tmp; \
 		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/conversation-service/sentinel]\n' > $$tmp/kustomization.yaml; \
 		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/conversation-service/sentinel failed"; exit 1; }
+	@tmp=$(LOCALBIN)/.verify-quickstart-decision; mkdir -p $$tmp; \
+		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/quickstart/decision-service]\n' > $$tmp/kustomization.yaml; \
+		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/quickstart/decision-service failed"; exit 1; }
 	@tmp=$(LOCALBIN)/.verify-quickstart-hardened; mkdir -p $$tmp; \
 		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/quickstart/tls-everywhere, ../../config/networkpolicy]\n' > $$tmp/kustomization.yaml; \
 		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/quickstart/tls-everywhere + config/networkpolicy failed"; exit 1; }
@@ -223,7 +227,8 @@ CHART_ALL_OPTIONS := --set mosquitto.tls.enabled=true,broker.tls.caSecret=a2a-fl
 	--set conversationService.replicas=2,conversationService.redis.sentinel.addresses={s0:26379\,s1:26379\,s2:26379},conversationService.redis.passwordSecret.name=redis-auth \
 	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,conversationService.callerRate=50,conversationService.callerBurst=100,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false \
 	--set metrics.podMonitor.enabled=true,metrics.podMonitor.labels.release=prometheus \
-	--set tls.everywhere=true,networkPolicy.enabled=true,networkPolicy.brokerExtraFrom[0].ipBlock.cidr=198.18.0.0/15
+	--set tls.everywhere=true,networkPolicy.enabled=true,networkPolicy.brokerExtraFrom[0].ipBlock.cidr=198.18.0.0/15 \
+	--set decisionService.enabled=true,decisionService.replicas=3,decisionService.cacheMaxAge=30s
 
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver, etcd and kubectl from source into bin/k8s (cached).
@@ -254,8 +259,8 @@ node-deps: ## Install the pinned npm packages of the JS interop tests into bin/n
 tools-test: control-plane mosquitto mosquitto-plugin mosquitto-httpauth-plugin redis node-deps $(DEV_BINS) $(TEST_BINS) $(KUSTOMIZE) $(HELM) ## Everything the tests need (kustomize and helm: the kind suites apply the quickstart and install the chart; the npm packages of test/interop).
 
 .PHONY: build
-build: ## Build the binaries into bin/ (manager, conversation-service, a2actl, devstack).
-	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./cmd/manager ./cmd/conversation-service ./cmd/a2actl ./cmd/devstack
+build: ## Build the binaries into bin/ (manager, conversation-service, decision-service, a2actl, devstack).
+	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./cmd/manager ./cmd/conversation-service ./cmd/decision-service ./cmd/a2actl ./cmd/devstack
 
 $(DEV_BINS) &: $(GO_SOURCES) $(COMMIT_STAMP)
 	@mkdir -p $(LOCALBIN)
@@ -266,11 +271,12 @@ $(TEST_BINS) &: $(GO_SOURCES) $(COMMIT_STAMP)
 	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./examples/echo ./cmd/conversation-service ./cmd/manager
 
 .PHONY: docker-build
-docker-build: ## Build the four images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG.
+docker-build: ## Build the images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG, DECISION_IMG.
 	docker build $(DOCKER_BUILD_ARGS) --target manager -t $(IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target conversation-service -t $(SERVICE_IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target example-agents -t $(EXAMPLES_IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target mosquitto -t $(MOSQUITTO_IMG) .
+	docker build $(DOCKER_BUILD_ARGS) --target decision-service -t $(DECISION_IMG) .
 
 # The images' version label and their binaries' stamp: the Dockerfile reads VERSION itself; the
 # commit comes from here (the build context has no .git).

@@ -12,12 +12,16 @@ IMG="${IMG:-a2a-fleet/operator:dev}"
 SERVICE_IMG="${SERVICE_IMG:-a2a-fleet/conversation-service:dev}"
 EXAMPLES_IMG="${EXAMPLES_IMG:-a2a-fleet/example-agents:dev}"
 MOSQUITTO_IMG="${MOSQUITTO_IMG:-a2a-fleet/mosquitto:dev}"
+DECISION_IMG="${DECISION_IMG:-a2a-fleet/decision-service:dev}"
 
 "$(dirname "$0")/dockerd.sh" >/dev/null
 "$(dirname "$0")/rootfs.sh"
 mkdir -p "$KIND_STATE"
 : >"$KIND_STATE/project-images.tmp"
-for spec in "manager $IMG" "conversation-service $SERVICE_IMG" "example-agents $EXAMPLES_IMG" "mosquitto $MOSQUITTO_IMG"; do
+# The one list of targets and their images (make docker-build builds the same).
+images=("manager $IMG" "conversation-service $SERVICE_IMG" "example-agents $EXAMPLES_IMG" "mosquitto $MOSQUITTO_IMG"
+	"decision-service $DECISION_IMG")
+for spec in "${images[@]}"; do
 	read -r target image <<<"$spec"
 	start=$SECONDS
 	# --network host: the build reaches Debian's mirror and the Go module proxy as this machine

@@ -4,4 +4,7 @@
 // (config/networkpolicy, networkPolicy.enabled), which party each policy admits to which port.
 // The kind cluster's CNI (a bridge conflist, hack/kind) enforces no NetworkPolicy, so the
 // policies are evaluated here against the pods' labels, as the NetworkPolicy API defines it.
+// The optional decision service (config/quickstart/decision-service, decisionService.enabled)
+// is checked the same way: both renders agree, and its replicas, disruption budget, Service,
+// read-only RBAC and security context are as the install promises.
 package hardening
