@@ -1,9 +1,11 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -114,6 +116,8 @@ type agentCredentials struct {
 	metrics   *metrics
 	// withBroker: a broker gets the passwords (a rotation can be staged).
 	withBroker bool
+	// ca, when set, is the broker CA every credentials Secret carries (identity.SecretKeyCA).
+	ca *workloadCA
 }
 
 // prepare reads the Agent's credentials Secret and decides what this reconcile does with it:
@@ -130,6 +134,10 @@ func (u *agentCredentials) prepare(ctx context.Context, agent *a2av1.Agent) (*pe
 	if err != nil {
 		return nil, err
 	}
+	caPEM, err := u.ca.pem()
+	if err != nil {
+		return nil, err
+	}
 	wantRotation := agent.Annotations[AnnotationRotateCredentials]
 	needPassword := !exists || needsPassword(secret, wantRotation)
 	if exists && needPassword {
@@ -143,9 +151,36 @@ func (u *agentCredentials) prepare(ctx context.Context, agent *a2av1.Agent) (*pe
 	}
 	if exists && !needPassword && string(secret.Data[identity.SecretKeyClientID]) == identity.Of(agent).ClientID() &&
 		string(secret.Data[identity.SecretKeyUsername]) == identity.BrokerUsername(agent) {
+		if err := u.syncCA(ctx, secret, caPEM); err != nil {
+			return nil, err
+		}
 		return u.keep(ctx, agent, secret)
 	}
-	return u.generate(ctx, agent, secret, exists, needPassword)
+	return u.generate(ctx, agent, secret, exists, needPassword, caPEM)
+}
+
+// syncCA makes the Secret's CA (identity.SecretKeyCA) the one given (none: no key). Only that
+// key changes, with a merge patch: the password, its marks, the credentials checksum and so the
+// workload's pods stay as they are (the SDK re-reads the CA file at every TLS handshake), and no
+// Event is recorded (nothing about the Agent's credentials changed).
+func (u *agentCredentials) syncCA(ctx context.Context, secret *corev1.Secret, caPEM []byte) error {
+	have, present := secret.Data[identity.SecretKeyCA]
+	if bytes.Equal(have, caPEM) && present == (caPEM != nil) {
+		return nil
+	}
+	var value any // JSON null removes the key
+	if caPEM != nil {
+		value = caPEM // []byte marshals as base64, the encoding of a Secret's data
+	}
+	patch, err := json.Marshal(map[string]any{"data": map[string]any{identity.SecretKeyCA: value}})
+	if err != nil {
+		return fmt.Errorf("broker CA patch: %w", err)
+	}
+	if err := u.client.Patch(ctx, secret, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("write the broker CA into credentials secret: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("updated the broker CA of the credentials secret", "secret", secret.Name)
+	return nil
 }
 
 // needsPassword: the Secret has no password, or a rotation was asked for that it does not
@@ -216,7 +251,7 @@ func (u *agentCredentials) keep(ctx context.Context, agent *a2av1.Agent, secret 
 
 // generate writes the identity (and, when needPassword, a new password) into secret, to be
 // persisted once the broker has it, or at once when the rotation is staged.
-func (u *agentCredentials) generate(ctx context.Context, agent *a2av1.Agent, secret *corev1.Secret, exists, needPassword bool) (*pendingCredentials, error) {
+func (u *agentCredentials) generate(ctx context.Context, agent *a2av1.Agent, secret *corev1.Secret, exists, needPassword bool, caPEM []byte) (*pendingCredentials, error) {
 	password := string(secret.Data[identity.SecretKeyPassword])
 	// A new password for an identity the broker already has (a rotation, a deleted Secret)
 	// while the workload runs pods with the old one: staged.
@@ -237,7 +272,7 @@ func (u *agentCredentials) generate(ctx context.Context, agent *a2av1.Agent, sec
 			return nil, err
 		}
 	}
-	if err := u.fill(agent, secret, password, staged); err != nil {
+	if err := u.fill(agent, secret, password, caPEM, staged); err != nil {
 		return nil, err
 	}
 	agent.Status.CredentialsSecret = secret.Name
@@ -275,13 +310,16 @@ func credentialsWrite(exists, recorded, needPassword, staged bool) (write, event
 	return "update", EventCredentialsRotated, "rewrote the identity in Secret %s"
 }
 
-// fill sets the Secret's data, marks and ownership.
-func (u *agentCredentials) fill(agent *a2av1.Agent, secret *corev1.Secret, password string, staged bool) error {
+// fill sets the Secret's data (with the broker CA, when there is one), marks and ownership.
+func (u *agentCredentials) fill(agent *a2av1.Agent, secret *corev1.Secret, password string, caPEM []byte, staged bool) error {
 	secret.Type = corev1.SecretTypeOpaque
 	secret.Data = map[string][]byte{
 		identity.SecretKeyUsername: []byte(identity.BrokerUsername(agent)),
 		identity.SecretKeyPassword: []byte(password),
 		identity.SecretKeyClientID: []byte(identity.Of(agent).ClientID()),
+	}
+	if caPEM != nil {
+		secret.Data[identity.SecretKeyCA] = caPEM
 	}
 	if secret.Annotations == nil {
 		secret.Annotations = map[string]string{}
