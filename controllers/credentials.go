@@ -1,11 +1,9 @@
 package controllers
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -151,36 +149,12 @@ func (u *agentCredentials) prepare(ctx context.Context, agent *a2av1.Agent) (*pe
 	}
 	if exists && !needPassword && string(secret.Data[identity.SecretKeyClientID]) == identity.Of(agent).ClientID() &&
 		string(secret.Data[identity.SecretKeyUsername]) == identity.BrokerUsername(agent) {
-		if err := u.syncCA(ctx, secret, caPEM); err != nil {
+		if _, err := syncSecretCA(ctx, u.client, secret, caPEM); err != nil {
 			return nil, err
 		}
 		return u.keep(ctx, agent, secret)
 	}
 	return u.generate(ctx, agent, secret, exists, needPassword, caPEM)
-}
-
-// syncCA makes the Secret's CA (identity.SecretKeyCA) the one given (none: no key). Only that
-// key changes, with a merge patch: the password, its marks, the credentials checksum and so the
-// workload's pods stay as they are (the SDK re-reads the CA file at every TLS handshake), and no
-// Event is recorded (nothing about the Agent's credentials changed).
-func (u *agentCredentials) syncCA(ctx context.Context, secret *corev1.Secret, caPEM []byte) error {
-	have, present := secret.Data[identity.SecretKeyCA]
-	if bytes.Equal(have, caPEM) && present == (caPEM != nil) {
-		return nil
-	}
-	var value any // JSON null removes the key
-	if caPEM != nil {
-		value = caPEM // []byte marshals as base64, the encoding of a Secret's data
-	}
-	patch, err := json.Marshal(map[string]any{"data": map[string]any{identity.SecretKeyCA: value}})
-	if err != nil {
-		return fmt.Errorf("broker CA patch: %w", err)
-	}
-	if err := u.client.Patch(ctx, secret, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("write the broker CA into credentials secret: %w", err)
-	}
-	ctrl.LoggerFrom(ctx).V(1).Info("updated the broker CA of the credentials secret", "secret", secret.Name)
-	return nil
 }
 
 // needsPassword: the Secret has no password, or a rotation was asked for that it does not

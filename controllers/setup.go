@@ -32,7 +32,10 @@ type Options struct {
 	// Agent's credentials Secret carries it (key ca.crt, re-read from the file at each reconcile, so
 	// a rotated CA is written without a new password or a pod roll), and the workloads get
 	// A2A_TLS_CA naming it in their mounted Secret. Empty: no CA (the system roots, or plain MQTT).
+	// The file is also polled every WorkloadBrokerCAPoll (zero: DefaultWorkloadCAPoll): a new CA
+	// is written into every credentials Secret at once, not only at each Agent's next reconcile.
 	WorkloadBrokerCAFile string
+	WorkloadBrokerCAPoll time.Duration
 	// Gating puts the conversation service in front of every Agent a ConversationPolicy governs
 	// (status.topics.delivery, ACLs, workload env). Enable it only where the service runs.
 	Gating bool
@@ -193,6 +196,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		metrics:              m,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
+	}
+	if opts.WorkloadBrokerCAFile != "" {
+		if err := mgr.Add(&workloadCAWatch{ca: newWorkloadCA(opts.WorkloadBrokerCAFile), client: mgr.GetClient(),
+			period: cmp.Or(opts.WorkloadBrokerCAPoll, DefaultWorkloadCAPoll)}); err != nil {
+			return fmt.Errorf("add workload broker CA watch: %w", err)
+		}
 	}
 	if err := (&TenantReconciler{
 		Client:   c,
