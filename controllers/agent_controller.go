@@ -93,6 +93,9 @@ type AgentReconciler struct {
 	Resync time.Duration
 	// WorkloadBrokerURL is the broker address injected into workloads (A2A_BROKER).
 	WorkloadBrokerURL string
+	// WorkloadBrokerCAFile, when set, is the broker CA every credentials Secret carries (ca.crt)
+	// and the workloads verify the broker with (A2A_TLS_CA).
+	WorkloadBrokerCAFile string
 	// Workloads bounds what spec.workload may ask for.
 	Workloads *WorkloadPolicy
 	// MaxConcurrent is the number of Agents reconciled in parallel.
@@ -122,9 +125,11 @@ type AgentReconciler struct {
 // buildUnits gives every unit exactly what it uses.
 func (r *AgentReconciler) buildUnits() {
 	r.identity = &agentIdentity{reader: r.Client, gating: r.Gating}
-	r.credentials = &agentCredentials{client: r.Client, apiReader: r.APIReader, recorder: r.Recorder, metrics: r.metrics, withBroker: r.Registrar != nil}
+	r.credentials = &agentCredentials{client: r.Client, apiReader: r.APIReader, recorder: r.Recorder, metrics: r.metrics, withBroker: r.Registrar != nil,
+		ca: newWorkloadCA(r.WorkloadBrokerCAFile)}
 	r.registration = &agentRegistration{registrar: r.Registrar, shared: r.Shared, resyncs: r.Resyncs, recorder: r.Recorder, resync: r.Resync, gating: r.Gating}
-	r.workload = &agentWorkload{client: r.Client, apiReader: r.APIReader, policy: r.Workloads, brokerURL: r.WorkloadBrokerURL}
+	r.workload = &agentWorkload{client: r.Client, apiReader: r.APIReader, policy: r.Workloads, brokerURL: r.WorkloadBrokerURL,
+		withCA: r.WorkloadBrokerCAFile != ""}
 	r.status = &agentStatus{presence: r.Presence, poolsUnsupported: r.PoolsUnsupported, recorder: r.Recorder}
 }
 

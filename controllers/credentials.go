@@ -114,6 +114,8 @@ type agentCredentials struct {
 	metrics   *metrics
 	// withBroker: a broker gets the passwords (a rotation can be staged).
 	withBroker bool
+	// ca, when set, is the broker CA every credentials Secret carries (identity.SecretKeyCA).
+	ca *workloadCA
 }
 
 // prepare reads the Agent's credentials Secret and decides what this reconcile does with it:
@@ -130,6 +132,10 @@ func (u *agentCredentials) prepare(ctx context.Context, agent *a2av1.Agent) (*pe
 	if err != nil {
 		return nil, err
 	}
+	caPEM, err := u.ca.pem()
+	if err != nil {
+		return nil, err
+	}
 	wantRotation := agent.Annotations[AnnotationRotateCredentials]
 	needPassword := !exists || needsPassword(secret, wantRotation)
 	if exists && needPassword {
@@ -143,9 +149,12 @@ func (u *agentCredentials) prepare(ctx context.Context, agent *a2av1.Agent) (*pe
 	}
 	if exists && !needPassword && string(secret.Data[identity.SecretKeyClientID]) == identity.Of(agent).ClientID() &&
 		string(secret.Data[identity.SecretKeyUsername]) == identity.BrokerUsername(agent) {
+		if _, err := syncSecretCA(ctx, u.client, secret, caPEM); err != nil {
+			return nil, err
+		}
 		return u.keep(ctx, agent, secret)
 	}
-	return u.generate(ctx, agent, secret, exists, needPassword)
+	return u.generate(ctx, agent, secret, exists, needPassword, caPEM)
 }
 
 // needsPassword: the Secret has no password, or a rotation was asked for that it does not
@@ -216,7 +225,7 @@ func (u *agentCredentials) keep(ctx context.Context, agent *a2av1.Agent, secret 
 
 // generate writes the identity (and, when needPassword, a new password) into secret, to be
 // persisted once the broker has it, or at once when the rotation is staged.
-func (u *agentCredentials) generate(ctx context.Context, agent *a2av1.Agent, secret *corev1.Secret, exists, needPassword bool) (*pendingCredentials, error) {
+func (u *agentCredentials) generate(ctx context.Context, agent *a2av1.Agent, secret *corev1.Secret, exists, needPassword bool, caPEM []byte) (*pendingCredentials, error) {
 	password := string(secret.Data[identity.SecretKeyPassword])
 	// A new password for an identity the broker already has (a rotation, a deleted Secret)
 	// while the workload runs pods with the old one: staged.
@@ -237,7 +246,7 @@ func (u *agentCredentials) generate(ctx context.Context, agent *a2av1.Agent, sec
 			return nil, err
 		}
 	}
-	if err := u.fill(agent, secret, password, staged); err != nil {
+	if err := u.fill(agent, secret, password, caPEM, staged); err != nil {
 		return nil, err
 	}
 	agent.Status.CredentialsSecret = secret.Name
@@ -275,13 +284,16 @@ func credentialsWrite(exists, recorded, needPassword, staged bool) (write, event
 	return "update", EventCredentialsRotated, "rewrote the identity in Secret %s"
 }
 
-// fill sets the Secret's data, marks and ownership.
-func (u *agentCredentials) fill(agent *a2av1.Agent, secret *corev1.Secret, password string, staged bool) error {
+// fill sets the Secret's data (with the broker CA, when there is one), marks and ownership.
+func (u *agentCredentials) fill(agent *a2av1.Agent, secret *corev1.Secret, password string, caPEM []byte, staged bool) error {
 	secret.Type = corev1.SecretTypeOpaque
 	secret.Data = map[string][]byte{
 		identity.SecretKeyUsername: []byte(identity.BrokerUsername(agent)),
 		identity.SecretKeyPassword: []byte(password),
 		identity.SecretKeyClientID: []byte(identity.Of(agent).ClientID()),
+	}
+	if caPEM != nil {
+		secret.Data[identity.SecretKeyCA] = caPEM
 	}
 	if secret.Annotations == nil {
 		secret.Annotations = map[string]string{}

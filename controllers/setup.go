@@ -28,6 +28,14 @@ type Options struct {
 	// WorkloadBrokerURL is the broker address given to agent workloads (A2A_BROKER); it may differ
 	// from the operator's own (e.g. a Service DNS name).
 	WorkloadBrokerURL string
+	// WorkloadBrokerCAFile, when set, names the PEM CA bundle that verifies WorkloadBrokerURL: every
+	// Agent's credentials Secret carries it (key ca.crt, re-read from the file at each reconcile, so
+	// a rotated CA is written without a new password or a pod roll), and the workloads get
+	// A2A_TLS_CA naming it in their mounted Secret. Empty: no CA (the system roots, or plain MQTT).
+	// The file is also polled every WorkloadBrokerCAPoll (zero: DefaultWorkloadCAPoll): a new CA
+	// is written into every credentials Secret at once, not only at each Agent's next reconcile.
+	WorkloadBrokerCAFile string
+	WorkloadBrokerCAPoll time.Duration
 	// Gating puts the conversation service in front of every Agent a ConversationPolicy governs
 	// (status.topics.delivery, ACLs, workload env). Enable it only where the service runs.
 	Gating bool
@@ -177,16 +185,23 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		Resync:    resync,
 		Workloads: workloads,
 
-		WorkloadBrokerURL: opts.WorkloadBrokerURL,
-		MaxConcurrent:     cmp.Or(opts.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles),
-		Gating:            opts.Gating,
-		Presence:          opts.Presence,
-		PresenceEvents:    opts.PresenceEvents,
-		PoolsUnsupported:  opts.PoolsUnsupported,
-		Graph:             graph,
-		metrics:           m,
+		WorkloadBrokerURL:    opts.WorkloadBrokerURL,
+		WorkloadBrokerCAFile: opts.WorkloadBrokerCAFile,
+		MaxConcurrent:        cmp.Or(opts.MaxConcurrentReconciles, DefaultMaxConcurrentReconciles),
+		Gating:               opts.Gating,
+		Presence:             opts.Presence,
+		PresenceEvents:       opts.PresenceEvents,
+		PoolsUnsupported:     opts.PoolsUnsupported,
+		Graph:                graph,
+		metrics:              m,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)
+	}
+	if opts.WorkloadBrokerCAFile != "" {
+		if err := mgr.Add(&workloadCAWatch{ca: newWorkloadCA(opts.WorkloadBrokerCAFile), client: mgr.GetClient(),
+			period: cmp.Or(opts.WorkloadBrokerCAPoll, DefaultWorkloadCAPoll)}); err != nil {
+			return fmt.Errorf("add workload broker CA watch: %w", err)
+		}
 	}
 	if err := (&TenantReconciler{
 		Client:   c,

@@ -58,8 +58,9 @@ func TestMain(m *testing.M) {
 // Agents claim.
 const suiteTenantLabel = "a2a.fleet.dev/test-tenant"
 
-// startManagers runs two managers: one without a broker for every namespace but
-// brokeredNamespace, and one with the recording Registrar for that namespace only.
+// startManagers runs three managers: one without a broker for every namespace but
+// brokeredNamespace and caNamespace, one with the recording Registrar for brokeredNamespace only,
+// and one with a Registrar and a workload broker CA for caNamespace only (startCAManager).
 func startManagers(ctx context.Context) error {
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: brokeredNamespace, Labels: map[string]string{suiteTenantLabel: "acme"}}}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
@@ -71,6 +72,7 @@ func startManagers(ctx context.Context) error {
 	}
 	plainCache := controllers.CacheOptions()
 	plainCache.DefaultFieldSelector = fields.OneTermNotEqualSelector("metadata.namespace", brokeredNamespace)
+	excludeCANamespace(&plainCache)
 	// Cluster-scoped kinds have no metadata.namespace field to select on.
 	for _, o := range []client.Object{&a2av1.Tenant{}, &corev1.Namespace{}} {
 		plainCache.ByObject[o] = cache.ByObject{Field: fields.Everything()}
@@ -91,7 +93,11 @@ func startManagers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("brokered manager: %w", err)
 	}
-	for _, mgr := range []ctrl.Manager{plain, brokered} {
+	withCA, err := startCAManager(ctx)
+	if err != nil {
+		return err
+	}
+	for _, mgr := range []ctrl.Manager{plain, brokered, withCA} {
 		go func() {
 			if err := mgr.Start(ctx); err != nil {
 				fmt.Fprintf(os.Stderr, "manager stopped: %v\n", err)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -85,7 +86,10 @@ type agentWorkload struct {
 	apiReader client.Reader
 	policy    *WorkloadPolicy
 	// brokerURL is the broker address injected into workloads (A2A_BROKER).
-	brokerURL   string
+	brokerURL string
+	// withCA: the credentials Secret carries the broker CA (identity.SecretKeyCA); the workload's
+	// A2A_TLS_CA names its file in the mounted Secret.
+	withCA      bool
 	deployments appliedDeployments
 }
 
@@ -371,6 +375,12 @@ func (u *agentWorkload) env(agent *a2av1.Agent) []corev1.EnvVar {
 		// The manifest's card, for the process to publish with its presence: one card per agent,
 		// whoever writes the retained topic last (docs/api.md, "Which card is the agent's").
 		{Name: a2amqtt.EnvAgentCard, Value: workloadCard(agent, id, u.brokerURL)},
+	}
+	if u.withCA {
+		// The file's path, not its content: a rotated CA reaches the pods through the Secret
+		// volume (the SDK re-reads it at every TLS handshake) without changing the pod template,
+		// so it rolls no pod.
+		env = append(env, corev1.EnvVar{Name: a2amqtt.EnvTLSCA, Value: path.Join(CredentialsMountPath, identity.SecretKeyCA)})
 	}
 	if agent.Spec.PoolID != "" {
 		env = append(env, corev1.EnvVar{Name: "A2A_POOLS", Value: agent.Spec.PoolID})

@@ -42,6 +42,7 @@ type options struct {
 	brokerResyncPeriod time.Duration
 	orphanInterval     time.Duration
 	workloadBrokerURL  string
+	workloadBrokerCA   string
 	gate               bool
 	serviceSecret      string
 
@@ -93,6 +94,7 @@ func main() {
 	flag.DurationVar(&o.orphanInterval, "broker-orphan-interval", registration.DefaultOrphanInterval, "How often the broker is searched for the clients and roles of identities no Agent claims (an Agent deleted without its finalizer); they are deleted when found in two searches in a row (0 disables it: only for a broker shared with objects under the a2a: prefix that this operator does not own).")
 	flag.DurationVar(&o.brokerResyncPeriod, "broker-resync-period", controllers.DefaultResyncPeriod, "How often each registered Agent is checked against the broker (drift repair), ±20% jitter.")
 	flag.StringVar(&o.workloadBrokerURL, "workload-broker-url", "", "Broker URL injected into agent workloads as A2A_BROKER (default: --broker-url).")
+	flag.StringVar(&o.workloadBrokerCA, "workload-broker-ca-file", "", "PEM CA bundle the agent workloads verify their broker with: every Agent's credentials Secret carries it (key ca.crt, this file is polled every 10 s and read at each reconcile: a rotated CA is written without a new password or a pod restart) and the workloads get A2A_TLS_CA naming it. Needs a TLS workload broker URL. Default: --broker-ca-file when the workload broker URL is a TLS one (tls://, mqtts://, ssl://, wss://).")
 	flag.BoolVar(&o.gate, "gate-governed-agents", false, "Put the conversation service in front of every Agent a ConversationPolicy governs (deploy config/conversation-service with it).")
 	flag.StringVar(&o.serviceSecret, "conversation-service-secret", "a2a-fleet-system/a2a-fleet-conversation-service-credentials", "NAMESPACE/NAME of the Secret the operator writes the conversation service's broker credentials to (with --gate-governed-agents).")
 	o.controllers.BindFlags(flag.CommandLine)
@@ -165,6 +167,9 @@ func run(o options) error {
 	copts := o.controllers
 	copts.ResyncPeriod = o.brokerResyncPeriod
 	copts.WorkloadBrokerURL = cmp.Or(o.workloadBrokerURL, o.broker.url)
+	if copts.WorkloadBrokerCAFile, err = workloadBrokerCAFile(copts.WorkloadBrokerURL, o.workloadBrokerCA, o.broker.caFile); err != nil {
+		return err
+	}
 	readyz := healthz.Checker(healthz.Ping)
 	// One caller graph for the controllers and the Registrar (Setup keeps it from the informer).
 	copts.CallerGraph = tenancy.NewCallerGraph()
@@ -202,7 +207,7 @@ func run(o options) error {
 		return fmt.Errorf("add ready check: %w", err)
 	}
 	ctrl.Log.Info("starting manager", "leaderElection", o.leaderElect, "broker", o.broker.url, "gating", copts.Gating,
-		"maxConcurrentReconciles", copts.MaxConcurrentReconciles, "workloadSecurityFloor", copts.WorkloadSecurityFloor, "tracing", telemetry.Enabled())
+		"maxConcurrentReconciles", copts.MaxConcurrentReconciles, "workloadSecurityFloor", copts.WorkloadSecurityFloor, "workloadBrokerCAFile", copts.WorkloadBrokerCAFile, "tracing", telemetry.Enabled())
 	// Start returns when the signal handler cancels ctx (SIGTERM/SIGINT): controllers drain and the
 	// leader lease is released.
 	if err := mgr.Start(ctx); err != nil {

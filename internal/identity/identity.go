@@ -77,6 +77,12 @@ const (
 	SecretKeyUsername = a2amqtt.CredentialsFileUsername
 	SecretKeyPassword = a2amqtt.CredentialsFilePassword
 	SecretKeyClientID = a2amqtt.CredentialsFileClientID
+	// SecretKeyCA holds the PEM CA bundle that verifies the workloads' broker, when the operator is
+	// given one (--workload-broker-ca-file). The SDK's credentials folder has no CA file of its own:
+	// the workload's A2A_TLS_CA (a2amqtt.EnvTLSCA) names this key's file in the mounted Secret, and
+	// the SDK re-reads it at every TLS handshake. ca.crt is the key cert-manager and
+	// kubernetes.io/tls Secrets use for the same bundle.
+	SecretKeyCA = "ca.crt"
 
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedByValue = "a2a-fleet"

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -24,17 +25,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// tlsEverywhereCAMount is where the samples' agent pods find the broker's CA (A2A_TLS_CA).
-const tlsEverywhereCAMount = "/etc/a2a-fleet/broker-ca"
-
 // config/quickstart with config/quickstart/tls-everywhere, as a user's overlay uses it: Mosquitto
 // serves only its TLS listener, the operator, the conversation service and the example agents'
 // pods connect over TLS and verify the broker with the CA, and the plain listener is closed. The
 // agents becoming Ready and connected, a2actl (on this machine, over TLS through a NodePort)
 // seeing their cards and a conversation through the conversation service prove every party's
-// TLS link; a connection to the plain port is refused. The example agents get the CA from a
-// Secret of their namespace mounted by their Agents' pod templates (A2A_TLS_CA), as a namespace
-// owner provides it (docs/install.md, "TLS").
+// TLS link; a connection to the plain port is refused. The example agents are
+// config/samples-workloads unchanged: they find the broker's CA in their credentials Secret
+// (ca.crt, named by A2A_TLS_CA), where the operator puts it (--workload-broker-ca-file;
+// docs/install.md, "TLS").
 func TestQuickstartWithTLSEverywhereOnARealCluster(t *testing.T) {
 	ctx := context.Background()
 	uninstall(ctx, t)
@@ -94,13 +93,8 @@ func TestQuickstartWithTLSEverywhereOnARealCluster(t *testing.T) {
 		}
 	})
 
-	// The example agents, with the CA from a Secret of their namespace.
-	caSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a2a-fleet-broker-ca", Namespace: samplesNamespace}, Data: map[string][]byte{"ca.crt": caPEM}}
-	if err := env.Client.Create(ctx, caSecret); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dump(); _ = env.Client.Delete(context.Background(), caSecret) })
-	samples, err := samplesWithCA(t, caSecret.Name)
+	// The example agents as shipped: nothing of theirs names the CA.
+	samples, err := env.Kustomization(t.TempDir(), "config/samples-workloads")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +118,16 @@ func TestQuickstartWithTLSEverywhereOnARealCluster(t *testing.T) {
 		}
 		if broker := containerEnv(pods[0].Spec.Containers[0], "A2A_BROKER"); !strings.HasPrefix(broker, "tls://") {
 			t.Errorf("Agent %s's pod connects to %q, not the TLS listener", name, broker)
+		}
+		if ca := containerEnv(pods[0].Spec.Containers[0], "A2A_TLS_CA"); ca != "/var/run/secrets/a2a.fleet.dev/credentials/ca.crt" {
+			t.Errorf("Agent %s's pod has A2A_TLS_CA %q, not the ca.crt of its credentials Secret", name, ca)
+		}
+		creds := &corev1.Secret{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: samplesNamespace, Name: name + "-mqtt-credentials"}, creds); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(creds.Data["ca.crt"], caPEM) {
+			t.Errorf("Agent %s's credentials Secret does not carry the broker's CA (ca.crt: %d bytes)", name, len(creds.Data["ca.crt"]))
 		}
 	}
 
@@ -169,15 +173,16 @@ func TestQuickstartWithTLSEverywhereOnARealCluster(t *testing.T) {
 }
 
 // tlsConfigured checks the running Deployments: the operator administers the broker over
-// tls:// with a CA file and gives the workloads a tls:// URL (its default: --broker-url), the
-// conversation service connects over tls:// with a CA file.
+// tls:// with a CA file and gives the workloads a tls:// URL (its default: --broker-url) and the
+// CA (in their credentials Secrets), the conversation service connects over tls:// with a CA file.
 func tlsConfigured(ctx context.Context, t *testing.T) {
 	pods, err := env.Pods(ctx, Namespace, "app.kubernetes.io/component=operator")
 	if err != nil || len(pods) == 0 {
 		t.Fatalf("no operator pod: %v", err)
 	}
 	args := strings.Join(pods[0].Spec.Containers[0].Args, " ")
-	if !strings.Contains(args, "--broker-url=tls://") || !strings.Contains(args, "--broker-ca-file=") || strings.Contains(args, "mqtt://") {
+	if !strings.Contains(args, "--broker-url=tls://") || !strings.Contains(args, "--broker-ca-file=") || !strings.Contains(args, "--workload-broker-ca-file=") ||
+		strings.Contains(args, "mqtt://") {
 		t.Errorf("the operator is not configured for TLS to the broker: %s", args)
 	}
 	pods, err = env.Pods(ctx, Namespace, "app.kubernetes.io/name=conversation-service")
@@ -197,31 +202,6 @@ func containerEnv(c corev1.Container, name string) string {
 		}
 	}
 	return ""
-}
-
-// samplesWithCA is config/samples-workloads (with the suite's images) whose example agents mount
-// the Secret caSecret and point A2A_TLS_CA at its ca.crt.
-func samplesWithCA(t *testing.T, caSecret string) (string, error) {
-	base, err := env.Kustomization(t.TempDir(), "config/samples-workloads")
-	if err != nil {
-		return "", err
-	}
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, base)
-	if err != nil {
-		return "", err
-	}
-	var k strings.Builder
-	fmt.Fprintf(&k, "resources:\n- %s\npatches:\n", rel)
-	for _, name := range sampleAgents {
-		fmt.Fprintf(&k, `- target: {kind: Agent, name: %s}
-  patch: |-
-    - {op: add, path: /spec/workload/template/spec/containers/0/env/-, value: {name: A2A_TLS_CA, value: %s/ca.crt}}
-    - {op: add, path: /spec/workload/template/spec/containers/0/volumeMounts, value: [{name: broker-ca, mountPath: %s, readOnly: true}]}
-    - {op: add, path: /spec/workload/template/spec/volumes, value: [{name: broker-ca, secret: {secretName: %s}}]}
-`, name, tlsEverywhereCAMount, tlsEverywhereCAMount, caSecret)
-	}
-	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k.String()), 0o644)
 }
 
 // nodePort exposes Mosquitto's port target on a NodePort Service of the test's own (deleted at

@@ -43,8 +43,9 @@ func TestTLSEverywhereChartMatchesKustomize(t *testing.T) {
 
 // With TLS everywhere no party is left on the plain listener, the plain listener is gone from the
 // broker (configuration, container port, Service port, probes), and every party that connects
-// (the operator, the conversation service, the agents through the operator's workload URL)
-// verifies the broker with a mounted CA. The same checks find the plain parties of the
+// (the operator, the conversation service, the agents through the operator's workload URL and
+// the CA it copies into their credentials Secrets, --workload-broker-ca-file) verifies the
+// broker with a mounted CA. The same checks find the plain parties of the
 // operator-only TLS component, so they are not vacuous.
 func TestTLSEverywhereLeavesNoPlainParty(t *testing.T) {
 	kust, chart := renders(t, []string{"config/quickstart/tls-everywhere"}, tlsEverywhereValues)
@@ -58,7 +59,7 @@ func TestTLSEverywhereLeavesNoPlainParty(t *testing.T) {
 	t.Run("control: the operator-only TLS component", func(t *testing.T) {
 		kust, _ := renders(t, []string{"config/quickstart/tls"}, nil)
 		problems := plainParties(kust)
-		for _, want := range []string{"mqtt://", "listener 1883", "container port 1883", "Service port 1883", "conversation service has no CA", "workload broker URL"} {
+		for _, want := range []string{"mqtt://", "listener 1883", "container port 1883", "Service port 1883", "conversation service has no CA", "workload broker URL", "--workload-broker-ca-file"} {
 			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, want) }) {
 				t.Errorf("the check does not report %q on config/quickstart/tls; it reported:\n%s", want, strings.Join(problems, "\n"))
 			}
@@ -231,6 +232,10 @@ func operatorParty(objs []*unstructured.Unstructured) []string {
 	}
 	if ca, ok := argValue(c, "--broker-ca-file"); !ok || !caMounted(pod, c, ca) {
 		problems = append(problems, fmt.Sprintf("operator: --broker-ca-file %q is not the ca.crt of a mounted Secret", ca))
+	}
+	// The agents' CA: the operator copies it into every Agent's credentials Secret (ca.crt).
+	if ca, ok := argValue(c, "--workload-broker-ca-file"); !ok || !caMounted(pod, c, ca) {
+		problems = append(problems, fmt.Sprintf("operator: --workload-broker-ca-file %q (the agents' CA) is not the ca.crt of a mounted Secret", ca))
 	}
 	return problems
 }

@@ -32,6 +32,13 @@ plain URL is refused by the SDK). */}}
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when the operator puts the broker CA into every Agent's credentials Secret
+(--workload-broker-ca-file; the workloads get A2A_TLS_CA naming it): with tls.everywhere, when the
+workloads' broker URL is a TLS one with a known CA. */}}
+{{- define "a2a-fleet.workloadCA" -}}
+{{- if and .Values.tls.everywhere (include "a2a-fleet.serviceCASecret" .) }}true{{ end -}}
+{{- end -}}
+
 {{/* The conversation service's TLS settings: the CA file, mounted from serviceCASecret. */}}
 {{- define "a2a-fleet.serviceTLSEnv" -}}
 {{- if include "a2a-fleet.serviceCASecret" . }}
