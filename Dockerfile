@@ -87,8 +87,28 @@ COPY hack/build-mosquitto-plugin.sh hack/
 COPY hack/mosquitto-plugin/ hack/mosquitto-plugin/
 RUN OUT=/out/mosquitto_a2a_fleet_sender.so hack/build-mosquitto-plugin.sh
 
-# Mosquitto 2 (Debian's package) with its dynamic-security plugin and the project's sender plugin,
-# at the paths config/mosquitto/mosquitto.conf names.
+# The decision-table plugin (docs/broker.md): Go built with cgo as a c-shared library, by the same
+# script as the tests' copy. It is built on the runtime's Debian (its glibc and Mosquitto 2.0
+# headers are the ones the broker image loads it with) with the Go toolchain of GO_IMAGE.
+FROM ${GO_IMAGE} AS go-toolchain
+FROM ${DEBIAN_IMAGE} AS mosquitto-table-plugin
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev mosquitto-dev libmosquitto-dev ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=go-toolchain /usr/local/go /usr/local/go
+ENV PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
+COPY api/ api/
+COPY internal/ internal/
+COPY pkg/ pkg/
+COPY hack/build-mosquitto-table-plugin.sh hack/
+COPY hack/mosquitto-plugin/table/ hack/mosquitto-plugin/table/
+RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    OUT=/out/mosquitto_a2a_fleet_table.so hack/build-mosquitto-table-plugin.sh
+
+# Mosquitto 2 (Debian's package) with its dynamic-security plugin and the project's two plugins
+# (the sender stamp, the decision table), at the paths config/mosquitto/mosquitto.conf names.
 FROM ${DEBIAN_IMAGE} AS mosquitto
 ARG VERSION
 ARG COMMIT
@@ -104,6 +124,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends mosquitto mosqu
     && groupadd --system --gid 1883 mosquitto-a2a && useradd --system --uid 1883 --gid 1883 --no-create-home mosquitto-a2a \
     && mkdir -p /mosquitto/config /mosquitto/data && chown 1883:1883 /mosquitto/data
 COPY --from=mosquitto-plugin /out/mosquitto_a2a_fleet_sender.so /usr/lib/
+COPY --from=mosquitto-table-plugin /out/mosquitto_a2a_fleet_table.so /usr/lib/
 USER 1883:1883
 ENTRYPOINT ["/usr/sbin/mosquitto"]
 CMD ["-c", "/mosquitto/config/mosquitto.conf"]

@@ -193,7 +193,7 @@ verify-complexity: $(GOCYCLO) ## Fail when more than MAX_COMPLEX_FUNCS functions
 	if [ "$$n" -gt $(MAX_COMPLEX_FUNCS) ]; then echo "split the new one into named steps"; exit 1; fi
 
 .PHONY: verify-kustomize
-verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS component, mosquitto, conversation-service and its Sentinel component, monitoring).
+verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS and dynsec components, mosquitto, conversation-service and its Sentinel component, monitoring).
 	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/monitoring config/admission; do \
 		$(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed"; exit 1; }; done
 	@# A component is rendered through an overlay that uses it, as a user's would.
@@ -203,6 +203,9 @@ verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickst
 	@tmp=$(LOCALBIN)/.verify-quickstart-sentinel; mkdir -p $$tmp; \
 		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/conversation-service/sentinel]\n' > $$tmp/kustomization.yaml; \
 		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/conversation-service/sentinel failed"; exit 1; }
+	@tmp=$(LOCALBIN)/.verify-quickstart-dynsec; mkdir -p $$tmp; \
+		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/mosquitto/dynsec]\n' > $$tmp/kustomization.yaml; \
+		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/mosquitto/dynsec failed"; exit 1; }
 
 .PHONY: verify-chart
 verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-fleet, with the defaults and with every option on.
@@ -211,7 +214,7 @@ verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-flee
 	$(HELM) template a2a-fleet charts/a2a-fleet --namespace a2a-fleet-system --kube-version $(CHART_KUBE_VERSION) > /dev/null
 	$(HELM) template a2a-fleet charts/a2a-fleet --namespace a2a-fleet-system --kube-version $(CHART_KUBE_VERSION) $(CHART_ALL_OPTIONS) > /dev/null
 
-CHART_ALL_OPTIONS := --set mosquitto.tls.enabled=true,broker.tls.caSecret=a2a-fleet-mosquitto-tls,broker.tls.clientCertificate=true \
+CHART_ALL_OPTIONS := --set broker.backend=dynsec,mosquitto.tls.enabled=true,broker.tls.caSecret=a2a-fleet-mosquitto-tls,broker.tls.clientCertificate=true \
 	--set conversationService.persistence.enabled=true,tracing.otlpEndpoint=http://otel-collector:4318 \
 	--set conversationService.replicas=2,conversationService.redis.sentinel.addresses={s0:26379\,s1:26379\,s2:26379},conversationService.redis.passwordSecret.name=redis-auth \
 	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,conversationService.callerRate=50,conversationService.callerBurst=100,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false \

@@ -21,6 +21,15 @@ mqtt://{{ include "a2a-fleet.name" . }}-mosquitto.{{ .Release.Namespace }}.svc:1
 {{- end -}}
 {{- end -}}
 
+{{/* How the operator keeps identities and ACLs on the broker: table or dynsec. */}}
+{{- define "a2a-fleet.brokerBackend" -}}
+{{- $b := .Values.broker.backend -}}
+{{- if not (has $b (list "table" "dynsec")) -}}
+{{- fail (printf "broker.backend is %q: table or dynsec" $b) -}}
+{{- end -}}
+{{- $b -}}
+{{- end -}}
+
 {{- define "a2a-fleet.workloadBrokerURL" -}}
 {{- default (include "a2a-fleet.brokerURL" .) .Values.broker.workloadURL -}}
 {{- end -}}

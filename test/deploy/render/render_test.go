@@ -3,6 +3,7 @@ package render
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,5 +159,84 @@ func TestEveryImageIsADockerfileTarget(t *testing.T) {
 	}
 	if len(used) != len(targets) {
 		t.Errorf("the manifests run %d of the %d images: %v", len(used), len(targets), used)
+	}
+}
+
+// dynsec stays selectable: the chart with broker.backend=dynsec installs what config/quickstart
+// with the component config/mosquitto/dynsec installs (TLS on and off), and the defaults are the
+// decision table (the operator's flag, the broker's plugin and its admin password file).
+func TestDynsecBackendMatchesBetweenChartAndComponent(t *testing.T) {
+	root, err := RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		components []string
+		values     string
+	}{
+		{"plain", []string{"config/mosquitto/dynsec"}, "broker.backend=dynsec"},
+		{"tls", []string{"config/quickstart/tls", "config/mosquitto/dynsec"}, "broker.backend=dynsec,mosquitto.tls.enabled=true,broker.url=tls://a2a-fleet-mosquitto.a2a-fleet-system.svc:8883,broker.workloadURL=mqtt://a2a-fleet-mosquitto.a2a-fleet-system.svc:1883,broker.tls.caSecret=a2a-fleet-mosquitto-tls"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kust, err := KustomizeOverlay(root, t.TempDir(), []string{"config/quickstart"}, tc.components)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chart, err := Helm(root, "--set", tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := Differences(kust, chart); len(d) > 0 {
+				t.Fatalf("quickstart + %v and the chart with %s differ in %d objects:\n%s", tc.components, tc.values, len(d), strings.Join(d, "\n"))
+			}
+			checkBackend(t, kust, "dynsec")
+		})
+	}
+	for name, render := range map[string]func() ([]*unstructured.Unstructured, error){
+		"config/quickstart": func() ([]*unstructured.Unstructured, error) { return Kustomize(root, "config/quickstart") },
+		"chart":             func() ([]*unstructured.Unstructured, error) { return Helm(root) },
+	} {
+		objs, err := render()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name+" default", func(t *testing.T) { checkBackend(t, objs, "table") })
+	}
+}
+
+// checkBackend checks that the operator's flags, the broker's configuration and its pod agree on
+// one backend.
+func checkBackend(t *testing.T, objs []*unstructured.Unstructured, backend string) {
+	t.Helper()
+	manager := Find(objs, "Deployment", "a2a-fleet-controller-manager")
+	broker := Find(objs, "Deployment", "a2a-fleet-mosquitto")
+	if manager == nil || broker == nil {
+		t.Fatalf("no operator or broker Deployment in %v", Kinds(objs))
+	}
+	containers, _, _ := unstructured.NestedSlice(manager.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	hasTableFlag := slices.Contains(args, "--broker-backend=table")
+	conf := ""
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && strings.HasPrefix(o.GetName(), "a2a-fleet-mosquitto-config") {
+			conf, _, _ = unstructured.NestedString(o.Object, "data", "mosquitto.conf")
+		}
+	}
+	inits, _, _ := unstructured.NestedSlice(broker.Object, "spec", "template", "spec", "initContainers")
+	volumes, _, _ := unstructured.NestedSlice(broker.Object, "spec", "template", "spec", "volumes")
+	hasAdminVolume := slices.ContainsFunc(volumes, func(v any) bool { return v.(map[string]any)["name"] == "admin" })
+	switch backend {
+	case "table":
+		if !hasTableFlag || !strings.Contains(conf, "plugin /usr/lib/mosquitto_a2a_fleet_table.so\n") ||
+			!strings.Contains(conf, "plugin_opt_admin_password_file /mosquitto/admin/password\n") ||
+			strings.Contains(conf, "dynamic_security") || !hasAdminVolume || len(inits) != 0 {
+			t.Errorf("want the table backend: operator flag %v, admin volume %v, %d init containers, configuration:\n%s", hasTableFlag, hasAdminVolume, len(inits), conf)
+		}
+	case "dynsec":
+		if hasTableFlag || !strings.Contains(conf, "plugin /usr/lib/mosquitto_dynamic_security.so\n") ||
+			strings.Contains(conf, "a2a_fleet_table") || hasAdminVolume || len(inits) != 1 {
+			t.Errorf("want the dynsec backend: operator flag %v, admin volume %v, %d init containers, configuration:\n%s", hasTableFlag, hasAdminVolume, len(inits), conf)
+		}
 	}
 }
