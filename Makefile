@@ -193,7 +193,7 @@ verify-complexity: $(GOCYCLO) ## Fail when more than MAX_COMPLEX_FUNCS functions
 	if [ "$$n" -gt $(MAX_COMPLEX_FUNCS) ]; then echo "split the new one into named steps"; exit 1; fi
 
 .PHONY: verify-kustomize
-verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS and dynsec components, mosquitto, conversation-service and its Sentinel component, monitoring).
+verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS, dynsec and ephemeral components, mosquitto, conversation-service and its Sentinel component, monitoring).
 	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/monitoring config/admission; do \
 		$(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed"; exit 1; }; done
 	@# A component is rendered through an overlay that uses it, as a user's would.
@@ -206,6 +206,9 @@ verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickst
 	@tmp=$(LOCALBIN)/.verify-quickstart-dynsec; mkdir -p $$tmp; \
 		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/mosquitto/dynsec]\n' > $$tmp/kustomization.yaml; \
 		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/mosquitto/dynsec failed"; exit 1; }
+	@tmp=$(LOCALBIN)/.verify-quickstart-ephemeral; mkdir -p $$tmp; \
+		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/conversation-service/ephemeral]\n' > $$tmp/kustomization.yaml; \
+		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/conversation-service/ephemeral failed"; exit 1; }
 
 .PHONY: verify-chart
 verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-fleet, with the defaults and with every option on.

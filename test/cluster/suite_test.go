@@ -92,6 +92,9 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	if !t.Run("the decision table on the broker's claim", func(t *testing.T) { brokerStateOnVolume(ctx, t, "table/a2a-fleet-table.db") }) {
 		return
 	}
+	if !t.Run("every card signed, verified with the retained JWKS", func(t *testing.T) { b.signedCards(ctx, t) }) {
+		return
+	}
 	if !t.Run("the broker enforces with the operator scaled to 0", func(t *testing.T) { b.operatorScaledToZero(ctx, t) }) {
 		return
 	}
@@ -102,6 +105,9 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 		return
 	}
 	if !t.Run("the service takes a new password without a restart", func(t *testing.T) { b.newServicePassword(ctx, t) }) {
+		return
+	}
+	if !t.Run("conversations outlive the service's pod (its claim holds them)", func(t *testing.T) { b.serviceStateSurvivesItsPod(ctx, t) }) {
 		return
 	}
 	t.Run("killed operator and broker pods recover", func(t *testing.T) { b.killAndRecover(ctx, t) })

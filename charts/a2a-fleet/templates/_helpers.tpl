@@ -59,3 +59,11 @@ addresses are set, else conversationService.store. */}}
 {{ .Values.conversationService.store }}
 {{- end -}}
 {{- end -}}
+
+{{/* "true" when the service's bbolt store is on a claim: persistence on and the store a bolt: file. */}}
+{{- define "a2a-fleet.serviceStateClaim" -}}
+{{- $s := .Values.conversationService -}}
+{{- if and $s.persistence.enabled (not $s.redis.sentinel.addresses) (hasPrefix "bolt:" $s.store) -}}
+true
+{{- end -}}
+{{- end -}}

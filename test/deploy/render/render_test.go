@@ -240,3 +240,56 @@ func checkBackend(t *testing.T, objs []*unstructured.Unstructured, backend strin
 		}
 	}
 }
+
+// The conversation service's store is on a claim by default in both installs; the emptyDir is a
+// choice that installs the same in both (the component config/conversation-service/ephemeral,
+// conversationService.persistence.enabled=false).
+func TestServiceStateOnAClaimUnlessChosenOtherwise(t *testing.T) {
+	root, err := RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kust, err := KustomizeOverlay(root, t.TempDir(), []string{"config/quickstart"}, []string{"config/conversation-service/ephemeral"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, err := Helm(root, "--set", "conversationService.persistence.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Differences(kust, chart); len(d) > 0 {
+		t.Fatalf("quickstart + ephemeral and the chart without persistence differ in %d objects:\n%s", len(d), strings.Join(d, "\n"))
+	}
+	stateVolume := func(objs []*unstructured.Unstructured) map[string]any {
+		d := Find(objs, "Deployment", "a2a-fleet-conversation-service")
+		if d == nil {
+			t.Fatalf("no service Deployment in %v", Kinds(objs))
+		}
+		volumes, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes")
+		for _, v := range volumes {
+			if v.(map[string]any)["name"] == "state" {
+				return v.(map[string]any)
+			}
+		}
+		t.Fatal("the service has no state volume")
+		return nil
+	}
+	if v := stateVolume(kust); v["emptyDir"] == nil || Find(kust, "PersistentVolumeClaim", "a2a-fleet-conversation-service-state") != nil {
+		t.Errorf("ephemeral: want an emptyDir and no claim, got %v", v)
+	}
+	quickstart, err := Kustomize(root, "config/quickstart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults, err := Helm(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, objs := range map[string][]*unstructured.Unstructured{"config/quickstart": quickstart, "chart": defaults} {
+		v := stateVolume(objs)
+		claim, _ := v["persistentVolumeClaim"].(map[string]any)
+		if claim["claimName"] != "a2a-fleet-conversation-service-state" || Find(objs, "PersistentVolumeClaim", "a2a-fleet-conversation-service-state") == nil {
+			t.Errorf("%s: want the state on the claim a2a-fleet-conversation-service-state, got %v", name, v)
+		}
+	}
+}
