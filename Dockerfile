@@ -5,8 +5,9 @@
 #   docker build --target conversation-service -t a2a-fleet/conversation-service:TAG .
 #   docker build --target example-agents       -t a2a-fleet/example-agents:TAG .
 #   docker build --target mosquitto            -t a2a-fleet/mosquitto:TAG .
+#   docker build --target gateway              -t a2a-fleet/gateway:TAG .
 #
-# (`make docker-build` builds all four.) The Go binaries are static (CGO off) on distroless/static,
+# (`make docker-build` builds all five.) The Go binaries are static (CGO off) on distroless/static,
 # non-root (65532); Mosquitto is Debian's package on Debian, non-root (1883).
 #
 # The base images are build arguments whose defaults are the public images a machine with a
@@ -46,7 +47,7 @@ RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.
     version="${VERSION:-$(cat VERSION)}" && \
     GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -o /out/ \
     -ldflags="-s -w -X github.com/a2a-fleet/a2a-fleet/internal/version.Version=${version} -X github.com/a2a-fleet/a2a-fleet/internal/version.Commit=${COMMIT}" \
-    ./cmd/manager ./cmd/conversation-service ./examples/confirm ./examples/echo ./examples/memory \
+    ./cmd/manager ./cmd/conversation-service ./cmd/gateway ./examples/confirm ./examples/echo ./examples/memory \
     ./test/chaos/chaosagent
 
 FROM ${RUNTIME_IMAGE} AS conversation-service
@@ -60,6 +61,20 @@ LABEL org.opencontainers.image.version="${VERSION}" \
 COPY --from=build /out/conversation-service /conversation-service
 USER 65532:65532
 ENTRYPOINT ["/conversation-service"]
+
+# The HTTP gateway (cmd/gateway, docs/gateway.md): the optional config/gateway, the chart's
+# gateway.enabled.
+FROM ${RUNTIME_IMAGE} AS gateway
+ARG VERSION
+ARG COMMIT
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/a2a-fleet/a2a-fleet" \
+      org.opencontainers.image.title="a2a-fleet HTTP gateway"
+COPY --from=build /out/gateway /gateway
+USER 65532:65532
+ENTRYPOINT ["/gateway"]
 
 # The example agents of config/samples (examples/): one image, the Agent's workload names the
 # binary (/confirm, /echo, /memory); each reads its identity and credentials from what the

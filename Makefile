@@ -25,6 +25,8 @@ IMG ?= a2a-fleet/operator:dev
 SERVICE_IMG ?= a2a-fleet/conversation-service:dev
 EXAMPLES_IMG ?= a2a-fleet/example-agents:dev
 MOSQUITTO_IMG ?= a2a-fleet/mosquitto:dev
+# The HTTP gateway (config/gateway, the chart's gateway.enabled; off by default).
+GATEWAY_IMG ?= a2a-fleet/gateway:dev
 # Kubernetes version the chart is rendered for in verify (the control plane the tests run).
 CHART_KUBE_VERSION ?= 1.37.2
 # Broker of `make dev`: embedded (mochi-mqtt in the devstack process) or mosquitto (a local
@@ -194,7 +196,7 @@ verify-complexity: $(GOCYCLO) ## Fail when more than MAX_COMPLEX_FUNCS functions
 
 .PHONY: verify-kustomize
 verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS, dynsec and ephemeral components, mosquitto, conversation-service and its Sentinel component, monitoring).
-	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/monitoring config/admission; do \
+	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/monitoring config/admission config/gateway; do \
 		$(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed"; exit 1; }; done
 	@# A component is rendered through an overlay that uses it, as a user's would.
 	@tmp=$(LOCALBIN)/.verify-quickstart-tls; mkdir -p $$tmp; \
@@ -221,7 +223,7 @@ CHART_ALL_OPTIONS := --set broker.backend=dynsec,mosquitto.tls.enabled=true,brok
 	--set conversationService.persistence.enabled=true,tracing.otlpEndpoint=http://otel-collector:4318 \
 	--set conversationService.replicas=2,conversationService.redis.sentinel.addresses={s0:26379\,s1:26379\,s2:26379},conversationService.redis.passwordSecret.name=redis-auth \
 	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,conversationService.callerRate=50,conversationService.callerBurst=100,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false \
-	--set metrics.podMonitor.enabled=true,metrics.podMonitor.labels.release=prometheus
+	--set metrics.podMonitor.enabled=true,metrics.podMonitor.labels.release=prometheus,gateway.enabled=true
 
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver, etcd and kubectl from source into bin/k8s (cached).
@@ -260,11 +262,12 @@ $(TEST_BINS) &: $(GO_SOURCES) $(COMMIT_STAMP)
 	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./examples/echo ./cmd/conversation-service ./cmd/manager
 
 .PHONY: docker-build
-docker-build: ## Build the four images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG.
+docker-build: ## Build the five images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG, GATEWAY_IMG.
 	docker build $(DOCKER_BUILD_ARGS) --target manager -t $(IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target conversation-service -t $(SERVICE_IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target example-agents -t $(EXAMPLES_IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target mosquitto -t $(MOSQUITTO_IMG) .
+	docker build $(DOCKER_BUILD_ARGS) --target gateway -t $(GATEWAY_IMG) .
 
 # The images' version label and their binaries' stamp: the Dockerfile reads VERSION itself; the
 # commit comes from here (the build context has no .git).

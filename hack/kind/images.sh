@@ -12,12 +12,13 @@ IMG="${IMG:-a2a-fleet/operator:dev}"
 SERVICE_IMG="${SERVICE_IMG:-a2a-fleet/conversation-service:dev}"
 EXAMPLES_IMG="${EXAMPLES_IMG:-a2a-fleet/example-agents:dev}"
 MOSQUITTO_IMG="${MOSQUITTO_IMG:-a2a-fleet/mosquitto:dev}"
+GATEWAY_IMG="${GATEWAY_IMG:-a2a-fleet/gateway:dev}"
 
 "$(dirname "$0")/dockerd.sh" >/dev/null
 "$(dirname "$0")/rootfs.sh"
 mkdir -p "$KIND_STATE"
 : >"$KIND_STATE/project-images.tmp"
-for spec in "manager $IMG" "conversation-service $SERVICE_IMG" "example-agents $EXAMPLES_IMG" "mosquitto $MOSQUITTO_IMG"; do
+for spec in "manager $IMG" "conversation-service $SERVICE_IMG" "example-agents $EXAMPLES_IMG" "mosquitto $MOSQUITTO_IMG" "gateway $GATEWAY_IMG"; do
 	read -r target image <<<"$spec"
 	start=$SECONDS
 	# --network host: the build reaches Debian's mirror and the Go module proxy as this machine

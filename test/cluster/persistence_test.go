@@ -139,6 +139,10 @@ func (b *bus) serviceStateSurvivesItsPod(ctx context.Context, t *testing.T) {
 		confirm: b.readConversations(ctx, t, confirm, confirmTasks),
 	}
 
+	// The service may still be coming back to Ready from an earlier subtest's broker change.
+	if err := env.WaitDeployments(ctx, Namespace, 2*time.Minute, "a2a-fleet-conversation-service"); err != nil {
+		t.Fatal(err)
+	}
 	const selector = "app.kubernetes.io/name=conversation-service"
 	pods, err := env.Pods(ctx, Namespace, selector)
 	if err != nil || len(pods) != 1 {

@@ -114,6 +114,7 @@ func TestEveryImageIsADockerfileTarget(t *testing.T) {
 		"a2a-fleet/conversation-service:dev": {"conversation-service", "SERVICE_IMG"},
 		"a2a-fleet/example-agents:dev":       {"example-agents", "EXAMPLES_IMG"},
 		"a2a-fleet/mosquitto:dev":            {"mosquitto", "MOSQUITTO_IMG"},
+		"a2a-fleet/gateway:dev":              {"gateway", "GATEWAY_IMG"},
 	}
 	for image, tg := range targets {
 		if !strings.Contains(dockerfile, " AS "+tg.target+"\n") {
@@ -127,14 +128,14 @@ func TestEveryImageIsADockerfileTarget(t *testing.T) {
 		}
 	}
 	var rendered []*unstructured.Unstructured
-	for _, dir := range []string{"config/quickstart", "config/samples-workloads"} {
+	for _, dir := range []string{"config/quickstart", "config/samples-workloads", "config/gateway"} {
 		objs, err := Kustomize(root, dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rendered = append(rendered, objs...)
 	}
-	chart, err := Helm(root)
+	chart, err := Helm(root, "--set", "gateway.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,5 +292,44 @@ func TestServiceStateOnAClaimUnlessChosenOtherwise(t *testing.T) {
 		if claim["claimName"] != "a2a-fleet-conversation-service-state" || Find(objs, "PersistentVolumeClaim", "a2a-fleet-conversation-service-state") == nil {
 			t.Errorf("%s: want the state on the claim a2a-fleet-conversation-service-state, got %v", name, v)
 		}
+	}
+}
+
+// The gateway is off by default in both installs, and turned on (config/gateway beside the
+// quickstart, gateway.enabled=true) installs the same objects in both.
+func TestGatewayOffByDefaultAndTheSameWhenOn(t *testing.T) {
+	root, err := RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quickstart, err := Kustomize(root, "config/quickstart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults, err := Helm(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, objs := range map[string][]*unstructured.Unstructured{"config/quickstart": quickstart, "chart": defaults} {
+		if d := Find(objs, "Deployment", "a2a-fleet-gateway"); d != nil {
+			t.Errorf("%s installs the gateway by default", name)
+		}
+	}
+	kust, err := KustomizeOverlay(root, t.TempDir(), []string{"config/quickstart", "config/gateway"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, err := Helm(root, "--set", "gateway.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Differences(kust, chart); len(d) > 0 {
+		t.Fatalf("quickstart + config/gateway and the chart with gateway.enabled differ in %d objects:\n%s", len(d), strings.Join(d, "\n"))
+	}
+	if Find(kust, "Deployment", "a2a-fleet-gateway") == nil || Find(kust, "ClusterRole", "a2a-fleet-gateway") == nil {
+		t.Fatalf("config/gateway installs no gateway Deployment or ClusterRole: %v", Kinds(kust))
+	}
+	if d := DanglingServiceAccounts(kust); len(d) > 0 {
+		t.Errorf("%s", strings.Join(d, "\n"))
 	}
 }
