@@ -110,6 +110,9 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	if !t.Run("conversations outlive the service's pod (its claim holds them)", func(t *testing.T) { b.serviceStateSurvivesItsPod(ctx, t) }) {
 		return
 	}
+	if !t.Run("an HTTP client calls an agent through the optional gateway", func(t *testing.T) { b.gatewayCallsAnAgent(ctx, t) }) {
+		return
+	}
 	t.Run("killed operator and broker pods recover", func(t *testing.T) { b.killAndRecover(ctx, t) })
 }
 
