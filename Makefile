@@ -84,7 +84,7 @@ else
 endif
 
 .PHONY: test
-test: verify tools-test kind-up ## Every check and test: verify, then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
+test: verify tools-test kind-up release ## Every check and test: verify, the release bundle (test/release checks it), then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
 	@mkdir -p $(LOCALBIN)
 	@# -v so that the suites' evidence lines (which apiserver, how many broker decisions) show; the
 	@# summary keeps the log readable, and a failure prints the whole output of the run. The suites
@@ -211,6 +211,9 @@ verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickst
 	@tmp=$(LOCALBIN)/.verify-quickstart-ephemeral; mkdir -p $$tmp; \
 		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/conversation-service/ephemeral]\n' > $$tmp/kustomization.yaml; \
 		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/conversation-service/ephemeral failed"; exit 1; }
+	@tmp=$(LOCALBIN)/.verify-quickstart-hardened; mkdir -p $$tmp; \
+		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/quickstart/tls-everywhere, ../../config/networkpolicy]\n' > $$tmp/kustomization.yaml; \
+		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/quickstart/tls-everywhere + config/networkpolicy failed"; exit 1; }
 
 .PHONY: verify-chart
 verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-fleet, with the defaults and with every option on.
@@ -223,7 +226,8 @@ CHART_ALL_OPTIONS := --set broker.backend=dynsec,mosquitto.tls.enabled=true,brok
 	--set conversationService.persistence.enabled=true,tracing.otlpEndpoint=http://otel-collector:4318 \
 	--set conversationService.replicas=2,conversationService.redis.sentinel.addresses={s0:26379\,s1:26379\,s2:26379},conversationService.redis.passwordSecret.name=redis-auth \
 	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,conversationService.callerRate=50,conversationService.callerBurst=100,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false \
-	--set metrics.podMonitor.enabled=true,metrics.podMonitor.labels.release=prometheus,gateway.enabled=true
+	--set metrics.podMonitor.enabled=true,metrics.podMonitor.labels.release=prometheus,gateway.enabled=true \
+	--set tls.everywhere=true,networkPolicy.enabled=true,networkPolicy.brokerExtraFrom[0].ipBlock.cidr=10.0.0.0/8
 
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver, etcd and kubectl from source into bin/k8s (cached).
@@ -273,9 +277,15 @@ docker-build: ## Build the five images from the Dockerfile with your Docker engi
 # commit comes from here (the build context has no .git).
 DOCKER_BUILD_ARGS := --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT)
 
+# make release saves the four images (IMAGES=0: without them, an incomplete bundle).
+IMAGES ?= 1
 .PHONY: release
-release: $(HELM) ## Draft release bundle of VERSION in dist/: the chart packaged, a2actl for linux/darwin on amd64/arm64, SHA256SUMS (IMAGES=1: the four images saved from your Docker engine). Not part of make test yet.
-	HELM=$(HELM) IMG=$(IMG) SERVICE_IMG=$(SERVICE_IMG) EXAMPLES_IMG=$(EXAMPLES_IMG) MOSQUITTO_IMG=$(MOSQUITTO_IMG) hack/release.sh
+release: $(HELM) $(if $(filter 1,$(IMAGES)),docker-images) ## Release bundle of VERSION in dist/: the chart packaged, the four images (docker save | gzip, from the project's dockerd), a2actl for linux/darwin on amd64/arm64, a CycloneDX SBOM, SHA256SUMS; test/release checks it.
+	HELM=$(HELM) IMAGES=$(IMAGES) IMG=$(IMG) SERVICE_IMG=$(SERVICE_IMG) EXAMPLES_IMG=$(EXAMPLES_IMG) MOSQUITTO_IMG=$(MOSQUITTO_IMG) hack/release.sh
+
+.PHONY: kind-load-release
+kind-load-release: ## Load the release bundle's images (dist/images, make release) into the kind cluster with kind load image-archive, as the bundle's user would.
+	hack/release-kind-load.sh
 
 .PHONY: deploy
 deploy: $(KUSTOMIZE) ## Install config/quickstart (operator, conversation service, Mosquitto) with IMG and SERVICE_IMG into the cluster in KUBECONFIG.

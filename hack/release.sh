@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Writes the release bundle of the VERSION file's version into dist/ (make release):
-#   a2a-fleet-VERSION.tgz                      the Helm chart, packaged (helm package)
+#   a2a-fleet-VERSION.tgz                       the Helm chart, packaged (helm package)
 #   a2actl-VERSION-{linux,darwin}-{amd64,arm64} the CLI, static, stamped with VERSION and the commit
-#   images/*.tar                                the four images (docker save), when IMAGES=1 and a
-#                                               Docker engine holds them (make docker-build or
-#                                               make docker-images first); loadable with
-#                                               `docker load` or `kind load image-archive`
+#   images/{operator,conversation-service,example-agents,mosquitto}.tar.gz
+#                                               the four images (docker save | gzip) from the
+#                                               project's dockerd (hack/kind; make docker-images
+#                                               builds them), as the manifests name them:
+#                                               `docker load -i FILE`, or gunzip and
+#                                               `kind load image-archive FILE.tar`
+#   a2a-fleet-VERSION.cdx.json                  the SBOM: CycloneDX JSON of the module's build list
+#                                               (hack/sbom)
 #   SHA256SUMS                                  checksums of all of the above
-# A draft: no SBOM yet, and make test does not install from the bundle yet (docs/install.md).
+# IMAGES=0 leaves the images out (a bundle without them is incomplete: test/release fails on it).
+# The images must carry VERSION and this commit in their OCI labels (built from this tree);
+# RELEASE_ALLOW_IMAGE_REVISION=1 accepts images of another commit of the same VERSION.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${HELM:?HELM must name the helm binary (make release sets it)}"
@@ -15,7 +21,7 @@ version="$(cat VERSION)"
 commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 module=github.com/a2a-fleet/a2a-fleet
 ldflags="-s -w -X $module/internal/version.Version=$version -X $module/internal/version.Commit=$commit"
-dist=dist
+dist="${DIST:-dist}"
 rm -rf "$dist"
 mkdir -p "$dist"
 
@@ -33,15 +39,28 @@ for os in linux darwin; do
 	done
 done
 
-if [ "${IMAGES:-0}" = 1 ]; then
+go run ./hack/sbom -version "$version" -commit "$commit" -o "$dist/a2a-fleet-$version.cdx.json"
+
+if [ "${IMAGES:-1}" = 1 ]; then
+	# The project's dockerd (hack/kind/lib.sh sets DOCKER_HOST; A2A_FLEET_DOCKER_HOST points it
+	# at another engine).
+	# shellcheck source=hack/kind/lib.sh
+	source hack/kind/lib.sh
 	mkdir -p "$dist/images"
 	for image in "${IMG:-a2a-fleet/operator:dev}" "${SERVICE_IMG:-a2a-fleet/conversation-service:dev}" \
 		"${EXAMPLES_IMG:-a2a-fleet/example-agents:dev}" "${MOSQUITTO_IMG:-a2a-fleet/mosquitto:dev}"; do
 		name="$(basename "${image%%:*}")"
-		docker save -o "$dist/images/$name.tar" "$image"
+		labels="$(docker image inspect --format '{{index .Config.Labels "org.opencontainers.image.version"}} {{index .Config.Labels "org.opencontainers.image.revision"}}' "$image")" ||
+			die "image $image not found on $DOCKER_HOST: make docker-images"
+		read -r image_version image_revision <<<"$labels"
+		[ "$image_version" = "$version" ] || die "image $image is version '$image_version', not $version: make docker-images"
+		if [ "$image_revision" != "$commit" ] && [ "${RELEASE_ALLOW_IMAGE_REVISION:-0}" != 1 ]; then
+			die "image $image was built from $image_revision, not $commit: make docker-images (or RELEASE_ALLOW_IMAGE_REVISION=1)"
+		fi
+		docker save "$image" | gzip -n >"$dist/images/$name.tar.gz"
 	done
 fi
 
-(cd "$dist" && find . -type f ! -name SHA256SUMS | sed 's#^\./##' | sort | xargs sha256sum > SHA256SUMS)
+(cd "$dist" && find . -type f ! -name SHA256SUMS | sed 's#^\./##' | sort | xargs sha256sum >SHA256SUMS)
 echo "release $version ($commit) in $dist/:"
 (cd "$dist" && cat SHA256SUMS)

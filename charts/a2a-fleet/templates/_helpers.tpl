@@ -14,6 +14,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "a2a-fleet.brokerURL" -}}
 {{- if .Values.broker.url -}}
 {{- .Values.broker.url -}}
+{{- else if and .Values.mosquitto.enabled .Values.tls.everywhere -}}
+tls://{{ include "a2a-fleet.name" . }}-mosquitto.{{ .Release.Namespace }}.svc:8883
 {{- else if .Values.mosquitto.enabled -}}
 mqtt://{{ include "a2a-fleet.name" . }}-mosquitto.{{ .Release.Namespace }}.svc:1883
 {{- else -}}
