@@ -95,12 +95,14 @@ func TestQuickstartWithTLSEverywhereOnARealCluster(t *testing.T) {
 	})
 
 	// The example agents, with the CA from a Secret of their namespace.
-	caSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a2a-fleet-broker-ca", Namespace: samplesNamespace}, Data: map[string][]byte{"ca.crt": caPEM}}
-	if err := env.Client.Create(ctx, caSecret); err != nil && !apierrors.IsAlreadyExists(err) {
+	// A ConfigMap: the CA certificate is public, and the operator runs no workload that
+	// references a Secret other than the Agent's own credentials.
+	caConfigMap := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a2a-fleet-broker-ca", Namespace: samplesNamespace}, Data: map[string]string{"ca.crt": string(caPEM)}}
+	if err := env.Client.Create(ctx, caConfigMap); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dump(); _ = env.Client.Delete(context.Background(), caSecret) })
-	samples, err := samplesWithCA(t, caSecret.Name)
+	t.Cleanup(func() { dump(); _ = env.Client.Delete(context.Background(), caConfigMap) })
+	samples, err := samplesWithCA(t, caConfigMap.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,8 +202,8 @@ func containerEnv(c corev1.Container, name string) string {
 }
 
 // samplesWithCA is config/samples-workloads (with the suite's images) whose example agents mount
-// the Secret caSecret and point A2A_TLS_CA at its ca.crt.
-func samplesWithCA(t *testing.T, caSecret string) (string, error) {
+// the ConfigMap caConfigMap and point A2A_TLS_CA at its ca.crt.
+func samplesWithCA(t *testing.T, caConfigMap string) (string, error) {
 	base, err := env.Kustomization(t.TempDir(), "config/samples-workloads")
 	if err != nil {
 		return "", err
@@ -218,8 +220,8 @@ func samplesWithCA(t *testing.T, caSecret string) (string, error) {
   patch: |-
     - {op: add, path: /spec/workload/template/spec/containers/0/env/-, value: {name: A2A_TLS_CA, value: %s/ca.crt}}
     - {op: add, path: /spec/workload/template/spec/containers/0/volumeMounts, value: [{name: broker-ca, mountPath: %s, readOnly: true}]}
-    - {op: add, path: /spec/workload/template/spec/volumes, value: [{name: broker-ca, secret: {secretName: %s}}]}
-`, name, tlsEverywhereCAMount, tlsEverywhereCAMount, caSecret)
+    - {op: add, path: /spec/workload/template/spec/volumes, value: [{name: broker-ca, configMap: {name: %s}}]}
+`, name, tlsEverywhereCAMount, tlsEverywhereCAMount, caConfigMap)
 	}
 	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k.String()), 0o644)
 }
