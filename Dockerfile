@@ -5,8 +5,9 @@
 #   docker build --target conversation-service -t a2a-fleet/conversation-service:TAG .
 #   docker build --target example-agents       -t a2a-fleet/example-agents:TAG .
 #   docker build --target mosquitto            -t a2a-fleet/mosquitto:TAG .
+#   docker build --target gateway              -t a2a-fleet/gateway:TAG .
 #
-# (`make docker-build` builds all four.) The Go binaries are static (CGO off) on distroless/static,
+# (`make docker-build` builds all five.) The Go binaries are static (CGO off) on distroless/static,
 # non-root (65532); Mosquitto is Debian's package on Debian, non-root (1883).
 #
 # The base images are build arguments whose defaults are the public images a machine with a
@@ -46,7 +47,7 @@ RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.
     version="${VERSION:-$(cat VERSION)}" && \
     GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -o /out/ \
     -ldflags="-s -w -X github.com/a2a-fleet/a2a-fleet/internal/version.Version=${version} -X github.com/a2a-fleet/a2a-fleet/internal/version.Commit=${COMMIT}" \
-    ./cmd/manager ./cmd/conversation-service ./examples/confirm ./examples/echo ./examples/memory \
+    ./cmd/manager ./cmd/conversation-service ./cmd/gateway ./examples/confirm ./examples/echo ./examples/memory \
     ./test/chaos/chaosagent
 
 FROM ${RUNTIME_IMAGE} AS conversation-service
@@ -89,6 +90,20 @@ COPY --from=decision-service-build /out/decision-service /decision-service
 USER 65532:65532
 ENTRYPOINT ["/decision-service"]
 
+# The HTTP gateway (cmd/gateway, docs/gateway.md): the optional config/gateway, the chart's
+# gateway.enabled.
+FROM ${RUNTIME_IMAGE} AS gateway
+ARG VERSION
+ARG COMMIT
+LABEL org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${COMMIT}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/a2a-fleet/a2a-fleet" \
+      org.opencontainers.image.title="a2a-fleet HTTP gateway"
+COPY --from=build /out/gateway /gateway
+USER 65532:65532
+ENTRYPOINT ["/gateway"]
+
 # The example agents of config/samples (examples/): one image, the Agent's workload names the
 # binary (/confirm, /echo, /memory); each reads its identity and credentials from what the
 # operator injects (A2A_* variables, docs/registration.md). /chaosagent is the chaos suite's
@@ -115,8 +130,28 @@ COPY hack/build-mosquitto-plugin.sh hack/
 COPY hack/mosquitto-plugin/ hack/mosquitto-plugin/
 RUN OUT=/out/mosquitto_a2a_fleet_sender.so hack/build-mosquitto-plugin.sh
 
-# Mosquitto 2 (Debian's package) with its dynamic-security plugin and the project's sender plugin,
-# at the paths config/mosquitto/mosquitto.conf names.
+# The decision-table plugin (docs/broker.md): Go built with cgo as a c-shared library, by the same
+# script as the tests' copy. It is built on the runtime's Debian (its glibc and Mosquitto 2.0
+# headers are the ones the broker image loads it with) with the Go toolchain of GO_IMAGE.
+FROM ${GO_IMAGE} AS go-toolchain
+FROM ${DEBIAN_IMAGE} AS mosquitto-table-plugin
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev mosquitto-dev libmosquitto-dev ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=go-toolchain /usr/local/go /usr/local/go
+ENV PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
+COPY api/ api/
+COPY internal/ internal/
+COPY pkg/ pkg/
+COPY hack/build-mosquitto-table-plugin.sh hack/
+COPY hack/mosquitto-plugin/table/ hack/mosquitto-plugin/table/
+RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    OUT=/out/mosquitto_a2a_fleet_table.so hack/build-mosquitto-table-plugin.sh
+
+# Mosquitto 2 (Debian's package) with its dynamic-security plugin and the project's two plugins
+# (the sender stamp, the decision table), at the paths config/mosquitto/mosquitto.conf names.
 FROM ${DEBIAN_IMAGE} AS mosquitto
 ARG VERSION
 ARG COMMIT
@@ -132,6 +167,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends mosquitto mosqu
     && groupadd --system --gid 1883 mosquitto-a2a && useradd --system --uid 1883 --gid 1883 --no-create-home mosquitto-a2a \
     && mkdir -p /mosquitto/config /mosquitto/data && chown 1883:1883 /mosquitto/data
 COPY --from=mosquitto-plugin /out/mosquitto_a2a_fleet_sender.so /usr/lib/
+COPY --from=mosquitto-table-plugin /out/mosquitto_a2a_fleet_table.so /usr/lib/
 USER 1883:1883
 ENTRYPOINT ["/usr/sbin/mosquitto"]
 CMD ["-c", "/mosquitto/config/mosquitto.conf"]

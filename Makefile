@@ -26,6 +26,8 @@ SERVICE_IMG ?= a2a-fleet/conversation-service:dev
 EXAMPLES_IMG ?= a2a-fleet/example-agents:dev
 MOSQUITTO_IMG ?= a2a-fleet/mosquitto:dev
 DECISION_IMG ?= a2a-fleet/decision-service:dev
+# The HTTP gateway (config/gateway, the chart's gateway.enabled; off by default).
+GATEWAY_IMG ?= a2a-fleet/gateway:dev
 # Kubernetes version the chart is rendered for in verify (the control plane the tests run).
 CHART_KUBE_VERSION ?= 1.37.2
 # Broker of `make dev`: embedded (mochi-mqtt in the devstack process) or mosquitto (a local
@@ -198,8 +200,8 @@ verify-complexity: $(GOCYCLO) ## Fail when more than MAX_COMPLEX_FUNCS functions
 	if [ "$$n" -gt $(MAX_COMPLEX_FUNCS) ]; then echo "split the new one into named steps"; exit 1; fi
 
 .PHONY: verify-kustomize
-verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS and decision-service components, mosquitto, conversation-service and its Sentinel component, decision-service, monitoring).
-	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/decision-service config/monitoring config/admission; do \
+verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickstart, its TLS, dynsec, ephemeral and decision-service components, mosquitto, conversation-service and its Sentinel component, decision-service, gateway, monitoring).
+	@for dir in config/default config/quickstart config/mosquitto config/conversation-service config/decision-service config/monitoring config/admission config/gateway; do \
 		$(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed"; exit 1; }; done
 	@# A component is rendered through an overlay that uses it, as a user's would.
 	@tmp=$(LOCALBIN)/.verify-quickstart-tls; mkdir -p $$tmp; \
@@ -211,6 +213,12 @@ verify-kustomize: $(KUSTOMIZE) ## Render every install overlay (default, quickst
 	@tmp=$(LOCALBIN)/.verify-quickstart-decision; mkdir -p $$tmp; \
 		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/quickstart/decision-service]\n' > $$tmp/kustomization.yaml; \
 		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/quickstart/decision-service failed"; exit 1; }
+	@tmp=$(LOCALBIN)/.verify-quickstart-dynsec; mkdir -p $$tmp; \
+		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/mosquitto/dynsec]\n' > $$tmp/kustomization.yaml; \
+		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/mosquitto/dynsec failed"; exit 1; }
+	@tmp=$(LOCALBIN)/.verify-quickstart-ephemeral; mkdir -p $$tmp; \
+		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/conversation-service/ephemeral]\n' > $$tmp/kustomization.yaml; \
+		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/conversation-service/ephemeral failed"; exit 1; }
 	@tmp=$(LOCALBIN)/.verify-quickstart-hardened; mkdir -p $$tmp; \
 		printf 'resources: [../../config/quickstart]\ncomponents: [../../config/quickstart/tls-everywhere, ../../config/networkpolicy]\n' > $$tmp/kustomization.yaml; \
 		$(KUSTOMIZE) build $$tmp > /dev/null || { echo "kustomize build of config/quickstart + config/quickstart/tls-everywhere + config/networkpolicy failed"; exit 1; }
@@ -222,11 +230,11 @@ verify-chart: $(HELM) ## helm lint (strict) and helm template of charts/a2a-flee
 	$(HELM) template a2a-fleet charts/a2a-fleet --namespace a2a-fleet-system --kube-version $(CHART_KUBE_VERSION) > /dev/null
 	$(HELM) template a2a-fleet charts/a2a-fleet --namespace a2a-fleet-system --kube-version $(CHART_KUBE_VERSION) $(CHART_ALL_OPTIONS) > /dev/null
 
-CHART_ALL_OPTIONS := --set mosquitto.tls.enabled=true,broker.tls.caSecret=a2a-fleet-mosquitto-tls,broker.tls.clientCertificate=true \
+CHART_ALL_OPTIONS := --set broker.backend=dynsec,mosquitto.tls.enabled=true,broker.tls.caSecret=a2a-fleet-mosquitto-tls,broker.tls.clientCertificate=true \
 	--set conversationService.persistence.enabled=true,tracing.otlpEndpoint=http://otel-collector:4318 \
 	--set conversationService.replicas=2,conversationService.redis.sentinel.addresses={s0:26379\,s1:26379\,s2:26379},conversationService.redis.passwordSecret.name=redis-auth \
 	--set controllerManager.brokerResyncPeriod=5m,controllerManager.brokerReadinessGrace=1m,controllerManager.maxConcurrentReconciles=16,conversationService.callerRate=50,conversationService.callerBurst=100,controllerManager.workloadSecurityFloor=restricted,mosquitto.extraConfig=connection_messages\ false \
-	--set metrics.podMonitor.enabled=true,metrics.podMonitor.labels.release=prometheus \
+	--set metrics.podMonitor.enabled=true,metrics.podMonitor.labels.release=prometheus,gateway.enabled=true \
 	--set tls.everywhere=true,networkPolicy.enabled=true,networkPolicy.brokerExtraFrom[0].ipBlock.cidr=198.18.0.0/15 \
 	--set decisionService.enabled=true,decisionService.replicas=3,decisionService.cacheMaxAge=30s
 
@@ -271,12 +279,13 @@ $(TEST_BINS) &: $(GO_SOURCES) $(COMMIT_STAMP)
 	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./examples/echo ./cmd/conversation-service ./cmd/manager
 
 .PHONY: docker-build
-docker-build: ## Build the images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG, DECISION_IMG.
+docker-build: ## Build the images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG, DECISION_IMG, GATEWAY_IMG.
 	docker build $(DOCKER_BUILD_ARGS) --target manager -t $(IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target conversation-service -t $(SERVICE_IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target example-agents -t $(EXAMPLES_IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target mosquitto -t $(MOSQUITTO_IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target decision-service -t $(DECISION_IMG) .
+	docker build $(DOCKER_BUILD_ARGS) --target gateway -t $(GATEWAY_IMG) .
 
 # The images' version label and their binaries' stamp: the Dockerfile reads VERSION itself; the
 # commit comes from here (the build context has no .git).

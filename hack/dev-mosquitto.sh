@@ -5,11 +5,12 @@
 #
 #   hack/dev-mosquitto.sh STATE_DIR [devstack flags...]
 #
-# The broker runs with the configuration the manifests ship (config/mosquitto/mosquitto.conf:
-# dynsec, persistence, packet size), with the container's paths replaced by STATE_DIR/mosquitto
-# and one listener on 127.0.0.1:${MOSQUITTO_PORT:-1883}. dynsec is initialised once with an admin
-# whose random password is kept in STATE_DIR/mosquitto/admin-password (mode 0600), so identities
-# and retained cards survive restarts like the rest of STATE_DIR. The broker stops with devstack.
+# The broker runs with the configuration the manifests ship (config/mosquitto/dynsec/mosquitto.conf,
+# or config/mosquitto/mosquitto.conf for the table: persistence, packet size), with the container's
+# paths replaced by STATE_DIR/mosquitto and one listener on 127.0.0.1:${MOSQUITTO_PORT:-1883}.
+# dynsec is initialised once with an admin whose random password is kept in
+# STATE_DIR/mosquitto/admin-password (mode 0600), so identities and retained cards survive
+# restarts like the rest of STATE_DIR. The broker stops with devstack.
 # Needs KUBEBUILDER_ASSETS (make dev sets it) and Mosquitto (hack/install-mosquitto.sh).
 set -euo pipefail
 
@@ -50,19 +51,19 @@ if [[ "$backend" == dynsec && ! -s "$dir/dynamic-security.json" ]]; then
 	echo "dev-mosquitto: initialised dynsec in $dir (admin password in $dir/admin-password)"
 fi
 
-# The shipped configuration, with the container's paths and listener replaced for this machine.
+# The shipped configuration (config/mosquitto: the table; its component dynsec/: dynsec), with the
+# container's paths and listener replaced for this machine.
+conf=config/mosquitto/mosquitto.conf
+if [[ "$backend" == dynsec ]]; then conf=config/mosquitto/dynsec/mosquitto.conf; fi
 mkdir -p "$dir/listeners"
 printf 'listener %s 127.0.0.1\n' "$port" >"$dir/listeners/plain.conf"
 sed -e "s|/usr/lib/mosquitto_dynamic_security.so|$plugin|" \
 	-e "s|/usr/lib/mosquitto_a2a_fleet_sender.so|$sender|" \
 	-e "s|/mosquitto/data|$dir|g" \
 	-e "s|/mosquitto/listeners|$dir/listeners|g" \
-	config/mosquitto/mosquitto.conf >"$dir/mosquitto.conf"
-if [[ "$backend" == table ]]; then
-	# The decision table instead of dynsec: the same admin, its table kept in $dir/table.
-	sed -i -e "\|^plugin $plugin\$|c\\plugin $table\nplugin_opt_admin_username admin\nplugin_opt_admin_password_file $dir/admin-password\nplugin_opt_state_dir $dir/table" \
-		-e '/^plugin_opt_config_file /d' "$dir/mosquitto.conf"
-fi
+	-e "s|/usr/lib/mosquitto_a2a_fleet_table.so|${table:-}|" \
+	-e "s|/mosquitto/admin/password|$dir/admin-password|" \
+	"$conf" >"$dir/mosquitto.conf"
 # Started as root, Mosquitto would switch to the "mosquitto" user, which cannot read STATE_DIR.
 echo "user $(id -un)" >>"$dir/mosquitto.conf"
 

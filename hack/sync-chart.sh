@@ -6,6 +6,7 @@
 #   config/rbac/*role.yaml (not the bindings), config/conversation-service/role.yaml
 #                           -> charts/a2a-fleet/templates/{rbac,conversation-service}/ (names prefixed)
 #   config/mosquitto/{mosquitto,plain,tls/tls}.conf -> charts/a2a-fleet/files/
+#   config/mosquitto/dynsec/mosquitto.conf -> charts/a2a-fleet/files/mosquitto-dynsec.conf
 # `make manifests` runs it; `make verify` fails when the committed chart differs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +71,8 @@ mkdir -p charts/a2a-fleet/files
 for f in config/mosquitto/mosquitto.conf config/mosquitto/plain.conf config/mosquitto/tls/tls.conf; do
 	cp "$f" "charts/a2a-fleet/files/$(basename "$f")"
 done
+# The dynsec backend's configuration (the component config/mosquitto/dynsec; broker.backend=dynsec).
+cp config/mosquitto/dynsec/mosquitto.conf charts/a2a-fleet/files/mosquitto-dynsec.conf
 
 # Every role of config/rbac (the generated manager role, leader election, and the roles for users
 # such as an editor and a viewer), not the bindings.

@@ -13,6 +13,7 @@ SERVICE_IMG="${SERVICE_IMG:-a2a-fleet/conversation-service:dev}"
 EXAMPLES_IMG="${EXAMPLES_IMG:-a2a-fleet/example-agents:dev}"
 MOSQUITTO_IMG="${MOSQUITTO_IMG:-a2a-fleet/mosquitto:dev}"
 DECISION_IMG="${DECISION_IMG:-a2a-fleet/decision-service:dev}"
+GATEWAY_IMG="${GATEWAY_IMG:-a2a-fleet/gateway:dev}"
 
 "$(dirname "$0")/dockerd.sh" >/dev/null
 "$(dirname "$0")/rootfs.sh"
@@ -20,7 +21,7 @@ mkdir -p "$KIND_STATE"
 : >"$KIND_STATE/project-images.tmp"
 # The one list of targets and their images (make docker-build builds the same).
 images=("manager $IMG" "conversation-service $SERVICE_IMG" "example-agents $EXAMPLES_IMG" "mosquitto $MOSQUITTO_IMG"
-	"decision-service $DECISION_IMG")
+	"decision-service $DECISION_IMG" "gateway $GATEWAY_IMG")
 for spec in "${images[@]}"; do
 	read -r target image <<<"$spec"
 	start=$SECONDS

@@ -237,7 +237,9 @@ func ensureInstall(ctx context.Context, t *testing.T, install string) {
 		}
 	}
 	dir := t.TempDir()
-	kustomization, err := env.Kustomization(dir, "config/quickstart")
+	// On dynsec (the component config/mosquitto/dynsec): the scenarios read the broker's state
+	// from its dynamic-security.json (observe_test.go).
+	kustomization, err := env.Kustomization(dir, "config/quickstart", "config/mosquitto/dynsec")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,6 +89,15 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	if !t.Run("user story 08: an agent on plain paho answers SendMessage with a stream", func(t *testing.T) { b.userStory08(ctx, t) }) {
 		return
 	}
+	if !t.Run("the decision table on the broker's claim", func(t *testing.T) { brokerStateOnVolume(ctx, t, "table/a2a-fleet-table.db") }) {
+		return
+	}
+	if !t.Run("every card signed, verified with the retained JWKS", func(t *testing.T) { b.signedCards(ctx, t) }) {
+		return
+	}
+	if !t.Run("the broker enforces with the operator scaled to 0", func(t *testing.T) { b.operatorScaledToZero(ctx, t) }) {
+		return
+	}
 	if !t.Run("credential rotation rolls the pod", func(t *testing.T) { b.rotate(ctx, t, "echo") }) {
 		return
 	}
@@ -98,10 +107,17 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	if !t.Run("the service takes a new password without a restart", func(t *testing.T) { b.newServicePassword(ctx, t) }) {
 		return
 	}
+	if !t.Run("conversations outlive the service's pod (its claim holds them)", func(t *testing.T) { b.serviceStateSurvivesItsPod(ctx, t) }) {
+		return
+	}
+	if !t.Run("an HTTP client calls an agent through the optional gateway", func(t *testing.T) { b.gatewayCallsAnAgent(ctx, t) }) {
+		return
+	}
 	t.Run("killed operator and broker pods recover", func(t *testing.T) { b.killAndRecover(ctx, t) })
 }
 
-// The Helm chart, installed on the same cluster after the quickstart is removed.
+// The Helm chart with Mosquitto's dynsec, installed on the same cluster after the quickstart is
+// removed.
 func TestHelmChartOnARealCluster(t *testing.T) {
 	ctx := context.Background()
 	t.Cleanup(func() {
@@ -111,8 +127,10 @@ func TestHelmChartOnARealCluster(t *testing.T) {
 	})
 	uninstall(ctx, t)
 	start := time.Now()
+	// On dynsec (broker.backend=dynsec), the backend the quickstart's default no longer runs, so
+	// that both backends are proven on a real kubelet.
 	args := append([]string{"install", "a2a-fleet", filepath.Join(env.Root, "charts/a2a-fleet"),
-		"--namespace", Namespace, "--create-namespace"}, env.HelmImageArgs()...)
+		"--namespace", Namespace, "--create-namespace", "--set", "broker.backend=dynsec"}, env.HelmImageArgs()...)
 	if out, err := env.Command(ctx, env.Helm, args...); err != nil {
 		t.Fatal(err)
 	} else {
@@ -125,6 +143,7 @@ func TestHelmChartOnARealCluster(t *testing.T) {
 	b := runSamples(ctx, t)
 	t.Run("no restarts, no RBAC refusals, one leader", func(t *testing.T) { healthy(ctx, t) })
 	t.Run("chat through the conversation service", func(t *testing.T) { b.chatConfirm(ctx, t) })
+	t.Run("dynsec's state on the broker's claim", func(t *testing.T) { brokerStateOnVolume(ctx, t, "dynamic-security.json") })
 }
 
 // healthy checks what the install must not do on its own: restart a container, be refused by the

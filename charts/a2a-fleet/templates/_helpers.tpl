@@ -23,6 +23,15 @@ mqtt://{{ include "a2a-fleet.name" . }}-mosquitto.{{ .Release.Namespace }}.svc:1
 {{- end -}}
 {{- end -}}
 
+{{/* How the operator keeps identities and ACLs on the broker: table or dynsec. */}}
+{{- define "a2a-fleet.brokerBackend" -}}
+{{- $b := .Values.broker.backend -}}
+{{- if not (has $b (list "table" "dynsec")) -}}
+{{- fail (printf "broker.backend is %q: table or dynsec" $b) -}}
+{{- end -}}
+{{- $b -}}
+{{- end -}}
+
 {{- define "a2a-fleet.workloadBrokerURL" -}}
 {{- default (include "a2a-fleet.brokerURL" .) .Values.broker.workloadURL -}}
 {{- end -}}
@@ -50,5 +59,13 @@ addresses are set, else conversationService.store. */}}
 &wait_replicas={{ $r.sentinel.waitReplicas }}&wait_timeout={{ $r.sentinel.waitTimeout }}
 {{- else -}}
 {{ .Values.conversationService.store }}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the service's bbolt store is on a claim: persistence on and the store a bolt: file. */}}
+{{- define "a2a-fleet.serviceStateClaim" -}}
+{{- $s := .Values.conversationService -}}
+{{- if and $s.persistence.enabled (not $s.redis.sentinel.addresses) (hasPrefix "bolt:" $s.store) -}}
+true
 {{- end -}}
 {{- end -}}

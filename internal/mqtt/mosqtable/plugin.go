@@ -200,6 +200,7 @@ func (p *Plugin) handle(req Request) Response {
 			// The commands ran; the error is the disk's (reported, the table is in memory).
 			p.cfg.Logf("a2a-fleet table: %v", err)
 		}
+		p.persistPasswords(req.Commands, outs)
 		p.gen.Add(1)
 		p.genChanged()
 		resp.Outcomes = outs
@@ -230,6 +231,26 @@ func (p *Plugin) handle(req Request) Response {
 		resp.Error = fmt.Sprintf("unknown op %q", req.Op)
 	}
 	return resp
+}
+
+// persistPasswords queues for the disk the clients whose password an applied command set: a
+// password change alone changes no role, group or client entry, so the store's change report
+// (which drives the policy) does not name them, and without this the disk would keep the old
+// password, which a restarted broker would accept again.
+func (p *Plugin) persistPasswords(cmds []acl.Command, outs []embedded.Outcome) {
+	if p.disk == nil {
+		return
+	}
+	var users []string
+	for i, c := range cmds {
+		if i < len(outs) && outs[i].Verdict == acl.Applied && c.Password != "" &&
+			(c.Op == acl.OpSetClientPassword || c.Op == acl.OpModifyClient || c.Op == acl.OpCreateClient) {
+			users = append(users, c.Username)
+		}
+	}
+	if len(users) > 0 {
+		p.disk.changed(acl.Names{Clients: users})
+	}
 }
 
 // genChanged has the disk record the new generation (a round of its own when the change's
