@@ -85,15 +85,16 @@ else
 endif
 
 .PHONY: test
-test: verify tools-test kind-up release ## Every check and test: verify, the release bundle (test/release checks it), then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
+test: verify tools-test kind-up release kind-load-release ## Every check and test: verify, the release bundle (test/release checks it), then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
 	@mkdir -p $(LOCALBIN)
 	@# -v so that the suites' evidence lines (which apiserver, how many broker decisions) show; the
 	@# summary keeps the log readable, and a failure prints the whole output of the run. The suites
 	@# that install on the kind cluster (CLUSTER_SUITES) share it, so they run one after the other,
-	@# after the rest.
+	@# after the rest, from the release bundle: its images loaded into kind (kind-load-release), its
+	@# a2actl, and its packaged chart for TestHelmChartOnARealCluster (A2A_FLEET_DIST).
 	@rc=0; export KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)"; \
 		go test $$(go list ./... | grep -v -x -F $(foreach s,$(CLUSTER_SUITES),-e $(MODULE)/$(s))) -count=1 -timeout $(TEST_TIMEOUT) -v > $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
-		go test -p 1 $(addprefix ./,$(CLUSTER_SUITES)) -count=1 -timeout $(TEST_TIMEOUT) -v >> $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
+		A2A_FLEET_DIST=$(CURDIR)/dist A2ACTL=$(CURDIR)/dist/a2actl-$(VERSION)-linux-amd64 go test -p 1 $(addprefix ./,$(CLUSTER_SUITES)) -count=1 -timeout $(TEST_TIMEOUT) -v >> $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
 	if [ $$rc -ne 0 ]; then grep -v -E '^=== (RUN|PAUSE|CONT|NAME)' $(LOCALBIN)/test.log; fi; \
 	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|^cluster: kube-apiserver|ACL matrix:|chaos result:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
 	echo "$$(grep -c -E '^\s*--- PASS' $(LOCALBIN)/test.log) passed, $$(grep -c -E '^\s*--- FAIL' $(LOCALBIN)/test.log) failed, $$(grep -c -E '^\s*--- SKIP' $(LOCALBIN)/test.log) skipped"; \
@@ -291,10 +292,10 @@ docker-build: ## Build the images from the Dockerfile with your Docker engine an
 # commit comes from here (the build context has no .git).
 DOCKER_BUILD_ARGS := --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT)
 
-# make release saves the four images (IMAGES=0: without them, an incomplete bundle).
+# make release saves the six images (IMAGES=0: without them, an incomplete bundle).
 IMAGES ?= 1
 .PHONY: release
-release: $(HELM) $(if $(filter 1,$(IMAGES)),docker-images) ## Release bundle of VERSION in dist/: the chart packaged, the four images (docker save | gzip, from the project's dockerd), a2actl for linux/darwin on amd64/arm64, a CycloneDX SBOM, SHA256SUMS; test/release checks it.
+release: $(HELM) $(if $(filter 1,$(IMAGES)),docker-images) ## Release bundle of VERSION in dist/: the chart packaged, the six images (docker save | gzip, from the project's dockerd), a2actl for linux/darwin on amd64/arm64, a CycloneDX SBOM, SHA256SUMS; test/release checks it.
 	HELM=$(HELM) IMAGES=$(IMAGES) IMG=$(IMG) SERVICE_IMG=$(SERVICE_IMG) EXAMPLES_IMG=$(EXAMPLES_IMG) MOSQUITTO_IMG=$(MOSQUITTO_IMG) hack/release.sh
 
 .PHONY: kind-load-release

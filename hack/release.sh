@@ -2,8 +2,8 @@
 # Writes the release bundle of the VERSION file's version into dist/ (make release):
 #   a2a-fleet-VERSION.tgz                       the Helm chart, packaged (helm package)
 #   a2actl-VERSION-{linux,darwin}-{amd64,arm64} the CLI, static, stamped with VERSION and the commit
-#   images/{operator,conversation-service,example-agents,mosquitto}.tar.gz
-#                                               the four images (docker save | gzip) from the
+#   images/{operator,conversation-service,example-agents,mosquitto,decision-service,gateway}.tar.gz
+#                                               the six images (docker save | gzip) from the
 #                                               project's dockerd (hack/kind; make docker-images
 #                                               builds them), as the manifests name them:
 #                                               `docker load -i FILE`, or gunzip and
@@ -48,7 +48,8 @@ if [ "${IMAGES:-1}" = 1 ]; then
 	source hack/kind/lib.sh
 	mkdir -p "$dist/images"
 	for image in "${IMG:-a2a-fleet/operator:dev}" "${SERVICE_IMG:-a2a-fleet/conversation-service:dev}" \
-		"${EXAMPLES_IMG:-a2a-fleet/example-agents:dev}" "${MOSQUITTO_IMG:-a2a-fleet/mosquitto:dev}"; do
+		"${EXAMPLES_IMG:-a2a-fleet/example-agents:dev}" "${MOSQUITTO_IMG:-a2a-fleet/mosquitto:dev}" \
+		"${DECISION_IMG:-a2a-fleet/decision-service:dev}" "${GATEWAY_IMG:-a2a-fleet/gateway:dev}"; do
 		name="$(basename "${image%%:*}")"
 		labels="$(docker image inspect --format '{{index .Config.Labels "org.opencontainers.image.version"}} {{index .Config.Labels "org.opencontainers.image.revision"}}' "$image")" ||
 			die "image $image not found on $DOCKER_HOST: make docker-images"

@@ -57,6 +57,9 @@ type Env struct {
 	// Root is the repository; Kubectl, Helm and A2actl are binaries the make targets built
 	// before the tests (kubectl from KUBEBUILDER_ASSETS, bin/helm-*, bin/a2actl).
 	Root, Kubectl, Helm, A2actl string
+	// Chart is what TestHelmChartOnARealCluster installs: the release bundle's packaged chart
+	// (A2A_FLEET_DIST) or charts/a2a-fleet.
+	Chart string
 	// Images maps the manifests' image names to the ones to run instead (IMG, SERVICE_IMG,
 	// EXAMPLES_IMG, MOSQUITTO_IMG): empty on kind, where the manifests' names are loaded.
 	Images map[string]string
@@ -105,6 +108,19 @@ func FromEnv() (*Env, error) {
 	}
 	e.Helm = cmpOr(os.Getenv("HELM"), filepath.Join(root, "bin", "helm-v3.22.0"))
 	e.A2actl = cmpOr(os.Getenv("A2ACTL"), filepath.Join(root, "bin", "a2actl"))
+	// The chart from the release bundle (make release) when A2A_FLEET_DIST names it, as a user of
+	// the bundle installs it; the working tree's otherwise.
+	e.Chart = filepath.Join(root, "charts", "a2a-fleet")
+	if dist := os.Getenv("A2A_FLEET_DIST"); dist != "" {
+		version, err := os.ReadFile(filepath.Join(root, "VERSION"))
+		if err != nil {
+			return nil, err
+		}
+		e.Chart = filepath.Join(dist, "a2a-fleet-"+strings.TrimSpace(string(version))+".tgz")
+		if _, err := os.Stat(e.Chart); err != nil {
+			return nil, fmt.Errorf("A2A_FLEET_DIST: no packaged chart: %w (make release)", err)
+		}
+	}
 	for name, path := range map[string]string{"kubectl (KUBECTL or KUBEBUILDER_ASSETS)": e.Kubectl, "helm (HELM)": e.Helm, "a2actl (A2ACTL)": e.A2actl} {
 		if st, err := os.Stat(path); err != nil || st.IsDir() {
 			return nil, fmt.Errorf("%s not found at %q: build it first (make tools-test)", name, path)

@@ -129,7 +129,8 @@ func TestHelmChartOnARealCluster(t *testing.T) {
 	start := time.Now()
 	// On dynsec (broker.backend=dynsec), the backend the quickstart's default no longer runs, so
 	// that both backends are proven on a real kubelet.
-	args := append([]string{"install", "a2a-fleet", filepath.Join(env.Root, "charts/a2a-fleet"),
+	t.Logf("installing %s", env.Chart)
+	args := append([]string{"install", "a2a-fleet", env.Chart,
 		"--namespace", Namespace, "--create-namespace", "--set", "broker.backend=dynsec"}, env.HelmImageArgs()...)
 	if out, err := env.Command(ctx, env.Helm, args...); err != nil {
 		t.Fatal(err)

@@ -1,5 +1,5 @@
 // Package release checks the release bundle `make release` writes to dist/ (hack/release.sh):
-// its checksums verify, the chart is the VERSION's, the four images are the manifests' and carry
+// its checksums verify, the chart is the VERSION's, the six images are the manifests' and carry
 // the VERSION and commit, a2actl is built for each platform with the version stamped, and the
 // SBOM lists every module go.mod requires at its version. It reads the bundle make release wrote
 // (A2A_FLEET_DIST names another folder) and fails, never skips, when there is none.
@@ -104,6 +104,8 @@ var images = map[string]string{
 	"conversation-service": "a2a-fleet/conversation-service:dev",
 	"example-agents":       "a2a-fleet/example-agents:dev",
 	"mosquitto":            "a2a-fleet/mosquitto:dev",
+	"decision-service":     "a2a-fleet/decision-service:dev",
+	"gateway":              "a2a-fleet/gateway:dev",
 }
 
 // SHA256SUMS lists every file of the bundle, no other, and each checksum verifies.
