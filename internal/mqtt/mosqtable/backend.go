@@ -119,7 +119,8 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("mosqtable: mirror: %w", err)
 	}
 	return &Backend{cfg: cfg, log: cfg.Logger.With("component", "mosqtable"), url: u.Redacted(), nonce: nonce,
-		opened: make(chan struct{}), pending: map[string]chan Response{}, mirror: mirror}, nil
+		opened: make(chan struct{}), pending: map[string]chan Response{}, mirror: mirror,
+		presence: presenceView{read: make(chan struct{})}}, nil
 }
 
 // NotifyReady sets a callback run after every (re)connection, once the mirror and the

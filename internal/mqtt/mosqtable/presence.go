@@ -20,6 +20,10 @@ const UnseenDisconnectReason = "not connected when the operator read the broker'
 // PresenceTopic and corrected by an OpPresence answer at every (re)connection. Both arrive on
 // the admin connection's one message goroutine, in the broker's order.
 type presenceView struct {
+	// read is closed once the first OpPresence exchange ended (answered or not).
+	read     chan struct{}
+	readOnce sync.Once
+
 	mu       sync.Mutex
 	live     map[string]time.Time // client ID → connected since
 	watchers []func(presence.Observation)
@@ -27,10 +31,21 @@ type presenceView struct {
 
 // WatchPresence implements presence.Source: every connect, disconnect and refused CONNECT the
 // plugin reports from now on goes to fn (on the admin connection's goroutine; fn must not
-// block), and the clients connected now are returned. Before the admin connection first read
-// the plugin's live set that is nothing; the set is then reported to fn.
+// block), and the clients connected now are returned. On an opened backend it first waits
+// (at most ConnectTimeout) for the admin connection's first read of the plugin's live set, so
+// a new operator starts from the broker's truth instead of calling every connected agent
+// NotConnected until then; a set read later is reported to fn.
 func (b *Backend) WatchPresence(fn func(presence.Observation)) []presence.Observation {
 	v := &b.presence
+	if b.sess.Load() != nil {
+		wait := time.NewTimer(b.cfg.ConnectTimeout)
+		select {
+		case <-v.read:
+		case <-wait.C:
+			b.log.Info("the broker's live connections are not read yet; presence follows once they are", "waited", b.cfg.ConnectTimeout)
+		}
+		wait.Stop()
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.watchers = append(v.watchers, fn)
@@ -100,6 +115,7 @@ func (b *Backend) replacePresence(set LiveSet) {
 // (dispatch), in order with the events around it.
 func (b *Backend) readPresence(ctx context.Context) {
 	resp, err := b.request(ctx, Request{Op: OpPresence})
+	defer b.presence.readOnce.Do(func() { close(b.presence.read) })
 	switch {
 	case err != nil:
 		b.log.Info("could not read the broker's live connections; presence follows the plugin's events only", "err", err)

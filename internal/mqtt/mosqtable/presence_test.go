@@ -122,12 +122,21 @@ func TestPresenceAcrossOperatorAndBrokerRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The operator restarts while the agent stays connected.
-	be2 := connect(t, m)
+	// The operator restarts while the agent stays connected: opened as the broker runtime does
+	// (Open returns at once, the connection comes up behind it), WatchPresence returns the agent.
+	user, pass := m.TableAdmin()
+	be2, err := New(Config{URL: m.URL(), Username: user, Password: pass, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); _ = be2.Close(context.Background()) })
+	if err := be2.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
 	tr := watch(be2)
-	st := waitState(t, m, tr, a, "connected after the operator restarted", func(s presence.State) bool { return s.Connected })
-	if !st.Since.Equal(since) {
-		t.Errorf("after the operator restarted: connected since %v, want the broker's %v", st.Since, since)
+	if st := tr.State(a); !st.Connected || !st.Since.Equal(since) {
+		t.Errorf("WatchPresence after the operator restarted: %+v, want connected since the broker's %v", st, since)
 	}
 
 	// The broker dies (no event can leave it) and comes back without the agent.
@@ -135,7 +144,7 @@ func TestPresenceAcrossOperatorAndBrokerRestarts(t *testing.T) {
 	if err := m.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	st = waitState(t, m, tr, a, "corrected after the broker restarted", func(s presence.State) bool { return !s.Connected })
+	st := waitState(t, m, tr, a, "corrected after the broker restarted", func(s presence.State) bool { return !s.Connected })
 	if st.LastDisconnectReason != UnseenDisconnectReason {
 		t.Errorf("after the broker restarted: reason %q", st.LastDisconnectReason)
 	}
