@@ -54,6 +54,12 @@ func (g *CallerGraph) RemoveNamespace(name string) []types.NamespacedName {
 func (g *CallerGraph) UpsertGrant(grant *a2av1.AgentGrant) []types.NamespacedName {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if old := g.grants[grant.Namespace][grant.Name]; old != nil && old.Generation != 0 && old.Generation == grant.Generation {
+		// The same spec (a resync, a metadata change): nothing it decides changed.
+		g.grants[grant.Namespace][grant.Name] = grant
+		g.listGrants(grant.Namespace)
+		return nil
+	}
 	return g.changeIn(grant.Namespace, func() {
 		byName := g.grants[grant.Namespace]
 		if byName == nil {
