@@ -37,14 +37,6 @@ func SetupIndexes(ctx context.Context, mgr FieldIndexer) error {
 	}); err != nil {
 		return fmt.Errorf("index agents by conversation policy: %w", err)
 	}
-	if err := idx.IndexField(ctx, &a2av1.Agent{}, identity.IndexAgentHasCallerSelectors, func(o client.Object) []string {
-		if len(o.(*a2av1.Agent).Spec.Callers.From) > 0 {
-			return []string{"true"}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index agents with caller selectors: %w", err)
-	}
 	if err := idx.IndexField(ctx, &a2av1.Agent{}, identity.IndexAgentCallerRule, func(o client.Object) []string {
 		return registration.RuleIndexValues(o.(*a2av1.Agent))
 	}); err != nil {

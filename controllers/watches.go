@@ -57,9 +57,10 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(e.poolMembers), builder.WithPredicates(createOrDeletePredicate())).
 		// Tenancy: which namespace may claim which org, unit and pool.
 		Watches(&a2av1.Tenant{}, e.tenantHandler()).
-		// Consent: being selected as callers, joining pools.
+		// Consent to join pools (consent to be selected as callers is the caller graph's).
 		Watches(&a2av1.AgentGrant{}, e.grantHandler()).
-		// Namespace labels drive Tenant selectors, caller namespace selectors and Pod Security levels.
+		// Namespace labels drive Tenant selectors and Pod Security levels (caller namespace
+		// selectors: the caller graph).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(e.agentsForNamespace), builder.WithPredicates(
 			predicate.Or[client.Object](predicate.LabelChangedPredicate{}, createOrDeletePredicate()))).
 		// Only a deletion or a change of the data of a credentials Secret concerns the Agent (not
@@ -70,8 +71,9 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrent}).
 		Named("agent")
 	if r.Graph != nil {
-		// Caller rules tie Agents together: a rule's owner and the Agents it selects both change.
-		// The graph says which, once it has applied the change (so their reconciles read it).
+		// Caller rules, namespace labels and consent tie Agents together: a rule's owner and the
+		// Agents it selects both change. The graph says which, once it has applied the change (so
+		// their reconciles read it).
 		b = b.WatchesRawSource(callerGraphSource(r.Graph))
 	}
 	if r.Shared != nil {
@@ -262,9 +264,10 @@ func (e *agentEvents) poolMembers(ctx context.Context, obj client.Object) []reco
 	return q.out
 }
 
-// callerGraphSource enqueues the Agents whose caller relations an Agent change touches, as the
-// caller graph reports them after applying it (tenancy.CallerGraph.Upsert): the rules' owners
-// that start or stop admitting it, the Agents its rules start or stop covering, and itself.
+// callerGraphSource enqueues the Agents whose caller relations a change touches, as the caller
+// graph reports them after applying it: for an Agent (tenancy.CallerGraph.Upsert), the rules'
+// owners that start or stop admitting it and the Agents its rules start or stop covering; for a
+// Namespace's labels or an AgentGrant, the owners and callers of every relation it changed.
 func callerGraphSource(g *tenancy.CallerGraph) source.Source {
 	return source.Func(func(_ context.Context, q workqueueOf) error {
 		g.Subscribe(func(keys []types.NamespacedName) {
@@ -365,75 +368,27 @@ func (e *agentEvents) grantHandler() handler.TypedEventHandler[client.Object, re
 	})
 }
 
-// agentsForGrant: for Callers, the granting namespace's Agents the grant covers (they gain or lose
-// the right to call the selectors' owners) and the Agents of the from namespaces with namespace
-// selectors (they gain or lose reply grants); for Pools, the from namespaces' pool members.
+// agentsForGrant: for Pools, the from namespaces' pool members. Callers consent is the caller
+// graph's: it reports the Agents whose callers or callees a grant changes (callerGraphSource).
 func (e *agentEvents) agentsForGrant(ctx context.Context, g *a2av1.AgentGrant, q *requests) {
-	log := logf.FromContext(ctx)
-	from := map[string]bool{}
+	if !slices.ContainsFunc(g.Spec.To, func(to a2av1.AgentGrantTo) bool { return to.Kind == a2av1.AgentGrantPools }) {
+		return
+	}
 	for _, f := range g.Spec.From {
-		from[f.Namespace] = true
-	}
-	var callersGranted, poolsGranted bool
-	for _, to := range g.Spec.To {
-		switch to.Kind {
-		case a2av1.AgentGrantCallers:
-			callersGranted = true
-			opts := []client.ListOption{client.InNamespace(g.Namespace)}
-			if to.AgentSelector != nil {
-				sel, err := metav1.LabelSelectorAsSelector(to.AgentSelector)
-				if err != nil {
-					continue
-				}
-				opts = append(opts, client.MatchingLabelsSelector{Selector: sel})
-			}
-			var covered a2av1.AgentList
-			if err := e.reader.List(ctx, &covered, opts...); err != nil {
-				log.Error(err, "list agents covered by grant", "grant", g.Name)
-			}
-			q.addAll(covered.Items)
-		case a2av1.AgentGrantPools:
-			poolsGranted = true
-		}
-	}
-	if callersGranted {
-		var rules a2av1.AgentList
-		if err := e.reader.List(ctx, &rules, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
-			log.Error(err, "list agents with caller selectors")
-		}
-		for _, a := range rules.Items {
-			if from[a.Namespace] && hasNamespaceSelectors(&a) {
+		for _, a := range e.agentsIn(ctx, f.Namespace) {
+			if a.Spec.PoolID != "" {
 				q.add(a.Namespace, a.Name)
-			}
-		}
-	}
-	if poolsGranted {
-		for ns := range from {
-			for _, a := range e.agentsIn(ctx, ns) {
-				if a.Spec.PoolID != "" {
-					q.add(a.Namespace, a.Name)
-				}
 			}
 		}
 	}
 }
 
 // agentsForNamespace maps a namespace's creation, deletion or relabelling to its own Agents
-// (Tenant selectors, Pod Security level) and to the Agents with namespace selectors (they may
-// start or stop admitting its Agents).
+// (Tenant selectors, Pod Security level). The Agents whose caller namespace selectors start or
+// stop covering its Agents are the caller graph's to report (callerGraphSource).
 func (e *agentEvents) agentsForNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
-	log := logf.FromContext(ctx)
 	var q requests
 	q.addAll(e.agentsIn(ctx, obj.GetName()))
-	var rules a2av1.AgentList
-	if err := e.reader.List(ctx, &rules, client.MatchingFields{identity.IndexAgentHasCallerSelectors: "true"}); err != nil {
-		log.Error(err, "list agents with caller selectors")
-	}
-	for _, a := range rules.Items {
-		if hasNamespaceSelectors(&a) {
-			q.add(a.Namespace, a.Name)
-		}
-	}
 	return q.out
 }
 

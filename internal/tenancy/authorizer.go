@@ -335,10 +335,15 @@ func (v *View) PoolJoined(ctx context.Context, agent *a2av1.Agent) (joined bool,
 	return PoolGranted(grants, owner, agent.Namespace, agent.Spec.PoolID), owner, nil
 }
 
-// CallerGranted reports whether an Agent of selectorNS may select caller through callers.from.
+// CallerGranted reports whether an Agent of selectorNS may select caller through callers.from
+// (from the caller graph's AgentGrants when the view has one: its reports then re-reconcile the
+// Agents a grant concerns after the graph holds it).
 func (v *View) CallerGranted(ctx context.Context, selectorNS string, caller *a2av1.Agent) (bool, error) {
 	if selectorNS == caller.Namespace {
 		return true, nil
+	}
+	if v.graph != nil {
+		return CallerGranted(v.graph.Grants(caller.Namespace), selectorNS, caller), nil
 	}
 	grants, err := v.Grants(ctx, caller.Namespace)
 	if err != nil {

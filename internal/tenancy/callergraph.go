@@ -6,6 +6,8 @@ import (
 	"maps"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -19,10 +21,13 @@ import (
 // (by their labels, Candidates). It is kept by an Agent informer's event handler, one Agent at a
 // time, and is safe for concurrent use: reads take a shared lock and never list the cache.
 //
-// It answers which Agents the rules cover by labels and namespace; liveness, the namespace
-// selectors' Namespaces and consent are the View's (per reconcile, from the cache). After each
-// change it tells its subscribers which Agents' caller relations the change can touch (Subscribe),
-// so that an Agent reconciled before the graph saw a change is reconciled again after it.
+// It is compiled from three informers: the Agents (their labels and rules), the Namespaces (the
+// labels namespace selectors match) and the AgentGrants (consent of the callers' namespaces), so
+// it answers who may call whom up to liveness (Callers, Callees, Admits); liveness (Tenants,
+// holders, limits) stays the View's. After each change it tells its subscribers which Agents'
+// caller relations the change can touch (Subscribe), so that an Agent reconciled before the graph
+// saw a change is reconciled again after it: for a Namespace or an AgentGrant, exactly the Agents
+// whose callers or callees (admitted, or covered without consent) changed.
 type CallerGraph struct {
 	mu    sync.RWMutex
 	nodes map[types.UID]*graphNode
@@ -31,10 +36,16 @@ type CallerGraph struct {
 	byLabel     map[string]map[types.UID]*graphNode
 	byNamespace map[string]map[types.UID]*graphNode
 	rules       map[string]map[types.UID]*graphNode
+	// nsLabels are the Namespaces' labels (a Namespace not seen has none); grants the AgentGrants
+	// of each namespace by name, grantList the same as a slice rebuilt on each change (readers
+	// share it and never change it).
+	nsLabels  map[string]labels.Set
+	grants    map[string]map[string]*a2av1.AgentGrant
+	grantList map[string][]a2av1.AgentGrant
 
 	subMu       sync.Mutex
 	subscribers []func([]types.NamespacedName)
-	reg         toolscache.ResourceEventHandlerRegistration
+	regs        []toolscache.ResourceEventHandlerRegistration
 }
 
 type graphNode struct {
@@ -45,42 +56,84 @@ type graphNode struct {
 // NewCallerGraph returns an empty graph; Watch fills it from an informer.
 func NewCallerGraph() *CallerGraph {
 	return &CallerGraph{nodes: map[types.UID]*graphNode{}, byLabel: map[string]map[types.UID]*graphNode{},
-		byNamespace: map[string]map[types.UID]*graphNode{}, rules: map[string]map[types.UID]*graphNode{}}
+		byNamespace: map[string]map[types.UID]*graphNode{}, rules: map[string]map[types.UID]*graphNode{},
+		nsLabels: map[string]labels.Set{}, grants: map[string]map[string]*a2av1.AgentGrant{}, grantList: map[string][]a2av1.AgentGrant{}}
 }
 
-// Watch registers the graph's event handler on c's Agent informer.
+// Watch registers the graph's event handlers on c's Agent, Namespace and AgentGrant informers.
 func (g *CallerGraph) Watch(ctx context.Context, c cache.Informers) error {
-	inf, err := c.GetInformer(ctx, &a2av1.Agent{}, cache.BlockUntilSynced(false))
-	if err != nil {
-		return fmt.Errorf("agent informer for the caller graph: %w", err)
-	}
-	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { g.apply(nil, obj) },
-		UpdateFunc: g.apply,
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
+	handlers := []struct {
+		obj    client.Object
+		upsert func(old, obj any) []types.NamespacedName
+		remove func(obj any) []types.NamespacedName
+		what   string
+	}{
+		{&a2av1.Agent{}, g.upsertAgentEvent, func(obj any) []types.NamespacedName {
 			if a, ok := obj.(*a2av1.Agent); ok {
-				g.notify(g.Remove(a))
+				return g.Remove(a)
 			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("watch agents for the caller graph: %w", err)
+			return nil
+		}, "agents"},
+		{&corev1.Namespace{}, func(_, obj any) []types.NamespacedName {
+			if ns, ok := obj.(*corev1.Namespace); ok {
+				return g.UpsertNamespace(ns)
+			}
+			return nil
+		}, func(obj any) []types.NamespacedName {
+			if ns, ok := obj.(*corev1.Namespace); ok {
+				return g.RemoveNamespace(ns.Name)
+			}
+			return nil
+		}, "namespaces"},
+		{&a2av1.AgentGrant{}, func(_, obj any) []types.NamespacedName {
+			if gr, ok := obj.(*a2av1.AgentGrant); ok {
+				return g.UpsertGrant(gr)
+			}
+			return nil
+		}, func(obj any) []types.NamespacedName {
+			if gr, ok := obj.(*a2av1.AgentGrant); ok {
+				return g.RemoveGrant(gr)
+			}
+			return nil
+		}, "agent grants"},
 	}
-	g.mu.Lock()
-	g.reg = reg
-	g.mu.Unlock()
+	for _, h := range handlers {
+		inf, err := c.GetInformer(ctx, h.obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			return fmt.Errorf("%s informer for the caller graph: %w", h.what, err)
+		}
+		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { g.notify(h.upsert(nil, obj)) },
+			UpdateFunc: func(old, obj any) { g.notify(h.upsert(old, obj)) },
+			DeleteFunc: func(obj any) {
+				if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+					obj = t.Obj
+				}
+				g.notify(h.remove(obj))
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("watch %s for the caller graph: %w", h.what, err)
+		}
+		g.mu.Lock()
+		g.regs = append(g.regs, reg)
+		g.mu.Unlock()
+	}
 	return nil
 }
 
-// Synced reports whether the graph holds every Agent of the informer's initial list (a graph
+// Synced reports whether the graph holds every Agent, Namespace and AgentGrant of the informers'
+// initial lists (a graph
 // filled by hand, without Watch, always is).
 func (g *CallerGraph) Synced() bool {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return g.reg == nil || g.reg.HasSynced()
+	for _, reg := range g.regs {
+		if !reg.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // Subscribe calls fn, after each change the graph applies, with the Agents whose caller relations
@@ -91,13 +144,13 @@ func (g *CallerGraph) Subscribe(fn func([]types.NamespacedName)) {
 	g.subscribers = append(g.subscribers, fn)
 }
 
-func (g *CallerGraph) apply(oldObj, newObj any) {
+func (g *CallerGraph) upsertAgentEvent(oldObj, newObj any) []types.NamespacedName {
 	a, ok := newObj.(*a2av1.Agent)
 	if !ok {
-		return
+		return nil
 	}
 	old, _ := oldObj.(*a2av1.Agent)
-	g.notify(g.Upsert(old, a))
+	return g.Upsert(old, a)
 }
 
 func (g *CallerGraph) notify(keys []types.NamespacedName) {

@@ -226,6 +226,14 @@ func TestCallersIsSelects(t *testing.T) {
 			}
 		}
 		graph := NewCallerGraph()
+		for _, o := range objs {
+			switch o := o.(type) {
+			case *corev1.Namespace:
+				graph.UpsertNamespace(o)
+			case *a2av1.AgentGrant:
+				graph.UpsertGrant(o)
+			}
+		}
 		for range 40 {
 			a := f.agent()
 			objs = append(objs, a)

@@ -17,7 +17,8 @@ import (
 // Who may call whom is decided here, once, for everything that needs it: the ACL compiler
 // (internal/registration compiles the broker's grants from it) and the conversation service
 // (internal/convservice admits a gated agent's callers by it). Both evaluate the same compiled
-// rules (CallerRule), enumerated from one caller graph (CallerGraph) where the reader carries one:
+// rules (CallerRule), enumerated from one caller graph (CallerGraph) where the reader carries one
+// (which then also answers namespace labels and consent, leaving only liveness to the cache):
 // Callers is exactly the live Agents Selects admits (TestCallersIsSelects checks it as a
 // property over random fleets).
 
@@ -41,6 +42,9 @@ func ScopeAdmits(scope a2av1.CallerScope, callee, caller a2amqtt.AgentRef) bool 
 func (v *View) Selects(ctx context.Context, callee, agent *a2av1.Agent) (bool, error) {
 	if callee.UID == agent.UID {
 		return false, nil
+	}
+	if v.graph != nil {
+		return v.graph.Admits(callee, agent), nil
 	}
 	rules, _ := CompileCallerRules(callee)
 	covered, err := v.covered(ctx, rules, agent)
@@ -77,6 +81,9 @@ func (v *View) Callers(ctx context.Context, callee *a2av1.Agent) (callers []*a2a
 	if err != nil {
 		return nil, nil, err
 	}
+	if v.graph != nil {
+		return v.graphCallers(ctx, callee)
+	}
 	candidates, err := v.candidates(ctx, callee, rules)
 	if err != nil {
 		return nil, nil, err
@@ -109,6 +116,40 @@ func (v *View) Callers(ctx context.Context, callee *a2av1.Agent) (callers []*a2a
 	}
 	slices.Sort(ungranted)
 	return callers, ungranted, nil
+}
+
+// graphCallers is Callers answered by the caller graph: only liveness is read per call.
+func (v *View) graphCallers(ctx context.Context, callee *a2av1.Agent) (callers []*a2av1.Agent, ungranted []string, err error) {
+	admitted, covered := v.graph.Callers(callee)
+	if callers, err = v.liveOnly(ctx, admitted); err != nil {
+		return nil, nil, err
+	}
+	live, err := v.liveOnly(ctx, covered)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range live {
+		if !slices.Contains(ungranted, c.Namespace) {
+			ungranted = append(ungranted, c.Namespace)
+		}
+	}
+	slices.Sort(ungranted)
+	return callers, ungranted, nil
+}
+
+// liveOnly keeps the live Agents of agents (a new slice).
+func (v *View) liveOnly(ctx context.Context, agents []*a2av1.Agent) ([]*a2av1.Agent, error) {
+	var out []*a2av1.Agent
+	for _, a := range agents {
+		live, err := v.Live(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		if live {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 // candidates are the Agents rules may cover by labels and namespace, each once, never callee: from
@@ -144,9 +185,12 @@ func (v *View) candidates(ctx context.Context, callee *a2av1.Agent, rules []Call
 }
 
 // Callees returns the live Agents whose callers.from rules admit agent (Selects), each once. Only
-// the rules filed under agent's labels are examined (the caller graph, or the cache's caller-rule
-// index), so the cost follows the number of rules that may cover it, not the size of the fleet.
+// the rules filed under agent's labels are examined (the caller graph, which also holds the
+// namespace labels and consent, or the cache's caller-rule index), so the cost follows the number of rules that may cover it, not the size of the fleet.
 func (v *View) Callees(ctx context.Context, agent *a2av1.Agent) ([]*a2av1.Agent, error) {
+	if v.graph != nil {
+		return v.liveOnly(ctx, v.graph.Callees(agent))
+	}
 	owners, err := v.RuleOwners(ctx, agent)
 	if err != nil {
 		return nil, err
