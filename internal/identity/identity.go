@@ -98,9 +98,6 @@ const (
 	IndexAgentClientID = "a2a.fleet.dev/client-id"
 	// IndexAgentPolicy indexes Agents by status.conversationPolicy.
 	IndexAgentPolicy = "a2a.fleet.dev/conversation-policy"
-	// IndexAgentHasCallerSelectors marks Agents with callers.from selectors ("true"), the only
-	// ones whose rules can admit another Agent individually.
-	IndexAgentHasCallerSelectors = "a2a.fleet.dev/has-caller-selectors"
 	// IndexAgentCallerRule indexes Agents with callers.from selectors by one label pair each
 	// selector requires ("{namespace}|{key}={value}", or "*|..." for a rule with a namespace
 	// selector, "...|*" for a selector without matchLabels), so that the rules that may admit an
