@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -54,6 +55,8 @@ type registry struct {
 	// ownersKick, when set (several replicas), wakes the ownership loop when the agents change.
 	ownersKick chan struct{}
 	cache      cache.Cache
+	// graph is the caller graph over cache (tenancy.CallerGraph), the operator's index.
+	graph *tenancy.CallerGraph
 	// callers decides who each gated agent admits as caller.
 	callers *callerDirectory
 	kick    chan struct{}
@@ -96,9 +99,15 @@ func newRegistry(ctx context.Context, d registryDeps) (*registry, error) {
 	if err := tenancy.IndexFields(ctx, c); err != nil {
 		return nil, fmt.Errorf("conversation service: %w", err)
 	}
+	// The operator's caller graph, over this cache: Views answer who may call whom from its
+	// indexes (namespace labels, AgentGrant consent) as the operator's ACL compiler does.
+	graph := tenancy.NewCallerGraph()
+	if err := graph.Watch(ctx, c); err != nil {
+		return nil, fmt.Errorf("conversation service: caller graph: %w", err)
+	}
 	r := &registry{
 		resyncEvery: d.cfg.ResyncInterval, log: d.log, conn: d.conn, gauge: d.gauge,
-		ownersKick: d.ownersKick, cache: c, callers: newCallerDirectory(c), kick: make(chan struct{}, 1), done: make(chan struct{}),
+		ownersKick: d.ownersKick, cache: c, graph: graph, callers: newCallerDirectory(c), kick: make(chan struct{}, 1), done: make(chan struct{}),
 		byTopic: map[string]*gatedAgent{}, byKey: map[string]*gatedAgent{}, subs: map[string]*a2amqtt.Subscription{},
 		leaving: map[string]bool{},
 	}
@@ -118,6 +127,9 @@ func newRegistry(ctx context.Context, d registryDeps) (*registry, error) {
 			return nil, fmt.Errorf("conversation service: watch %T: %w", obj, err)
 		}
 	}
+	// The graph applies an event in its own handler, maybe after the poke above: a change it
+	// reports resyncs again, so the generation's decisions never lag the graph.
+	graph.Subscribe(func([]types.NamespacedName) { r.poke() })
 	cctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
 	go func() {
@@ -188,7 +200,7 @@ func (r *registry) desired(ctx context.Context) (map[string]*gatedAgent, error) 
 	if err := r.cache.List(ctx, &policies, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list conversation policies: %w", err)
 	}
-	view, err := (&tenancy.Authorizer{Reader: r.cache}).View(ctx)
+	view, err := (&tenancy.Authorizer{Reader: r.cache, Graph: r.graph}).View(ctx)
 	if err != nil {
 		return nil, err
 	}

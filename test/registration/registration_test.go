@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -389,7 +390,17 @@ func checkServiceAgrees(t *testing.T, ctx context.Context, conns []*paho.Client,
 	t.Logf("ACL matrix: the conversation service's admission agrees with the broker on %d caller/callee pairs", pairs)
 }
 
-// serviceCache is a cache of the objects a conversation service replica reads, with its indexes.
+// graphReader is a reader that carries a caller graph, as a replica's registry reads through
+// one (tenancy.CallerGraphReader).
+type graphReader struct {
+	client.Reader
+	graph *tenancy.CallerGraph
+}
+
+func (r graphReader) CallerGraph() *tenancy.CallerGraph { return r.graph }
+
+// serviceCache is a cache of the objects a conversation service replica reads, with its indexes
+// and its caller graph.
 func serviceCache(t *testing.T, ctx context.Context) client.Reader {
 	t.Helper()
 	c, err := cache.New(cp.Config, cache.Options{Scheme: cp.Scheme})
@@ -397,6 +408,10 @@ func serviceCache(t *testing.T, ctx context.Context) client.Reader {
 		t.Fatal(err)
 	}
 	if err := tenancy.IndexFields(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	graph := tenancy.NewCallerGraph()
+	if err := graph.Watch(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	for _, obj := range []client.Object{&a2av1.Agent{}, &a2av1.Tenant{}, &a2av1.AgentGrant{}, &corev1.Namespace{}} {
@@ -410,7 +425,13 @@ func serviceCache(t *testing.T, ctx context.Context) client.Reader {
 	if !c.WaitForCacheSync(ctx) {
 		t.Fatal("service cache did not sync")
 	}
-	return c
+	eventually(t, "the service's caller graph synced", func() error {
+		if !graph.Synced() {
+			return errors.New("not synced")
+		}
+		return nil
+	})
+	return graphReader{Reader: c, graph: graph}
 }
 
 // TestBrokerOutageAndDriftRepair: a role deleted by hand comes back within one resync; a broker
