@@ -407,3 +407,24 @@ func (c *Client) Sync() {
 	case <-c.pc.Done(): // paho may keep a publish pending on a dead connection
 	}
 }
+
+// reasonPacketIDInUse is the SUBACK reason 0x91.
+const reasonPacketIDInUse = 0x91
+
+// SubscribeRetrying subscribes with pc and retries, with a growing pause, a SUBACK refused with
+// 0x91 "packet identifier in use": mochi numbers its own deliveries to a client (a retained
+// message of the previous SUBSCRIBE, say) from the same identifiers as the client's requests and
+// refuses a SUBSCRIBE whose identifier one of them holds; pkg/a2amqtt retries alike.
+func SubscribeRetrying(ctx context.Context, pc *paho.Client, s *paho.Subscribe) (*paho.Suback, error) {
+	for attempt := 1; ; attempt++ {
+		sa, err := pc.Subscribe(ctx, s)
+		if sa == nil || len(sa.Reasons) == 0 || sa.Reasons[0] != reasonPacketIDInUse || attempt == 50 {
+			return sa, err
+		}
+		select {
+		case <-ctx.Done():
+			return sa, err
+		case <-time.After(time.Duration(attempt) * 2 * time.Millisecond):
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt/cardsig"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
@@ -65,7 +66,7 @@ func dialCardReader(t *testing.T, b *runtimeBroker, clientID string, pinned *jos
 	t.Cleanup(func() { _ = r.pc.Disconnect(&paho.Disconnect{}) })
 	// Keys first, then the cards: every card arrives after the keys that signed it.
 	for _, f := range []string{a2amqtt.CardKeysTopic, a2amqtt.DirectoryFilter("acme")} {
-		sa, err := r.pc.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: f, QoS: 1}}})
+		sa, err := brokertest.SubscribeRetrying(ctx, r.pc, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: f, QoS: 1}}})
 		if err != nil || sa.Reasons[0] >= 0x80 {
 			t.Fatalf("card reader subscribe %s: %v %v", f, sa, err)
 		}
