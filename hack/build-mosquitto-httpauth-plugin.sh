@@ -30,7 +30,7 @@ fi
 
 export CGO_ENABLED=1
 tags=mosquittoplugin
-sources="$(go list -tags "$tags" -deps -f '{{if not .Standard}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}} {{end}}{{range .CFiles}}{{$d}}/{{.}} {{end}}{{end}}' "$pkg" | tr ' ' '\n' | grep "^$PWD/" | sort)"
+sources="$(go list -tags "$tags" -deps -f '{{if not .Standard}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}} {{end}}{{range .CgoFiles}}{{$d}}/{{.}} {{end}}{{range .CFiles}}{{$d}}/{{.}} {{end}}{{end}}' "$pkg" | tr ' ' '\n' | grep "^$PWD/" | sort)"
 want="$( { sha256sum $sources go.sum /usr/include/mosquitto_broker.h; go version; } | sha256sum | cut -d' ' -f1)"
 stamp="$out.sha256"
 if [[ -f "$out" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
