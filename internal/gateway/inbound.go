@@ -18,6 +18,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt/cardsig"
 	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
@@ -53,7 +54,10 @@ type InboundConfig struct {
 	// CardKeysAgent names the Agent (usually one without a workload) whose identity reads the
 	// card signing keys on the bus, served at JWKSPath; empty: JWKSPath answers 404.
 	CardKeysAgent client.ObjectKey
-	Logger        *slog.Logger
+	// CardSigner, when set, signs every card the gateway serves (jku: this gateway's JWKSPath,
+	// which then serves its keys beside the bus's). Nil: the served cards are unsigned.
+	CardSigner *CardSigner
+	Logger     *slog.Logger
 }
 
 // Inbound serves the exposed agents over HTTP.
@@ -182,8 +186,18 @@ func (in *Inbound) serveCard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ref := identity.Of(tgt)
-	endpoint := fmt.Sprintf("%s/agents/%s/%s/%s/", in.baseURL(r), ref.Org, ref.Unit, ref.Agent)
-	a2asrv.NewStaticAgentCardHandler(Card(tgt, in.cfg.BrokerURL, endpoint)).ServeHTTP(w, r)
+	base := in.baseURL(r)
+	endpoint := fmt.Sprintf("%s/agents/%s/%s/%s/", base, ref.Org, ref.Unit, ref.Agent)
+	card := Card(tgt, in.cfg.BrokerURL, endpoint)
+	if in.cfg.CardSigner != nil {
+		// Signed for this URL: the jku is this gateway's key set, the keys the gateway's own.
+		if err := cardsig.SignCard(card, base+JWKSPath, in.cfg.CardSigner.Keys()...); err != nil {
+			in.cfg.Logger.Error("sign served card", "agent", ref.String(), "err", err)
+			http.Error(w, "cannot sign the card now", http.StatusInternalServerError)
+			return
+		}
+	}
+	a2asrv.NewStaticAgentCardHandler(card).ServeHTTP(w, r)
 }
 
 func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
