@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -223,9 +225,31 @@ func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	r.Body = http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes)
+	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes))
 	slot := &errorSlot{}
 	ctx := context.WithValue(r.Context(), errorSlotKey{}, slot)
-	ctx = withTransport(ctx, req.Transport(identity.Of(tgt)))
+	transport := req.Transport(identity.Of(tgt))
+	ctx = withTransport(ctx, transport)
+	if readErr == nil {
+		answered, callErr := sendFast(ctx, w, transport, body)
+		if answered {
+			return
+		}
+		if callErr != nil {
+			ctx = context.WithValue(ctx, callErrorKey{}, callErr)
+		}
+	}
+	// a2a-go's server reads the body as it came, a read error (a body over the bound) included.
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{readErr}))
 	in.jsonrpc.ServeHTTP(&errorWriter{ResponseWriter: w, slot: slot}, r.WithContext(ctx))
+}
+
+// errReader returns err (io.EOF when nil) at every read.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err == nil {
+		return 0, io.EOF
+	}
+	return 0, e.err
 }
