@@ -73,16 +73,50 @@ func (t *Transport) SendMessageJSON(ctx context.Context, params a2aclient.Servic
 
 // isSingleResult reports whether a SendMessage result is one Task or one Message in the v1.0
 // shape (an object whose only member is "task" or "message", holding an object): the result that
-// ends the call at once (EndsReplies) and needs no folding.
+// ends the call at once (EndsReplies) and needs no folding. It scans the bytes (encoding/json has
+// accepted them already, as the reply's result) without decoding them.
 func isSingleResult(result json.RawMessage) bool {
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(result, &members); err != nil || len(members) != 1 {
+	p := bytes.TrimSpace(result)
+	if len(p) == 0 || p[0] != '{' {
 		return false
 	}
-	for k, v := range members {
-		return (k == "task" || k == "message") && bytes.HasPrefix(bytes.TrimSpace(v), []byte("{"))
+	keys, depth, expectKey := 0, 0, false
+	var first []byte
+	valueObject := false
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; c {
+		case '{', '[':
+			if depth == 1 && keys == 1 && first != nil && !valueObject {
+				valueObject = c == '{'
+			}
+			depth++
+			expectKey = depth == 1 && c == '{'
+		case '}', ']':
+			depth--
+		case ',':
+			expectKey = depth == 1
+		case '"':
+			j := i + 1
+			for ; j < len(p) && p[j] != '"'; j++ {
+				if p[j] == '\\' {
+					j++
+				}
+			}
+			if j >= len(p) {
+				return false
+			}
+			if depth == 1 && expectKey {
+				keys++
+				if keys > 1 {
+					return false
+				}
+				first = p[i+1 : j]
+				expectKey = false
+			}
+			i = j
+		}
 	}
-	return false
+	return keys == 1 && valueObject && (string(first) == "task" || string(first) == "message")
 }
 
 // resultEnvelope wraps a raw result as the JSON-RPC response decodeStreamReply reads.

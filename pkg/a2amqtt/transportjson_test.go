@@ -89,3 +89,25 @@ func idJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+func TestIsSingleResult(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"task":{"id":"t"}}`:                      true,
+		` {"message" : {"parts":[{"text":"}"}]}} `: true,
+		`{"task":{"id":"t","x":{"task":1}}}`:       true,
+		`{"statusUpdate":{"taskId":"t"}}`:          false,
+		`{"task":{"id":"t"},"message":{}}`:         false,
+		`{"Task":{"id":"t"}}`:                      false,
+		`{"task":"t"}`:                             false,
+		`{"task":null}`:                            false,
+		`{"ta\"sk":{}}`:                            false,
+		`{"kind":"task","id":"t"}`:                 false,
+		`[{"task":{}}]`:                            false,
+		`{}`:                                       false,
+		`{"task":{"s":"a \" quote, \"message\""}}`: true,
+	} {
+		if got := isSingleResult(json.RawMessage(in)); got != want {
+			t.Errorf("isSingleResult(%s) = %v, want %v", in, got, want)
+		}
+	}
+}
