@@ -45,6 +45,9 @@ type options struct {
 	workloadBrokerCA   string
 	gate               bool
 	serviceSecret      string
+	// gatewayCardSigningSecret is NAMESPACE/NAME of the HTTP gateway's card signing keys, which
+	// the operator creates when missing ("": not created).
+	gatewayCardSigningSecret string
 
 	// controllers holds the options that belong to the controllers (their own flags).
 	controllers controllers.Options
@@ -89,6 +92,7 @@ func main() {
 	flag.BoolVar(&o.broker.insecureSkipVerify, "broker-insecure-skip-verify", false, "Do not verify the broker's TLS certificate (testing only).")
 	flag.StringVar(&o.broker.cardSigningSecret, "card-signing-secret", "", "NAMESPACE/NAME of a Secret whose PEM private keys (entries tls.key or *.pem; ECDSA P-256 or Ed25519) sign every agent card (A2A v1.0 §8.4); the public keys are retained on $a2a-fleet/v1/card-keys. Empty: cards are published unsigned.")
 	flag.StringVar(&o.broker.cardKeysURL, "card-keys-url", "", "URL of the card signing key set over HTTP, put in every signature's jku (e.g. the gateway's https://GATEWAY/.well-known/jwks.json). Empty: {broker URL}/$a2a-fleet/v1/card-keys.")
+	flag.StringVar(&o.gatewayCardSigningSecret, "gateway-card-signing-secret", "", "NAMESPACE/NAME of the HTTP gateway's card signing Secret, created with one new ES256 key when it does not exist; the gateway mounts it (--card-signing-dir) to sign the cards it serves over HTTP. Empty: not created.")
 	flag.BoolVar(&o.broker.generateCardSigningSecret, "card-signing-secret-generate", false, "Create the --card-signing-secret with one new ES256 key when it does not exist.")
 	flag.DurationVar(&o.broker.readinessGrace, "broker-readiness-grace", 30*time.Second, "/readyz fails once the broker has been unreachable for longer than this (0 disables the broker check).")
 	flag.DurationVar(&o.orphanInterval, "broker-orphan-interval", registration.DefaultOrphanInterval, "How often the broker is searched for the clients and roles of identities no Agent claims (an Agent deleted without its finalizer); they are deleted when found in two searches in a row (0 disables it: only for a broker shared with objects under the a2a: prefix that this operator does not own).")
@@ -195,6 +199,15 @@ func run(o options) error {
 		}
 	} else if o.gate {
 		return errors.New("--gate-governed-agents needs --broker-url")
+	}
+	if o.gatewayCardSigningSecret != "" {
+		keys, err := gatewayCardKeys(o.gatewayCardSigningSecret, mgr.GetAPIReader(), mgr.GetClient())
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(keys); err != nil {
+			return fmt.Errorf("add gateway card keys: %w", err)
+		}
 	}
 	copts.Metrics = ctrlmetrics.Registry
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {
