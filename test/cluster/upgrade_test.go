@@ -701,6 +701,27 @@ func uninstallLeavesNothing(ctx context.Context, t *testing.T, prev *previousRel
 	if err := env.Client.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "a2a-fleet-mosquitto-e2e"}}); client.IgnoreNotFound(err) != nil {
 		t.Fatal(err)
 	}
+	// The control: before the uninstall, the same listing finds the install's objects of every
+	// kind it ships (so that "nothing left" is not a listing that sees nothing).
+	installed, err := installObjects(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, o := range installed {
+		seen[o.kind]++
+	}
+	for _, kind := range []string{"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "Role", "RoleBinding", "ServiceAccount",
+		"ConfigMap", "Secret", "Service", "Deployment", "Pod", "PersistentVolumeClaim", "PersistentVolume", "Lease"} {
+		if seen[kind] == 0 {
+			t.Errorf("before the uninstall the listing finds no %s of the install: %v", kind, installed)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	t.Logf("before the uninstall: %d objects of the install, of %d kinds", len(installed), len(seen))
 	start := time.Now()
 	way.uninstall(ctx, t)
 	var left, kept []leftover
