@@ -8,6 +8,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/presence"
 )
 
 func control(t *testing.T, p *Plugin, sender string, req Request) Response {
@@ -225,5 +226,51 @@ func TestRotatedPasswordSurvivesRestart(t *testing.T) {
 	}
 	if !p.Authenticate("a2a:w", "modified", "c2") || p.Authenticate("a2a:w", "first", "c2") {
 		t.Fatal("after a restart: want the modified password accepted and the first one refused")
+	}
+}
+
+// A take-over (Mosquitto authenticates the new connection before it ends the old one with the
+// same client ID) keeps the client connected: only the end of its last connection is reported,
+// and the live set answers who is connected since when.
+func TestPresenceSurvivesATakeOver(t *testing.T) {
+	var events []presence.PluginEvent
+	p, err := StartPlugin(PluginConfig{AdminUsername: "admin", AdminPassword: "secret", Publish: func(topic string, payload []byte) {
+		var e presence.PluginEvent
+		if topic != PresenceTopic || json.Unmarshal(payload, &e) != nil {
+			t.Errorf("published %s: %s", topic, payload)
+		}
+		events = append(events, e)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Close() }()
+	if resp := control(t, p, "admin", Request{Op: OpImport, Table: &embedded.Table{Version: embedded.TableVersion, State: acl.NewState(nil, nil, nil)}}); resp.Error != "" {
+		t.Fatal(resp.Error)
+	}
+	if resp := control(t, p, "admin", Request{Op: OpExecute, Commands: agentCommands}); resp.Error != "" {
+		t.Fatal(resp.Error)
+	}
+	for range 2 { // the second connection takes the first one's session over
+		if !p.Authenticate("a2a:u", "pw", "id") {
+			t.Fatal("refused")
+		}
+	}
+	p.Disconnected("a2a:u", "id", "old connection taken over")
+	if live := control(t, p, "admin", Request{Op: OpPresence}).Presence; live == nil || len(live.Clients) != 1 || live.Clients[0].ClientID != "id" || live.Clients[0].Since.IsZero() {
+		t.Fatalf("live set after a take-over: %+v", live)
+	}
+	p.Disconnected("a2a:u", "id", "gone")
+	p.Authenticate("a2a:u", "wrong", "id")
+	var got []string
+	for _, e := range events {
+		got = append(got, e.Event+":"+e.ClientID+":"+e.Reason)
+	}
+	want := []string{"connected:id:", "connected:id:", "disconnected:id:gone", "refused:id:bad username or password, or a client ID the username may not use"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+	if live := control(t, p, "admin", Request{Op: OpPresence}).Presence; live == nil || len(live.Clients) != 0 {
+		t.Errorf("live set at the end: %+v", live)
 	}
 }
