@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,6 +53,7 @@ func connectedTellsTheTruth(t *testing.T, kind string) {
 	agent, err := agents.Start(ctx, agents.KindMemory, agents.Options{
 		BrokerURL: st.brokerURL, Username: st.usernames["memory"], Password: st.passwords["memory"],
 		Agent: ref("memory"), RequestTopic: identity.DeliveryTopic(ref("memory")), Logger: quietLogger(),
+		SessionExpiry: a2amqtt.DefaultAgentSessionExpiry, // as the example agents' pods keep one
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +101,33 @@ func connectedTellsTheTruth(t *testing.T, kind string) {
 	}
 	t.Logf("%s: the kicked agent shows Connected=False %s after it lost its connection (%s after the rotation was asked for): %s",
 		kind, took.Round(10*time.Millisecond), time.Since(rotated).Round(10*time.Millisecond), c.Message)
+
+	// The new pod: the same agent with the rotated password, while the old one keeps retrying
+	// with its old password. It takes over the kicked connection's persistent session, which
+	// Mosquitto reports ended a second time after the new connection authenticated: the new
+	// connection stays Connected.
+	password := ""
+	eventually(t, 30*time.Second, "the rotated password in the Secret", func() error {
+		sec := &corev1.Secret{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: st.ns, Name: a.Status.CredentialsSecret}, sec); err != nil {
+			return err
+		}
+		if password = string(sec.Data["password"]); password == st.passwords["memory"] {
+			return fmt.Errorf("not rotated yet")
+		}
+		return nil
+	})
+	newPod, err := agents.Start(ctx, agents.KindMemory, agents.Options{
+		BrokerURL: st.brokerURL, Username: st.usernames["memory"], Password: password,
+		Agent: ref("memory"), RequestTopic: identity.DeliveryTopic(ref("memory")), Logger: quietLogger(),
+		SessionExpiry: a2amqtt.DefaultAgentSessionExpiry, // as the example agents' pods keep one
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = newPod.Close(context.Background()) })
+	c = waitConnected(t, ctx, st.ns, "memory", metav1.ConditionTrue, a2av1.ReasonConnected, 10*time.Second)
+	t.Logf("%s: the agent with the rotated password: %s", kind, c.Message)
 
 	_ = raw.c.Disconnect(&paho.Disconnect{})
 	gone := time.Now()

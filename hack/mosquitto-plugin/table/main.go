@@ -121,8 +121,8 @@ func a2aTableCleanup(h C.uintptr_t) {
 }
 
 //export a2aTableBasicAuth
-func a2aTableBasicAuth(h C.uintptr_t, username, password, clientID *C.char) C.int {
-	if plugin(h).Authenticate(view(username), view(password), view(clientID)) {
+func a2aTableBasicAuth(h, conn C.uintptr_t, username, password, clientID *C.char) C.int {
+	if plugin(h).Authenticate(mosqtable.ConnID(conn), view(username), view(password), view(clientID)) {
 		return C.MOSQ_ERR_SUCCESS
 	}
 	return C.MOSQ_ERR_AUTH
@@ -157,8 +157,8 @@ func a2aTableControl(h C.uintptr_t, sender *C.char, payload unsafe.Pointer, leng
 }
 
 //export a2aTableDisconnect
-func a2aTableDisconnect(h C.uintptr_t, username, clientID *C.char, reason C.int) {
-	plugin(h).Disconnected(C.GoString(username), C.GoString(clientID), disconnectReason(reason))
+func a2aTableDisconnect(h, conn C.uintptr_t, reason C.int) {
+	plugin(h).Disconnected(mosqtable.ConnID(conn), disconnectReason(reason))
 }
 
 // disconnectReason says in words why Mosquitto ended a connection (the MOSQ_ERR_* code of

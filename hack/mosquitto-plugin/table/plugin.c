@@ -44,7 +44,8 @@ static int on_basic_auth(int event, void *event_data, void *userdata)
 {
 	struct mosquitto_evt_basic_auth *ed = event_data;
 	(void)event;
-	return a2aTableBasicAuth((uintptr_t)userdata, ed->username, ed->password, (char *)mosquitto_client_id(ed->client));
+	/* The client's pointer names the connection: the disconnect event carries the same one. */
+	return a2aTableBasicAuth((uintptr_t)userdata, (uintptr_t)ed->client, ed->username, ed->password, (char *)mosquitto_client_id(ed->client));
 }
 
 static int on_acl_check(int event, void *event_data, void *userdata)
@@ -73,7 +74,7 @@ static int on_disconnect(int event, void *event_data, void *userdata)
 {
 	struct mosquitto_evt_disconnect *ed = event_data;
 	(void)event;
-	a2aTableDisconnect((uintptr_t)userdata, (char *)mosquitto_client_username(ed->client), (char *)mosquitto_client_id(ed->client), ed->reason);
+	a2aTableDisconnect((uintptr_t)userdata, (uintptr_t)ed->client, ed->reason);
 	return MOSQ_ERR_SUCCESS;
 }
 

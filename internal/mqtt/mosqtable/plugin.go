@@ -7,15 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/presence"
 )
 
 // PluginConfig configures the broker's side (the plugin's options in mosquitto.conf).
@@ -72,7 +68,7 @@ func StartPlugin(cfg PluginConfig) (*Plugin, error) {
 		cfg.Kick = func(string) {}
 	}
 	p := &Plugin{cfg: cfg, boot: randomID()}
-	p.conns = &liveConns{byUser: map[string]map[string]int{}, byID: map[string]*liveID{}, kick: cfg.Kick, emit: p.publishPresence}
+	p.conns = newLiveConns(cfg.Kick, p.publishPresence)
 	store, err := embedded.NewStore(embedded.StoreConfig{
 		Prefix: acl.DefaultPrefix, AdminUsername: cfg.AdminUsername, AdminPassword: cfg.AdminPassword,
 		KeepHashes: cfg.StateDir != "",
@@ -130,10 +126,10 @@ func (p *Plugin) Flush() error {
 	return p.disk.flush()
 }
 
-// Authenticate decides a CONNECT. Before a table is loaded only the admin passes. A
-// successful CONNECT is counted as live until Disconnected (for kicks). The arguments may be
-// views of the host's memory: nothing keeps them beyond the call.
-func (p *Plugin) Authenticate(username, password, clientID string) bool {
+// Authenticate decides the CONNECT of connection conn. Before a table is loaded only the admin
+// passes. A successful CONNECT is counted as live until Disconnected(conn) (for kicks and
+// presence). The strings may be views of the host's memory: nothing keeps them beyond the call.
+func (p *Plugin) Authenticate(conn ConnID, username, password, clientID string) bool {
 	switch {
 	case username == "":
 		p.refused(clientID, "CONNECT without a username")
@@ -145,33 +141,9 @@ func (p *Plugin) Authenticate(username, password, clientID string) bool {
 		p.refused(clientID, "bad username or password, or a client ID the username may not use")
 		return false
 	}
-	p.conns.connected(username, clientID)
+	p.conns.connected(conn, username, clientID)
 	return true
 }
-
-// refused reports a refused CONNECT of clientID (none when the client sent no ID).
-func (p *Plugin) refused(clientID, reason string) {
-	if clientID != "" {
-		p.publishPresence(presence.PluginEvent{ClientID: clientID, Event: "refused", Reason: reason})
-	}
-}
-
-// publishPresence sends one connection event on PresenceTopic, stamped with the broker's time.
-func (p *Plugin) publishPresence(e presence.PluginEvent) {
-	if p.cfg.Publish == nil {
-		return
-	}
-	now := time.Now().UTC()
-	if e.Time == nil {
-		e.Time = &now
-	}
-	if out, err := json.Marshal(e); err == nil {
-		p.cfg.Publish(PresenceTopic, out)
-	}
-}
-
-// Presence is the live set now (OpPresence).
-func (p *Plugin) Presence() LiveSet { return p.conns.snapshot() }
 
 // Allows decides a PUBLISH (Publish), a delivery (Receive), a SUBSCRIBE or an UNSUBSCRIBE
 // check. The control topics are the admin's only.
@@ -182,11 +154,11 @@ func (p *Plugin) Allows(username string, access acl.Access, topic string) bool {
 	return p.store.Allows(username, access, topic)
 }
 
-// Disconnected forgets one live connection; reason is the broker's, in words.
-func (p *Plugin) Disconnected(username, clientID, reason string) {
-	if username != "" {
-		p.conns.disconnected(username, clientID, reason)
-	}
+// Disconnected forgets connection conn; reason is the broker's, in words. A connection it never
+// let in (a refused CONNECT) or already forgot (Mosquitto reports a taken-over session's old
+// connection a second time) changes nothing.
+func (p *Plugin) Disconnected(conn ConnID, reason string) {
+	p.conns.disconnected(conn, reason)
 }
 
 // Status is the plugin's current state.
@@ -375,156 +347,4 @@ func randomID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// KickedReason is the reason the connection events give for a connection the plugin ended
-// (the same words as Mosquitto's log line for an administrative disconnect).
-const KickedReason = "disconnected by the broker (administrative action: its credentials or rights changed, or it was deleted)"
-
-// ConnectionEndedReason is the reason given for a connection that ended when the broker does not
-// say why: Mosquitto 2.0's disconnect event carries no reason, so the plugin cannot tell a
-// DISCONNECT from a closed socket or a keep-alive timeout (its log can: docs/broker.md).
-const ConnectionEndedReason = "the connection ended (the broker does not tell its plugins why: a DISCONNECT, a closed socket or a keep-alive timeout)"
-
-// liveConns are the connections that passed Authenticate and have not disconnected: a
-// superset of the live ones is safe (a kick of someone gone is a no-op), so a CONNECT that
-// fails after authentication costs at most one idle kick. It also keeps, per client ID, the
-// count and the time of the last connect, and reports every change of the set (emit).
-type liveConns struct {
-	mu     sync.Mutex
-	byUser map[string]map[string]int // username → client id → connections
-	byID   map[string]*liveID
-	kick   func(string)
-	emit   func(presence.PluginEvent)
-}
-
-// liveID is one client ID's connections: more than one while a new connection takes over the
-// session of an old one (Mosquitto ends the old one after the new one authenticated).
-type liveID struct {
-	user  string
-	n     int
-	since time.Time
-}
-
-// connected counts a connection. The strings are copied: the host may pass views of its own
-// memory, valid only during the call.
-func (l *liveConns) connected(user, id string) {
-	user, id = strings.Clone(user), strings.Clone(id)
-	now := time.Now().UTC()
-	l.mu.Lock()
-	m := l.byUser[user]
-	if m == nil {
-		m = map[string]int{}
-		l.byUser[user] = m
-	}
-	m[id]++
-	c := l.byID[id]
-	if c == nil {
-		c = &liveID{}
-		l.byID[id] = c
-	}
-	c.user, c.since = user, now
-	c.n++
-	l.mu.Unlock()
-	l.emit(presence.PluginEvent{ClientID: id, Username: user, Event: "connected", Time: &now})
-}
-
-func (l *liveConns) disconnected(user, id, reason string) {
-	l.mu.Lock()
-	m := l.byUser[user]
-	if m == nil || m[id] == 0 {
-		l.mu.Unlock()
-		return // never counted (refused), or already ended by a kick
-	}
-	if m[id]--; m[id] <= 0 {
-		delete(m, id)
-	}
-	if len(m) == 0 {
-		delete(l.byUser, user)
-	}
-	gone := l.dropID(id, 1)
-	l.mu.Unlock()
-	if gone {
-		l.emit(presence.PluginEvent{ClientID: strings.Clone(id), Username: strings.Clone(user), Event: "disconnected", Reason: reason})
-	}
-}
-
-// dropID takes n connections off id (mu held) and reports whether none is left.
-func (l *liveConns) dropID(id string, n int) bool {
-	c := l.byID[id]
-	if c == nil {
-		return false
-	}
-	if c.n -= n; c.n > 0 {
-		return false
-	}
-	delete(l.byID, id)
-	return true
-}
-
-// snapshot is the live set now, by client ID.
-func (l *liveConns) snapshot() LiveSet {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := LiveSet{At: time.Now().UTC(), Clients: make([]LiveClient, 0, len(l.byID))}
-	for id, c := range l.byID {
-		out.Clients = append(out.Clients, LiveClient{ClientID: id, Username: c.user, Since: c.since})
-	}
-	slices.SortFunc(out.Clients, func(a, b LiveClient) int { return strings.Compare(a.ClientID, b.ClientID) })
-	return out
-}
-
-// Count implements embedded.Connections.
-func (l *liveConns) Count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.byUser)
-}
-
-// Connected implements embedded.Connections.
-func (l *liveConns) Connected(user string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.byUser[user]) > 0
-}
-
-// Each implements embedded.Connections.
-func (l *liveConns) Each(fn func(string)) {
-	l.mu.Lock()
-	users := make([]string, 0, len(l.byUser))
-	for u := range l.byUser {
-		users = append(users, u)
-	}
-	l.mu.Unlock()
-	for _, u := range users {
-		fn(u)
-	}
-}
-
-// Kick implements embedded.Connections: the host's kick by username, without the lock (the
-// broker reports the disconnects back synchronously; they are no longer counted, so the kick
-// reports them here, with its own reason).
-func (l *liveConns) Kick(users []string) map[string][]string {
-	out := map[string][]string{}
-	for _, u := range users {
-		l.mu.Lock()
-		var ids, gone []string
-		for id, n := range l.byUser[u] {
-			ids = append(ids, id)
-			if l.dropID(id, n) {
-				gone = append(gone, id)
-			}
-		}
-		delete(l.byUser, u)
-		l.mu.Unlock()
-		if len(ids) == 0 {
-			continue
-		}
-		l.kick(u)
-		for _, id := range gone {
-			l.emit(presence.PluginEvent{ClientID: id, Username: u, Event: "disconnected", Reason: KickedReason})
-		}
-		out[u] = ids
-	}
-	return out
 }

@@ -149,3 +149,122 @@ func TestPresenceAcrossOperatorAndBrokerRestarts(t *testing.T) {
 		t.Errorf("after the broker restarted: reason %q", st.LastDisconnectReason)
 	}
 }
+
+// settle returns once the backend has applied every presence event the plugin published before
+// now: an answer travels on the same connection as the events, after them.
+func settle(t *testing.T, be *Backend) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := be.request(ctx, Request{Op: OpStatus}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// liveSet is the plugin's own live set (OpPresence), by client ID.
+func liveSet(t *testing.T, be *Backend) map[string]LiveClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := be.request(ctx, Request{Op: OpPresence})
+	if err != nil || resp.Presence == nil {
+		t.Fatalf("presence: %v %+v", err, resp)
+	}
+	out := map[string]LiveClient{}
+	for _, c := range resp.Presence.Clients {
+		out[c.ClientID] = c
+	}
+	return out
+}
+
+// stillConnected checks that both the plugin's live set and the operator's view hold id as
+// connected, after every event published so far was applied.
+func stillConnected(t *testing.T, m *brokertest.Mosquitto, be *Backend, tr *presence.Tracker, id, after string) {
+	t.Helper()
+	settle(t, be)
+	if st := tr.State(id); !st.Connected {
+		t.Errorf("after %s: the operator's view of %s is %+v, want connected\n%s", after, id, st, m.Log())
+	}
+	if _, ok := liveSet(t, be)[id]; !ok {
+		t.Errorf("after %s: the plugin's live set lacks %s", after, id)
+	}
+}
+
+// pod dials as user with client ID user, as an SDK agent does: a persistent session.
+func pod(t *testing.T, m *brokertest.Mosquitto, user, password string) (*brokertest.Client, error) {
+	t.Helper()
+	return brokertest.Dial(t, m.Addr(), brokertest.Options{Username: user, Password: password, ClientID: user,
+		Persistent: true, SessionExpiry: 300, IgnoreMessages: true})
+}
+
+// A credential rotation as a Deployment rolls it, with the persistent sessions SDK agents keep:
+// the old pod is kicked (its session stays), the new pod connects with the new password and the
+// same client ID and takes that session over, and the old pod, still running, retries with the
+// old password and is refused. Mosquitto 2.0 reports the taken-over session's context as
+// disconnected a second time (connect__on_authorised marks it a duplicate, so
+// context__disconnect's "already disconnected" guard no longer holds), with the same username
+// and client ID as the new connection: that must not end the new one. Then a session take-over
+// by a live connection, a dropped socket and a reconnect keep the truth, and only the end of
+// the last connection says disconnected.
+func TestPresenceThroughARotation(t *testing.T) {
+	m := startBroker(t)
+	be := connect(t, m)
+	execute(t, be, fleet(1))
+	tr := watch(be)
+	a, _ := agent(0)
+
+	oldPod, err := pod(t, m, a, "pw-"+a)
+	if err != nil {
+		t.Fatalf("refused: %v\n%s", err, m.Log())
+	}
+	waitState(t, m, tr, a, "connected", func(s presence.State) bool { return s.Connected })
+	execute(t, be, []acl.Command{{Op: acl.OpSetClientPassword, Username: a, Password: "rotated"}})
+	waitState(t, m, tr, a, "kicked by the rotation", func(s presence.State) bool { return !s.Connected })
+	if !oldPod.Disconnected(5 * time.Second) {
+		t.Fatal("the old pod's connection survived the rotation")
+	}
+
+	newPod, err := pod(t, m, a, "rotated")
+	if err != nil {
+		t.Fatalf("the new password is refused: %v\n%s", err, m.Log())
+	}
+	waitState(t, m, tr, a, "the new pod connected", func(s presence.State) bool { return s.Connected })
+	stillConnected(t, m, be, tr, a, "the new pod took the kicked session over")
+	for range 3 { // the old pod retries with its old password
+		if _, err := pod(t, m, a, "pw-"+a); err == nil {
+			t.Fatal("the old password still connects")
+		}
+	}
+	waitState(t, m, tr, a, "refused", func(s presence.State) bool { return !s.LastRefused.IsZero() })
+	stillConnected(t, m, be, tr, a, "the old pod's refused CONNECTs")
+
+	// A take-over: the same client ID connects again while newPod is up; Mosquitto ends newPod.
+	takeOver, err := pod(t, m, a, "rotated")
+	if err != nil {
+		t.Fatalf("take-over refused: %v\n%s", err, m.Log())
+	}
+	if !newPod.Disconnected(5 * time.Second) {
+		t.Fatal("the taken-over connection is still up")
+	}
+	stillConnected(t, m, be, tr, a, "a session take-over")
+
+	// A lost socket, then a reconnect into the session it left.
+	takeOver.Drop()
+	waitState(t, m, tr, a, "dropped", func(s presence.State) bool { return !s.Connected })
+	last, err := pod(t, m, a, "rotated")
+	if err != nil {
+		t.Fatalf("reconnect refused: %v\n%s", err, m.Log())
+	}
+	waitState(t, m, tr, a, "reconnected", func(s presence.State) bool { return s.Connected })
+	stillConnected(t, m, be, tr, a, "a reconnect into its session")
+
+	last.Close()
+	st := waitState(t, m, tr, a, "disconnected", func(s presence.State) bool { return !s.Connected })
+	if st.LastDisconnectReason != ConnectionEndedReason {
+		t.Errorf("after the last connection ended: reason %q", st.LastDisconnectReason)
+	}
+	settle(t, be)
+	if _, ok := liveSet(t, be)[a]; ok {
+		t.Errorf("the plugin's live set still holds %s", a)
+	}
+}
