@@ -171,20 +171,35 @@ func (b *Broker) fixCardPresence(ctx context.Context, a *a2av1.Agent) {
 		return // no card at all: the scan republishes it
 	case !st.Connected && cur.status == a2amqtt.StatusOnline:
 	case st.Connected && cur.source == a2amqtt.SourceBroker && cur.status != a2amqtt.StatusOnline:
-		// Give the agent the time to put its own card first; then look again.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(presenceCardGrace):
-		}
-		cur, ok = b.cards.retained(topic)
-		st = b.presence.tracker.State(a.Status.ClientID)
-		if !ok || !st.Connected || cur.source != a2amqtt.SourceBroker || cur.status == a2amqtt.StatusOnline {
-			return
-		}
+		// Give the agent the time to put its own card first; then look again. Off the presence
+		// loop: the other clients' changes (a fleet reconnecting at once) must not queue behind
+		// this agent's grace.
+		go b.cardPresenceAfterGrace(ctx, a, topic)
+		return
 	default:
 		return
 	}
+	b.republishCardPresence(ctx, a, topic)
+}
+
+// cardPresenceAfterGrace marks the registration card online after presenceCardGrace if the agent
+// is still connected and has not put its own card first.
+func (b *Broker) cardPresenceAfterGrace(ctx context.Context, a *a2av1.Agent, topic string) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(presenceCardGrace):
+	}
+	cur, ok := b.cards.retained(topic)
+	st := b.presence.tracker.State(a.Status.ClientID)
+	if !ok || !st.Connected || cur.source != a2amqtt.SourceBroker || cur.status == a2amqtt.StatusOnline {
+		return
+	}
+	b.republishCardPresence(ctx, a, topic)
+}
+
+// republishCardPresence publishes a's registration card with the broker's view of its presence.
+func (b *Broker) republishCardPresence(ctx context.Context, a *a2av1.Agent, topic string) {
 	card, err := publishedCard(a, b.cfg.URL)
 	if err != nil || card == nil {
 		return // its spec changed: its own reconcile publishes the new card
