@@ -95,7 +95,7 @@ func (l *liveConns) connected(conn ConnID, user, id string) {
 	now := time.Now().UTC()
 	l.mu.Lock()
 	// A handle still held is a connection whose end was never reported: it is gone now.
-	l.drop(conn)
+	stale, staleGone := l.drop(conn)
 	l.conns[conn] = &liveConn{user: user, id: id}
 	m := l.byUser[user]
 	if m == nil {
@@ -111,6 +111,9 @@ func (l *liveConns) connected(conn ConnID, user, id string) {
 	c.user, c.since = user, now
 	c.n++
 	l.mu.Unlock()
+	if stale != nil && staleGone && stale.id != id {
+		l.emit(presence.PluginEvent{ClientID: stale.id, Username: stale.user, Event: "disconnected", Reason: ConnectionEndedReason})
+	}
 	l.emit(presence.PluginEvent{ClientID: id, Username: user, Event: "connected", Time: &now})
 }
 

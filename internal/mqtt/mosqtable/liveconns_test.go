@@ -123,3 +123,15 @@ func TestPresenceOfAKickedConnectionEndingLate(t *testing.T) {
 		t.Errorf("live set at the end: %v", ids)
 	}
 }
+
+// A handle the host hands again without having reported its end names a new connection: the old
+// one is over, and its client ID is disconnected when that was its last connection.
+func TestPresenceOfAHandleReusedWithoutAnEnd(t *testing.T) {
+	p, events := presencePlugin(t, nil)
+	p.Authenticate(0x1000, "a2a:u", "pw", "first")
+	p.Authenticate(0x1000, "a2a:u", "pw", "second")
+	if ids := liveIDs(t, p); fmt.Sprint(ids) != "[second]" {
+		t.Errorf("live set: %v", ids)
+	}
+	expectEvents(t, events, "connected:first:", "disconnected:first:"+ConnectionEndedReason, "connected:second:")
+}
