@@ -186,12 +186,17 @@ func neverConnected(ctx context.Context, t *testing.T) {
 	t.Logf("%s: Connected=False (NotConnected): %s", a.Name, c.Message)
 }
 
-// connectedSince checks that the Agent is Connected=True with a connect time no earlier than
-// after (a second's truncation allowed): its current process's connection, not an older one.
+// connectedSince checks that the Agent is Connected=True and that the broker's last connect of its
+// client ID is no earlier than after (a second's truncation allowed): its current process's
+// connection, not an older one.
 func connectedSince(ctx context.Context, t *testing.T, name string, after time.Time) {
 	c := connectedCondition(ctx, t, name, metav1.ConditionTrue, a2av1.ReasonConnected)
-	if c.LastTransitionTime.Time.Before(after.Truncate(time.Second)) {
-		t.Fatalf("%s: Connected since %s, before %s: %s", name, c.LastTransitionTime.UTC().Format(time.RFC3339), after.UTC().Format(time.RFC3339), c.Message)
+	a := &a2av1.Agent{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: samplesNamespace, Name: name}, a); err != nil {
+		t.Fatal(err)
+	}
+	if p := a.Status.Presence; p == nil || p.LastConnectTime == nil || p.LastConnectTime.Time.Before(after.Truncate(time.Second)) {
+		t.Fatalf("%s: status.presence %+v: want a connect after %s (%s)", name, p, after.UTC().Format(time.RFC3339), c.Message)
 	}
 	t.Logf("%s: Connected=True: %s", name, c.Message)
 }
