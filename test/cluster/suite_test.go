@@ -80,6 +80,9 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	if !t.Run("no restarts, no RBAC refusals, one leader", func(t *testing.T) { healthy(ctx, t) }) {
 		return
 	}
+	if !t.Run("a never-connected Agent is not connected", func(t *testing.T) { neverConnected(ctx, t) }) {
+		return
+	}
 	if !t.Run("chat through the conversation service", func(t *testing.T) { b.chatConfirm(ctx, t) }) {
 		return
 	}
@@ -386,6 +389,7 @@ func (b *bus) rotate(ctx context.Context, t *testing.T, name string) {
 	if _, err := env.WaitAgents(ctx, samplesNamespace, 2*time.Minute, true, name); err != nil {
 		t.Fatal(err)
 	}
+	connectedSince(ctx, t, name, start)
 	_, _, state, out := b.send(ctx, t, time.Minute, "acme/demo/"+name, "after the rotation")
 	if state != "completed" || !strings.Contains(out, "after the rotation") {
 		t.Fatalf("%s does not answer after the rotation (%s):\n%s", name, state, out)

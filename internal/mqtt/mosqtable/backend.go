@@ -85,6 +85,8 @@ type Backend struct {
 	kicks, kickedUsernames       atomic.Uint64
 
 	onReady atomic.Pointer[func(context.Context)]
+
+	presence presenceView
 }
 
 // New checks cfg and returns a backend that is not connected yet: Open starts it.
@@ -123,7 +125,8 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("mosqtable: mirror: %w", err)
 	}
 	return &Backend{cfg: cfg, log: cfg.Logger.With("component", "mosqtable"), url: u.Redacted(), nonce: nonce,
-		opened: make(chan struct{}), pending: map[string]chan Response{}, mirror: mirror}, nil
+		opened: make(chan struct{}), pending: map[string]chan Response{}, mirror: mirror,
+		presence: presenceView{read: make(chan struct{})}}, nil
 }
 
 // NotifyReady sets a callback run after every (re)connection, once the mirror and the
@@ -143,7 +146,7 @@ func (b *Backend) open(ctx context.Context, onRefused func(error)) error {
 		ClientID:       b.cfg.ClientID,
 		ConnectTimeout: b.cfg.ConnectTimeout,
 		PacketTimeout:  b.cfg.Timeout,
-		Subscriptions:  []paho.SubscribeOptions{{Topic: ResponseTopic, QoS: 1}},
+		Subscriptions:  []paho.SubscribeOptions{{Topic: ResponseTopic, QoS: 1}, {Topic: PresenceTopic, QoS: 1}},
 		OnMessage:      b.dispatch,
 		OnRefused:      onRefused,
 		OnReady: func(ctx context.Context, _ *session.Link) {
@@ -153,6 +156,8 @@ func (b *Backend) open(ctx context.Context, onRefused func(error)) error {
 			if err != nil {
 				b.log.Info("could not sync the decision table with the broker; will retry on the next request", "err", err)
 			}
+			// Subscribed to PresenceTopic already: the events after this answer are newer.
+			b.readPresence(ctx)
 			if fn := b.onReady.Load(); fn != nil {
 				(*fn)(ctx)
 			}
@@ -598,6 +603,10 @@ func (b *Backend) request(ctx context.Context, req Request) (Response, error) {
 
 // dispatch hands responses to their waiters (other admins' are ignored).
 func (b *Backend) dispatch(p *paho.Publish) {
+	if p.Topic == PresenceTopic {
+		b.presenceEvent(p)
+		return
+	}
 	if p.Topic != ResponseTopic {
 		return
 	}
@@ -605,6 +614,10 @@ func (b *Backend) dispatch(p *paho.Publish) {
 	if err := json.Unmarshal(p.Payload, &r); err != nil {
 		b.log.Warn("unparseable decision table response", "err", err)
 		return
+	}
+	if r.Presence != nil {
+		// Here, not in the requester: in order with the events on the same connection.
+		b.replacePresence(*r.Presence)
 	}
 	b.pmu.Lock()
 	ch, ok := b.pending[r.ID]
