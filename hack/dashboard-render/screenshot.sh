@@ -2,10 +2,10 @@
 # make dashboard-screenshot: records a real run on the kind cluster with a real Prometheus and
 # draws config/monitoring/grafana-dashboard.json from what it recorded into docs/img/dashboard.png.
 #   1. Prometheus from Debian (hack/install-prometheus.sh) on a loopback port, a temporary data
-#      folder, scraping every pod of a2a-fleet-system with a container port named "metrics" (the
-#      operator's replicas, the conversation service) every 5 s, found by its Kubernetes service
-#      discovery and read through the API server's pod proxy with the kubeconfig's credentials,
-#      as a Prometheus outside the cluster can;
+#      folder, scraping every running pod of a2a-fleet-system with a container port named
+#      "metrics" (the operator's replicas, the conversation service) every 5 s, listed by this
+#      script into a file Prometheus discovers (Debian builds it without Kubernetes discovery)
+#      and read through the API server's pod proxy with the kubeconfig's credentials;
 #   2. the workload: by default the kind suite's quickstart test (install, samples, chats, a
 #      rotation, an Agent deleted, the operator scaled to 0 and back, pods killed);
 #      DASHBOARD_WORKLOAD replaces it;
@@ -37,7 +37,12 @@ fi
 
 work="$(mktemp -d)"
 prometheus_pid=""
+targets_pid=""
 cleanup() {
+	if [[ -n "$targets_pid" ]]; then
+		kill "$targets_pid" 2>/dev/null || true
+		wait "$targets_pid" 2>/dev/null || true
+	fi
 	if [[ -n "$prometheus_pid" ]]; then
 		kill "$prometheus_pid" 2>/dev/null || true
 		wait "$prometheus_pid" 2>/dev/null || true
@@ -53,29 +58,31 @@ kubeconfig_field '{.clusters[0].cluster.certificate-authority-data}' | base64 -d
 kubeconfig_field '{.users[0].user.client-certificate-data}' | base64 -d >"$work/client.crt"
 kubeconfig_field '{.users[0].user.client-key-data}' | base64 -d >"$work/client.key"
 chmod 600 "$work/client.key"
+# Debian's Prometheus is built without Kubernetes service discovery: a loop here lists the pods
+# every 5 s into a file that Prometheus's file discovery watches, one target per running pod with
+# a container port named "metrics", read through the API server's pod proxy.
+write_targets() {
+	local lines entries="" name app port
+	lines="$("$kubectl" --kubeconfig "$E2E_CLUSTER_KUBECONFIG" get pods -n a2a-fleet-system -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name}{" "}{.metadata.labels.app\.kubernetes\.io/name}{" "}{.spec.containers[*].ports[?(@.name=="metrics")].containerPort}{"\n"}{end}' 2>/dev/null)" || return 0
+	while read -r name app port; do
+		[[ -n "$port" ]] || continue
+		entries+="${entries:+,}{\"targets\":[\"${server#https://}\"],\"labels\":{\"__metrics_path__\":\"/api/v1/namespaces/a2a-fleet-system/pods/$name:$port/proxy/metrics\",\"instance\":\"$name\",\"pod\":\"$name\",\"app\":\"$app\",\"namespace\":\"a2a-fleet-system\"}}"
+	done <<<"$lines"
+	echo "[$entries]" >"$work/targets.json.tmp"
+	mv "$work/targets.json.tmp" "$work/targets.json"
+}
+echo '[]' >"$work/targets.json"
 cat >"$work/prometheus.yml" <<YAML
 global:
   scrape_interval: 5s
   evaluation_interval: 5s
 scrape_configs:
 - job_name: a2a-fleet
-  kubernetes_sd_configs:
-  - role: pod
-    kubeconfig_file: $E2E_CLUSTER_KUBECONFIG
-    namespaces: {names: [a2a-fleet-system]}
+  file_sd_configs:
+  - files: ['$work/targets.json']
+    refresh_interval: 5s
   scheme: https
   tls_config: {ca_file: $work/ca.crt, cert_file: $work/client.crt, key_file: $work/client.key}
-  relabel_configs:
-  - {source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics, action: keep}
-  - {source_labels: [__meta_kubernetes_pod_phase], regex: Running, action: keep}
-  - source_labels: [__meta_kubernetes_namespace, __meta_kubernetes_pod_name, __meta_kubernetes_pod_container_port_number]
-    regex: (.+);(.+);(.+)
-    target_label: __metrics_path__
-    replacement: /api/v1/namespaces/\$1/pods/\$2:\$3/proxy/metrics
-  - {target_label: __address__, replacement: '${server#https://}'}
-  - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
-  - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
-  - {source_labels: [__meta_kubernetes_pod_label_app_kubernetes_io_name], target_label: app}
 YAML
 promtool check config "$work/prometheus.yml" >/dev/null
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
@@ -87,6 +94,12 @@ for _ in $(seq 1 60); do
 done
 curl -fsS "http://127.0.0.1:$port/-/ready" >/dev/null || { cat "$work/prometheus.log" >&2; exit 1; }
 log "Prometheus on 127.0.0.1:$port scraping a2a-fleet-system through $server; running: $workload"
+
+while true; do
+	write_targets
+	sleep 5
+done &
+targets_pid=$!
 
 from="$(date +%s)"
 rc=0
