@@ -80,8 +80,10 @@ for (const p of panels) {
     scales: { x: { time: true } },
     series: [{}].concat(p.Series.map((s, i) => ({ label: s.label, stroke: palette[i % palette.length], width: 1.5, spanGaps: false, points: { show: false }, value: (u, v) => fmt(v, p.Unit) }))),
     axes: [
-      { stroke: "#8e8e9e", grid: { stroke: "#2c3235", width: 1 }, ticks: { stroke: "#2c3235" }, font: "11px DejaVu Sans" },
-      { stroke: "#8e8e9e", grid: { stroke: "#2c3235", width: 1 }, ticks: { stroke: "#2c3235" }, font: "11px DejaVu Sans", size: 52,
+      // Time of day, UTC, as the header's range.
+      { stroke: "#8e8e9e", grid: { stroke: "#2c3235", width: 1 }, ticks: { stroke: "#2c3235" }, font: "11px DejaVu Sans", space: 70,
+        values: (u, vals) => vals.map(v => new Date(v * 1000).toISOString().slice(11, 19)) },
+      { stroke: "#8e8e9e", grid: { stroke: "#2c3235", width: 1 }, ticks: { stroke: "#2c3235" }, font: "11px DejaVu Sans", size: 64,
         values: (u, vals) => vals.map(v => fmt(v, p.Unit)) },
     ],
   };
