@@ -106,6 +106,11 @@ test-cluster: tools-test kind-up kind-load-previous-release ## The kind suite on
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)" A2A_FLEET_PREVIOUS_RELEASE=$(PREVIOUS_RELEASE) \
 		go test ./test/cluster/ -count=1 -timeout 20m -v
 
+.PHONY: dashboard-screenshot
+dashboard-screenshot: tools-test kind-up ## docs/img/dashboard.png: a real Prometheus records the kind suite's quickstart run, hack/dashboard-render draws the Grafana dashboard's panels from it, headless Chromium screenshots the page (not in make test).
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)" \
+		hack/dashboard-render/screenshot.sh
+
 .PHONY: test-chaos
 test-chaos: tools-test kind-up ## Chaos suite only (test/chaos, docs/reliability.md), on the kind cluster.
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)" \

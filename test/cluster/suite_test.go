@@ -116,6 +116,12 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	if !t.Run("an HTTP client calls an agent through the optional gateway", func(t *testing.T) { b.gatewayCallsAnAgent(ctx, t) }) {
 		return
 	}
+	if !t.Run("the broker's identities outlive its pod (its claim holds them)", func(t *testing.T) { b.brokerStateSurvivesItsPod(ctx, t) }) {
+		return
+	}
+	if !t.Run("the operator's and the service's metrics agree with the cluster", func(t *testing.T) { b.installedMetrics(ctx, t) }) {
+		return
+	}
 	t.Run("killed operator and broker pods recover", func(t *testing.T) { b.killAndRecover(ctx, t) })
 }
 
