@@ -5,7 +5,9 @@
 // the id it came back with. One JSON line per turn on stdout.
 //
 // Env: A2A_CARD_URL (the agent's card at the gateway), A2A_TOKEN,
-// A2A_TURNS: JSON [{"say": "...", "stream": true|false, "resume": true|false, "otherContext": true|false}, ...]
+// A2A_TURNS: JSON [{"say": "...", "stream": true|false, "resume": true|false, "otherContext": true|false,
+// "get": true|false}, ...]; "get" reads the turn's task back with GetTask afterwards (its state and
+// the texts of its history, in "got"). A stream's status updates are listed in order in "states".
 import { randomUUID } from 'node:crypto';
 import { Role, taskStateToJSON } from '@a2a-js/sdk';
 import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client';
@@ -44,6 +46,7 @@ for (const [i, turn] of JSON.parse(env('A2A_TURNS')).entries()) {
     if (turn.stream) {
       for await (const ev of client.sendMessageStream(request)) {
         out.events.push(ev.payload?.$case);
+        if (ev.payload?.$case === 'statusUpdate') (out.states ??= []).push(taskStateToJSON(ev.payload.value.status.state));
         last = ev.payload;
       }
     } else {
@@ -62,6 +65,14 @@ for (const [i, turn] of JSON.parse(env('A2A_TURNS')).entries()) {
     out.state = taskStateToJSON(v.status.state);
     out.text = textOf(v.status.message);
     if (!out.error && !turn.otherContext) lastTaskId = out.taskId;
+  }
+  if (turn.get && out.taskId) {
+    try {
+      const got = await client.getTask({ tenant: '', id: out.taskId });
+      out.got = { state: taskStateToJSON(got.status.state), history: (got.history ?? []).map(textOf) };
+    } catch (e) {
+      out.got = { error: e.message };
+    }
   }
   out.sameContext = out.contextId === contextId;
   console.log(JSON.stringify(out));
