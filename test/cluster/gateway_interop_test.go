@@ -601,9 +601,10 @@ func ringOwner(ctx context.Context, t *testing.T, clientID string) (owner string
 	return owner, others
 }
 
-// gatewayPodKilledDuringAStream: http-caller's first turn with slow-confirm (input-required),
-// then its "go ahead" as an SSE stream through the replica that holds http-caller's connection;
-// at the first event (working) that pod is deleted without grace. The stream ends without the
+// gatewayPodKilledDuringAStream: http-caller's first turn with slow-confirm (input-required, its
+// continuation hint on the question), then its approval as an SSE stream through the replica
+// that holds http-caller's connection; at the first event (working) a second task in the context
+// is refused (secondTaskRefused), then that pod is deleted without grace. The stream ends without the
 // task's end; the caller re-fetches the task with GetTask through the other replica until it is
 // completed, and its history holds both turns and the answer.
 func gatewayPodKilledDuringAStream(ctx context.Context, t *testing.T, token string) {
@@ -613,8 +614,9 @@ func gatewayPodKilledDuringAStream(ctx context.Context, t *testing.T, token stri
 	}
 	owner, others := ringOwner(ctx, t, caller.Status.ClientID)
 	hc := &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}
+	var base string
 	connect := func(pod string) *a2aclient.Client {
-		base := "http://" + portForward(ctx, t, Namespace, "pod/"+pod, "8080") + "/agents/acme/demo/slow-confirm"
+		base = "http://" + portForward(ctx, t, Namespace, "pod/"+pod, "8080") + "/agents/acme/demo/slow-confirm"
 		var c *a2aclient.Client
 		err := Poll(ctx, time.Minute, "slow-confirm's card through "+pod, func(ctx context.Context) (bool, string, error) {
 			card, err := agentcard.NewResolver(hc).Resolve(ctx, base)
@@ -650,6 +652,11 @@ func gatewayPodKilledDuringAStream(ctx context.Context, t *testing.T, token stri
 	if ask.Status.State != a2a.TaskStateInputRequired {
 		t.Fatalf("turn 1: %s, want input-required", ask.Status.State)
 	}
+	// The continuation hint crosses the gateway on the question (docs/protocol.md).
+	if hint, ok, err := a2amqtt.ContinuationOf(ask.Status.Message); err != nil || !ok || hint.ExpectedInput != a2amqtt.ExpectApproval || hint.ResumeScope != a2amqtt.ResumeSameTask {
+		t.Fatalf("turn 1's continuation hint over HTTP: %+v %v %v, want an approval of this task", hint, ok, err)
+	}
+	ownerRPC := base + "/"
 
 	var kinds []string
 	var killed time.Time
@@ -665,6 +672,7 @@ func gatewayPodKilledDuringAStream(ctx context.Context, t *testing.T, token stri
 		}
 		kinds = append(kinds, eventKind(ev))
 		if killed.IsZero() && kinds[len(kinds)-1] == "status:"+string(a2a.TaskStateWorking) {
+			secondTaskRefused(ctx, t, ownerRPC, token, ask.ContextID)
 			pod, err := env.Clientset.CoreV1().Pods(Namespace).Get(ctx, owner, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -709,4 +717,39 @@ func gatewayPodKilledDuringAStream(ctx context.Context, t *testing.T, token stri
 		t.Fatalf("the task after the kill: %s %q, history %q: want completed with both turns and the question", task.Status.State, a2amqtt.TextOf(task.Status.Message), said)
 	}
 	t.Logf("GetTask through %s %.1fs after the kill: %s %q, history %q", others[0], time.Since(killed).Seconds(), task.Status.State, a2amqtt.TextOf(task.Status.Message), said)
+}
+
+// secondTaskRefused: while a task of contextID is working, a new task in the same context is
+// refused by the governing policy's concurrent-call guard (maxConcurrentTasksPerContext: 1), the
+// conversation service's -32061 concurrency_limit, whole, over HTTP (raw JSON-RPC: the HTTP
+// caller sees the code and the error's name).
+func secondTaskRefused(ctx context.Context, t *testing.T, rpc, token, contextID string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 2, "method": "SendMessage",
+		"params": userMessage(contextID, "", "and rotate the audit logs")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rpc, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	raw, _ := io.ReadAll(res.Body)
+	var out struct {
+		Error *struct {
+			Code int             `json:"code"`
+			Data json.RawMessage `json:"data"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || out.Error == nil || out.Error.Code != -32061 || !bytes.Contains(out.Error.Data, []byte(`"a2a_error":"concurrency_limit"`)) {
+		t.Fatalf("a second task in a context with a working task: HTTP %d %s, want -32061 concurrency_limit", res.StatusCode, raw)
+	}
+	t.Logf("a second task in the context while one works: -32061 concurrency_limit over HTTP")
 }
