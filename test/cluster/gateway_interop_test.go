@@ -32,6 +32,8 @@ import (
 // gatewayInterop is what the gateway's interop checks add beside the quickstart's samples:
 //   - http-stranger, an HTTP caller's identity that the memory sample's callers rules do not
 //     admit (it lacks the team label), for the ServiceAccount gw-stranger;
+//   - brief-memory, the memory example under the ConversationPolicy brief, whose contexts
+//     expire after 2 s idle (exposed over HTTP);
 //   - slow-confirm, the confirm example with a delay before it acts (governed, exposed over
 //     HTTP), so that a gateway pod can be killed while its stream is open;
 //   - http-agents, a pod (the Debian image the kind node already holds, nothing pulled) running
@@ -55,6 +57,56 @@ spec:
     scope: None
   http:
     serviceAccounts: [gw-stranger]
+---
+apiVersion: a2a.fleet.dev/v1alpha1
+kind: ConversationPolicy
+metadata:
+  name: brief
+  namespace: default
+spec:
+  agentSelector:
+    matchLabels:
+      a2a.fleet.dev/conversations: brief
+  contextIdleTTL: 2s
+  contextMaxAge: 1h
+---
+apiVersion: a2a.fleet.dev/v1alpha1
+kind: Agent
+metadata:
+  name: brief-memory
+  namespace: default
+  labels:
+    a2a.fleet.dev/team: demo
+    a2a.fleet.dev/conversations: brief
+spec:
+  orgID: acme
+  unitID: demo
+  card:
+    name: Brief memory agent
+    description: The memory example; its contexts expire after 2 s idle.
+  callers:
+    scope: SameUnit
+  http:
+    expose: true
+  workload:
+    template:
+      spec:
+        automountServiceAccountToken: false
+        securityContext:
+          runAsNonRoot: true
+          seccompProfile: {type: RuntimeDefault}
+        containers:
+        - name: agent
+          image: a2a-fleet/example-agents:dev
+          imagePullPolicy: IfNotPresent
+          command: [/memory]
+          resources:
+            requests: {cpu: 20m, memory: 32Mi}
+            limits: {memory: 128Mi}
+          securityContext:
+            allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            capabilities: {drop: [ALL]}
 ---
 apiVersion: a2a.fleet.dev/v1alpha1
 kind: Agent
@@ -340,7 +392,8 @@ func runJSRequester(ctx context.Context, t *testing.T, cardURL, token, turns str
 // samples through the gateway Service: with memory, follow-ups in one context (the second turn
 // recalls the first), input-required and resume with GetTask of the resumed task, a mismatched
 // context (-32602); with confirm (its card declares streaming), input-required, then the
-// approval as an SSE stream whose events arrive in order, and GetTask. A caller the memory agent
+// approval as an SSE stream whose events arrive in order, and GetTask; with brief-memory, a
+// follow-up after its policy's idle TTL refused with -32060 context_expired. A caller the memory agent
 // does not admit gets the bus's -31403; a malformed body -32700; a body over the gateway's limit
 // HTTP 413 with a JSON-RPC error.
 func jsClientCallsMQTTAgents(ctx context.Context, t *testing.T, gatewayAddr, callerToken, strangerToken string) {
@@ -390,6 +443,16 @@ func jsClientCallsMQTTAgents(ctx context.Context, t *testing.T, gatewayAddr, cal
 		t.Fatalf("GetTask of confirm's task: %+v, want completed with the first turn in its history", g)
 	}
 	t.Logf("JS SDK: confirm's streamed resume: events %v states %v; GetTask history %q", ev, st, turns[1].Got.History)
+
+	if _, err := env.WaitAgents(ctx, samplesNamespace, 2*time.Minute, true, "brief-memory"); err != nil {
+		t.Fatal(err)
+	}
+	brief := "http://" + gatewayAddr + "/agents/acme/demo/brief-memory/.well-known/agent-card.json"
+	turns = runJSRequester(ctx, t, brief, callerToken, `[{"say":"hello"},{"say":"still there?","waitMs":3500}]`)
+	if len(turns) != 2 || turns[0].State != "TASK_STATE_COMPLETED" || turns[1].Error == nil || turns[1].Error.Code != -32060 {
+		t.Fatalf("brief-memory: %+v, want a first turn, then -32060 context_expired after 3.5 s idle (the policy's 2 s)", turns)
+	}
+	t.Logf("JS SDK: a follow-up 3.5 s after the first turn, in a context of 2 s idle TTL: %d %q", turns[1].Error.Code, turns[1].Error.Message)
 
 	refused := runJSRequester(ctx, t, card, strangerToken, `[{"say":"hello"}]`)
 	if len(refused) != 1 || refused[0].Error == nil || refused[0].Error.Code != -31403 {
@@ -616,10 +679,13 @@ func gatewayPodKilledDuringAStream(ctx context.Context, t *testing.T, token stri
 	hc := &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}
 	var base string
 	connect := func(pod string) *a2aclient.Client {
+		start := time.Now()
 		base = "http://" + portForward(ctx, t, Namespace, "pod/"+pod, "8080") + "/agents/acme/demo/slow-confirm"
 		var c *a2aclient.Client
 		err := Poll(ctx, time.Minute, "slow-confirm's card through "+pod, func(ctx context.Context) (bool, string, error) {
-			card, err := agentcard.NewResolver(hc).Resolve(ctx, base)
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			card, err := agentcard.NewResolver(hc).Resolve(rctx, base)
 			if err != nil {
 				return false, err.Error(), nil
 			}
@@ -629,6 +695,7 @@ func gatewayPodKilledDuringAStream(ctx context.Context, t *testing.T, token stri
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("port-forward to %s and slow-confirm's card through it: %.1fs", pod, time.Since(start).Seconds())
 		return c
 	}
 	c := connect(owner)
@@ -692,17 +759,29 @@ func gatewayPodKilledDuringAStream(ctx context.Context, t *testing.T, token stri
 	t.Logf("gateway pod %s (owner of http-caller) deleted at the stream's working status; the stream ended %.1fs later: %v (events %v)",
 		owner, time.Since(killed).Seconds(), streamErr, kinds)
 
+	var seen []string // what the caller saw until the end, each change once, with its time
+	observe := func(what string) {
+		if len(seen) == 0 || !strings.HasSuffix(seen[len(seen)-1], " "+what) {
+			seen = append(seen, fmt.Sprintf("%.1fs %s", time.Since(killed).Seconds(), what))
+		}
+	}
+	observe("connecting to " + others[0])
 	c2 := connect(others[0])
 	defer func() { _ = c2.Destroy() }()
 	var task *a2a.Task
 	err = Poll(ctx, 2*time.Minute, "GetTask of the cut stream's task through "+others[0], func(ctx context.Context) (bool, string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		got, err := c2.GetTask(ctx, &a2a.GetTaskRequest{ID: ask.ID})
 		if err != nil {
-			return false, err.Error(), nil // 503 until the deleted replica's Lease expires
+			observe(err.Error()) // 503 until the ring moves the caller off the deleted replica
+			return false, err.Error(), nil
 		}
 		task = got
+		observe(string(got.Status.State))
 		return got.Status.State == a2a.TaskStateCompleted, string(got.Status.State), nil
 	})
+	t.Logf("GetTask through %s after the kill: %q", others[0], seen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,8 @@
 //
 // Env: A2A_CARD_URL (the agent's card at the gateway), A2A_TOKEN,
 // A2A_TURNS: JSON [{"say": "...", "stream": true|false, "resume": true|false,
-// "otherContext": true|false, "approve": true|false, "get": true|false}, ...]. "approve" adds the
+// "otherContext": true|false, "approve": true|false, "get": true|false, "waitMs": N}, ...]
+// (waitMs: a pause before the turn). "approve" adds the
 // approval data part {"decision": "approve"} (the answer to an approval request,
 // docs/protocol.md); "get" reads the turn's task back with GetTask afterwards (its state and the
 // texts of its history, in "got"). A stream's status updates are listed in order in "states".
@@ -38,6 +39,7 @@ const client = await factory.createFromUrl(env('A2A_CARD_URL'), '');
 const contextId = randomUUID();
 let lastTaskId = '';
 for (const [i, turn] of JSON.parse(env('A2A_TURNS')).entries()) {
+  if (turn.waitMs) await new Promise((r) => setTimeout(r, turn.waitMs));
   const message = {
     messageId: randomUUID(), contextId: turn.otherContext ? randomUUID() : contextId, taskId: turn.resume ? lastTaskId : '',
     role: Role.ROLE_USER, parts: turn.approve ? [text(turn.say), approval] : [text(turn.say)], metadata: undefined, extensions: [], referenceTaskIds: [],
