@@ -41,8 +41,8 @@ DEV_FLAGS ?=
 DEV_BINS := $(LOCALBIN)/devstack $(LOCALBIN)/a2actl $(LOCALBIN)/foreground
 # Programs the tests run as they are (examples/agents' SIGTERM test runs examples/echo, test/e2e
 # the conversation service as a process; cmd/devstack's tests run bin/devstack; internal/version's
-# test asks each binary its --version): built before the tests, never inside a test's deadline.
-TEST_BINS := $(LOCALBIN)/echo $(LOCALBIN)/conversation-service $(LOCALBIN)/manager
+# test asks each binary its --version; test/cluster runs bin/httpdeploy in a pod): built before the tests, never inside a test's deadline.
+TEST_BINS := $(LOCALBIN)/echo $(LOCALBIN)/conversation-service $(LOCALBIN)/manager $(LOCALBIN)/httpdeploy
 GO_SOURCES := $(shell find . -name '*.go' -not -path './bin/*' 2>/dev/null) go.mod go.sum VERSION
 # The suites that install on the kind cluster: they run after the others, one at a time.
 CLUSTER_SUITES := test/cluster test/chaos
@@ -288,7 +288,7 @@ $(DEV_BINS) &: $(GO_SOURCES) $(COMMIT_STAMP)
 
 $(TEST_BINS) &: $(GO_SOURCES) $(COMMIT_STAMP)
 	@mkdir -p $(LOCALBIN)
-	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./examples/echo ./cmd/conversation-service ./cmd/manager
+	go build -ldflags "$(LDFLAGS)" -o $(LOCALBIN)/ ./examples/echo ./cmd/conversation-service ./cmd/manager ./test/cluster/httpdeploy
 
 .PHONY: docker-build
 docker-build: ## Build the images from the Dockerfile with your Docker engine and registry: IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG, DECISION_IMG, GATEWAY_IMG.

@@ -68,6 +68,8 @@ type Inbound struct {
 	jsonrpc http.Handler
 	mux     *http.ServeMux
 	jwks    jwksCache
+	// toReplicas carries forwarded requests (forward.go).
+	toReplicas http.RoundTripper
 }
 
 // NewInbound builds the HTTP handler: for each exposed agent, the card at
@@ -83,7 +85,7 @@ func NewInbound(cfg InboundConfig) *Inbound {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	in := &Inbound{cfg: cfg, mux: http.NewServeMux(),
+	in := &Inbound{cfg: cfg, mux: http.NewServeMux(), toReplicas: replicaTransport(),
 		jsonrpc: a2asrv.NewJSONRPCHandler(forwarder{}, a2asrv.WithTransportKeepAlive(cfg.KeepAlive))}
 	in.mux.HandleFunc("GET /agents/{org}/{unit}/{agent}/.well-known/agent-card.json", in.serveCard)
 	in.mux.HandleFunc("POST /agents/{org}/{unit}/{agent}/{$}", in.serveRPC)

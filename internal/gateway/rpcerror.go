@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/errordetails"
 
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
@@ -121,7 +122,7 @@ func replaceError(p []byte, re *rpcerr.Error) ([]byte, bool) {
 	if _, ok := resp["error"]; !ok {
 		return nil, false
 	}
-	encoded, err := json.Marshal(re)
+	encoded, err := json.Marshal(&rpcerr.Error{Code: re.Code, Message: re.Message, Data: typedDetails(re.Data)})
 	if err != nil {
 		return nil, false
 	}
@@ -137,4 +138,20 @@ func replaceError(p []byte, re *rpcerr.Error) ([]byte, bool) {
 	b.Write(out)
 	b.Write(body[len(trimmed):])
 	return b.Bytes(), true
+}
+
+// typedDetails gives error.data the form of A2A v1.0's JSON-RPC binding, an array of typed
+// details, which A2A HTTP clients decode (a2a-go's client fails on anything else and reports a
+// parse error instead of the error). A named error's object {"a2a_error": ..., <details>}
+// becomes one google.protobuf.Struct detail with the same members; an array, or nothing, stays.
+func typedDetails(data json.RawMessage) json.RawMessage {
+	var obj map[string]any
+	if len(data) == 0 || data[0] != '{' || json.Unmarshal(data, &obj) != nil {
+		return data
+	}
+	out, err := json.Marshal([]*errordetails.Typed{errordetails.NewFromStruct(obj)})
+	if err != nil {
+		return data
+	}
+	return out
 }

@@ -25,12 +25,15 @@ import (
 )
 
 // gatewayCaller is the HTTP client's identity on the bus: an Agent without a workload that the
-// ServiceAccount gw-caller acts as through the gateway.
+// ServiceAccount gw-caller acts as through the gateway (in the demo team: the memory sample
+// admits it).
 const gatewayCaller = `apiVersion: a2a.fleet.dev/v1alpha1
 kind: Agent
 metadata:
   name: http-caller
   namespace: default
+  labels:
+    a2a.fleet.dev/team: demo
 spec:
   orgID: acme
   unitID: demo
@@ -43,12 +46,13 @@ spec:
     serviceAccounts: [gw-caller]
 `
 
-// portForward forwards a free loopback port of this machine to a Service's port (kubectl
-// port-forward) until the test ends, and returns the local address.
-func portForward(ctx context.Context, t *testing.T, namespace, service, port string) string {
+// portForward forwards a free loopback port of this machine to a port of a Service
+// ("svc/NAME") or a pod ("pod/NAME") (kubectl port-forward) until the test ends, and returns the
+// local address.
+func portForward(ctx context.Context, t *testing.T, namespace, resource, port string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	cmd := exec.CommandContext(ctx, env.Kubectl, "port-forward", "-n", namespace, "svc/"+service, "--address", "127.0.0.1", ":"+port)
+	cmd := exec.CommandContext(ctx, env.Kubectl, "port-forward", "-n", namespace, resource, "--address", "127.0.0.1", ":"+port)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.Kubeconfig)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -72,7 +76,7 @@ func portForward(ctx context.Context, t *testing.T, namespace, service, port str
 	case addr := <-found:
 		return addr
 	case <-time.After(30 * time.Second):
-		t.Fatalf("kubectl port-forward svc/%s: no local port within 30s", service)
+		t.Fatalf("kubectl port-forward %s: no local port within 30s", resource)
 		return ""
 	}
 }
@@ -89,11 +93,13 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
-// gatewayCallsAnAgent installs config/gateway beside the quickstart, exposes confirm over HTTP
-// and gives the ServiceAccount gw-caller an identity (the Agent http-caller); a2a-go's HTTP
-// client with that ServiceAccount's token reads confirm's card through the gateway Service and
+// gatewayCallsAnAgent installs config/gateway beside the quickstart, exposes confirm and memory
+// over HTTP and gives the ServiceAccount gw-caller an identity (the Agent http-caller); a2a-go's
+// HTTP client with that ServiceAccount's token reads confirm's card through the gateway Service and
 // holds its first turn (input-required, through the conversation service); a call without a
-// token is refused with 401. The gateway is removed again at the end.
+// token is refused with 401. Then the interop checks (gateway_interop_test.go): the JS SDK's HTTP
+// client both ways, a2a-go's HTTP server, presence, and a gateway pod killed during a stream.
+// The gateway and everything the checks added are removed again at the end.
 func (b *bus) gatewayCallsAnAgent(ctx context.Context, t *testing.T) {
 	gw, err := env.Kustomization(t.TempDir(), "config/gateway")
 	if err != nil {
@@ -106,41 +112,51 @@ func (b *bus) gatewayCallsAnAgent(ctx context.Context, t *testing.T) {
 		_, _ = env.KubectlRun(context.Background(), "delete", "-k", gw, "--ignore-not-found", "--wait=true", "--timeout=2m")
 	})
 	manifest := filepath.Join(t.TempDir(), "http-caller.yaml")
-	if err := os.WriteFile(manifest, []byte(gatewayCaller), 0o600); err != nil {
+	if err := os.WriteFile(manifest, []byte(gatewayCaller+"---\n"+gatewayInterop), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: samplesNamespace, Name: "gw-caller"}}
-	if err := env.Client.Create(ctx, sa); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"gw-caller", "gw-stranger"} {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: samplesNamespace, Name: name}}
+		if err := env.Client.Create(ctx, sa); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), sa) })
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), sa) })
 	if _, err := env.KubectlRun(ctx, "apply", "--server-side", "-f", manifest); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = env.KubectlRun(context.Background(), "delete", "--ignore-not-found", "-f", manifest) })
-	confirm := client.ObjectKey{Namespace: samplesNamespace, Name: "confirm"}
-	expose := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"http":{"expose":true}}}`))
-	if err := env.Client.Patch(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: confirm.Namespace, Name: confirm.Name}}, expose); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		unexpose := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"http":null}}`))
-		_ = env.Client.Patch(context.Background(), &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: confirm.Namespace, Name: confirm.Name}}, unexpose)
+		_, _ = env.KubectlRun(context.Background(), "delete", "--ignore-not-found", "--wait=true", "--timeout=2m", "-f", manifest)
 	})
+	for _, name := range []string{"confirm", "memory"} {
+		expose := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"http":{"expose":true}}}`))
+		if err := env.Client.Patch(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: samplesNamespace, Name: name}}, expose); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			unexpose := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"http":null}}`))
+			_ = env.Client.Patch(context.Background(), &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: samplesNamespace, Name: name}}, unexpose)
+		})
+	}
 	start := time.Now()
 	if err := env.WaitDeployments(ctx, Namespace, 3*time.Minute, "a2a-fleet-gateway"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.WaitAgents(ctx, samplesNamespace, 2*time.Minute, false, "http-caller", "confirm"); err != nil {
+	if _, err := env.WaitAgents(ctx, samplesNamespace, 2*time.Minute, false, "http-caller", "http-stranger", "confirm", "memory"); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("gateway available and http-caller Ready %.1fs after the apply", time.Since(start).Seconds())
-	tr, err := env.Clientset.CoreV1().ServiceAccounts(samplesNamespace).CreateToken(ctx, sa.Name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600))}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	tokens := map[string]string{}
+	for _, name := range []string{"gw-caller", "gw-stranger"} {
+		tr, err := env.Clientset.CoreV1().ServiceAccounts(samplesNamespace).CreateToken(ctx, name,
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600))}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[name] = tr.Status.Token
 	}
-	base := "http://" + portForward(ctx, t, Namespace, "a2a-fleet-gateway", "8080") + "/agents/acme/demo/confirm"
+	gatewayAddr := portForward(ctx, t, Namespace, "svc/a2a-fleet-gateway", "8080")
+	base := "http://" + gatewayAddr + "/agents/acme/demo/confirm"
 
 	// No token: refused before anything reaches the bus.
 	res, err := http.Get(base + "/.well-known/agent-card.json")
@@ -152,7 +168,7 @@ func (b *bus) gatewayCallsAnAgent(ctx context.Context, t *testing.T) {
 		t.Fatalf("the card without a token: HTTP %d, want 401", res.StatusCode)
 	}
 
-	hc := &http.Client{Transport: bearer{token: tr.Status.Token, next: http.DefaultTransport}, Timeout: time.Minute}
+	hc := &http.Client{Transport: bearer{token: tokens["gw-caller"], next: http.DefaultTransport}, Timeout: time.Minute}
 	var task *a2a.Task
 	err = Poll(ctx, 2*time.Minute, "SendMessage to confirm through the gateway", func(ctx context.Context) (bool, string, error) {
 		card, err := agentcard.NewResolver(hc).Resolve(ctx, base)
@@ -182,4 +198,23 @@ func (b *bus) gatewayCallsAnAgent(ctx context.Context, t *testing.T) {
 		t.Fatalf("confirm through the gateway: task %s in state %s, want input-required", task.ID, task.Status.State)
 	}
 	t.Logf("a2a-go's HTTP client as ServiceAccount gw-caller: confirm's task %s %s through the gateway, %.1fs after the apply", task.ID, task.Status.State, time.Since(start).Seconds())
+
+	interop := time.Now()
+	t.Run("the JS SDK's HTTP client calls MQTT agents; refusals", func(t *testing.T) {
+		jsClientCallsMQTTAgents(ctx, t, gatewayAddr, tokens["gw-caller"], tokens["gw-stranger"])
+	})
+	t.Run("MQTT requesters call HTTP agents served by the JS SDK and by a2a-go", func(t *testing.T) {
+		startHTTPAgents(ctx, t)
+		if _, err := env.WaitAgents(ctx, samplesNamespace, 2*time.Minute, true, "deploy-js", "deploy-go"); err != nil {
+			t.Fatal(err)
+		}
+		b.httpAgentsJoinTheFleet(ctx, t)
+	})
+	t.Run("a gateway pod killed during a stream loses nothing", func(t *testing.T) {
+		if _, err := env.WaitAgents(ctx, samplesNamespace, 2*time.Minute, true, "slow-confirm"); err != nil {
+			t.Fatal(err)
+		}
+		gatewayPodKilledDuringAStream(ctx, t, tokens["gw-caller"])
+	})
+	t.Logf("gateway interop checks on kind: %.1fs (whole gateway check %.1fs)", time.Since(interop).Seconds(), time.Since(start).Seconds())
 }

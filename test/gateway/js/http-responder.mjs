@@ -1,7 +1,8 @@
 // An HTTP A2A agent written with the official A2A JS SDK: a stock DefaultRequestHandler with an
 // InMemoryTaskStore (core A2A: it creates task and context ids itself) and a small "deploy"
 // executor, served by the SDK's JsonRpcTransportHandler on node:http (JSON for unary calls,
-// Server-Sent Events for streams) on a loopback port. It prints {"url": ...} once listening.
+// Server-Sent Events for streams, the card at /.well-known/agent-card.json) on a loopback port
+// (A2A_HOST, A2A_PORT, A2A_PUBLIC_URL change that). It prints {"url": ...} once listening.
 //
 // The executor: a new task asks "Turn N. Deploy X? Answer yes or no." (input-required; N counts
 // the tasks of the context, so a follow-up shows that it reached the same context); "yes"
@@ -64,7 +65,15 @@ class DeployExecutor {
   }
 }
 
+let card;
 const server = createServer(async (req, res) => {
+  // The card at the well-known path, as any A2A HTTP server serves it (the gateway compares it
+  // with the manifest's: the Agent's CardMatches condition).
+  if (req.method === 'GET' && req.url === '/.well-known/agent-card.json') {
+    res.writeHead(200, { 'Content-Type': 'application/json' });
+    res.end(JSON.stringify(AgentCard.toJSON(card)));
+    return;
+  }
   const chunks = [];
   for await (const c of req) chunks.push(c);
   let body;
@@ -96,9 +105,11 @@ const server = createServer(async (req, res) => {
 });
 
 let handler;
-server.listen(0, '127.0.0.1', () => {
-  const url = `http://127.0.0.1:${server.address().port}/`;
-  const card = AgentCard.fromJSON({
+// A2A_HOST and A2A_PORT: where to listen (loopback, any free port by default); A2A_PUBLIC_URL:
+// the URL the card names (in a pod: its Service's).
+server.listen(Number(process.env.A2A_PORT ?? 0), process.env.A2A_HOST ?? '127.0.0.1', () => {
+  const url = process.env.A2A_PUBLIC_URL || `http://127.0.0.1:${server.address().port}/`;
+  card = AgentCard.fromJSON({
     name: 'deploy', description: 'deploys after a yes (A2A JS SDK over HTTP)', version: '1.0.0',
     supportedInterfaces: [{ url, protocolBinding: 'JSONRPC', protocolVersion: '1.0' }],
     capabilities: { streaming: true }, defaultInputModes: ['text/plain'], defaultOutputModes: ['text/plain'], skills: [],
