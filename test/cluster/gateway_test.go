@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt/cardsig"
 )
 
 // gatewayCaller is the HTTP client's identity on the bus: an Agent without a workload that the
@@ -198,6 +201,7 @@ func (b *bus) gatewayCallsAnAgent(ctx context.Context, t *testing.T) {
 		t.Fatalf("confirm through the gateway: task %s in state %s, want input-required", task.ID, task.Status.State)
 	}
 	t.Logf("a2a-go's HTTP client as ServiceAccount gw-caller: confirm's task %s %s through the gateway, %.1fs after the apply", task.ID, task.Status.State, time.Since(start).Seconds())
+	gatewayCardVerifies(ctx, t, hc, "http://"+gatewayAddr, base)
 
 	interop := time.Now()
 	t.Run("the JS SDK's HTTP client calls MQTT agents; refusals", func(t *testing.T) {
@@ -217,4 +221,42 @@ func (b *bus) gatewayCallsAnAgent(ctx context.Context, t *testing.T) {
 		gatewayPodKilledDuringAStream(ctx, t, tokens["gw-caller"])
 	})
 	t.Logf("gateway interop checks on kind: %.1fs (whole gateway check %.1fs)", time.Since(interop).Seconds(), time.Since(start).Seconds())
+}
+
+// gatewayCardVerifies fetches the card the gateway serves and checks that it is signed with the
+// gateway's own key (the Secret the operator created and the gateway mounts), that the key set
+// the gateway serves at its jku verifies it, and that a one-character change does not.
+func gatewayCardVerifies(ctx context.Context, t *testing.T, hc *http.Client, gatewayURL, agentBase string) {
+	t.Helper()
+	get := func(url string) []byte {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = res.Body.Close() }()
+		body, err := io.ReadAll(res.Body)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: HTTP %d %v: %s", url, res.StatusCode, err, body)
+		}
+		return body
+	}
+	card := get(agentBase + "/.well-known/agent-card.json")
+	keys, err := cardsig.ParseKeySet(get(gatewayURL + "/.well-known/jwks.json"))
+	if err != nil {
+		t.Fatalf("the gateway's key set: %v", err)
+	}
+	v, err := cardsig.Verify(card, keys)
+	if err != nil {
+		t.Fatalf("the card the gateway serves does not verify with the key set it serves: %v\n%s", err, card)
+	}
+	changed := bytes.Replace(card, []byte(`"name":"`), []byte(`"name":"X`), 1)
+	if _, err := cardsig.Verify(changed, keys); err == nil {
+		t.Fatal("a card changed by one character still verifies")
+	}
+	t.Logf("the gateway's card is signed by key %s of its own key set (%d keys), a changed card refused", v.KeyID, len(keys.Keys))
 }
