@@ -93,7 +93,7 @@ type bench struct {
 	extra   int    // Agents the per-change batches added to the fleet's namespace
 	// perChangeSeen are the per-change figures by size, for the ratio.
 	perChangeSeen []perChangeRow
-	summary []string
+	summary       []string
 }
 
 func (r *bench) logf(format string, args ...any) {
@@ -387,7 +387,7 @@ func (r *bench) usage(ctx context.Context) map[string]Usage {
 			r.b.Fatalf("%s: no container %s in its pods", role.name, role.container)
 		}
 	}
-	byID, err := r.node.Read(ctx, all...)
+	byID, err := r.node.Read(ctx, append(all, "node")...)
 	if err != nil {
 		r.b.Fatal(err)
 	}
@@ -401,6 +401,7 @@ func (r *bench) usage(ctx context.Context) map[string]Usage {
 		}
 		out[role] = u
 	}
+	out["node"] = byID["node"]
 	return out
 }
 
@@ -439,7 +440,9 @@ func (r *bench) rollout(ctx context.Context, size int) {
 		line += fmt.Sprintf(" %s %.2f ms", role.name, float64(d.Microseconds())/1000/float64(n))
 	}
 	selfD := selfCPU() - self
-	line += fmt.Sprintf(" (these four %.1f CPU-s, the benchmark process %.1f CPU-s: %.0f s on 2 idle cores)", total.Seconds(), selfD.Seconds(), (total + selfD).Seconds()/2)
+	nodeD := after["node"].CPU - before["node"].CPU
+	line += fmt.Sprintf(" (these four %.1f CPU-s; the whole kind node %.1f CPU-s, %.2f ms per Agent; the benchmark process %.1f CPU-s: node and benchmark make %.0f s on 2 idle cores)",
+		total.Seconds(), nodeD.Seconds(), float64(nodeD.Microseconds())/1000/float64(n), selfD.Seconds(), (nodeD+selfD).Seconds()/2)
 	for _, role := range []string{"broker", "operator"} {
 		line += fmt.Sprintf("; %s memory %.1f→%.1f MiB (RSS %.1f→%.1f MiB, %.2f KiB per Agent)", role,
 			mib(before[role].Memory), mib(after[role].Memory), mib(before[role].RSS), mib(after[role].RSS),

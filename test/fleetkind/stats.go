@@ -23,20 +23,27 @@ import (
 // from the container's cgroup on the node: cgroup v1 (cpuacct.usage, memory.usage_in_bytes,
 // memory.stat total_rss) or v2 (cpu.stat usage_usec, memory.current, memory.stat anon). The
 // cgroup path holds the container's ID under either cgroup driver (cgroupfs or systemd's
-// cri-containerd-ID.scope), so a find by name locates it without asking the runtime.
+// cri-containerd-ID.scope), so a find by name locates it without asking the runtime. The ID
+// "node" reads the root of the node's own hierarchy: every process of the kind node (kubelet,
+// containerd, every pod).
 const cgroupScript = `set -u
 for id in "$@"; do
 	if [ -d /sys/fs/cgroup/cpuacct ]; then
-		cpu_dir=$(find /sys/fs/cgroup/cpuacct/ -type d -name "*$id*" 2>/dev/null | head -1)
-		mem_dir=$(find /sys/fs/cgroup/memory/ -type d -name "*$id*" 2>/dev/null | head -1)
+		if [ "$id" = node ]; then
+			cpu_dir=/sys/fs/cgroup/cpuacct mem_dir=/sys/fs/cgroup/memory
+		else
+			cpu_dir=$(find /sys/fs/cgroup/cpuacct/ -type d -name "*$id*" 2>/dev/null | head -1)
+			mem_dir=$(find /sys/fs/cgroup/memory/ -type d -name "*$id*" 2>/dev/null | head -1)
+		fi
 		[ -n "$cpu_dir" ] && [ -n "$mem_dir" ] || { echo "$id - - -"; continue; }
 		cpu=$(cat "$cpu_dir/cpuacct.usage")
 		mem=$(cat "$mem_dir/memory.usage_in_bytes")
 		rss=$(awk '$1 == "total_rss" {print $2}' "$mem_dir/memory.stat")
 	else
 		dir=$(find /sys/fs/cgroup/ -type d -name "*$id*" 2>/dev/null | head -1)
+		[ "$id" = node ] && dir=/sys/fs/cgroup
 		[ -n "$dir" ] || { echo "$id - - -"; continue; }
-		cpu=$(awk '$1 == "usage_usec" {print $2 * 1000}' "$dir/cpu.stat")
+		cpu=$(awk '$1 == "usage_usec" {print $2 "000"}' "$dir/cpu.stat")
 		mem=$(cat "$dir/memory.current")
 		rss=$(awk '$1 == "anon" {print $2}' "$dir/memory.stat")
 	fi

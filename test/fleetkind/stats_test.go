@@ -46,8 +46,8 @@ func TestCgroupScriptReadsV1AndV2(t *testing.T) {
 	}
 	run := func(root string) map[string]Usage {
 		t.Helper()
-		script := strings.ReplaceAll(cgroupScript, "/sys/fs/cgroup/", root+"/")
-		out, err := exec.CommandContext(context.Background(), "sh", "-c", script, "cgroup", "c0ffee").CombinedOutput()
+		script := strings.ReplaceAll(cgroupScript, "/sys/fs/cgroup", root)
+		out, err := exec.CommandContext(context.Background(), "sh", "-c", script, "cgroup", "c0ffee", "node").CombinedOutput()
 		if err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
@@ -61,15 +61,29 @@ func TestCgroupScriptReadsV1AndV2(t *testing.T) {
 	write(v1+"/cpuacct/kubelet/kubepods/pod1/cri-containerd-c0ffee.scope/cpuacct.usage", "123456789\n")
 	write(v1+"/memory/kubelet/kubepods/pod1/cri-containerd-c0ffee.scope/memory.usage_in_bytes", "1048576\n")
 	write(v1+"/memory/kubelet/kubepods/pod1/cri-containerd-c0ffee.scope/memory.stat", "cache 10\nrss 20\ntotal_cache 30\ntotal_rss 524288\n")
-	if got, want := run(v1)["c0ffee"], (Usage{CPU: 123456789, Memory: 1048576, RSS: 524288}); got != want {
-		t.Fatalf("cgroup v1: got %+v, want %+v", got, want)
+	write(v1+"/cpuacct/cpuacct.usage", "999000000000\n")
+	write(v1+"/memory/memory.usage_in_bytes", "4194304\n")
+	write(v1+"/memory/memory.stat", "total_rss 2097152\n")
+	got := run(v1)
+	if want := (Usage{CPU: 123456789, Memory: 1048576, RSS: 524288}); got["c0ffee"] != want {
+		t.Fatalf("cgroup v1: got %+v, want %+v", got["c0ffee"], want)
+	}
+	if want := (Usage{CPU: 999 * time.Second, Memory: 4194304, RSS: 2097152}); got["node"] != want {
+		t.Fatalf("cgroup v1, the node's root: got %+v, want %+v", got["node"], want)
 	}
 	v2 := t.TempDir()
 	write(v2+"/kubepods.slice/pod1/cri-containerd-c0ffee.scope/cpu.stat", "usage_usec 2500\nuser_usec 2000\n")
 	write(v2+"/kubepods.slice/pod1/cri-containerd-c0ffee.scope/memory.current", "2097152\n")
 	write(v2+"/kubepods.slice/pod1/cri-containerd-c0ffee.scope/memory.stat", "anon 1048576\nfile 5\n")
-	if got, want := run(v2)["c0ffee"], (Usage{CPU: 2500 * time.Microsecond, Memory: 2097152, RSS: 1048576}); got != want {
-		t.Fatalf("cgroup v2: got %+v, want %+v", got, want)
+	write(v2+"/cpu.stat", "usage_usec 7000000\n")
+	write(v2+"/memory.current", "8388608\n")
+	write(v2+"/memory.stat", "anon 4194304\n")
+	got = run(v2)
+	if want := (Usage{CPU: 2500 * time.Microsecond, Memory: 2097152, RSS: 1048576}); got["c0ffee"] != want {
+		t.Fatalf("cgroup v2: got %+v, want %+v", got["c0ffee"], want)
+	}
+	if want := (Usage{CPU: 7 * time.Second, Memory: 8388608, RSS: 4194304}); got["node"] != want {
+		t.Fatalf("cgroup v2, the node's root: got %+v, want %+v", got["node"], want)
 	}
 }
 
