@@ -211,6 +211,14 @@ func (r *bench) install(ctx context.Context) {
 			b.Fatal(err)
 		}
 	}
+	// A namespace no Tenant binds holds at most 1 000 Agents: a Tenant binds the fleet's, with
+	// room for the largest size and the per-change Agents.
+	maxAgents := int32(slices.Max(append(r.s.sizes, r.s.dataBase)) + 10*r.s.changes + 100)
+	tenant := &a2av1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: fleetNamespace}, Spec: a2av1.TenantSpec{
+		OrgID: fleetOrg, Namespaces: []string{fleetNamespace}, Limits: &a2av1.TenantLimits{MaxAgents: &maxAgents}}}
+	if err := env.Client.Create(ctx, tenant); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
 	r.logf("quickstart (%s) installed and available in %.1f s", r.s.backend, time.Since(start).Seconds())
 }
 
