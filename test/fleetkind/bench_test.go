@@ -451,7 +451,7 @@ func (r *bench) rollout(ctx context.Context, size int) {
 	nodeD := after["node"].CPU - before["node"].CPU
 	line += fmt.Sprintf(" (these four %.1f CPU-s; the whole kind node %.1f CPU-s, %.2f ms per Agent; the benchmark process %.1f CPU-s: node and benchmark make %.0f s on 2 idle cores)",
 		total.Seconds(), nodeD.Seconds(), float64(nodeD.Microseconds())/1000/float64(n), selfD.Seconds(), (nodeD+selfD).Seconds()/2)
-	for _, role := range []string{"broker", "operator"} {
+	for _, role := range []string{"broker", "operator", "apiserver", "etcd"} {
 		line += fmt.Sprintf("; %s memory %.1f→%.1f MiB (RSS %.1f→%.1f MiB, %.2f KiB per Agent)", role,
 			mib(before[role].Memory), mib(after[role].Memory), mib(before[role].RSS), mib(after[role].RSS),
 			float64(after[role].RSS-before[role].RSS)/1024/float64(n))
