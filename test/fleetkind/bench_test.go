@@ -468,7 +468,10 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 // waited until its Secret holds the new password), against the broker's idle CPU just before.
 func (r *bench) perChange(ctx context.Context, size int) {
 	b := r.b
-	const idleFor = 10 * time.Second
+	// The broker settles after a rollout (its writer, the operator's last statuses) before its
+	// idle CPU is taken.
+	const settle, idleFor = 10 * time.Second, 20 * time.Second
+	time.Sleep(settle)
 	u0 := r.usage(ctx)["broker"]
 	time.Sleep(idleFor)
 	u1 := r.usage(ctx)["broker"]
