@@ -85,25 +85,31 @@ else
 endif
 
 .PHONY: test
-test: verify tools-test kind-up release kind-load-release ## Every check and test: verify, the release bundle (test/release checks it), then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
+test: verify tools-test kind-up release kind-load-release kind-load-previous-release ## Every check and test: verify, the release bundle (test/release checks it) and the previous release's (the upgrade test), then unit, envtest, broker, e2e, docs, the kind cluster (test/cluster) and chaos (test/chaos) suites.
 	@mkdir -p $(LOCALBIN)
 	@# -v so that the suites' evidence lines (which apiserver, how many broker decisions) show; the
 	@# summary keeps the log readable, and a failure prints the whole output of the run. The suites
 	@# that install on the kind cluster (CLUSTER_SUITES) share it, so they run one after the other,
 	@# after the rest, from the release bundle: its images loaded into kind (kind-load-release), its
-	@# a2actl, and its packaged chart for TestHelmChartOnARealCluster (A2A_FLEET_DIST).
+	@# a2actl, and its packaged chart for TestHelmChartOnARealCluster (A2A_FLEET_DIST); the
+	@# previous release's bundle and tree for TestUpgradeFromThePreviousRelease (A2A_FLEET_PREVIOUS_RELEASE).
 	@rc=0; export KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)"; \
 		go test $$(go list ./... | grep -v -x -F $(foreach s,$(CLUSTER_SUITES),-e $(MODULE)/$(s))) -count=1 -timeout $(TEST_TIMEOUT) -v > $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
-		A2A_FLEET_DIST=$(CURDIR)/dist A2ACTL=$(CURDIR)/dist/a2actl-$(VERSION)-linux-amd64 go test -p 1 $(addprefix ./,$(CLUSTER_SUITES)) -count=1 -timeout $(TEST_TIMEOUT) -v >> $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
+		A2A_FLEET_DIST=$(CURDIR)/dist A2A_FLEET_PREVIOUS_RELEASE=$(PREVIOUS_RELEASE) A2ACTL=$(CURDIR)/dist/a2actl-$(VERSION)-linux-amd64 go test -p 1 $(addprefix ./,$(CLUSTER_SUITES)) -count=1 -timeout $(TEST_TIMEOUT) -v >> $(LOCALBIN)/test.log 2>&1 || rc=$$?; \
 	if [ $$rc -ne 0 ]; then grep -v -E '^=== (RUN|PAUSE|CONT|NAME)' $(LOCALBIN)/test.log; fi; \
 	grep -E '^(ok|FAIL|panic:)|envtest: kube-apiserver|^cluster: kube-apiserver|ACL matrix:|chaos result:|^\s*--- (FAIL|SKIP)' $(LOCALBIN)/test.log || true; \
 	echo "$$(grep -c -E '^\s*--- PASS' $(LOCALBIN)/test.log) passed, $$(grep -c -E '^\s*--- FAIL' $(LOCALBIN)/test.log) failed, $$(grep -c -E '^\s*--- SKIP' $(LOCALBIN)/test.log) skipped"; \
 	exit $$rc
 
 .PHONY: test-cluster
-test-cluster: tools-test kind-up ## The kind suite only (test/cluster): quickstart and chart on a real kubelet, from the project's images.
-	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)" \
+test-cluster: tools-test kind-up kind-load-previous-release ## The kind suite only (test/cluster): quickstart, chart and the upgrade from the previous release on a real kubelet, from the project's images.
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)" A2A_FLEET_PREVIOUS_RELEASE=$(PREVIOUS_RELEASE) \
 		go test ./test/cluster/ -count=1 -timeout 20m -v
+
+.PHONY: dashboard-screenshot
+dashboard-screenshot: tools-test kind-up ## docs/img/dashboard.png: a real Prometheus records the kind suite's quickstart run, hack/dashboard-render draws the Grafana dashboard's panels from it, headless Chromium screenshots the page (not in make test).
+	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$(KIND_KUBECONFIG)" \
+		hack/dashboard-render/screenshot.sh
 
 .PHONY: test-chaos
 test-chaos: tools-test kind-up ## Chaos suite only (test/chaos, docs/reliability.md), on the kind cluster.
@@ -112,8 +118,10 @@ test-chaos: tools-test kind-up ## Chaos suite only (test/chaos, docs/reliability
 
 .PHONY: test-e2e
 test-e2e: tools-test ## The kind suite (test/cluster) against the cluster in KUBECONFIG, which must run the images the manifests name (or IMG, SERVICE_IMG, EXAMPLES_IMG, MOSQUITTO_IMG); hack/kind-e2e.sh on a machine with a registry.
+	@# Without the upgrade test: the previous release's images (make previous-release) are loaded
+	@# into kind only, not pushed to a registry.
 	KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" E2E_CLUSTER_KUBECONFIG="$${KUBECONFIG:-$$HOME/.kube/config}" \
-		go test ./test/cluster/ -count=1 -timeout 20m -v
+		go test ./test/cluster/ -skip TestUpgradeFromThePreviousRelease -count=1 -timeout 20m -v
 
 ##@ kind, offline (docs/development.md "A real cluster")
 
@@ -154,11 +162,14 @@ generate: $(CONTROLLER_GEN) ## Generate the deepcopy methods.
 verify: verify-generated fmt-check vet lint verify-mod verify-kustomize verify-chart verify-version verify-architecture verify-complexity verify-methods ## Static checks that CI runs before the tests.
 
 .PHONY: verify-version
-verify-version: ## Fail when the chart's version or appVersion is not the VERSION file's, or CHANGELOG.md has no entry for it.
+verify-version: ## Fail when the chart's version or appVersion is not the VERSION file's, or CHANGELOG.md has no entry for it ([Unreleased] for a pre-release such as 0.2.0-dev).
 	@for key in version appVersion; do \
 		v="$$(sed -n "s/^$$key: *\"\{0,1\}\([^\"]*\)\"\{0,1\} *$$/\1/p" charts/a2a-fleet/Chart.yaml)"; \
 		if [ "$$v" != "$(VERSION)" ]; then echo "charts/a2a-fleet/Chart.yaml $$key is '$$v', VERSION is '$(VERSION)': make them agree"; exit 1; fi; done
-	@grep -q -F '## [$(VERSION)]' CHANGELOG.md || { echo "CHANGELOG.md has no '## [$(VERSION)]' entry"; exit 1; }
+	@# A pre-release (SemVer's -suffix: the working tree between releases) is the [Unreleased] entry.
+	@entry='## [$(VERSION)]'; case '$(VERSION)' in *-*) entry='## [Unreleased]';; esac; \
+		grep -q -F "$$entry" CHANGELOG.md || { echo "CHANGELOG.md has no '$$entry' entry (VERSION $(VERSION))"; exit 1; }
+	@grep -q -F '## [$(shell sed -n 's/^version=//p' hack/previous-release)]' CHANGELOG.md || { echo "CHANGELOG.md has no entry for hack/previous-release's version"; exit 1; }
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail when generated files differ from what is committed.
@@ -301,6 +312,18 @@ release: $(HELM) $(if $(filter 1,$(IMAGES)),docker-images) ## Release bundle of 
 .PHONY: kind-load-release
 kind-load-release: ## Load the release bundle's images (dist/images, make release) into the kind cluster with kind load image-archive, as the bundle's user would.
 	hack/release-kind-load.sh
+
+# The previous release's bundle and kustomize tree (hack/previous-release.sh), which the upgrade
+# test installs and upgrades to the working tree from.
+PREVIOUS_RELEASE := $(shell hack/previous-release.sh --print)
+
+.PHONY: previous-release
+previous-release: $(HELM) ## Build the previous release's bundle (hack/previous-release) once, from its commit, into A2A_FLEET_CACHE/releases/ (skipped when there); its images are tagged with its version.
+	@HELM=$(HELM) hack/previous-release.sh >/dev/null
+
+.PHONY: kind-load-previous-release
+kind-load-previous-release: previous-release ## Load the previous release's images (tagged with its version) into the kind cluster, for the upgrade test.
+	DIST=$(PREVIOUS_RELEASE)/dist hack/release-kind-load.sh
 
 .PHONY: deploy
 deploy: $(KUSTOMIZE) ## Install config/quickstart (operator, conversation service, Mosquitto) with IMG and SERVICE_IMG into the cluster in KUBECONFIG.

@@ -156,13 +156,16 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 	if !agent.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.finalize(ctx, agent)
 	}
-	if controllerutil.AddFinalizer(agent, AgentFinalizer) {
+	// A reconcile that adds the finalizer is the Agent's first: the update succeeds only on the
+	// current object, and nothing the operator writes for an Agent comes before its finalizer.
+	first := controllerutil.AddFinalizer(agent, AgentFinalizer)
+	if first {
 		if err := r.Client.Update(ctx, agent); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
 	}
 
-	s := &agentReconcile{before: agent.DeepCopy(), agent: agent}
+	s := &agentReconcile{before: agent.DeepCopy(), agent: agent, first: first}
 	defer func() {
 		if err := r.writeStatus(ctx, s); err != nil {
 			retErr = errors.Join(retErr, err)
@@ -200,6 +203,9 @@ type agentReconcile struct {
 	before, agent *a2av1.Agent
 	view          *tenancy.View
 	holder        *a2av1.Agent
+	// first: this reconcile added the finalizer (the operator has written nothing else for the
+	// Agent yet, credentials included).
+	first bool
 }
 
 // reconcileHeld runs the credentials, the broker registration and the workload of an Agent that
@@ -221,20 +227,25 @@ func (r *AgentReconciler) reconcileHeld(ctx context.Context, s *agentReconcile) 
 		s.before = agent.DeepCopy()
 	}
 
-	pending, err := r.credentials.prepare(ctx, agent)
+	pending, err := r.credentials.prepare(ctx, agent, s.first)
 	if err != nil {
-		var conflict *credentialsConflictError
-		if errors.As(err, &conflict) {
-			setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonCredentialsConflict, err.Error())
-			// The cache does not hold foreign Secrets, so their removal triggers nothing: look again
-			// after a while instead of retrying hot.
-			return ctrl.Result{RequeueAfter: time.Minute}, nil
+		if conflict := credentialsConflict(agent, err); conflict != nil {
+			return *conflict, nil
 		}
 		return ctrl.Result{}, err
 	}
 
 	persist := func(ctx context.Context) error { return r.credentials.persist(ctx, agent, pending) }
 	result, regErr := r.registration.register(ctx, s.view, agent, pending.creds, persist)
+	if conflict := credentialsConflict(agent, regErr); conflict != nil {
+		// A new Agent's Secret name was taken by a foreign Secret, found when creating it
+		// (prepare does not ask the API server for a new Agent): take back what the broker was
+		// just given, as if the Secret had been found first.
+		if err := r.registration.retract(ctx, agent); err != nil {
+			return ctrl.Result{}, err
+		}
+		return *conflict, nil
+	}
 	if err := r.workload.reconcile(ctx, s.view, agent, pending.checksum()); err != nil {
 		return ctrl.Result{}, errors.Join(regErr, err)
 	}
@@ -244,6 +255,19 @@ func (r *AgentReconciler) reconcileHeld(ctx context.Context, s *agentReconcile) 
 	}
 	logf.FromContext(ctx).V(1).Info("reconciled agent", "clientID", agent.Status.ClientID, "policy", agent.Status.ConversationPolicy)
 	return pending.requeue(result), nil
+}
+
+// credentialsConflict, when err says the Agent's credentials Secret name belongs to a foreign
+// Secret, sets the broker conditions and returns the result to end the reconcile with.
+func credentialsConflict(agent *a2av1.Agent, err error) *ctrl.Result {
+	var conflict *credentialsConflictError
+	if !errors.As(err, &conflict) {
+		return nil
+	}
+	setBrokerConditions(agent, metav1.ConditionFalse, a2av1.ReasonCredentialsConflict, conflict.Error())
+	// The cache does not hold foreign Secrets, so their removal triggers nothing: look again after
+	// a while instead of retrying hot.
+	return &ctrl.Result{RequeueAfter: time.Minute}
 }
 
 // loseIdentity handles the loser of an identity conflict: registering would hand this Agent the

@@ -163,6 +163,20 @@ func (u *agentRegistration) finalize(ctx context.Context, view *tenancy.View, ag
 	return nil
 }
 
+// retract removes the broker state Register just created for an Agent that turns out not to
+// get its credentials Secret (credentialsConflictError), and wakes the shared objects it was in.
+func (u *agentRegistration) retract(ctx context.Context, agent *a2av1.Agent) error {
+	if u.registrar == nil {
+		return nil
+	}
+	if err := u.registrar.Unregister(ctx, agent); err != nil {
+		return fmt.Errorf("unregister agent: %w", err)
+	}
+	agent.Status.PublishedCardDigest = ""
+	u.shared.Poke(ctx, registration.KeysOf(identity.Of(agent), u.gating)...)
+	return nil
+}
+
 // withdraw removes the broker state of an Agent that may no longer hold its identity, if it
 // registered it (recorded is its status as read), and wakes the shared objects it was in.
 func (u *agentRegistration) withdraw(ctx context.Context, view *tenancy.View, recorded, agent *a2av1.Agent, why string) error {

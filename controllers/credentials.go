@@ -127,8 +127,10 @@ type agentCredentials struct {
 // the old password, the new one goes into the Secret first (marked not synced), the Deployment
 // rolls (Recreate: the old pods drain and go before new ones start), and only then does the
 // broker get it; the new pods' refused CONNECTs retry meanwhile.
-func (u *agentCredentials) prepare(ctx context.Context, agent *a2av1.Agent) (*pendingCredentials, error) {
-	secret, exists, err := u.secretOf(ctx, agent)
+//
+// first says this is the Agent's first reconcile (see secretOf).
+func (u *agentCredentials) prepare(ctx context.Context, agent *a2av1.Agent, first bool) (*pendingCredentials, error) {
+	secret, exists, err := u.secretOf(ctx, agent, first && agent.Status.CredentialsSecret == "")
 	if err != nil {
 		return nil, err
 	}
@@ -165,11 +167,16 @@ func needsPassword(s *corev1.Secret, wantRotation string) bool {
 
 // secretOf reads the Agent's credentials Secret (exists false: none, and secret is the one to
 // create). A Secret of that name that is not the Agent's is a credentialsConflictError.
-func (u *agentCredentials) secretOf(ctx context.Context, agent *a2av1.Agent) (secret *corev1.Secret, exists bool, err error) {
+//
+// The cache holds only the operator's Secrets; a name it does not hold is looked up on the API
+// server, for a foreign Secret, except for a new Agent (isNew: its first reconcile, no Secret
+// recorded): the operator has written none for it, and a foreign one makes the Secret's create
+// fail (persist), which says so. A rollout then reads no Secret from the API server.
+func (u *agentCredentials) secretOf(ctx context.Context, agent *a2av1.Agent, isNew bool) (secret *corev1.Secret, exists bool, err error) {
 	key := client.ObjectKey{Namespace: agent.Namespace, Name: identity.CredentialsSecretName(agent)}
 	secret = &corev1.Secret{}
 	err = u.client.Get(ctx, key, secret)
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) && !isNew {
 		// The cache holds only Secrets with our label: make sure no foreign one has the name.
 		err = u.apiReader.Get(ctx, key, secret)
 	}
@@ -384,6 +391,9 @@ func (u *agentCredentials) persist(ctx context.Context, agent *a2av1.Agent, p *p
 	switch p.write {
 	case "create":
 		err = u.client.Create(ctx, p.secret)
+		if apierrors.IsAlreadyExists(err) {
+			err = u.createTaken(ctx, agent, p.secret)
+		}
 	case "update":
 		err = u.client.Update(ctx, p.secret)
 	case "":
@@ -407,6 +417,22 @@ func (u *agentCredentials) persist(ctx context.Context, agent *a2av1.Agent, p *p
 		u.metrics.credentialsReplaced(p.event)
 	}
 	return nil
+}
+
+// createTaken handles a Secret create that found the name taken (secretOf did not ask the API
+// server for a new Agent): a foreign Secret is a credentialsConflictError; the Agent's own
+// (its finalizer was removed by hand, and the cache had not seen the Secret) gets the password
+// the broker has just been given.
+func (u *agentCredentials) createTaken(ctx context.Context, agent *a2av1.Agent, secret *corev1.Secret) error {
+	found := &corev1.Secret{}
+	if err := u.apiReader.Get(ctx, client.ObjectKeyFromObject(secret), found); err != nil {
+		return fmt.Errorf("get credentials secret: %w", err)
+	}
+	if !metav1.IsControlledBy(found, agent) {
+		return &credentialsConflictError{name: secret.Name}
+	}
+	secret.ResourceVersion = found.ResourceVersion
+	return u.client.Update(ctx, secret)
 }
 
 // markPasswordSynced records that the broker has the Secret's current password (and that no

@@ -9,6 +9,7 @@
 #                                               `docker load -i FILE`, or gunzip and
 #                                               `kind load image-archive FILE.tar`
 #   a2a-fleet-VERSION.cdx.json                  the SBOM: CycloneDX JSON of the module's build list
+#                                               and of the Debian packages in each image
 #                                               (hack/sbom)
 #   SHA256SUMS                                  checksums of all of the above
 # IMAGES=0 leaves the images out (a bundle without them is incomplete: test/release fails on it).
@@ -39,8 +40,6 @@ for os in linux darwin; do
 	done
 done
 
-go run ./hack/sbom -version "$version" -commit "$commit" -o "$dist/a2a-fleet-$version.cdx.json"
-
 if [ "${IMAGES:-1}" = 1 ]; then
 	# The project's dockerd (hack/kind/lib.sh sets DOCKER_HOST; A2A_FLEET_DOCKER_HOST points it
 	# at another engine).
@@ -61,6 +60,13 @@ if [ "${IMAGES:-1}" = 1 ]; then
 		docker save "$image" | gzip -n >"$dist/images/$name.tar.gz"
 	done
 fi
+
+# After the images: the SBOM reads their dpkg databases from the archives.
+sbom_images=()
+if [ "${IMAGES:-1}" = 1 ]; then
+	sbom_images=(-images "$dist/images")
+fi
+go run ./hack/sbom -version "$version" -commit "$commit" "${sbom_images[@]}" -o "$dist/a2a-fleet-$version.cdx.json"
 
 (cd "$dist" && find . -type f ! -name SHA256SUMS | sed 's#^\./##' | sort | xargs sha256sum >SHA256SUMS)
 echo "release $version ($commit) in $dist/:"

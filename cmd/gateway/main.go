@@ -45,6 +45,8 @@ type options struct {
 	cardStatus bool
 	// cardKeysAgent is NAMESPACE/NAME of the Agent whose identity reads the card signing keys.
 	cardKeysAgent string
+	// cardSigningDir holds the gateway's own keys that sign the cards it serves.
+	cardSigningDir string
 }
 
 func main() {
@@ -62,6 +64,7 @@ func main() {
 	flag.StringVar(&o.ringName, "ring-name", "a2a-gateway", "name of the ring (its Leases' label and name prefix)")
 	flag.StringVar(&o.advertise, "advertise-url", advertiseDefault(), "this replica's URL as the other replicas reach it (default http://$POD_IP:8080)")
 	flag.StringVar(&o.cardKeysAgent, "card-keys-agent", env("A2A_GATEWAY_CARD_KEYS_AGENT", ""), "NAMESPACE/NAME of an Agent (without a workload) whose identity reads the card signing keys on the bus, served at /.well-known/jwks.json (empty: not served)")
+	flag.StringVar(&o.cardSigningDir, "card-signing-dir", env("A2A_GATEWAY_CARD_SIGNING_DIR", ""), "folder (a mounted Secret) of the gateway's own PEM private keys (tls.key or *.pem; ECDSA P-256 or Ed25519) that sign every card it serves, listed at /.well-known/jwks.json beside the bus's keys (empty: served cards are unsigned)")
 	flag.BoolVar(&o.cardStatus, "card-status", true, "compare the card each HTTP agent serves with its spec.card at every sync and set the Agent's CardMatches condition (needs patch on agents/status)")
 	flag.DurationVar(&o.ringTTL, "ring-ttl", 10*time.Second, "a replica that stopped renewing its Lease leaves the ring after this long")
 	flag.Parse()
@@ -132,7 +135,13 @@ func run(ctx context.Context, o options, log *slog.Logger) error {
 		}
 		keysAgent = client.ObjectKey{Namespace: ns, Name: name}
 	}
-	in := gateway.NewInbound(gateway.InboundConfig{CardKeysAgent: keysAgent, Directory: dir, Auth: reviewer, Pool: pool,
+	var signer *gateway.CardSigner
+	if o.cardSigningDir != "" {
+		if signer, err = gateway.NewCardSigner(o.cardSigningDir); err != nil {
+			return fmt.Errorf("--card-signing-dir: %w", err)
+		}
+	}
+	in := gateway.NewInbound(gateway.InboundConfig{CardKeysAgent: keysAgent, CardSigner: signer, Directory: dir, Auth: reviewer, Pool: pool,
 		BrokerURL: o.brokerURL, PublicURL: o.publicURL, MaxBodyBytes: o.maxBody, Ring: ring, Logger: log})
 	ocfg := gateway.OutboundConfig{Conn: conn, Directory: dir, Ring: ring}
 	if o.cardStatus {

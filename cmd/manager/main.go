@@ -41,10 +41,17 @@ type options struct {
 	broker             brokerOptions
 	brokerResyncPeriod time.Duration
 	orphanInterval     time.Duration
-	workloadBrokerURL  string
-	workloadBrokerCA   string
-	gate               bool
-	serviceSecret      string
+	// kubeAPIQPS and kubeAPIBurst limit the operator's requests to the Kubernetes API on the
+	// client side (QPS < 0: no limit, the API server's priority and fairness queues them).
+	kubeAPIQPS        float64
+	kubeAPIBurst      int
+	workloadBrokerURL string
+	workloadBrokerCA  string
+	gate              bool
+	serviceSecret     string
+	// gatewayCardSigningSecret is NAMESPACE/NAME of the HTTP gateway's card signing keys, which
+	// the operator creates when missing ("": not created).
+	gatewayCardSigningSecret string
 
 	// controllers holds the options that belong to the controllers (their own flags).
 	controllers controllers.Options
@@ -89,6 +96,7 @@ func main() {
 	flag.BoolVar(&o.broker.insecureSkipVerify, "broker-insecure-skip-verify", false, "Do not verify the broker's TLS certificate (testing only).")
 	flag.StringVar(&o.broker.cardSigningSecret, "card-signing-secret", "", "NAMESPACE/NAME of a Secret whose PEM private keys (entries tls.key or *.pem; ECDSA P-256 or Ed25519) sign every agent card (A2A v1.0 §8.4); the public keys are retained on $a2a-fleet/v1/card-keys. Empty: cards are published unsigned.")
 	flag.StringVar(&o.broker.cardKeysURL, "card-keys-url", "", "URL of the card signing key set over HTTP, put in every signature's jku (e.g. the gateway's https://GATEWAY/.well-known/jwks.json). Empty: {broker URL}/$a2a-fleet/v1/card-keys.")
+	flag.StringVar(&o.gatewayCardSigningSecret, "gateway-card-signing-secret", "", "NAMESPACE/NAME of the HTTP gateway's card signing Secret, created with one new ES256 key when it does not exist; the gateway mounts it (--card-signing-dir) to sign the cards it serves over HTTP. Empty: not created.")
 	flag.BoolVar(&o.broker.generateCardSigningSecret, "card-signing-secret-generate", false, "Create the --card-signing-secret with one new ES256 key when it does not exist.")
 	flag.DurationVar(&o.broker.readinessGrace, "broker-readiness-grace", 30*time.Second, "/readyz fails once the broker has been unreachable for longer than this (0 disables the broker check).")
 	flag.DurationVar(&o.orphanInterval, "broker-orphan-interval", registration.DefaultOrphanInterval, "How often the broker is searched for the clients and roles of identities no Agent claims (an Agent deleted without its finalizer); they are deleted when found in two searches in a row (0 disables it: only for a broker shared with objects under the a2a: prefix that this operator does not own).")
@@ -97,6 +105,8 @@ func main() {
 	flag.StringVar(&o.workloadBrokerCA, "workload-broker-ca-file", "", "PEM CA bundle the agent workloads verify their broker with: every Agent's credentials Secret carries it (key ca.crt, this file is polled every 10 s and read at each reconcile: a rotated CA is written without a new password or a pod restart) and the workloads get A2A_TLS_CA naming it. Needs a TLS workload broker URL. Default: --broker-ca-file when the workload broker URL is a TLS one (tls://, mqtts://, ssl://, wss://).")
 	flag.BoolVar(&o.gate, "gate-governed-agents", false, "Put the conversation service in front of every Agent a ConversationPolicy governs (deploy config/conversation-service with it).")
 	flag.StringVar(&o.serviceSecret, "conversation-service-secret", "a2a-fleet-system/a2a-fleet-conversation-service-credentials", "NAMESPACE/NAME of the Secret the operator writes the conversation service's broker credentials to (with --gate-governed-agents).")
+	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", -1, "Requests per second the operator may make to the Kubernetes API (client-side limit). Negative: no client-side limit, the API server's priority and fairness queues them (controller-runtime's default). A rollout costs the operator about 3 requests per Agent (the finalizer, the credentials Secret, one status patch), so a limit of 20 would hold a 10 000-Agent rollout to about 1 500 s.")
+	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "Requests above --kube-api-qps the operator may make at once (0 with a positive --kube-api-qps: client-go's default burst).")
 	o.controllers.BindFlags(flag.CommandLine)
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -136,7 +146,9 @@ func run(o options) error {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(a2av1.AddToScheme(scheme))
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg := ctrl.GetConfigOrDie()
+	cfg.QPS, cfg.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
 		Metrics:                 metricsserver.Options{BindAddress: o.metricsAddr},
@@ -195,6 +207,15 @@ func run(o options) error {
 		}
 	} else if o.gate {
 		return errors.New("--gate-governed-agents needs --broker-url")
+	}
+	if o.gatewayCardSigningSecret != "" {
+		keys, err := gatewayCardKeys(o.gatewayCardSigningSecret, mgr.GetAPIReader(), mgr.GetClient())
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(keys); err != nil {
+			return fmt.Errorf("add gateway card keys: %w", err)
+		}
 	}
 	copts.Metrics = ctrlmetrics.Registry
 	if err := controllers.Setup(ctx, mgr, copts); err != nil {

@@ -341,7 +341,9 @@ func Main(kind Kind) {
 	if *credsDir != "" {
 		creds, *user, *pass = a2amqtt.CredentialsDir(*credsDir), "", ""
 	}
-	// Under the operator, the Agent manifest's card (A2A_AGENT_CARD) is the one to publish.
+	// Under the operator, the Agent manifest's card (A2A_AGENT_CARD) is the agent's; the operator
+	// publishes it (signed, with the broker's presence) and the Conn leaves it alone
+	// (a2amqtt.CardPublisherAuto). Without it, the example publishes its own card.
 	card, err := a2amqtt.AgentCardFromEnv()
 	if err != nil {
 		logger.Error("invalid agent card", "err", err)

@@ -2,9 +2,12 @@
 // (make release puts it in the bundle): the module itself at the VERSION given, and every module
 // of its build list (`go list -m -json all`: what go.mod requires, directly or not, at the
 // selected versions, replacements applied) with its package URL and go.sum hash, and the
-// dependency graph between them (`go mod graph`, restricted to the selected versions).
+// dependency graph between them (`go mod graph`, restricted to the selected versions). With
+// -images, also each image archive of that folder (`docker save`, as make release writes them)
+// as a container component that depends on the Debian packages installed in it (its dpkg
+// database read from the image's files, pkg:deb purls with arch and distro).
 //
-//	go run ./hack/sbom -version "$(cat VERSION)" -commit "$(git rev-parse HEAD)" -o dist/sbom.cdx.json
+//	go run ./hack/sbom -version "$(cat VERSION)" -commit "$(git rev-parse HEAD)" -images dist/images -o dist/sbom.cdx.json
 package main
 
 import (
@@ -35,12 +38,16 @@ func main() {
 	version := flag.String("version", "", "the release version of the main module (the VERSION file)")
 	commit := flag.String("commit", "", "the source commit the bundle is built from")
 	out := flag.String("o", "", "output file (default: standard output)")
+	images := flag.String("images", "", "a folder of image archives (docker save, gzip or not) whose Debian packages to list")
 	flag.Parse()
 	if *version == "" {
 		fmt.Fprintln(os.Stderr, "sbom: -version is required")
 		os.Exit(2)
 	}
 	bom, err := build(*version, *commit)
+	if err == nil && *images != "" {
+		err = addImages(bom, *images)
+	}
 	if err == nil {
 		err = write(bom, *out)
 	}

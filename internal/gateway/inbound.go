@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt/cardsig"
 	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 )
 
@@ -53,7 +56,10 @@ type InboundConfig struct {
 	// CardKeysAgent names the Agent (usually one without a workload) whose identity reads the
 	// card signing keys on the bus, served at JWKSPath; empty: JWKSPath answers 404.
 	CardKeysAgent client.ObjectKey
-	Logger        *slog.Logger
+	// CardSigner, when set, signs every card the gateway serves (jku: this gateway's JWKSPath,
+	// which then serves its keys beside the bus's). Nil: the served cards are unsigned.
+	CardSigner *CardSigner
+	Logger     *slog.Logger
 }
 
 // Inbound serves the exposed agents over HTTP.
@@ -182,8 +188,18 @@ func (in *Inbound) serveCard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ref := identity.Of(tgt)
-	endpoint := fmt.Sprintf("%s/agents/%s/%s/%s/", in.baseURL(r), ref.Org, ref.Unit, ref.Agent)
-	a2asrv.NewStaticAgentCardHandler(Card(tgt, in.cfg.BrokerURL, endpoint)).ServeHTTP(w, r)
+	base := in.baseURL(r)
+	endpoint := fmt.Sprintf("%s/agents/%s/%s/%s/", base, ref.Org, ref.Unit, ref.Agent)
+	card := Card(tgt, in.cfg.BrokerURL, endpoint)
+	if in.cfg.CardSigner != nil {
+		// Signed for this URL: the jku is this gateway's key set, the keys the gateway's own.
+		if err := cardsig.SignCard(card, base+JWKSPath, in.cfg.CardSigner.Keys()...); err != nil {
+			in.cfg.Logger.Error("sign served card", "agent", ref.String(), "err", err)
+			http.Error(w, "cannot sign the card now", http.StatusInternalServerError)
+			return
+		}
+	}
+	a2asrv.NewStaticAgentCardHandler(card).ServeHTTP(w, r)
 }
 
 func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
@@ -209,9 +225,31 @@ func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	r.Body = http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes)
+	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes))
 	slot := &errorSlot{}
 	ctx := context.WithValue(r.Context(), errorSlotKey{}, slot)
-	ctx = withTransport(ctx, req.Transport(identity.Of(tgt)))
+	transport := req.Transport(identity.Of(tgt))
+	ctx = withTransport(ctx, transport)
+	if readErr == nil {
+		answered, callErr := sendFast(ctx, w, transport, body)
+		if answered {
+			return
+		}
+		if callErr != nil {
+			ctx = context.WithValue(ctx, callErrorKey{}, callErr)
+		}
+	}
+	// a2a-go's server reads the body as it came, a read error (a body over the bound) included.
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{readErr}))
 	in.jsonrpc.ServeHTTP(&errorWriter{ResponseWriter: w, slot: slot}, r.WithContext(ctx))
+}
+
+// errReader returns err (io.EOF when nil) at every read.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err == nil {
+		return 0, io.EOF
+	}
+	return 0, e.err
 }

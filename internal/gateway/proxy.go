@@ -68,6 +68,9 @@ func (forwarder) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (*a
 }
 
 func (forwarder) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
+	if err := callErrorOf(ctx); err != nil {
+		return nil, keep(ctx, err) // the fast path made the call (fastsend.go)
+	}
 	v, err := transportOf(ctx).SendMessage(ctx, nil, req)
 	return v, keep(ctx, err)
 }

@@ -20,7 +20,8 @@ import (
 // The broker runtime keeps what the broker and the agents' cards say about whether each agent's
 // process is connected (presence.Tracker), from:
 //
-//   - the embedded broker's hooks (its Store is a presence.Source);
+//   - the embedded broker's hooks and the decision-table plugin's events (both backends are a
+//     presence.Source);
 //   - Mosquitto's log lines on $SYS/broker/log/N (`log_dest topic`, config/mosquitto), which the
 //     card connection subscribes to;
 //   - the retained cards on every discovery topic, which the card connection already reads.
@@ -88,8 +89,8 @@ func (p *presenceState) take() []string {
 }
 
 // Presence returns what is known of whether the client ID's process is connected. With a broker
-// that reports every connection itself (the embedded broker), a client ID it never reported is
-// known not to be connected.
+// that reports every connection itself (the embedded broker, the decision-table plugin), a
+// client ID it never reported is known not to be connected.
 func (b *Broker) Presence(clientID string) presence.State {
 	st := b.presence.tracker.State(clientID)
 	if !st.Known && b.started.Load() && !b.presence.fromLog {
@@ -170,20 +171,35 @@ func (b *Broker) fixCardPresence(ctx context.Context, a *a2av1.Agent) {
 		return // no card at all: the scan republishes it
 	case !st.Connected && cur.status == a2amqtt.StatusOnline:
 	case st.Connected && cur.source == a2amqtt.SourceBroker && cur.status != a2amqtt.StatusOnline:
-		// Give the agent the time to put its own card first; then look again.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(presenceCardGrace):
-		}
-		cur, ok = b.cards.retained(topic)
-		st = b.presence.tracker.State(a.Status.ClientID)
-		if !ok || !st.Connected || cur.source != a2amqtt.SourceBroker || cur.status == a2amqtt.StatusOnline {
-			return
-		}
+		// Give the agent the time to put its own card first; then look again. Off the presence
+		// loop: the other clients' changes (a fleet reconnecting at once) must not queue behind
+		// this agent's grace.
+		go b.cardPresenceAfterGrace(ctx, a, topic)
+		return
 	default:
 		return
 	}
+	b.republishCardPresence(ctx, a, topic)
+}
+
+// cardPresenceAfterGrace marks the registration card online after presenceCardGrace if the agent
+// is still connected and has not put its own card first.
+func (b *Broker) cardPresenceAfterGrace(ctx context.Context, a *a2av1.Agent, topic string) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(presenceCardGrace):
+	}
+	cur, ok := b.cards.retained(topic)
+	st := b.presence.tracker.State(a.Status.ClientID)
+	if !ok || !st.Connected || cur.source != a2amqtt.SourceBroker || cur.status == a2amqtt.StatusOnline {
+		return
+	}
+	b.republishCardPresence(ctx, a, topic)
+}
+
+// republishCardPresence publishes a's registration card with the broker's view of its presence.
+func (b *Broker) republishCardPresence(ctx context.Context, a *a2av1.Agent, topic string) {
 	card, err := publishedCard(a, b.cfg.URL)
 	if err != nil || card == nil {
 		return // its spec changed: its own reconcile publishes the new card
@@ -241,8 +257,20 @@ func (c *cardConn) observeCard(p *paho.Publish) {
 	})
 }
 
+// brokerReports: the backend reports every connection itself (presence.Source), so the log
+// lines and plugin events the card connection also receives are not used: two connections
+// carry the same facts at different times, and the later copy of an old fact would undo a
+// newer one.
+func (c *cardConn) brokerReports() bool {
+	_, ok := c.b.cfg.Backend.(presence.Source)
+	return ok
+}
+
 // observeLog records a Mosquitto log line (from the card connection).
 func (c *cardConn) observeLog(p *paho.Publish) {
+	if c.brokerReports() {
+		return
+	}
 	if o, ok := presence.ParseMosquittoLog(string(p.Payload), time.Now()); ok {
 		c.b.presence.tracker.Observe(o)
 	}
@@ -250,6 +278,9 @@ func (c *cardConn) observeLog(p *paho.Publish) {
 
 // observePlugin records a broker plugin's connection event (from the card connection).
 func (c *cardConn) observePlugin(p *paho.Publish) {
+	if c.brokerReports() {
+		return
+	}
 	o, err := presence.ParsePluginEvent(p.Payload, time.Now())
 	if err != nil {
 		c.b.log.V(1).Info("presence: unreadable plugin event", "err", err.Error())

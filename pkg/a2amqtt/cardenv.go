@@ -8,10 +8,10 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 )
 
-// EnvAgentCard holds the agent card a process should publish with its presence, as JSON: the
-// operator sets it in Agent workloads to the card it builds from the Agent's manifest, so that
-// the card on the broker is the manifest's whoever publishes it last (docs/api.md, "Which card
-// is the agent's").
+// EnvAgentCard holds, as JSON, the card the operator builds from an Agent's manifest and
+// publishes for it: the operator sets it in Agent workloads so that the process knows its card
+// (docs/api.md, "Which card is the agent's"). The operator publishes that card itself, signed
+// when card signing is on, so a Conn given this card does not publish it (CardPublisher).
 const EnvAgentCard = "A2A_AGENT_CARD"
 
 // AgentCardFromEnv returns the card in A2A_AGENT_CARD, or nil when it is not set.

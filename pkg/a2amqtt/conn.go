@@ -3,7 +3,6 @@ package a2amqtt
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,10 +60,14 @@ type Config struct {
 	Credentials CredentialSource
 	// Agent is this client's identity; it becomes the MQTT Client ID.
 	Agent AgentRef
-	// Card, when set, turns on presence: an LWT carrying the card with
-	// a2a-status=offline/a2a-status-source=lwt, a retained online card on
+	// Card, when set and this process publishes it (CardPublisher), turns on presence: an LWT
+	// carrying the card with a2a-status=offline/a2a-status-source=lwt, a retained online card on
 	// every (re)connect, and an offline card on Close.
 	Card *a2a.AgentCard
+	// CardPublisher says who publishes Card (cardpublish.go). The default publishes it, except
+	// the card an operator gave the workload (A2A_AGENT_CARD): the operator publishes that one,
+	// signed, with the broker's presence, and the agent's own publish would replace the signature.
+	CardPublisher CardPublisher
 	// CardTrust, when set, verifies every agent card this Conn looks up (Directory,
 	// ResolveCard) and refuses the ones that do not verify; Conn.TrustCards changes it later.
 	CardTrust *CardTrust
@@ -224,10 +227,11 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	}
 	c.held.log, c.calls.log = c.log, c.log
 	c.cardTrust.Store(cfg.CardTrust)
-	if cfg.Card != nil {
-		if c.card, err = json.Marshal(cfg.Card); err != nil {
-			return nil, fmt.Errorf("a2amqtt: encode agent card: %w", err)
-		}
+	if c.card, err = publishedCard(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Card != nil && c.card == nil {
+		c.log.Debug("the operator publishes this agent's card; presence comes from the broker")
 	}
 
 	firstUp := make(chan struct{})

@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 )
 
@@ -136,4 +140,63 @@ func brokerStateOnVolume(ctx context.Context, t *testing.T, file string) {
 		t.Fatalf("the broker's state /mosquitto/data/%s: %v", file, err)
 	}
 	t.Logf("broker state on the claim %s: %s", claim, strings.TrimSpace(out))
+}
+
+// connectedCondition waits until the Agent's Connected condition has status and reason and
+// returns it.
+func connectedCondition(ctx context.Context, t *testing.T, name string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	var c *metav1.Condition
+	err := Poll(ctx, time.Minute, fmt.Sprintf("%s Connected=%s (%s)", name, status, reason), func(ctx context.Context) (bool, string, error) {
+		a := &a2av1.Agent{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: samplesNamespace, Name: name}, a); err != nil {
+			return false, "", err
+		}
+		c = meta.FindStatusCondition(a.Status.Conditions, a2av1.ConditionConnected)
+		if c == nil {
+			return false, "no Connected condition", nil
+		}
+		return c.Status == status && c.Reason == reason, fmt.Sprintf("%s (%s): %s", c.Status, c.Reason, c.Message), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// neverConnected creates an Agent without a workload (as the console sample, which the suite's
+// a2actl has connected as by then) and checks that it is Connected=False (NotConnected) on the
+// shipped broker: the decision-table plugin reports every connection, so the operator knows
+// that none is this client ID's (on dynsec it would be Unknown). The Agent is deleted after.
+func neverConnected(ctx context.Context, t *testing.T) {
+	a := &a2av1.Agent{
+		ObjectMeta: metav1.ObjectMeta{Namespace: samplesNamespace, Name: "never-connected", Labels: map[string]string{"a2a.fleet.dev/team": "demo"}},
+		Spec: a2av1.AgentSpec{OrgID: "acme", UnitID: "demo", Callers: a2av1.CallersSpec{Scope: a2av1.CallerScopeNone},
+			Card: a2av1.AgentCardSpec{Name: "Never connected", Description: "An identity no process uses."}},
+	}
+	if err := env.Client.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Client.Delete(context.Background(), a); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete %s: %v", a.Name, err)
+		}
+	})
+	c := connectedCondition(ctx, t, a.Name, metav1.ConditionFalse, a2av1.ReasonNotConnected)
+	t.Logf("%s: Connected=False (NotConnected): %s", a.Name, c.Message)
+}
+
+// connectedSince checks that the Agent is Connected=True and that the broker's last connect of its
+// client ID is no earlier than after (a second's truncation allowed): its current process's
+// connection, not an older one.
+func connectedSince(ctx context.Context, t *testing.T, name string, after time.Time) {
+	c := connectedCondition(ctx, t, name, metav1.ConditionTrue, a2av1.ReasonConnected)
+	a := &a2av1.Agent{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: samplesNamespace, Name: name}, a); err != nil {
+		t.Fatal(err)
+	}
+	if p := a.Status.Presence; p == nil || p.LastConnectTime == nil || p.LastConnectTime.Time.Before(after.Truncate(time.Second)) {
+		t.Fatalf("%s: status.presence %+v: want a connect after %s (%s)", name, p, after.UTC().Format(time.RFC3339), c.Message)
+	}
+	t.Logf("%s: Connected=True: %s", name, c.Message)
 }

@@ -80,6 +80,9 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 	if !t.Run("no restarts, no RBAC refusals, one leader", func(t *testing.T) { healthy(ctx, t) }) {
 		return
 	}
+	if !t.Run("a never-connected Agent is not connected", func(t *testing.T) { neverConnected(ctx, t) }) {
+		return
+	}
 	if !t.Run("chat through the conversation service", func(t *testing.T) { b.chatConfirm(ctx, t) }) {
 		return
 	}
@@ -111,6 +114,12 @@ func TestQuickstartOnARealCluster(t *testing.T) {
 		return
 	}
 	if !t.Run("an HTTP client calls an agent through the optional gateway", func(t *testing.T) { b.gatewayCallsAnAgent(ctx, t) }) {
+		return
+	}
+	if !t.Run("the broker's identities outlive its pod (its claim holds them)", func(t *testing.T) { b.brokerStateSurvivesItsPod(ctx, t) }) {
+		return
+	}
+	if !t.Run("the operator's and the service's metrics agree with the cluster", func(t *testing.T) { b.installedMetrics(ctx, t) }) {
 		return
 	}
 	t.Run("killed operator and broker pods recover", func(t *testing.T) { b.killAndRecover(ctx, t) })
@@ -386,6 +395,7 @@ func (b *bus) rotate(ctx context.Context, t *testing.T, name string) {
 	if _, err := env.WaitAgents(ctx, samplesNamespace, 2*time.Minute, true, name); err != nil {
 		t.Fatal(err)
 	}
+	connectedSince(ctx, t, name, start)
 	_, _, state, out := b.send(ctx, t, time.Minute, "acme/demo/"+name, "after the rotation")
 	if state != "completed" || !strings.Contains(out, "after the rotation") {
 		t.Fatalf("%s does not answer after the rotation (%s):\n%s", name, state, out)

@@ -33,6 +33,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/mosqtable"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
@@ -133,6 +134,16 @@ func newStack(t testing.TB, ctx context.Context, kind string) *stack {
 		}
 		t.Cleanup(func() { _ = ds.Close(context.Background()) })
 		st.backend, st.brokerURL, st.addr, st.mosquitto = ds, broker.URL(), broker.Addr(), broker
+	case "table":
+		// The shipped broker: Mosquitto with the decision-table plugin.
+		broker := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{MaxPacketSize: 1 << 20, Table: &brokertest.TableOptions{}})
+		user, pass := broker.TableAdmin()
+		tb, err := mosqtable.Connect(ctx, mosqtable.Config{URL: broker.URL(), Username: user, Password: pass})
+		if err != nil {
+			t.Fatalf("connect the decision table: %v", err)
+		}
+		t.Cleanup(func() { _ = tb.Close(context.Background()) })
+		st.backend, st.brokerURL, st.addr, st.mosquitto = tb, broker.URL(), broker.Addr(), broker
 	case "embedded":
 		srv, err := embedded.Start(embedded.Config{Addr: "127.0.0.1:0"})
 		if err != nil {

@@ -18,11 +18,14 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/test/deploy/render"
 )
 
-// pod is a party: where it runs, its labels and its containers' ports (for named ports).
+// pod is a party: where it runs, its labels and its containers' ports (for named ports); ip is
+// set for a party outside the pod network (the API server, an address on the internet), which
+// only an ipBlock or a rule without peers matches.
 type pod struct {
 	name, namespace string
 	labels          map[string]string
 	ports           []corev1.ContainerPort
+	ip              string
 }
 
 // admitted reports whether the policies let from reach port/TCP of to, by the NetworkPolicy API's
@@ -32,6 +35,10 @@ type pod struct {
 // both together both; an ipBlock matches no pod by label). Selectors are matched with
 // apimachinery's label selectors, as the API server and the CNIs do.
 func admitted(policies []networkingv1.NetworkPolicy, namespaces map[string]map[string]string, from, to pod, port int32) (bool, error) {
+	return ingressAdmits(policies, namespaces, from, to, port, corev1.ProtocolTCP)
+}
+
+func ingressAdmits(policies []networkingv1.NetworkPolicy, namespaces map[string]map[string]string, from, to pod, port int32, proto corev1.Protocol) (bool, error) {
 	selected := false
 	for _, p := range policies {
 		if p.Namespace != to.namespace || !ingressPolicy(p) {
@@ -46,7 +53,7 @@ func admitted(policies []networkingv1.NetworkPolicy, namespaces map[string]map[s
 		}
 		selected = true
 		for _, rule := range p.Spec.Ingress {
-			okPort := len(rule.Ports) == 0 || slices.ContainsFunc(rule.Ports, func(rp networkingv1.NetworkPolicyPort) bool { return portMatches(rp, to, port) })
+			okPort := len(rule.Ports) == 0 || slices.ContainsFunc(rule.Ports, func(rp networkingv1.NetworkPolicyPort) bool { return portMatches(rp, to, port, proto) })
 			if !okPort {
 				continue
 			}
@@ -70,8 +77,13 @@ func ingressPolicy(p networkingv1.NetworkPolicy) bool {
 	return len(p.Spec.PolicyTypes) == 0 || slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeIngress)
 }
 
-func portMatches(rp networkingv1.NetworkPolicyPort, to pod, port int32) bool {
-	if rp.Protocol != nil && *rp.Protocol != corev1.ProtocolTCP {
+// portMatches: a rule's port without a protocol is TCP, as the API defaults it.
+func portMatches(rp networkingv1.NetworkPolicyPort, to pod, port int32, proto corev1.Protocol) bool {
+	if want := corev1.ProtocolTCP; rp.Protocol != nil {
+		if *rp.Protocol != proto {
+			return false
+		}
+	} else if proto != want {
 		return false
 	}
 	if rp.Port == nil {
@@ -93,6 +105,9 @@ func portMatches(rp networkingv1.NetworkPolicyPort, to pod, port int32) bool {
 
 func peerMatches(peer networkingv1.NetworkPolicyPeer, policyNS string, namespaces map[string]map[string]string, from pod) (bool, error) {
 	if peer.IPBlock != nil {
+		return ipBlockMatches(peer.IPBlock, from.ip)
+	}
+	if from.namespace == "" { // not a pod: no selector names it
 		return false, nil
 	}
 	if peer.NamespaceSelector == nil && from.namespace != policyNS {

@@ -26,6 +26,7 @@ package main
 
 void a2a_table_kick(const char *username);
 void a2a_table_log(int level, const char *msg);
+void a2a_table_publish(const char *topic, const void *payload, int len);
 */
 import "C"
 
@@ -71,6 +72,13 @@ func a2aTableInit(keys, values **C.char, n C.int) C.uintptr_t {
 			C.a2a_table_kick(u)
 			C.free(unsafe.Pointer(u))
 		},
+		Publish: func(topic string, payload []byte) {
+			t := C.CString(topic)
+			data := C.CBytes(payload)
+			C.a2a_table_publish(t, data, C.int(len(payload)))
+			C.free(data)
+			C.free(unsafe.Pointer(t))
+		},
 	}
 	ks := unsafe.Slice(keys, int(n))
 	vs := unsafe.Slice(values, int(n))
@@ -113,8 +121,8 @@ func a2aTableCleanup(h C.uintptr_t) {
 }
 
 //export a2aTableBasicAuth
-func a2aTableBasicAuth(h C.uintptr_t, username, password, clientID *C.char) C.int {
-	if plugin(h).Authenticate(view(username), view(password), view(clientID)) {
+func a2aTableBasicAuth(h, conn C.uintptr_t, username, password, clientID *C.char) C.int {
+	if plugin(h).Authenticate(mosqtable.ConnID(conn), view(username), view(password), view(clientID)) {
 		return C.MOSQ_ERR_SUCCESS
 	}
 	return C.MOSQ_ERR_AUTH
@@ -149,6 +157,35 @@ func a2aTableControl(h C.uintptr_t, sender *C.char, payload unsafe.Pointer, leng
 }
 
 //export a2aTableDisconnect
-func a2aTableDisconnect(h C.uintptr_t, username, clientID *C.char) {
-	plugin(h).Disconnected(C.GoString(username), C.GoString(clientID))
+func a2aTableDisconnect(h, conn C.uintptr_t, reason C.int) {
+	plugin(h).Disconnected(mosqtable.ConnID(conn), disconnectReason(reason))
+}
+
+// disconnectReason says in words why Mosquitto ended a connection (the MOSQ_ERR_* code of
+// its disconnect event; the same words as its log lines where it has one).
+func disconnectReason(rc C.int) string {
+	switch rc {
+	case -1:
+		// Mosquitto 2.0's disconnect event always says -1 (context__disconnect): the plugin
+		// cannot tell a DISCONNECT from a lost socket or a keep-alive timeout.
+		return mosqtable.ConnectionEndedReason
+	case C.MOSQ_ERR_SUCCESS:
+		return "disconnected (the client sent DISCONNECT)"
+	case C.MOSQ_ERR_CONN_LOST:
+		return "connection closed without DISCONNECT"
+	case C.MOSQ_ERR_KEEPALIVE:
+		return "keep-alive timeout: the client went silent"
+	case C.MOSQ_ERR_ADMINISTRATIVE_ACTION:
+		return mosqtable.KickedReason
+	case C.MOSQ_ERR_AUTH, C.MOSQ_ERR_ACL_DENIED:
+		return "not authorised"
+	case C.MOSQ_ERR_PROTOCOL, C.MOSQ_ERR_MALFORMED_PACKET, C.MOSQ_ERR_MALFORMED_UTF8, C.MOSQ_ERR_DUPLICATE_PROPERTY:
+		return "disconnected due to protocol error"
+	case C.MOSQ_ERR_OVERSIZE_PACKET:
+		return "disconnected due to an oversize packet"
+	case C.MOSQ_ERR_NOMEM:
+		return "disconnected: the broker is out of memory"
+	}
+	// No mosquitto_strerror: the broker does not export libmosquitto's symbols to plugins.
+	return fmt.Sprintf("disconnected (broker error code %d)", int(rc))
 }

@@ -28,6 +28,13 @@ void a2a_table_kick(const char *username)
 	mosquitto_kick_client_by_username(username, false);
 }
 
+void a2a_table_publish(const char *topic, const void *payload, int len)
+{
+	/* QoS 1, as the control responses: the admin gets the events and the answers in the
+	 * broker's order. */
+	mosquitto_broker_publish_copy(NULL, topic, len, payload, 1, false, NULL);
+}
+
 void a2a_table_log(int level, const char *msg)
 {
 	mosquitto_log_printf(level, "%s", msg);
@@ -37,7 +44,8 @@ static int on_basic_auth(int event, void *event_data, void *userdata)
 {
 	struct mosquitto_evt_basic_auth *ed = event_data;
 	(void)event;
-	return a2aTableBasicAuth((uintptr_t)userdata, ed->username, ed->password, (char *)mosquitto_client_id(ed->client));
+	/* The client's pointer names the connection: the disconnect event carries the same one. */
+	return a2aTableBasicAuth((uintptr_t)userdata, (uintptr_t)ed->client, ed->username, ed->password, (char *)mosquitto_client_id(ed->client));
 }
 
 static int on_acl_check(int event, void *event_data, void *userdata)
@@ -66,7 +74,7 @@ static int on_disconnect(int event, void *event_data, void *userdata)
 {
 	struct mosquitto_evt_disconnect *ed = event_data;
 	(void)event;
-	a2aTableDisconnect((uintptr_t)userdata, (char *)mosquitto_client_username(ed->client), (char *)mosquitto_client_id(ed->client));
+	a2aTableDisconnect((uintptr_t)userdata, (uintptr_t)ed->client, ed->reason);
 	return MOSQ_ERR_SUCCESS;
 }
 

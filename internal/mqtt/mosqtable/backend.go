@@ -74,11 +74,19 @@ type Backend struct {
 	synced     bool          // the mirror holds the plugin's table of origin
 	origin     origin        // the plugin's epoch, boot and generation the mirror matches
 	syncedLink *session.Link // the connection the last sync ran on
+	// exchanges numbers the state exchanges (a status or an execute), counted as each is sent
+	// (under mu); confirmed is the number of the last one whose answer showed the mirror to be
+	// the plugin's table (mu). A read that began before exchange confirmed was sent needs no
+	// status of its own: currentSince.
+	exchanges atomic.Uint64
+	confirmed uint64
 
 	mutations, reads, roundTrips atomic.Uint64
 	kicks, kickedUsernames       atomic.Uint64
 
 	onReady atomic.Pointer[func(context.Context)]
+
+	presence presenceView
 }
 
 // New checks cfg and returns a backend that is not connected yet: Open starts it.
@@ -117,7 +125,8 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("mosqtable: mirror: %w", err)
 	}
 	return &Backend{cfg: cfg, log: cfg.Logger.With("component", "mosqtable"), url: u.Redacted(), nonce: nonce,
-		opened: make(chan struct{}), pending: map[string]chan Response{}, mirror: mirror}, nil
+		opened: make(chan struct{}), pending: map[string]chan Response{}, mirror: mirror,
+		presence: presenceView{read: make(chan struct{})}}, nil
 }
 
 // NotifyReady sets a callback run after every (re)connection, once the mirror and the
@@ -137,7 +146,7 @@ func (b *Backend) open(ctx context.Context, onRefused func(error)) error {
 		ClientID:       b.cfg.ClientID,
 		ConnectTimeout: b.cfg.ConnectTimeout,
 		PacketTimeout:  b.cfg.Timeout,
-		Subscriptions:  []paho.SubscribeOptions{{Topic: ResponseTopic, QoS: 1}},
+		Subscriptions:  []paho.SubscribeOptions{{Topic: ResponseTopic, QoS: 1}, {Topic: PresenceTopic, QoS: 1}},
 		OnMessage:      b.dispatch,
 		OnRefused:      onRefused,
 		OnReady: func(ctx context.Context, _ *session.Link) {
@@ -147,6 +156,8 @@ func (b *Backend) open(ctx context.Context, onRefused func(error)) error {
 			if err != nil {
 				b.log.Info("could not sync the decision table with the broker; will retry on the next request", "err", err)
 			}
+			// Subscribed to PresenceTopic already: the events after this answer are newer.
+			b.readPresence(ctx)
 			if fn := b.onReady.Load(); fn != nil {
 				(*fn)(ctx)
 			}
@@ -256,10 +267,27 @@ func (b *Backend) Check(ctx context.Context, username string, access acl.Access,
 	return b.mirror.Check(ctx, username, access, topic)
 }
 
-// current makes sure the mirror is the plugin's table now.
+// current makes sure the mirror is the plugin's table as of some moment during the call.
 func (b *Backend) current(ctx context.Context) error {
+	return b.currentSince(ctx, b.exchanges.Load())
+}
+
+// currentSince makes sure the mirror is the plugin's table as of a moment after exchange
+// asked was sent. Reads wait for each other on mu: when an exchange sent after this read began
+// (a status of another read, or an execute) came back showing the mirror current, and nothing
+// has happened since, the read answers from the mirror without a status of its own. Concurrent
+// reconciles then share one status round trip instead of queueing one each; a read that began
+// after the last exchange still asks the plugin.
+func (b *Backend) currentSince(ctx context.Context, asked uint64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.synced && b.confirmed > asked {
+		if sess := b.sess.Load(); sess != nil {
+			if l, err := sess.Await(ctx); err == nil && l == b.syncedLink {
+				return nil
+			}
+		}
+	}
 	return b.sync(ctx)
 }
 
@@ -291,6 +319,7 @@ func (b *Backend) executeBatch(ctx context.Context, cmds []acl.Command) ([]embed
 		if err := b.ensureSynced(ctx); err != nil {
 			return nil, err
 		}
+		exchange := b.exchanges.Add(1)
 		resp, err := b.request(ctx, Request{Op: OpExecute, Commands: cmds})
 		if err != nil {
 			// The broker may or may not have applied them: read it again next time.
@@ -327,6 +356,8 @@ func (b *Backend) executeBatch(ctx context.Context, cmds []acl.Command) ([]embed
 		if err != nil {
 			b.log.Info("the mirror diverged from the broker's table; reading it again", "err", err)
 			b.synced = false
+		} else {
+			b.confirmed = exchange
 		}
 		return resp.Outcomes, nil
 	}
@@ -408,6 +439,7 @@ func (b *Backend) sync(ctx context.Context) error {
 	if sess := b.sess.Load(); sess != nil {
 		link, _ = sess.Await(ctx)
 	}
+	exchange := b.exchanges.Add(1)
 	st, err := b.request(ctx, Request{Op: OpStatus})
 	if err != nil {
 		b.synced = false
@@ -416,7 +448,7 @@ func (b *Backend) sync(ctx context.Context) error {
 	var got Status
 	switch decideSync(st.Status, b.origin, b.synced) {
 	case syncNone:
-		b.syncedLink = link
+		b.syncedLink, b.confirmed = link, exchange
 		return nil
 	case syncAdopt:
 		got = st.Status
@@ -444,7 +476,7 @@ func (b *Backend) sync(ctx context.Context) error {
 		got = resp.Status
 	}
 	b.origin = origin{epoch: got.Epoch, boot: got.Boot, gen: got.Generation}
-	b.synced, b.syncedLink = true, link
+	b.synced, b.syncedLink, b.confirmed = true, link, exchange
 	return nil
 }
 
@@ -571,6 +603,10 @@ func (b *Backend) request(ctx context.Context, req Request) (Response, error) {
 
 // dispatch hands responses to their waiters (other admins' are ignored).
 func (b *Backend) dispatch(p *paho.Publish) {
+	if p.Topic == PresenceTopic {
+		b.presenceEvent(p)
+		return
+	}
 	if p.Topic != ResponseTopic {
 		return
 	}
@@ -578,6 +614,10 @@ func (b *Backend) dispatch(p *paho.Publish) {
 	if err := json.Unmarshal(p.Payload, &r); err != nil {
 		b.log.Warn("unparseable decision table response", "err", err)
 		return
+	}
+	if r.Presence != nil {
+		// Here, not in the requester: in order with the events on the same connection.
+		b.replacePresence(*r.Presence)
 	}
 	b.pmu.Lock()
 	ch, ok := b.pending[r.ID]

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -27,6 +26,10 @@ type PluginConfig struct {
 	// mosquitto_kick_client_by_username). It runs on the broker's thread, inside a control
 	// request, and may call Disconnected back.
 	Kick func(username string)
+	// Publish sends a message from the broker itself (the host's mosquitto_broker_publish_copy,
+	// QoS 1, not retained): the connection events on PresenceTopic. It runs on the broker's
+	// thread. Nil: no events (the live set is still answered by OpPresence).
+	Publish func(topic string, payload []byte)
 	// Logf writes to the broker's log.
 	Logf func(format string, args ...any)
 }
@@ -64,7 +67,8 @@ func StartPlugin(cfg PluginConfig) (*Plugin, error) {
 	if cfg.Kick == nil {
 		cfg.Kick = func(string) {}
 	}
-	p := &Plugin{cfg: cfg, conns: &liveConns{byUser: map[string]map[string]int{}, kick: cfg.Kick}, boot: randomID()}
+	p := &Plugin{cfg: cfg, boot: randomID()}
+	p.conns = newLiveConns(cfg.Kick, p.publishPresence)
 	store, err := embedded.NewStore(embedded.StoreConfig{
 		Prefix: acl.DefaultPrefix, AdminUsername: cfg.AdminUsername, AdminPassword: cfg.AdminPassword,
 		KeepHashes: cfg.StateDir != "",
@@ -122,20 +126,22 @@ func (p *Plugin) Flush() error {
 	return p.disk.flush()
 }
 
-// Authenticate decides a CONNECT. Before a table is loaded only the admin passes. A
-// successful CONNECT is counted as live until Disconnected (for kicks). The arguments may be
-// views of the host's memory: nothing keeps them beyond the call.
-func (p *Plugin) Authenticate(username, password, clientID string) bool {
-	if username == "" {
+// Authenticate decides the CONNECT of connection conn. Before a table is loaded only the admin
+// passes. A successful CONNECT is counted as live until Disconnected(conn) (for kicks and
+// presence). The strings may be views of the host's memory: nothing keeps them beyond the call.
+func (p *Plugin) Authenticate(conn ConnID, username, password, clientID string) bool {
+	switch {
+	case username == "":
+		p.refused(clientID, "CONNECT without a username")
+		return false
+	case !p.loaded.Load() && !p.store.IsAdmin(username):
+		p.refused(clientID, "the broker has no decision table yet (only its admin may connect)")
+		return false
+	case !p.store.Authenticate(username, password, clientID):
+		p.refused(clientID, "bad username or password, or a client ID the username may not use")
 		return false
 	}
-	if !p.loaded.Load() && !p.store.IsAdmin(username) {
-		return false
-	}
-	if !p.store.Authenticate(username, password, clientID) {
-		return false
-	}
-	p.conns.connected(username, clientID)
+	p.conns.connected(conn, username, clientID)
 	return true
 }
 
@@ -148,11 +154,11 @@ func (p *Plugin) Allows(username string, access acl.Access, topic string) bool {
 	return p.store.Allows(username, access, topic)
 }
 
-// Disconnected forgets one live connection.
-func (p *Plugin) Disconnected(username, clientID string) {
-	if username != "" {
-		p.conns.disconnected(username, clientID)
-	}
+// Disconnected forgets connection conn; reason is the broker's, in words. A connection it never
+// let in (a refused CONNECT) or already forgot (Mosquitto reports a taken-over session's old
+// connection a second time) changes nothing.
+func (p *Plugin) Disconnected(conn ConnID, reason string) {
+	p.conns.disconnected(conn, reason)
 }
 
 // Status is the plugin's current state.
@@ -190,6 +196,9 @@ func (p *Plugin) handle(req Request) Response {
 	var resp Response
 	switch req.Op {
 	case OpStatus:
+	case OpPresence:
+		live := p.Presence()
+		resp.Presence = &live
 	case OpExecute:
 		if !p.loaded.Load() {
 			resp.Error = ErrTableNotLoaded
@@ -338,89 +347,4 @@ func randomID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// liveConns are the connections that passed Authenticate and have not disconnected: a
-// superset of the live ones is safe (a kick of someone gone is a no-op), so a CONNECT that
-// fails after authentication costs at most one idle kick.
-type liveConns struct {
-	mu     sync.Mutex
-	byUser map[string]map[string]int // username → client id → connections
-	kick   func(string)
-}
-
-// connected counts a connection. The strings are copied: the host may pass views of its own
-// memory, valid only during the call.
-func (l *liveConns) connected(user, id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.byUser[user]
-	if m == nil {
-		m = map[string]int{}
-		l.byUser[strings.Clone(user)] = m
-	}
-	m[strings.Clone(id)]++
-}
-
-func (l *liveConns) disconnected(user, id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	m := l.byUser[user]
-	if m == nil {
-		return
-	}
-	if m[id]--; m[id] <= 0 {
-		delete(m, id)
-	}
-	if len(m) == 0 {
-		delete(l.byUser, user)
-	}
-}
-
-// Count implements embedded.Connections.
-func (l *liveConns) Count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.byUser)
-}
-
-// Connected implements embedded.Connections.
-func (l *liveConns) Connected(user string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.byUser[user]) > 0
-}
-
-// Each implements embedded.Connections.
-func (l *liveConns) Each(fn func(string)) {
-	l.mu.Lock()
-	users := make([]string, 0, len(l.byUser))
-	for u := range l.byUser {
-		users = append(users, u)
-	}
-	l.mu.Unlock()
-	for _, u := range users {
-		fn(u)
-	}
-}
-
-// Kick implements embedded.Connections: the host's kick by username, without the lock (the
-// broker reports the disconnects back synchronously).
-func (l *liveConns) Kick(users []string) map[string][]string {
-	out := map[string][]string{}
-	for _, u := range users {
-		l.mu.Lock()
-		var ids []string
-		for id := range l.byUser[u] {
-			ids = append(ids, id)
-		}
-		delete(l.byUser, u)
-		l.mu.Unlock()
-		if len(ids) == 0 {
-			continue
-		}
-		l.kick(u)
-		out[u] = ids
-	}
-	return out
 }

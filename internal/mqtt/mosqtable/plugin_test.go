@@ -45,7 +45,7 @@ func TestPluginFailsClosedUntilImportAndPersists(t *testing.T) {
 	if p.Status().Loaded {
 		t.Fatal("a new disk holds no table, yet the plugin says it is loaded")
 	}
-	if !p.Authenticate("admin", "secret", "op") {
+	if !p.Authenticate(1, "admin", "secret", "op") {
 		t.Fatal("the bootstrap admin is refused before the table is loaded")
 	}
 	if r := control(t, p, "admin", Request{ID: "1", Op: OpExecute, Commands: agentCommands}); r.Error != ErrTableNotLoaded {
@@ -68,13 +68,13 @@ func TestPluginFailsClosedUntilImportAndPersists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Authenticate("a2a:u", "pw", "c1") {
+	if p.Authenticate(2, "a2a:u", "pw", "c1") {
 		t.Fatal("a client is let in before the table is imported (fail closed)")
 	}
 	if r := control(t, p, "admin", Request{ID: "3", Op: OpImport, Table: &table}); r.Error != "" || !r.Status.Loaded || r.Status.Clients != 1 {
 		t.Fatalf("import: %+v", r)
 	}
-	if !p.Authenticate("a2a:u", "pw", "c1") || p.Authenticate("a2a:u", "wrong", "c1") {
+	if !p.Authenticate(3, "a2a:u", "pw", "c1") || p.Authenticate(4, "a2a:u", "wrong", "c1") {
 		t.Fatal("after the import the imported password decides CONNECT")
 	}
 	if !p.Allows("a2a:u", acl.Publish, "x/y") || p.Allows("a2a:u", acl.Publish, "z") {
@@ -97,7 +97,7 @@ func TestPluginFailsClosedUntilImportAndPersists(t *testing.T) {
 	if !st.Loaded || st.Epoch != epoch || st.Clients != 2 || st.Roles != 0 {
 		t.Fatalf("restart on the same disk: %+v, want the table of epoch %s with 2 clients and no role", st, epoch)
 	}
-	if !p.Authenticate("a2a:v", "pw2", "c2") || p.Allows("a2a:u", acl.Publish, "x/y") {
+	if !p.Authenticate(5, "a2a:v", "pw2", "c2") || p.Allows("a2a:u", acl.Publish, "x/y") {
 		t.Fatal("restart on the same disk: the persisted changes decide")
 	}
 	if err := p.Close(); err != nil {
@@ -109,7 +109,7 @@ func TestPluginFailsClosedUntilImportAndPersists(t *testing.T) {
 	}
 	p = start()
 	defer p.Close()
-	if p.Status().Loaded || p.Authenticate("a2a:v", "pw2", "c2") || !p.Authenticate("admin", "secret", "op") {
+	if p.Status().Loaded || p.Authenticate(6, "a2a:v", "pw2", "c2") || !p.Authenticate(7, "admin", "secret", "op") {
 		t.Fatalf("restart on an empty disk: %+v: only the admin may connect until an import", p.Status())
 	}
 }
@@ -161,7 +161,7 @@ func TestImportInParts(t *testing.T) {
 	if st := p.Status(); st.Clients != 25 || st.Roles != 25 {
 		t.Fatalf("after the import: %+v", st)
 	}
-	if !p.Authenticate("a2a:u24", "pw", "c") || !p.Allows("a2a:u24", acl.Publish, "t/a2a:u24") {
+	if !p.Authenticate(8, "a2a:u24", "pw", "c") || !p.Allows("a2a:u24", acl.Publish, "t/a2a:u24") {
 		t.Fatal("the imported table does not decide")
 	}
 	if r := control(t, p, "admin", Request{ID: "z", Op: OpImport, Table: &parts[1], Import: "y", Part: 1}); r.Error == "" {
@@ -220,10 +220,10 @@ func TestRotatedPasswordSurvivesRestart(t *testing.T) {
 	}
 	p = start()
 	defer p.Close()
-	if !p.Authenticate("a2a:u", "rotated", "c1") || p.Authenticate("a2a:u", "pw", "c1") {
+	if !p.Authenticate(9, "a2a:u", "rotated", "c1") || p.Authenticate(10, "a2a:u", "pw", "c1") {
 		t.Fatal("after a restart: want the rotated password accepted and the old one refused")
 	}
-	if !p.Authenticate("a2a:w", "modified", "c2") || p.Authenticate("a2a:w", "first", "c2") {
+	if !p.Authenticate(11, "a2a:w", "modified", "c2") || p.Authenticate(12, "a2a:w", "first", "c2") {
 		t.Fatal("after a restart: want the modified password accepted and the first one refused")
 	}
 }

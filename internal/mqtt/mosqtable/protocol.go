@@ -14,6 +14,8 @@
 package mosqtable
 
 import (
+	"time"
+
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 )
@@ -22,6 +24,12 @@ import (
 const (
 	ControlTopic  = "$CONTROL/a2a-fleet/v1"
 	ResponseTopic = "$CONTROL/a2a-fleet/v1/response"
+	// PresenceTopic carries the plugin's connection events (presence.PluginEvent JSON): every
+	// CONNECT it accepted or refused and every end of a connection, in the broker's order.
+	// Mosquitto hands clients' PUBLISHes to $CONTROL/ topics to the control callbacks and
+	// never delivers them, so only the broker writes it; the table lets only the admin
+	// subscribe to it.
+	PresenceTopic = "$CONTROL/a2a-fleet/v1/presence"
 )
 
 // The requests the plugin answers.
@@ -37,6 +45,9 @@ const (
 	// max_packet_size comes in parts (Request.Part from 0, Request.More on all but the last)
 	// that the plugin stages and installs at once with the last.
 	OpImport = "import"
+	// OpPresence returns the live connections (Response.Presence): what the operator learns
+	// at every (re)connection, before the events that follow it on PresenceTopic.
+	OpPresence = "presence"
 )
 
 // Request is one message to ControlTopic.
@@ -62,6 +73,21 @@ type Response struct {
 	Outcomes []embedded.Outcome `json:"outcomes,omitempty"`
 	Status   Status             `json:"status"`
 	Table    *embedded.Table    `json:"table,omitempty"`
+	// Presence is set in the answer to OpPresence.
+	Presence *LiveSet `json:"presence,omitempty"`
+}
+
+// LiveSet is the connections the plugin let in that have not ended, at At.
+type LiveSet struct {
+	At      time.Time    `json:"at"`
+	Clients []LiveClient `json:"clients"`
+}
+
+// LiveClient is one connected client ID.
+type LiveClient struct {
+	ClientID string    `json:"clientId"`
+	Username string    `json:"username"`
+	Since    time.Time `json:"since"`
 }
 
 // Status is the plugin's state, in every Response.

@@ -1,0 +1,103 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+)
+
+// TestSendMessageReplyHandedOn: an HTTP caller's SendMessage gets the agent's reply as the agent
+// encoded it (a plain-paho agent's Task, with a member a2a-go does not know), with the caller's
+// own JSON-RPC id; an agent's error reaches the caller with its code, message and data.
+func TestSendMessageReplyHandedOn(t *testing.T) {
+	onBothBrokers(t, func(t *testing.T, kind string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		st := newStack(t, ctx, kind, startHTTPAgent(t))
+		u, err := url.Parse(st.brokerURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent := brokertest.MustDial(t, u.Host, brokertest.Options{Username: st.usernames["direct"], Password: st.passwords["direct"], ClientID: ref("direct").ClientID()})
+		if rc := agent.Subscribe(ref("direct").RequestTopic()); rc >= 0x80 {
+			t.Fatalf("subscribe: %#x", rc)
+		}
+		go func() {
+			for p := range agent.Messages() {
+				var req struct {
+					ID     any `json:"id"`
+					Params struct {
+						Message struct {
+							TaskID    string `json:"taskId"`
+							ContextID string `json:"contextId"`
+							Parts     []struct {
+								Text string `json:"text"`
+							} `json:"parts"`
+						} `json:"message"`
+					} `json:"params"`
+				}
+				_ = json.Unmarshal(p.Payload, &req)
+				id, _ := json.Marshal(req.ID)
+				m := req.Params.Message
+				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"task":{"id":%q,"contextId":%q,"status":{"state":"TASK_STATE_COMPLETED"},"xVendorNote":"kept"}}}`, id, m.TaskID, m.ContextID)
+				if len(m.Parts) > 0 && m.Parts[0].Text == "fail" {
+					body = fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32001,"message":"no such task here","data":{"hint":"ask again"}}}`, id)
+				}
+				_, _ = agent.PublishWith(&paho.Publish{Topic: p.Properties.ResponseTopic, QoS: 1, Payload: []byte(body),
+					Properties: &paho.PublishProperties{CorrelationData: p.Properties.CorrelationData}})
+			}
+		}()
+		gw, _ := st.gateway(t, ctx)
+		endpoint := fmt.Sprintf("%s/agents/%s/%s/direct/", gw, org, unit)
+		token := st.token(t, ctx, "caller")
+
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": "call-7", "method": "SendMessage", "params": userMsg("", "", "hello")})
+		status, resp, raw := postRaw(t, ctx, endpoint, token, body)
+		if status != 200 || resp.Error != nil || !bytes.Contains(resp.Result, []byte(`"xVendorNote":"kept"`)) {
+			t.Fatalf("SendMessage: %d %s", status, raw)
+		}
+		var envelope struct {
+			ID any `json:"id"`
+		}
+		if err := json.Unmarshal(raw, &envelope); err != nil || envelope.ID != "call-7" {
+			t.Fatalf("id %v (%v), want the caller's", envelope.ID, err)
+		}
+
+		status, resp, raw = postRaw(t, ctx, endpoint, token, sendBody("", "", "fail"))
+		if resp.Error == nil || resp.Error.Code != -32001 || resp.Error.Message != "no such task here" || !bytes.Contains(resp.Error.Data, []byte("ask again")) {
+			t.Fatalf("an agent's error: %d %s", status, raw)
+		}
+	})
+}
+
+// postRaw is post with the raw response body.
+func postRaw(t testing.TB, ctx context.Context, url, token string, body []byte) (int, rpcResponse, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out rpcResponse
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("POST %s: status %d, body %q is not JSON-RPC: %v", url, resp.StatusCode, raw, err)
+	}
+	return resp.StatusCode, out, raw
+}
