@@ -6,7 +6,9 @@
 # fleet size. It reads the containers' cgroups on the kind node through the project's dockerd.
 #   hack/bench-fleet-kind.sh    (KIND_CLUSTER=a2a-fleet; FLEETKIND_BACKEND=table|dynsec,
 #                                FLEETKIND_SIGNING=on|off, FLEETKIND_SIZES=1000,10000, ...)
-# It uninstalls any earlier install first and leaves its own in place (for a look afterwards).
+# It applies this tree's config/quickstart: the images loaded must be built from the same tree
+# (make bench-fleet-kind builds and loads the release first). It uninstalls any earlier install
+# first and leaves its own in place (for a look afterwards).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source hack/kind/lib.sh
