@@ -381,6 +381,10 @@ bench-fleet: tools-test ## Registration: a fleet of Agents to Ready, operator on
 		KUBEBUILDER_ASSETS="$$(hack/build-control-plane.sh --print-assets)" \
 		go test ./test/registration/ -run '^$$' -bench 'BenchmarkFleetRegistration' -benchtime 1x -timeout $(BENCH_FLEET_TIMEOUT)
 
+.PHONY: bench-fleet-kind
+bench-fleet-kind: tools-test kind-up release kind-load-release ## The fleet on the installed product on kind (KIND_CLUSTER): quickstart from the release images, 1 000 and 10 000 Agents, per-change broker cost, broker pod deleted under 1 000 clients, latency (FLEETKIND_* knobs: hack/bench-fleet-kind.sh).
+	A2ACTL=$(CURDIR)/dist/a2actl-$(VERSION)-linux-amd64 hack/bench-fleet-kind.sh
+
 .PHONY: bench-sdk
 bench-sdk: mosquitto ## SDK: SendMessage, streaming and the three inputs over loopback Mosquitto (SDK_BENCHTIME iterations).
 	go test ./pkg/a2amqtt/ -run '^$$' -bench . -benchtime $(SDK_BENCHTIME) -timeout 60m

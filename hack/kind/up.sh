@@ -18,7 +18,10 @@ kubeconfig="$KIND_KUBECONFIG"
 
 "$(dirname "$0")/dockerd.sh" >/dev/null
 "$(dirname "$0")/node-image.sh"
-"$(dirname "$0")/images.sh"
+# KIND_SKIP_IMAGES=1: a second cluster (KIND_CLUSTER) beside the first takes the images the engine
+# already has (the list in A2A_FLEET_CACHE/kind/project-images) instead of rebuilding the names
+# the first cluster's users may be loading.
+[[ ${KIND_SKIP_IMAGES:-} == 1 && -s $KIND_STATE/project-images ]] || "$(dirname "$0")/images.sh"
 
 kind="$KIND_STATE/bin/kind-$KIND_VERSION"
 if [[ ! -x $kind ]]; then
