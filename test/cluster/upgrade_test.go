@@ -103,9 +103,11 @@ var helmWay = upgradeWay{
 		}
 	},
 	upgrade: func(ctx context.Context, t *testing.T) {
-		// The chart's defaults, not the previous install's --set values (no --reuse-values): the
-		// working tree's images.
-		args := append([]string{"upgrade", "a2a-fleet", env.Chart, "--namespace", Namespace}, env.HelmImageArgs()...)
+		// The chart's defaults, not the previous install's --set values: the working tree's
+		// images. --reset-values says so: with no --set or -f of its own, `helm upgrade` reuses
+		// the last release's values, and the previous images' tags with them (with the working
+		// tree's images at their default names, HelmImageArgs sets nothing).
+		args := append([]string{"upgrade", "a2a-fleet", env.Chart, "--namespace", Namespace, "--reset-values"}, env.HelmImageArgs()...)
 		if _, err := env.Command(ctx, env.Helm, args...); err != nil {
 			t.Fatal(err)
 		}
