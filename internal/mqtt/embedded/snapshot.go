@@ -130,30 +130,48 @@ func (w *snapshotWriter) write() error {
 	return err
 }
 
+// unhashedCredential is a credential installed for username whose PBKDF2 form is still to
+// compute.
+type unhashedCredential struct {
+	username string
+	cred     *credential
+}
+
 // hashPending computes the PBKDF2 form of every credential that has none yet
-// (slow: done without holding the store's lock).
+// (slow: done without holding the store's lock). It looks only at the credentials installed
+// since its last round (Store.unhashed), not at every client's, and one round runs at a time.
 func (s *Store) hashPending() error {
+	s.hashing.Lock()
+	defer s.hashing.Unlock()
 	type job struct {
-		cred     *credential
+		unhashedCredential
 		password string
 		salt     []byte
 	}
 	var jobs []job
-	s.mu.RLock()
-	for _, c := range s.creds {
-		if c.pending != "" {
-			jobs = append(jobs, job{c, c.pending, c.Salt})
+	s.mu.Lock()
+	for _, u := range s.unhashed {
+		// A credential replaced or deleted since is not the client's any more: skip it.
+		if u.cred.pending != "" && s.creds[u.username] == u.cred {
+			jobs = append(jobs, job{u, u.cred.pending, u.cred.Salt})
 		}
 	}
-	s.mu.RUnlock()
-	for _, j := range jobs {
+	s.unhashed = nil
+	s.mu.Unlock()
+	for i, j := range jobs {
 		h, err := hashed(j.password, j.salt, s.cfg.Iterations)
+		s.mu.Lock()
 		if err != nil {
+			// The rest stay pending for the next round.
+			for _, rest := range jobs[i:] {
+				s.unhashed = append(s.unhashed, rest.unhashedCredential)
+			}
+			s.mu.Unlock()
 			return fmt.Errorf("embedded: snapshot: %w", err)
 		}
-		s.mu.Lock()
 		j.cred.Hash, j.cred.Iterations, j.cred.pending = h, s.cfg.Iterations, ""
 		s.mu.Unlock()
+		s.hashes.Add(1)
 	}
 	return nil
 }

@@ -69,6 +69,9 @@ type Store struct {
 	mu    sync.RWMutex // guards everything below; Execute holds it for writing
 	state acl.State    // all objects (any names); Observe filters by prefix
 	creds map[string]*credential
+	// unhashed lists the credentials installed with a plaintext still to hash (hashPending),
+	// so a round hashes what changed instead of scanning every client's credential.
+	unhashed []unhashedCredential
 	// Reverse indexes, so a kick or a role deletion touches only the
 	// clients concerned instead of scanning the fleet.
 	members    map[string]map[string]struct{} // group → member usernames
@@ -82,6 +85,11 @@ type Store struct {
 	kicks, kickedUsernames  atomic.Uint64
 
 	snap *snapshotWriter // nil without SnapshotPath
+	// hashing serialises hashPending: the snapshot writer and an export (the plugin's disk
+	// writer) run it at once after every change, and each would otherwise hash the same
+	// passwords (PBKDF2, the largest part of a change's cost).
+	hashing sync.Mutex
+	hashes  atomic.Uint64 // PBKDF2 forms computed (tests: each password is hashed once)
 }
 
 // NewStore creates a store, loading the snapshot file when configured.
@@ -405,6 +413,11 @@ func (s *Store) execute(ctx context.Context, cmds []acl.Command) ([]Outcome, err
 		r := s.apply(c, creds[i], touched)
 		kicks[i] = r.kick
 		outs[i] = Outcome{Verdict: r.verdict, Message: r.msg}
+	}
+	for i, cr := range creds {
+		if cr.pending != "" && s.creds[cmds[i].Username] == cr {
+			s.unhashed = append(s.unhashed, unhashedCredential{cmds[i].Username, cr})
+		}
 	}
 	names := touched.names()
 	s.policy.Sync(s.state, names)

@@ -1,0 +1,227 @@
+package mosqtable
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
+)
+
+// BenchmarkBrokerCPUPerChange measures what one change costs the whole broker process (its
+// thread, the plugin's disk writer, its password hasher and its Go runtime), the figure the
+// fleet benchmark on kind reads from the container's cgroup, at 1 000 and 10 000 configured
+// clients (TABLE_CLIENTS), in the same run. Per size: a fresh broker is filled, let go idle,
+// its idle CPU is measured, then CHANGES (default 200) new agents (a role, a client with a
+// password and the link: one message, as the operator sends them) and as many password
+// rotations (one message each) are sent one at a time; the process's CPU over each batch and
+// the settle after it (every thread's schedstat), less the idle CPU over the same time, is
+// divided by the changes. The largest size's cost per new agent must stay within 1.5× the
+// smallest's.
+//
+// BROKER_PERF=dir records each batch with `perf record -g` into dir (perf must be installed
+// and allowed to attach): `perf report -i dir/<size>-<kind>.data` says where the time goes.
+//
+//	go test ./internal/mqtt/mosqtable -run '^$' -bench BrokerCPUPerChange -benchtime 1x -timeout 30m
+func BenchmarkBrokerCPUPerChange(b *testing.B) {
+	sizes := []int{1000, 10000}
+	if env := os.Getenv("TABLE_CLIENTS"); env != "" {
+		sizes = nil
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				b.Fatalf("TABLE_CLIENTS: %v", err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	changes := 200
+	if env := os.Getenv("CHANGES"); env != "" {
+		n, err := strconv.Atoi(env)
+		if err != nil || n <= 0 {
+			b.Fatalf("CHANGES=%q: want a positive count", env)
+		}
+		changes = n
+	}
+	perAgent := map[int]float64{}
+	for _, n := range sizes {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			for range b.N {
+				perAgent[n] = measureCPUPerChange(b, n, changes)
+			}
+			lo, hi := sizes[0], sizes[len(sizes)-1]
+			if n != hi || n == lo || perAgent[lo] <= 0 {
+				return
+			}
+			ratio := perAgent[n] / perAgent[lo]
+			b.ReportMetric(ratio, "new-agent-ratio-to-smallest")
+			b.Logf("broker process CPU per new agent: %.3f ms at %d, %.3f ms at %d: ratio %.2f; %s", perAgent[lo], lo, perAgent[n], n, ratio, loadAvg())
+			if ratio > 1.5 {
+				b.Errorf("a new agent costs the broker process %.2f× more at %d configured clients than at %d (want ≤ 1.5×)", ratio, n, lo)
+			}
+		})
+	}
+}
+
+// measureCPUPerChange fills a fresh broker with n agents and returns the process's CPU per new
+// agent in ms (it reports the rotation's too).
+func measureCPUPerChange(b *testing.B, n, changes int) float64 {
+	// The shipped broker keeps retained cards and sessions on disk (config/mosquitto): its
+	// autosave is timed (autosave_interval 30), so it is set out of the batches' way here and
+	// measured on its own (saveCost).
+	m := brokertest.StartMosquitto(b, brokertest.MosquittoOptions{MaxPacketSize: 1 << 20, Table: &brokertest.TableOptions{},
+		ExtraConfig: fmt.Sprintf("persistence true\npersistence_location %s/\nautosave_interval 3600\n", b.TempDir())})
+	be := connect(b, m)
+	execute(b, be, fleet(n))
+	if err := be.mirror.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	admin, pass := m.TableAdmin()
+	cards, err := brokertest.Dial(b, m.Addr(), brokertest.Options{Username: admin, Password: pass, ClientID: "cards"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cards.Close()
+	for i := range n {
+		publishCard(b, cards, i)
+	}
+	pid := m.PID()
+	waitIdle(b, pid)
+	b.ReportMetric(float64(readRSS(b, pid))/(1<<20), "broker-RSS-MiB")
+	// The idle process's CPU (the Go runtime's background work), subtracted from each batch.
+	const idleFor = 5 * time.Second
+	idle0, t0 := processCPU(b, pid), time.Now()
+	time.Sleep(idleFor)
+	idleRate := float64(processCPU(b, pid).all-idle0.all) / float64(time.Since(t0))
+
+	batch := func(kind string, one func(i int) []acl.Command) (all, main float64) {
+		stopPerf := startPerf(b, pid, fmt.Sprintf("%d-%s", n, kind))
+		before, start := processCPU(b, pid), time.Now()
+		for i := range changes {
+			execute(b, be, one(i))
+		}
+		// The disk writer and the hasher run after the reply: let them finish.
+		time.Sleep(2 * time.Second)
+		after, elapsed := processCPU(b, pid), time.Since(start)
+		stopPerf()
+		all = (float64(after.all-before.all) - idleRate*float64(elapsed)) / 1e6 / float64(changes)
+		main = float64(after.main-before.main) / 1e6 / float64(changes)
+		return all, main
+	}
+	newAll, newMain := batch("new-agent", func(i int) []acl.Command {
+		_, c := agent(n + i)
+		publishCard(b, cards, n+i) // the operator publishes the new Agent's card, retained
+		return c
+	})
+	rotAll, rotMain := batch("rotation", func(i int) []acl.Command {
+		return []acl.Command{{Op: acl.OpSetClientPassword, Username: fmt.Sprintf("a2a:o/u/agent-%05d", i), Password: fmt.Sprintf("rotated-%d", i)}}
+	})
+	save := saveCost(b, m, pid)
+	b.ReportMetric(save, "ms/autosave")
+	b.Logf("%d clients (%d retained cards): one save of Mosquitto's persistence (its autosave, every 30 s in config/mosquitto) costs the process %.2f ms: %.3f ms/s at autosave_interval 30", n, n+changes, save, save/30)
+	b.ReportMetric(newAll, "ms/new-agent")
+	b.ReportMetric(rotAll, "ms/rotation")
+	b.ReportMetric(newMain, "broker-thread-ms/new-agent")
+	b.ReportMetric(rotMain, "broker-thread-ms/rotation")
+	b.Logf("%d clients: broker process CPU per new agent %.3f ms (its thread %.3f), per rotation %.3f ms (its thread %.3f); idle %.2f ms/s subtracted; %d each; %s",
+		n, newAll, newMain, rotAll, rotMain, idleRate*1e3, changes, loadAvg())
+	m.Kill()
+	return newAll
+}
+
+// publishCard publishes agent i's card (≈ 1 KiB, retained), as the operator does.
+func publishCard(b testing.TB, c *brokertest.Client, i int) {
+	b.Helper()
+	card := fmt.Sprintf(`{"name":"agent-%05d","description":%q,"url":"mqtt://a2a/o/u/agent-%05d","version":"1.0.0","skills":[]}`, i, strings.Repeat("x", 900), i)
+	pr, err := c.PublishWith(&paho.Publish{Topic: fmt.Sprintf("a2a/v1/cards/o/u/agent-%05d", i), QoS: 1, Retain: true, Payload: []byte(card)})
+	if err != nil || pr == nil || pr.ReasonCode >= 0x80 {
+		b.Fatalf("card %d: %v %+v", i, err, pr)
+	}
+}
+
+// saveCost is the process's median CPU, in ms, of one save of Mosquitto's persistence file
+// (SIGUSR1 saves it at once, the work an autosave does), over five saves.
+func saveCost(b testing.TB, m *brokertest.Mosquitto, pid int) float64 {
+	b.Helper()
+	var costs []float64
+	for range 5 {
+		saves := strings.Count(m.Log(), "Saving in-memory database")
+		before := processCPU(b, pid)
+		if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+			b.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for strings.Count(m.Log(), "Saving in-memory database") == saves {
+			if time.Now().After(deadline) {
+				b.Fatalf("the broker did not save on SIGUSR1:\n%s", m.Log())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond) // the log line comes first, then the write
+		costs = append(costs, float64(processCPU(b, pid).all-before.all)/1e6)
+	}
+	slices.Sort(costs)
+	return costs[len(costs)/2]
+}
+
+// cpuAccount is a process's CPU time in ns: every thread's and the broker's own (the first).
+type cpuAccount struct{ all, main int64 }
+
+// processCPU sums the schedstat of every thread of pid (ns resolution, unlike /proc/PID/stat's
+// clock ticks).
+func processCPU(b testing.TB, pid int) cpuAccount {
+	b.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		b.Fatalf("broker's threads: %v", err)
+	}
+	var a cpuAccount
+	for _, t := range tasks {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // a thread that ended meanwhile
+		}
+		f := strings.Fields(string(raw))
+		if len(f) == 0 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[0], 10, 64)
+		a.all += ns
+		if t.Name() == strconv.Itoa(pid) {
+			a.main = ns
+		}
+	}
+	return a
+}
+
+// startPerf records pid with perf into $BROKER_PERF/name.data when BROKER_PERF is set; the
+// returned function stops it.
+func startPerf(b testing.TB, pid int, name string) func() {
+	dir := os.Getenv("BROKER_PERF")
+	if dir == "" {
+		return func() {}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command("perf", "record", "-q", "-g", "-F", "999", "-p", strconv.Itoa(pid), "-o", filepath.Join(dir, name+".data"))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("perf record: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond) // perf attaches
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Wait()
+	}
+}
