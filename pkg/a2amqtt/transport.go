@@ -88,30 +88,41 @@ func (t *Transport) SendMessage(ctx context.Context, params a2aclient.ServicePar
 		return nil, err
 	}
 	c := t.sendCall(MethodSendMessage, req, false)
-	var result a2a.SendMessageResult
-	var folded *a2a.Task
-	first := true
+	fold := sendMessageFold{req: req, first: true}
 	err = t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
-		ev := rep.event
-		final := EndsReplies(MethodSendMessage, replyItemOf(ev, first))
-		first = false
-		switch v := ev.(type) {
-		case *a2a.Message:
-			result = v
-		case *a2a.Task:
-			// The result, or a snapshot the updates after it apply to.
-			folded = v
-			result = folded
-		default:
-			folded = foldEvent(folded, req, ev)
-			result = folded
-		}
-		return final, nil
+		return fold.add(rep.event), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return result, nil
+	return fold.result, nil
+}
+
+// sendMessageFold folds SendMessage's replies into its result: one Task or Message, or a
+// stream of updates folded into a Task until the stream-final one (EndsReplies).
+type sendMessageFold struct {
+	req    *a2a.SendMessageRequest
+	result a2a.SendMessageResult
+	folded *a2a.Task
+	first  bool
+}
+
+// add takes one reply and reports whether it ends the call.
+func (f *sendMessageFold) add(ev a2a.Event) bool {
+	final := EndsReplies(MethodSendMessage, replyItemOf(ev, f.first))
+	f.first = false
+	switch v := ev.(type) {
+	case *a2a.Message:
+		f.result = v
+	case *a2a.Task:
+		// The result, or a snapshot the updates after it apply to.
+		f.folded = v
+		f.result = f.folded
+	default:
+		f.folded = foldEvent(f.folded, f.req, ev)
+		f.result = f.folded
+	}
+	return final
 }
 
 // foldEvent applies a status/artifact update to a task snapshot.

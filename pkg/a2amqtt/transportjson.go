@@ -24,14 +24,12 @@ func (t *Transport) SendMessageJSON(ctx context.Context, params a2aclient.Servic
 	c := t.sendCall(MethodSendMessage, req, false)
 	c.events = false // decodeReply keeps the result raw
 	var raw json.RawMessage
-	var result a2a.SendMessageResult
-	var folded *a2a.Task
-	first := true
+	fold := sendMessageFold{req: req, first: true}
 	err = t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
 		if len(rep.resp.Result) == 0 {
 			return false, fmt.Errorf("a2amqtt: reply to %s has neither result nor error", c.method)
 		}
-		if first && isSingleResult(rep.resp.Result) {
+		if fold.first && isSingleResult(rep.resp.Result) {
 			raw = rep.resp.Result
 			return true, nil
 		}
@@ -44,19 +42,7 @@ func (t *Transport) SendMessageJSON(ctx context.Context, params a2aclient.Servic
 		case ev == nil:
 			return false, fmt.Errorf("a2amqtt: reply to %s has neither result nor error", c.method)
 		}
-		final := EndsReplies(MethodSendMessage, replyItemOf(ev, first))
-		first = false
-		switch v := ev.(type) {
-		case *a2a.Message:
-			result = v
-		case *a2a.Task:
-			folded = v
-			result = folded
-		default:
-			folded = foldEvent(folded, req, ev)
-			result = folded
-		}
-		return final, nil
+		return fold.add(ev), nil
 	})
 	if err != nil {
 		return nil, err
@@ -64,7 +50,7 @@ func (t *Transport) SendMessageJSON(ctx context.Context, params a2aclient.Servic
 	if raw != nil {
 		return raw, nil
 	}
-	out, err := json.Marshal(a2a.StreamResponse{Event: result})
+	out, err := json.Marshal(a2a.StreamResponse{Event: fold.result})
 	if err != nil {
 		return nil, fmt.Errorf("a2amqtt: encode %s result: %w", c.method, err)
 	}

@@ -223,6 +223,13 @@ func runSamples(ctx context.Context, t *testing.T) *bus {
 		}
 	}
 	t.Logf("samples: %d example agents Ready, Connected, in ready pods %.1fs after the apply", len(sampleAgents), time.Since(start).Seconds())
+	return consoleBus(ctx, t)
+}
+
+// consoleBus is the bus as the console sample sees it: the broker's NodePort and the console's
+// credentials from its Secret; the samples' cards are checked on it before it is handed out.
+func consoleBus(ctx context.Context, t *testing.T) *bus {
+	t.Helper()
 	broker, err := env.BrokerNodePort(ctx)
 	if err != nil {
 		t.Fatal(err)

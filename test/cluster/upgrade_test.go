@@ -331,22 +331,7 @@ func samplesOf(ctx context.Context, t *testing.T, prev *previousRelease) *bus {
 	if _, err := env.WaitAgents(ctx, samplesNamespace, time.Minute, false, "console", watchAgent); err != nil {
 		t.Fatal(err)
 	}
-	broker, err := env.BrokerNodePort(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bus{broker: broker, console: t.TempDir()}
-	secret := &corev1.Secret{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: samplesNamespace, Name: "console-mqtt-credentials"}, secret); err != nil {
-		t.Fatal(err)
-	}
-	for _, key := range []string{"username", "password"} {
-		if err := os.WriteFile(filepath.Join(b.console, key), secret.Data[key], 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.checkCards(ctx, t)
-	return b
+	return consoleBus(ctx, t)
 }
 
 // disconnectWatch is a plain paho client connected as the watch Agent that reconnects at once
