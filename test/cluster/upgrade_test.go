@@ -143,6 +143,7 @@ var runtimeObjects = map[string]bool{
 	"ServiceAccount/default":                            true,
 	"ConfigMap/kube-root-ca.crt":                        true,
 	"Secret/a2a-fleet-card-signing":                     true,
+	"Secret/a2a-fleet-gateway-card-signing":             true,
 	"Secret/a2a-fleet-mosquitto-admin":                  true,
 	"Secret/a2a-fleet-conversation-service-credentials": true,
 	"Lease/a2a-fleet-operator.a2a.fleet.dev":            true,
