@@ -37,6 +37,14 @@ type Replica struct {
 	// replica id, in this run and earlier ones (replica ids have no "/").
 	token, incarnation string
 	h                  *holdings
+	// inbox is held while handed-over events are popped and applied, by a round and by
+	// ApplyPending: a refusal that asks for them waits for a round that has popped an agent's
+	// events but not applied them yet, instead of finding the inbox empty and the state old.
+	inbox sync.Mutex
+	// applied counts, per agent, the handed-over events applied (by a round or ApplyPending),
+	// so ApplyPending can tell that a round applied some while it waited for inbox.
+	appliedMu sync.Mutex
+	applied   map[string]uint64
 }
 
 // New is a replica that holds nothing yet: Rebalance (then Run) takes its share.
@@ -360,6 +368,8 @@ func (r *Replica) renew(ctx context.Context, agents []string) (lost bool) {
 		r.drop(agent)
 		lost = true
 	}
+	r.inbox.Lock()
+	defer r.inbox.Unlock()
 	inboxes, err := r.leases.PopInboxes(ctx, kept, inboxBatch)
 	if err != nil && ctx.Err() == nil {
 		r.cfg.Log.Error(err, "read handed-over events")
@@ -374,16 +384,32 @@ func (r *Replica) renew(ctx context.Context, agents []string) (lost bool) {
 const inboxBatch = 256
 
 // ApplyPending applies the events waiting in agent's inbox now, instead of
-// at the next round, and reports whether there were any. A replica relays a
+// at the next round, and reports whether any were applied: by this call, or
+// by a round that had popped them and was applying them while this call
+// waited (the inbox lock), which an empty inbox alone would hide. A replica relays a
 // reply only after it handed the reply's event over (HandOver), so a
 // requester's follow-up never overtakes it: the decision that refuses the
 // follow-up calls this and decides again.
 func (r *Replica) ApplyPending(ctx context.Context, agent string) bool {
-	return r.h.owns(agent) && r.applyInbox(ctx, agent) > 0
+	if !r.h.owns(agent) {
+		return false
+	}
+	before := r.appliedCount(agent)
+	n := r.applyInbox(ctx, agent)
+	return n > 0 || r.appliedCount(agent) != before
+}
+
+// appliedCount is how many handed-over events of agent this replica has applied.
+func (r *Replica) appliedCount(agent string) uint64 {
+	r.appliedMu.Lock()
+	defer r.appliedMu.Unlock()
+	return r.applied[agent]
 }
 
 // applyInbox applies the events waiting in agent's inbox and returns how many there were.
 func (r *Replica) applyInbox(ctx context.Context, agent string) int {
+	r.inbox.Lock()
+	defer r.inbox.Unlock()
 	evs, err := r.leases.PopEvents(ctx, agent, inboxBatch)
 	if err != nil {
 		r.cfg.Log.Error(err, "read handed-over events", "agent", agent)
@@ -394,6 +420,14 @@ func (r *Replica) applyInbox(ctx context.Context, agent string) int {
 }
 
 func (r *Replica) applyEvents(agent string, evs []conversation.Event) {
+	if len(evs) > 0 {
+		r.appliedMu.Lock()
+		if r.applied == nil {
+			r.applied = map[string]uint64{}
+		}
+		r.applied[agent] += uint64(len(evs))
+		r.appliedMu.Unlock()
+	}
 	for _, ev := range evs {
 		if _, _, err := r.state.Observe(agent, r.agents.PolicyOf(agent), r.cfg.Now(), ev); err != nil {
 			r.cfg.Log.Error(err, "apply handed-over event", "agent", agent, "task", ev.TaskID)
