@@ -394,16 +394,14 @@ func (r *Replica) ApplyPending(ctx context.Context, agent string) bool {
 	if !r.h.owns(agent) {
 		return false
 	}
-	before := r.appliedCount(agent)
+	applied := func() uint64 {
+		r.appliedMu.Lock()
+		defer r.appliedMu.Unlock()
+		return r.applied[agent]
+	}
+	before := applied()
 	n := r.applyInbox(ctx, agent)
-	return n > 0 || r.appliedCount(agent) != before
-}
-
-// appliedCount is how many handed-over events of agent this replica has applied.
-func (r *Replica) appliedCount(agent string) uint64 {
-	r.appliedMu.Lock()
-	defer r.appliedMu.Unlock()
-	return r.applied[agent]
+	return n > 0 || applied() != before
 }
 
 // applyInbox applies the events waiting in agent's inbox and returns how many there were.
