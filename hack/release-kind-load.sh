@@ -20,3 +20,15 @@ for archive in "${archives[@]}"; do
 	"$kind" load image-archive --name "$KIND_CLUSTER" "$tmp/image.tar" >/dev/null
 	log "loaded $(basename "$archive") into $KIND_CLUSTER"
 done
+
+# Every load leaves the image it replaced in the node's containerd under its digest alone (and
+# kind's import under an `import-…` name): across repeated `make test` runs they grew the node's
+# volume by gigabytes until the disk filled. Drop every such reference whose manifest no named
+# image shares; containerd's garbage collector then frees its content and snapshots (a running
+# container keeps its own snapshot).
+docker exec "$KIND_CLUSTER-control-plane" sh -c '
+	ctr -n k8s.io images ls | awk '"'"'NR > 1 {
+		if ($1 ~ /^(sha256:|import-)/) candidate[$1] = $3; else named[$3] = 1
+	} END { for (ref in candidate) if (!(candidate[ref] in named)) print ref }'"'"' |
+		xargs -r ctr -n k8s.io images rm >/dev/null'
+log "dropped the images the loads replaced from $KIND_CLUSTER"
