@@ -118,8 +118,9 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 }
 
 // startExampleAgents waits until every sample Agent labelled with an example kind is Ready and
-// runs that example with the Agent's credentials and request (or delivery) topic.
-func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, creds *credentialsProjection) (func(), error) {
+// runs that example with the Agent's credentials and request (or delivery) topic. signedCards
+// says the operator signs cards: the examples then leave their cards to it.
+func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, creds *credentialsProjection, signedCards bool) (func(), error) {
 	var list a2av1.AgentList
 	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceDefault), client.HasLabels{exampleLabel}); err != nil {
 		return nil, fmt.Errorf("list example agents: %w", err)
@@ -138,7 +139,7 @@ func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, 
 		wg.Wait()
 	}
 	for i := range list.Items {
-		a, err := startExampleAgent(ctx, c, &list.Items[i], brokerURL, creds)
+		a, err := startExampleAgent(ctx, c, &list.Items[i], brokerURL, creds, signedCards)
 		if err != nil {
 			stop()
 			return nil, err
@@ -155,7 +156,7 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent, brokerURL string, creds *credentialsProjection) (*agents.Agent, error) {
+func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent, brokerURL string, creds *credentialsProjection, signedCards bool) (*agents.Agent, error) {
 	key := client.ObjectKeyFromObject(sample)
 	deadline := time.Now().Add(time.Minute)
 	agent := &a2av1.Agent{}
@@ -212,6 +213,9 @@ func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent
 		SessionExpiry: a2amqtt.DefaultAgentSessionExpiry,
 		// The manifest's card, as the operator publishes it: one card per agent (docs/api.md).
 		Card: registration.BuildCard(agent, identity.Of(agent), agent.Spec.PoolID, brokerURL),
+		// The operator publishes the card, signed, and keeps its status from the broker's view of
+		// the connection; the example's own publish would replace it with an unsigned copy.
+		CardPublisher: cardPublisher(signedCards),
 		// The governed memory agent reads earlier turns from the conversation service, whose
 		// bbolt store survives a crash of the stack (its own task store does not).
 		HistoryFrom: agents.GovernedHistory(kind, agent.Status.Topics.Delivery),
@@ -220,4 +224,13 @@ func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent
 		return nil, errors.Join(fmt.Errorf("start example agent %s (%s)", key, kind), err)
 	}
 	return a, nil
+}
+
+// cardPublisher is who publishes an example agent's card: the operator when it signs cards (as
+// under an install, where A2A_AGENT_CARD does the same), else the example (presence by LWT).
+func cardPublisher(signedCards bool) a2amqtt.CardPublisher {
+	if signedCards {
+		return a2amqtt.CardPublisherOperator
+	}
+	return a2amqtt.CardPublisherAgent
 }
