@@ -412,8 +412,9 @@ func TestRotationReachesTheExampleAgents(t *testing.T) {
 // TestExampleAgentCardsVerify: the dev stack signs cards as the installs do (a generated key
 // Secret), the example agents leave their cards to the operator, and a client that follows the
 // retained key set verifies every example agent's card: through the SDK, and through bin/a2actl
-// (`a2actl agents` as the console Agent, whose SIGNATURE is verified). Before, the stack's
-// operator signed nothing: no key set was retained and the cards were unsigned.
+// (`a2actl agents` as the console Agent, whose SIGNATURE is verified), and the example agents'
+// cards say online. Before, the stack's operator signed nothing: no key set was retained and the
+// cards were unsigned.
 func TestExampleAgentCardsVerify(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -489,6 +490,7 @@ func TestExampleAgentCardsVerify(t *testing.T) {
 	}
 	var rows []struct {
 		Agent     string `json:"agent"`
+		Status    string `json:"status"`
 		Signature string `json:"signature"`
 	}
 	if err := json.Unmarshal(out, &rows); err != nil {
@@ -502,6 +504,11 @@ func TestExampleAgentCardsVerify(t *testing.T) {
 		seen++
 		if r.Signature != a2amqtt.CardVerified {
 			t.Errorf("a2actl agents: %s SIGNATURE %q, want %q", r.Agent, r.Signature, a2amqtt.CardVerified)
+		}
+		// The operator publishes the cards with the broker's view of the connection; the stack
+		// says it is up once they say online (a2actl chat would warn about an offline agent).
+		if r.Status != a2amqtt.StatusOnline {
+			t.Errorf("a2actl agents: %s STATUS %q, want %q", r.Agent, r.Status, a2amqtt.StatusOnline)
 		}
 	}
 	if seen != len(want) {

@@ -94,6 +94,15 @@ func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Br
 	return broker, cfg.URL, stop, nil
 }
 
+// cardStatusIfSigned is the status of a retained card as the operator reads it, when the
+// operator signs cards (the example agents then leave their cards to it); nil otherwise.
+func cardStatusIfSigned(broker *registration.Broker, o options) func(topic string) string {
+	if o.cardSigningSecret == "" {
+		return nil
+	}
+	return broker.CardStatus
+}
+
 // brokerReadinessGrace is cmd/manager's --broker-readiness-grace default.
 const brokerReadinessGrace = 30 * time.Second
 
@@ -276,7 +285,7 @@ func run(ctx context.Context, o options) error {
 		if err := applySamples(ctx, direct, o.samples); err != nil {
 			return err
 		}
-		stopAgents, err := startExampleAgents(ctx, direct, brokerURL, creds, o.cardSigningSecret != "")
+		stopAgents, err := startExampleAgents(ctx, direct, brokerURL, creds, cardStatusIfSigned(broker, o))
 		if err != nil {
 			return err
 		}

@@ -118,9 +118,11 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 }
 
 // startExampleAgents waits until every sample Agent labelled with an example kind is Ready and
-// runs that example with the Agent's credentials and request (or delivery) topic. signedCards
-// says the operator signs cards: the examples then leave their cards to it.
-func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, creds *credentialsProjection, signedCards bool) (func(), error) {
+// runs that example with the Agent's credentials and request (or delivery) topic. cardStatus,
+// set when the operator signs cards, is the status of the card on a discovery topic: the
+// examples then leave their cards to the operator, and this waits until their cards say online.
+func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, creds *credentialsProjection, cardStatus func(topic string) string) (func(), error) {
+	signedCards := cardStatus != nil
 	var list a2av1.AgentList
 	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceDefault), client.HasLabels{exampleLabel}); err != nil {
 		return nil, fmt.Errorf("list example agents: %w", err)
@@ -146,7 +148,32 @@ func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, 
 		}
 		running = append(running, a)
 	}
+	if signedCards {
+		waitCardsOnline(ctx, list.Items, cardStatus)
+	}
 	return stop, nil
+}
+
+// cardsOnlineWait bounds waitCardsOnline: the operator marks a card online presenceCardGrace (2 s)
+// after the broker saw its agent connect.
+const cardsOnlineWait = 15 * time.Second
+
+// waitCardsOnline waits until the card of every agent says online, so that the stack is up only
+// once a client sees the example agents online (a2actl chat warns about an agent marked
+// offline). The operator publishes their cards with the broker's view of their connection; an
+// agent whose card is not online within cardsOnlineWait is logged, and the stack goes on.
+func waitCardsOnline(ctx context.Context, agents []a2av1.Agent, cardStatus func(topic string) string) {
+	deadline := time.Now().Add(cardsOnlineWait)
+	for i := range agents {
+		topic := identity.Of(&agents[i]).DiscoveryTopic()
+		for cardStatus(topic) != a2amqtt.StatusOnline {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				ctrl.Log.WithName("samples").Info("the example agent's card does not say online yet", "agent", agents[i].Namespace+"/"+agents[i].Name, "status", cardStatus(topic))
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
 
 func boolInt(b bool) int {
