@@ -10,7 +10,9 @@
 # paths replaced by STATE_DIR/mosquitto and one listener on 127.0.0.1:${MOSQUITTO_PORT:-1883}.
 # dynsec is initialised once with an admin whose random password is kept in
 # STATE_DIR/mosquitto/admin-password (mode 0600), so identities and retained cards survive
-# restarts like the rest of STATE_DIR. The broker stops with devstack.
+# restarts like the rest of STATE_DIR. The broker stops with devstack. The operator signs agent
+# cards here as on the embedded broker (devstack's --card-signing-secret) and retains the key set
+# on $a2a-fleet/v1/card-keys, which every agent's shared role may read: `a2actl agents` verifies.
 # Needs KUBEBUILDER_ASSETS (make dev sets it) and Mosquitto (hack/install-mosquitto.sh).
 set -euo pipefail
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -404,5 +406,112 @@ func TestRotationReachesTheExampleAgents(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		t.Logf("%s answers again %s after the rotation (%d requests failed in between)", target.name, time.Since(rotated).Round(10*time.Millisecond), failed)
+	}
+}
+
+// TestExampleAgentCardsVerify: the dev stack signs cards as the installs do (a generated key
+// Secret), the example agents leave their cards to the operator, and a client that follows the
+// retained key set verifies every example agent's card: through the SDK, and through bin/a2actl
+// (`a2actl agents` as the console Agent, whose SIGNATURE is verified), and the example agents'
+// cards say online. Before, the stack's operator signed nothing: no key set was retained and the
+// cards were unsigned.
+func TestExampleAgentCardsVerify(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	s := startStack(t, t.TempDir())
+	c := s.kube(t)
+	var examples a2av1.AgentList
+	if err := c.List(ctx, &examples, client.InNamespace("default"), client.HasLabels{exampleLabel}); err != nil {
+		t.Fatal(err)
+	}
+	if len(examples.Items) == 0 {
+		t.Fatal("the samples name no example agents")
+	}
+	want := map[string]bool{}
+	for i := range examples.Items {
+		want[identity.Of(&examples.Items[i]).String()] = true
+	}
+
+	conn := s.connect(t, ctx, "console")
+	trust, err := a2amqtt.FollowCardKeys(ctx, conn, 30*time.Second)
+	if err != nil {
+		t.Fatalf("the stack retains no card keys: %v", err)
+	}
+	if n := len(trust.Keys().Keys); n != 1 {
+		t.Fatalf("retained key set: %d keys, want the one generated key", n)
+	}
+	conn.TrustCards(trust)
+	dir, err := a2amqtt.NewDirectory(ctx, conn, a2amqtt.DirectoryFilter("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		states := map[string]string{}
+		for _, e := range dir.Agents() {
+			if want[e.Agent.String()] {
+				states[e.Agent.String()] = e.Signature.State
+				if e.Signature.Err != nil {
+					states[e.Agent.String()] += ": " + e.Signature.Err.Error()
+				}
+			}
+		}
+		verified := 0
+		for _, st := range states {
+			if st == a2amqtt.CardVerified {
+				verified++
+			}
+		}
+		if verified == len(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("example agents' cards against the retained key set: %v (want all %d verified)", states, len(want))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// a2actl as the dev stack's banner suggests, as the console Agent (this test's connection,
+	// with the same client ID, closed first): it follows the retained key set by itself.
+	_ = trust.Close(ctx)
+	_ = conn.Close(ctx)
+	a2actl, err := filepath.Abs(filepath.Join("..", "..", "bin", "a2actl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, a2actl, "--broker", "mqtt://"+s.brokerAddr, "--as-agent", "console", "-n", "default",
+		"agents", "--org", "acme", "--wait=2s", "--json")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(s.stateDir, "kubeconfig"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("a2actl agents: %v\n%s%s", err, out, stderr.String())
+	}
+	var rows []struct {
+		Agent     string `json:"agent"`
+		Status    string `json:"status"`
+		Signature string `json:"signature"`
+	}
+	if err := json.Unmarshal(out, &rows); err != nil {
+		t.Fatalf("a2actl agents --json: %v\n%s", err, out)
+	}
+	seen := 0
+	for _, r := range rows {
+		if !want[r.Agent] {
+			continue
+		}
+		seen++
+		if r.Signature != a2amqtt.CardVerified {
+			t.Errorf("a2actl agents: %s SIGNATURE %q, want %q", r.Agent, r.Signature, a2amqtt.CardVerified)
+		}
+		// The operator publishes the cards with the broker's view of the connection; the stack
+		// says it is up once they say online (a2actl chat would warn about an offline agent).
+		if r.Status != a2amqtt.StatusOnline {
+			t.Errorf("a2actl agents: %s STATUS %q, want %q", r.Agent, r.Status, a2amqtt.StatusOnline)
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("a2actl agents listed %d of the %d example agents:\n%s", seen, len(want), out)
 	}
 }

@@ -43,6 +43,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/internal/version"
+	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
 // startBroker starts the embedded broker (identities kept in the state dir) or points at a real
@@ -55,6 +56,17 @@ func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Br
 	cfg := registration.BrokerConfig{Client: mgr.GetClient(), Cache: mgr.GetCache(),
 		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker"),
 		ServiceSecret: &serviceSecret, OrphanInterval: registration.DefaultOrphanInterval}
+	if o.cardSigningSecret != "" {
+		// As the installs do (--card-signing-secret with --card-signing-secret-generate): the
+		// key is created once and kept in etcd, so a restarted stack signs with the same key and
+		// a key set a client saved stays valid.
+		ns, name, ok := strings.Cut(o.cardSigningSecret, "/")
+		if !ok || ns == "" || name == "" {
+			return nil, "", nil, errors.New("--card-signing-secret must be NAMESPACE/NAME")
+		}
+		cfg.CardSigning = &registration.CardSigning{Secret: client.ObjectKey{Namespace: ns, Name: name},
+			Generate: true, Reader: mgr.GetAPIReader()}
+	}
 	bc := brokers.Config{Kind: brokers.Embedded, URL: "mqtt://" + o.brokerAddr, MaxPacketSize: 1 << 20,
 		SnapshotPath: filepath.Join(stateDir, "broker-identities.json")}
 	if o.mosquittoURL != "" {
@@ -82,6 +94,15 @@ func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Br
 	return broker, cfg.URL, stop, nil
 }
 
+// cardStatusIfSigned is the status of a retained card as the operator reads it, when the
+// operator signs cards (the example agents then leave their cards to it); nil otherwise.
+func cardStatusIfSigned(broker *registration.Broker, o options) func(topic string) string {
+	if o.cardSigningSecret == "" {
+		return nil
+	}
+	return broker.CardStatus
+}
+
 // brokerReadinessGrace is cmd/manager's --broker-readiness-grace default.
 const brokerReadinessGrace = 30 * time.Second
 
@@ -103,7 +124,13 @@ type options struct {
 	samples string
 	// controllerManager runs kube-controller-manager (internal/controlplane).
 	controllerManager bool
+	// cardSigningSecret is NAMESPACE/NAME of the card signing keys, generated when missing (""
+	// publishes cards unsigned).
+	cardSigningSecret string
 }
+
+// defaultCardSigningSecret is the Secret the installs sign cards with (config/quickstart).
+const defaultCardSigningSecret = "a2a-fleet-system/a2a-fleet-card-signing"
 
 func main() {
 	var o options
@@ -122,6 +149,7 @@ func main() {
 	flag.StringVar(&o.mosquittoPassword, "mosquitto-admin-password", os.Getenv("MOSQUITTO_ADMIN_PASSWORD"), "Dynsec admin password for --mosquitto-url (or $MOSQUITTO_ADMIN_PASSWORD).")
 	flag.StringVar(&o.samples, "samples", "config/samples", "Apply these manifests at start and run the example agents they name (empty: none).")
 	flag.BoolVar(&o.controllerManager, "controller-manager", true, "Run kube-controller-manager (from --assets) for garbage collection, namespace deletion and RBAC aggregation, as on a cluster.")
+	flag.StringVar(&o.cardSigningSecret, "card-signing-secret", defaultCardSigningSecret, "NAMESPACE/NAME of the Secret whose keys sign every agent card, created with one new ES256 key when missing, as the installs do; the public keys are retained on $a2a-fleet/v1/card-keys. Empty: cards are published unsigned.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	showVersion := flag.Bool("version", false, "Print the version and source commit, and exit.")
@@ -229,9 +257,16 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
 	}
-	// The broker runtime writes the service's Secret there once the manager runs.
-	if err := direct.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: serviceSecret.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", serviceSecret.Namespace, err)
+	// The broker runtime writes the service's Secret, and the card signing Secret, there once the
+	// manager runs.
+	namespaces := []string{serviceSecret.Namespace}
+	if ns, _, _ := strings.Cut(o.cardSigningSecret, "/"); ns != "" && ns != serviceSecret.Namespace {
+		namespaces = append(namespaces, ns)
+	}
+	for _, ns := range namespaces {
+		if err := direct.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create namespace %s: %w", ns, err)
+		}
 	}
 	if err := installNamespaceOwnerRoles(ctx, direct, o.rbacDir); err != nil {
 		return err
@@ -250,7 +285,7 @@ func run(ctx context.Context, o options) error {
 		if err := applySamples(ctx, direct, o.samples); err != nil {
 			return err
 		}
-		stopAgents, err := startExampleAgents(ctx, direct, brokerURL, creds)
+		stopAgents, err := startExampleAgents(ctx, direct, brokerURL, creds, cardStatusIfSigned(broker, o))
 		if err != nil {
 			return err
 		}
@@ -364,11 +399,16 @@ func printBanner(o options, apiServer, brokerURL, stateDir, kubeconfigPath strin
 	if brokerURL != "mqtt://127.0.0.1:1883" {
 		brokerFlag = " --broker " + brokerURL
 	}
+	cards := "unsigned (--card-signing-secret is empty)"
+	if o.cardSigningSecret != "" {
+		cards = "signed with the keys of Secret " + o.cardSigningSecret + "; a2actl verifies them against the key set retained on " + a2amqtt.CardKeysTopic
+	}
 	fmt.Printf(`
 a2a-fleet local stack is up:
   control plane %s
   MQTT broker   %s (%s)
   operator, conversation service and the example agents of %s run in this process.
+  agent cards   %s
 State: %s (delete it to start from scratch). Stop with Ctrl-C.
 
 Try, in another shell:
@@ -380,7 +420,9 @@ Try, in another shell:
 Chat with the confirmation agent (it asks "go ahead?" and waits for your answer) as the
 samples' console Agent, whose credentials a2actl reads from the Agent's Secret:
   KUBECONFIG=%s bin/a2actl chat --as-agent console%s acme/demo/confirm
-`, apiServer, brokerURL, brokerKind, o.samples, stateDir, kubeconfigPath, kubectl, kubeconfigPath, brokerFlag)
+List the agents, their presence and whether their cards verify (SIGNATURE):
+  KUBECONFIG=%s bin/a2actl agents --as-agent console%s
+`, apiServer, brokerURL, brokerKind, o.samples, cards, stateDir, kubeconfigPath, kubectl, kubeconfigPath, brokerFlag, kubeconfigPath, brokerFlag)
 }
 
 // prepareStateDir resolves the state dir and readies what the control plane keeps in it: etcd's

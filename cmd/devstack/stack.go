@@ -118,8 +118,11 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 }
 
 // startExampleAgents waits until every sample Agent labelled with an example kind is Ready and
-// runs that example with the Agent's credentials and request (or delivery) topic.
-func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, creds *credentialsProjection) (func(), error) {
+// runs that example with the Agent's credentials and request (or delivery) topic. cardStatus,
+// set when the operator signs cards, is the status of the card on a discovery topic: the
+// examples then leave their cards to the operator, and this waits until their cards say online.
+func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, creds *credentialsProjection, cardStatus func(topic string) string) (func(), error) {
+	signedCards := cardStatus != nil
 	var list a2av1.AgentList
 	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceDefault), client.HasLabels{exampleLabel}); err != nil {
 		return nil, fmt.Errorf("list example agents: %w", err)
@@ -138,14 +141,39 @@ func startExampleAgents(ctx context.Context, c client.Client, brokerURL string, 
 		wg.Wait()
 	}
 	for i := range list.Items {
-		a, err := startExampleAgent(ctx, c, &list.Items[i], brokerURL, creds)
+		a, err := startExampleAgent(ctx, c, &list.Items[i], brokerURL, creds, signedCards)
 		if err != nil {
 			stop()
 			return nil, err
 		}
 		running = append(running, a)
 	}
+	if signedCards {
+		waitCardsOnline(ctx, list.Items, cardStatus)
+	}
 	return stop, nil
+}
+
+// cardsOnlineWait bounds waitCardsOnline: the operator marks a card online presenceCardGrace (2 s)
+// after the broker saw its agent connect.
+const cardsOnlineWait = 15 * time.Second
+
+// waitCardsOnline waits until the card of every agent says online, so that the stack is up only
+// once a client sees the example agents online (a2actl chat warns about an agent marked
+// offline). The operator publishes their cards with the broker's view of their connection; an
+// agent whose card is not online within cardsOnlineWait is logged, and the stack goes on.
+func waitCardsOnline(ctx context.Context, agents []a2av1.Agent, cardStatus func(topic string) string) {
+	deadline := time.Now().Add(cardsOnlineWait)
+	for i := range agents {
+		topic := identity.Of(&agents[i]).DiscoveryTopic()
+		for cardStatus(topic) != a2amqtt.StatusOnline {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				ctrl.Log.WithName("samples").Info("the example agent's card does not say online yet", "agent", agents[i].Namespace+"/"+agents[i].Name, "status", cardStatus(topic))
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
 
 func boolInt(b bool) int {
@@ -155,7 +183,7 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent, brokerURL string, creds *credentialsProjection) (*agents.Agent, error) {
+func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent, brokerURL string, creds *credentialsProjection, signedCards bool) (*agents.Agent, error) {
 	key := client.ObjectKeyFromObject(sample)
 	deadline := time.Now().Add(time.Minute)
 	agent := &a2av1.Agent{}
@@ -212,6 +240,9 @@ func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent
 		SessionExpiry: a2amqtt.DefaultAgentSessionExpiry,
 		// The manifest's card, as the operator publishes it: one card per agent (docs/api.md).
 		Card: registration.BuildCard(agent, identity.Of(agent), agent.Spec.PoolID, brokerURL),
+		// The operator publishes the card, signed, and keeps its status from the broker's view of
+		// the connection; the example's own publish would replace it with an unsigned copy.
+		CardPublisher: cardPublisher(signedCards),
 		// The governed memory agent reads earlier turns from the conversation service, whose
 		// bbolt store survives a crash of the stack (its own task store does not).
 		HistoryFrom: agents.GovernedHistory(kind, agent.Status.Topics.Delivery),
@@ -220,4 +251,13 @@ func startExampleAgent(ctx context.Context, c client.Client, sample *a2av1.Agent
 		return nil, errors.Join(fmt.Errorf("start example agent %s (%s)", key, kind), err)
 	}
 	return a, nil
+}
+
+// cardPublisher is who publishes an example agent's card: the operator when it signs cards (as
+// under an install, where A2A_AGENT_CARD does the same), else the example (presence by LWT).
+func cardPublisher(signedCards bool) a2amqtt.CardPublisher {
+	if signedCards {
+		return a2amqtt.CardPublisherOperator
+	}
+	return a2amqtt.CardPublisherAgent
 }

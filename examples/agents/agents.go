@@ -74,6 +74,10 @@ type Options struct {
 	// one (Card): the Agent manifest's card as the operator builds it, so that the broker shows
 	// one card per agent whoever published last (docs/api.md, "Which card is the agent's").
 	Card *a2a.AgentCard
+	// CardPublisher says who publishes Card (a2amqtt.Config.CardPublisher): an in-process host
+	// whose operator signs cards (the dev stack) sets a2amqtt.CardPublisherOperator, so that the
+	// agent's own unsigned copy never replaces the signed card.
+	CardPublisher a2amqtt.CardPublisher
 	// History is the responder's history policy (a2amqtt.ResponderOptions.History).
 	History a2amqtt.HistoryPolicy
 	// DrainTimeout bounds the graceful stop of Run (SIGTERM): how long requests in flight may
@@ -172,6 +176,7 @@ func Start(ctx context.Context, kind Kind, opts Options) (*Agent, error) {
 		Credentials:   opts.Credentials,
 		Agent:         opts.Agent,
 		Card:          card,
+		CardPublisher: opts.CardPublisher,
 		TLSFiles:      opts.TLS,
 		SessionExpiry: opts.SessionExpiry,
 		Logger:        opts.Logger,

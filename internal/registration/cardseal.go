@@ -186,3 +186,12 @@ func (c *cardConn) resign(ctx context.Context, ring *keyRing) (int, error) {
 	}
 	return n, nil
 }
+
+// CardStatus is the a2a-status of the card the broker holds on topic, as the operator's card
+// connection last read it ("" when it has read none): a host that runs agents which leave their
+// cards to the operator (the dev stack) waits on it until their cards say online, which the
+// operator publishes presenceCardGrace after the broker saw them connect.
+func (b *Broker) CardStatus(topic string) string {
+	cur, _ := b.cards.retained(topic)
+	return cur.status
+}
