@@ -1,28 +1,54 @@
 package registration_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
 
 // TestRolloutRequestsPerAgent counts the operator's requests to kube-apiserver (on its HTTP
-// transport) while 50 new Agents become Ready: per Agent one Secret create, one finalizer update
-// and about one status patch, and no read of a Secret from the API server (a new Agent's Secret
-// cannot exist yet but for a foreign one, which its create finds). Counted, not timed: the
-// rollout's cost is kube-apiserver's CPU per request (docs/benchmarks.md, "Where the time goes").
+// transport) while 50 new Agents become Ready without the finalizer policy (an install without
+// config/admission, or with admission.agentFinalizer off): per Agent one Secret create, one
+// finalizer update and about one status patch, and no read of a Secret from the API server (a
+// new Agent's Secret cannot exist yet but for a foreign one, which its create finds). Counted,
+// not timed: the rollout's cost is kube-apiserver's CPU per request (docs/benchmarks.md, "Where
+// the time goes").
 func TestRolloutRequestsPerAgent(t *testing.T) {
+	checkRolloutRequests(t, false)
+}
+
+// TestRolloutRequestsPerAgentFinalizerAtAdmission is the same rollout with the shipped
+// MutatingAdmissionPolicy (config/admission/agent-finalizer.yaml) adding the finalizer at
+// CREATE: two writes per Agent (the Secret create and the status patch), no finalizer update,
+// and still no Secret read (an Agent that has its finalizer at its first reconcile is new).
+func TestRolloutRequestsPerAgentFinalizerAtAdmission(t *testing.T) {
+	checkRolloutRequests(t, true)
+}
+
+func checkRolloutRequests(t *testing.T, finalizerAtAdmission bool) {
 	const n = 50
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -36,6 +62,9 @@ func TestRolloutRequestsPerAgent(t *testing.T) {
 		ns[org] = cp.NewNamespace(t, ctx, "requests-")
 		cp.BindNamespace(t, ctx, ns[org], org)
 	}
+	if finalizerAtAdmission {
+		installFinalizerPolicy(t, ctx, ns)
+	}
 	cfg := rest.CopyConfig(cp.Config)
 	counted := operatorClientConfig(cfg)
 	cp.StartOperatorWith(t, ctx, testenv.Operator{Config: cfg, Namespaces: ns,
@@ -43,8 +72,12 @@ func TestRolloutRequestsPerAgent(t *testing.T) {
 	writesBefore, readsBefore := counted.snapshot(), counted.snapshotReads()
 
 	for i := range n {
-		if err := k8s.Create(ctx, benchAgent(ns, i)); err != nil {
+		a := benchAgent(ns, i)
+		if err := k8s.Create(ctx, a); err != nil {
 			t.Fatal(err)
+		}
+		if got := controllerutil.ContainsFinalizer(a, controllers.AgentFinalizer); got != finalizerAtAdmission {
+			t.Fatalf("Agent %s created with the finalizer: %v, want %v (the policy)", a.Name, got, finalizerAtAdmission)
 		}
 	}
 	testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("%d Agents Ready", n), func() error {
@@ -67,7 +100,7 @@ func TestRolloutRequestsPerAgent(t *testing.T) {
 	})
 	// Quiet: the operator writes nothing more for Agents that are Ready.
 	writes, reads := delta(counted.snapshot(), writesBefore), delta(counted.snapshotReads(), readsBefore)
-	t.Logf("operator requests for %d new Agents: writes %v, reads %v", n, writes, reads)
+	t.Logf("operator requests for %d new Agents (finalizer at admission: %v): writes %v, reads %v", n, finalizerAtAdmission, writes, reads)
 
 	// None on a first reconcile (the old code read one per Agent); a reconcile retried after a
 	// failure part-way (a broker timeout on a loaded machine) reads its Secret, a few are tolerated.
@@ -76,7 +109,14 @@ func TestRolloutRequestsPerAgent(t *testing.T) {
 	}
 	// One each; a request retried after a failure (a conflict, a timeout on a loaded machine)
 	// counts again, a few are tolerated.
-	for _, want := range []string{"POST secrets", "PUT agents"} {
+	perAgent := []string{"POST secrets", "PUT agents"}
+	if finalizerAtAdmission {
+		perAgent = perAgent[:1]
+		if got := writes["PUT agents"]; got != 0 {
+			t.Errorf("PUT agents: %d for %d new Agents that had their finalizer at admission, want 0", got, n)
+		}
+	}
+	for _, want := range perAgent {
 		if got := writes[want]; got < n || got > n+5 {
 			t.Errorf("%s: %d for %d new Agents, want one each", want, got, n)
 		}
@@ -88,12 +128,71 @@ func TestRolloutRequestsPerAgent(t *testing.T) {
 	}
 	for k := range writes {
 		switch {
-		case k == "POST secrets", k == "PUT agents", k == "PATCH agents/status":
+		case k == "POST secrets", k == "PATCH agents/status", k == "PUT agents" && !finalizerAtAdmission:
 		case strings.Contains(k, "/tenants/") && strings.HasSuffix(k, "/status"):
 			// The Tenants' status counts their Agents: paced, not per Agent.
 		default:
 			t.Errorf("other writes during the rollout: %v", writes)
 		}
+	}
+}
+
+// installFinalizerPolicy creates the shipped finalizer policy (config/admission/agent-finalizer.yaml)
+// and its binding, the binding limited to namespaces (the control plane is shared by the
+// package's tests, which count the operator's finalizer updates), and waits until the API server
+// applies it (a new policy is compiled within a second or two). Both are deleted at the end.
+func installFinalizerPolicy(t testing.TB, ctx context.Context, namespaces map[string]string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "config", "admission", "agent-finalizer.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []any
+	for _, n := range namespaces {
+		names = append(names, n)
+	}
+	suffix := "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		u.SetName(u.GetName() + suffix)
+		if u.GetKind() == "MutatingAdmissionPolicyBinding" {
+			policy, _, _ := unstructured.NestedString(u.Object, "spec", "policyName")
+			if err := unstructured.SetNestedField(u.Object, policy+suffix, "spec", "policyName"); err != nil {
+				t.Fatal(err)
+			}
+			if err := unstructured.SetNestedField(u.Object, map[string]any{"matchExpressions": []any{map[string]any{
+				"key": corev1.LabelMetadataName, "operator": "In", "values": names,
+			}}}, "spec", "matchResources", "namespaceSelector"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := k8s.Create(ctx, u); err != nil {
+			t.Fatalf("create %s: %v", u.GetKind(), err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), u) })
+	}
+	for _, n := range namespaces {
+		testenv.Eventually(t, 30*time.Second, "the finalizer policy applied in "+n, func() error {
+			probe := &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: n, Name: "policy-probe"},
+				Spec: a2av1.AgentSpec{OrgID: "probe", UnitID: "probe", Card: a2av1.AgentCardSpec{Name: "probe", Description: "probe"}}}
+			if err := k8s.Create(ctx, probe, client.DryRunAll); err != nil {
+				return err
+			}
+			if !controllerutil.ContainsFinalizer(probe, controllers.AgentFinalizer) {
+				return fmt.Errorf("a dry-run create has finalizers %v", probe.Finalizers)
+			}
+			return nil
+		})
 	}
 }
 
