@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,6 +25,8 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
+	"github.com/a2a-fleet/a2a-fleet/internal/identity"
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
@@ -205,4 +208,61 @@ func delta(after, before map[string]int) map[string]int {
 		}
 	}
 	return out
+}
+
+// TestAgentCreatedWithItsFinalizer: an Agent that has the operator's finalizer from its create
+// (what the finalizer policy does at admission) is registered and Ready without the operator
+// writing the Agent, and its deletion still removes its broker state (client, role) before the
+// finalizer goes, on every broker backend.
+func TestAgentCreatedWithItsFinalizer(t *testing.T) {
+	forRuntimeBrokers(t, func(t *testing.T, b *runtimeBroker) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cfg := rest.CopyConfig(cp.Config)
+		counted := operatorClientConfig(cfg)
+		op := cp.StartOperatorWith(t, ctx, testenv.Operator{Prefix: "finalizer-", Config: cfg,
+			Broker: registration.BrokerConfig{URL: b.url, Backend: b.backend}})
+		agent := &a2av1.Agent{
+			ObjectMeta: metav1.ObjectMeta{Namespace: op.Namespace, Name: "born-guarded", Finalizers: []string{controllers.AgentFinalizer}},
+			Spec:       a2av1.AgentSpec{OrgID: "acme", UnitID: "rt", Card: a2av1.AgentCardSpec{Name: "rt", Description: "created with its finalizer"}},
+		}
+		if err := k8s.Create(ctx, agent); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, ctx, []*a2av1.Agent{agent})
+		id := identity.Of(agent)
+		names := &acl.Names{Clients: []string{identity.Username(id)}, Roles: []string{identity.AgentRoleName(id)}}
+		st, err := b.backend.Observe(ctx, names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Clients) != 1 || len(st.Roles) != 1 {
+			t.Fatalf("%s: a Ready Agent has %d broker client(s) and %d role(s), want 1 and 1", b.name, len(st.Clients), len(st.Roles))
+		}
+		if got := counted.snapshot()["PUT agents"]; got != 0 {
+			t.Errorf("%s: the operator updated the Agent %d time(s) on its way to Ready, want 0 (its finalizer was there)", b.name, got)
+		}
+
+		if err := k8s.Delete(ctx, agent); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the Agent gone", func() error {
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(agent), &a2av1.Agent{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("still there (%v)", err)
+		})
+		st, err = b.backend.Observe(ctx, names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Clients)+len(st.Roles) > 0 {
+			t.Errorf("%s: after the deletion the broker still has %d client(s) and %d role(s) of the Agent", b.name, len(st.Clients), len(st.Roles))
+		}
+		// The finalizer's removal, the one write of the deletion.
+		if got := counted.snapshot()["PUT agents"]; got != 1 {
+			t.Errorf("%s: PUT agents %d over the Agent's life, want 1 (the finalizer's removal)", b.name, got)
+		}
+	})
 }
