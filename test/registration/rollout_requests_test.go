@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -264,5 +265,57 @@ func TestAgentCreatedWithItsFinalizer(t *testing.T) {
 		if got := counted.snapshot()["PUT agents"]; got != 1 {
 			t.Errorf("%s: PUT agents %d over the Agent's life, want 1 (the finalizer's removal)", b.name, got)
 		}
+	})
+}
+
+// TestFinalizerPolicyKeepsTheFinalizerThroughServerSideApply: a user who applies an Agent with
+// server-side apply and applies it again (the same manifest, which does not name the finalizer)
+// keeps the finalizer the policy added (the apply owns only the fields it names; the admission's
+// addition is nobody's, so a later apply does not remove it). No operator runs here, so nothing
+// else puts it back. And the finalizer can still be removed by hand once the Agent is deleted.
+func TestFinalizerPolicyKeepsTheFinalizerThroughServerSideApply(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := cp.NewNamespace(t, ctx, "ssa-")
+	installFinalizerPolicy(t, ctx, map[string]string{"ssa": ns})
+	apply := func(description string) *a2av1.Agent {
+		t.Helper()
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": a2av1.GroupVersion.String(), "kind": "Agent",
+			"metadata": map[string]any{"name": "applied", "namespace": ns},
+			"spec": map[string]any{"orgID": "acme", "unitID": "ssa",
+				"card": map[string]any{"name": "applied", "description": description}},
+		}}
+		if err := k8s.Patch(ctx, u, client.Apply, client.FieldOwner("user"), client.ForceOwnership); err != nil {
+			t.Fatalf("server-side apply: %v", err)
+		}
+		got := &a2av1.Agent{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "applied"}, got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := apply("first"); !controllerutil.ContainsFinalizer(got, controllers.AgentFinalizer) {
+		t.Fatalf("created by server-side apply: finalizers %v", got.Finalizers)
+	}
+	for _, d := range []string{"first", "second"} {
+		if got := apply(d); !controllerutil.ContainsFinalizer(got, controllers.AgentFinalizer) {
+			t.Fatalf("applied again (%s): finalizers %v, managed fields %v", d, got.Finalizers, got.ManagedFields)
+		}
+	}
+	// The finalizer may still be removed by hand once the Agent is being deleted (an Agent stuck
+	// without an operator): the policy acts at CREATE only.
+	got := apply("second")
+	if err := k8s.Delete(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Patch(ctx, got, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+		t.Fatalf("remove the finalizer of an Agent under deletion: %v", err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the Agent gone once its finalizer was removed by hand", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(got), &a2av1.Agent{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
 	})
 }
