@@ -160,34 +160,59 @@ func foldEvent(task *a2a.Task, req *a2a.SendMessageRequest, ev a2a.Event) *a2a.T
 // than the stream idle timeout, the task is fetched with GetTask instead of
 // republishing (the profile forbids republishing after the first item).
 func (t *Transport) SendStreamingMessage(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
-	return func(yield func(a2a.Event, error) bool) {
+	return eventsOf(t.SendStreamingMessageItems(ctx, params, req))
+}
+
+// StreamItem is one event of a stream with what a relay needs to batch its writes.
+type StreamItem struct {
+	Event a2a.Event
+	// More reports that the stream's next reply had already arrived when this one was handed
+	// on: a relay (the HTTP gateway's SSE writer) can write this event without flushing, as
+	// the next one follows at once.
+	More bool
+}
+
+// SendStreamingMessageItems is SendStreamingMessage with each event's StreamItem.
+func (t *Transport) SendStreamingMessageItems(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SendMessageRequest) iter.Seq2[StreamItem, error] {
+	return func(yield func(StreamItem, error) bool) {
 		req, err := prepareSend(req)
 		if err != nil {
-			yield(nil, err)
+			yield(StreamItem{}, err)
 			return
 		}
 		t.stream(ctx, params, t.sendCall(MethodSendStreamingMessage, req, true), yield)
 	}
 }
 
-// SubscribeToTask implements a2aclient.Transport.
-func (t *Transport) SubscribeToTask(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SubscribeToTaskRequest) iter.Seq2[a2a.Event, error] {
+// eventsOf is a stream's events alone.
+func eventsOf(items iter.Seq2[StreamItem, error]) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
-		if req == nil || req.ID == "" {
-			yield(nil, fmt.Errorf("a2amqtt: task id is required: %w", a2a.ErrInvalidParams))
-			return
+		for it, err := range items {
+			if !yield(it.Event, err) {
+				return
+			}
 		}
-		t.stream(ctx, params, call{target: t.t, method: MethodSubscribeToTask, params: req, taskID: req.ID, stream: true, events: true}, yield)
 	}
 }
 
-func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, c call, yield func(a2a.Event, error) bool) {
+// SubscribeToTask implements a2aclient.Transport.
+func (t *Transport) SubscribeToTask(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SubscribeToTaskRequest) iter.Seq2[a2a.Event, error] {
+	return eventsOf(func(yield func(StreamItem, error) bool) {
+		if req == nil || req.ID == "" {
+			yield(StreamItem{}, fmt.Errorf("a2amqtt: task id is required: %w", a2a.ErrInvalidParams))
+			return
+		}
+		t.stream(ctx, params, call{target: t.t, method: MethodSubscribeToTask, params: req, taskID: req.ID, stream: true, events: true}, yield)
+	})
+}
+
+func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, c call, yield func(StreamItem, error) bool) {
 	stopped := false
 	gotFinal := false
 	first := true
 	err := t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
 		ev := rep.event
-		if !yield(ev, nil) {
+		if !yield(StreamItem{Event: ev, More: rep.more}, nil) {
 			stopped = true
 			return true, errStop
 		}
@@ -202,7 +227,7 @@ func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, 
 		// Recover with GetTask (profile: do not republish the request).
 		task, gerr := t.GetTask(ctx, params, &a2a.GetTaskRequest{ID: c.taskID})
 		if gerr == nil {
-			if !yield(task, nil) {
+			if !yield(StreamItem{Event: task}, nil) {
 				return
 			}
 			if stateEndsStream(task.Status.State) {
@@ -211,7 +236,7 @@ func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, 
 		}
 	}
 	if err != nil {
-		yield(nil, err)
+		yield(StreamItem{}, err)
 	}
 }
 
