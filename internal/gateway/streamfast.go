@@ -15,9 +15,11 @@ import (
 
 // SendStreamingMessage skips a2a-go's JSON-RPC server too: its SSE writer takes each event from
 // a goroutine of its own over a channel and flushes every event, so each event cost two
-// goroutine wake-ups and a write to the socket on top of the MQTT side's. The gateway writes the
-// events from the handler's goroutine as the caller's requester hands them on, in the frames
-// a2a-go writes ("id: <uuid>", "data: <JSON-RPC response>"), and flushes only when no further
+// goroutine wake-ups and a write to the socket on top of the MQTT side's, and each event was
+// decoded into a2a-go types and encoded again. The gateway writes the events from the handler's
+// goroutine as the caller's requester hands them on, each as the agent encoded it
+// (a2amqtt.Transport.SendStreamingMessageJSON), in the frames a2a-go writes ("id: <uuid>",
+// "data: <JSON-RPC response>"), and flushes only when no further
 // reply of the stream has arrived already (a2amqtt.StreamItem.More): a burst of events leaves in
 // one write, a lone event at once (docs/benchmarks.md, streaming through the gateway). A failed
 // call, before or after its first event, is a2a-go's to answer (its error event, the bus's error
@@ -117,17 +119,19 @@ func (in *Inbound) streamFast(ctx context.Context, w http.ResponseWriter, t *a2a
 		return false, false, nil
 	}
 	s := newSSEStream(w, in.cfg.KeepAlive)
-	var buf []byte
-	for item, err := range t.SendStreamingMessageItems(ctx, nil, req) {
+	for item, err := range t.SendStreamingMessageJSON(ctx, nil, req) {
 		if err != nil {
 			callErr = err
 			break
 		}
-		if buf, err = json.Marshal(a2a.StreamResponse{Event: item.Event}); err != nil {
-			callErr = err
-			break
+		result := item.JSON
+		if result == nil {
+			if result, err = json.Marshal(a2a.StreamResponse{Event: item.Event}); err != nil {
+				callErr = err
+				break
+			}
 		}
-		if s.event(env.ID, buf, item.More) != nil {
+		if s.event(env.ID, result, item.More) != nil {
 			break // the caller went away: its context ends the call
 		}
 	}

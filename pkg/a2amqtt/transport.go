@@ -165,7 +165,11 @@ func (t *Transport) SendStreamingMessage(ctx context.Context, params a2aclient.S
 
 // StreamItem is one event of a stream with what a relay needs to batch its writes.
 type StreamItem struct {
+	// Event is the event, decoded; nil when JSON holds it.
 	Event a2a.Event
+	// JSON is the event as the agent encoded it, an A2A v1.0 StreamResponse (SendStreamingMessageJSON
+	// only, and only for a reply in that shape); nil: encode Event.
+	JSON json.RawMessage
 	// More reports that the stream's next reply had already arrived when this one was handed
 	// on: a relay (the HTTP gateway's SSE writer) can write this event without flushing, as
 	// the next one follows at once.
@@ -182,6 +186,71 @@ func (t *Transport) SendStreamingMessageItems(ctx context.Context, params a2acli
 		}
 		t.stream(ctx, params, t.sendCall(MethodSendStreamingMessage, req, true), yield)
 	}
+}
+
+// SendStreamingMessageJSON is SendStreamingMessageItems with each event as the agent encoded it
+// (StreamItem.JSON) when it is an A2A v1.0 StreamResponse: the HTTP gateway's SSE relay writes it
+// on as it came, without decoding it into a2a-go types and encoding it again. Only what ends the
+// stream is read from it (the kind of event and its state). A reply in another shape (v0.3's) and
+// the task a stalled stream recovers with come decoded (StreamItem.Event).
+func (t *Transport) SendStreamingMessageJSON(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SendMessageRequest) iter.Seq2[StreamItem, error] {
+	return func(yield func(StreamItem, error) bool) {
+		req, err := prepareSend(req)
+		if err != nil {
+			yield(StreamItem{}, err)
+			return
+		}
+		c := t.sendCall(MethodSendStreamingMessage, req, true)
+		c.events = false // decodeReply keeps the result raw
+		t.stream(ctx, params, c, yield)
+	}
+}
+
+// rawStreamItem is the StreamItem of a reply kept raw, and what ends the stream read from it.
+func rawStreamItem(c call, rep *reply, first bool) (StreamItem, ReplyItem, error) {
+	if len(rep.resp.Result) == 0 {
+		return StreamItem{}, ReplyItem{}, fmt.Errorf("a2amqtt: reply to %s has neither result nor error", c.method)
+	}
+	if isStreamResult(rep.resp.Result) {
+		var kind struct {
+			Task *struct {
+				Status struct {
+					State a2a.TaskState `json:"state"`
+				} `json:"status"`
+			} `json:"task"`
+			Message      *struct{} `json:"message"`
+			StatusUpdate *struct {
+				Status struct {
+					State a2a.TaskState `json:"state"`
+				} `json:"status"`
+			} `json:"statusUpdate"`
+			ArtifactUpdate *struct{} `json:"artifactUpdate"`
+		}
+		if err := json.Unmarshal(rep.resp.Result, &kind); err == nil {
+			item := ReplyItem{Kind: ReplyOther, First: first}
+			switch {
+			case kind.Task != nil:
+				item.Kind, item.State = ReplyTask, kind.Task.Status.State
+			case kind.Message != nil:
+				item.Kind = ReplyMessage
+			case kind.StatusUpdate != nil:
+				item.Kind, item.State = ReplyStatusUpdate, kind.StatusUpdate.Status.State
+			case kind.ArtifactUpdate != nil:
+				item.Kind = ReplyArtifactUpdate
+			}
+			return StreamItem{JSON: rep.resp.Result, More: rep.more}, item, nil
+		}
+	}
+	ev, rpcErr, err := decodeStreamReply(resultEnvelope(rep.resp.Result))
+	switch {
+	case err != nil:
+		return StreamItem{}, ReplyItem{}, fmt.Errorf("a2amqtt: reply to %s is not an A2A stream response: %w", c.method, err)
+	case rpcErr != nil:
+		return StreamItem{}, ReplyItem{}, rpcErr
+	case ev == nil:
+		return StreamItem{}, ReplyItem{}, fmt.Errorf("a2amqtt: reply to %s has neither result nor error", c.method)
+	}
+	return StreamItem{Event: ev, More: rep.more}, replyItemOf(ev, first), nil
 }
 
 // eventsOf is a stream's events alone.
@@ -211,12 +280,20 @@ func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, 
 	gotFinal := false
 	first := true
 	err := t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
-		ev := rep.event
-		if !yield(StreamItem{Event: ev, More: rep.more}, nil) {
+		it, ri := StreamItem{Event: rep.event, More: rep.more}, ReplyItem{}
+		if c.events {
+			ri = replyItemOf(rep.event, first)
+		} else {
+			var err error
+			if it, ri, err = rawStreamItem(c, rep, first); err != nil {
+				return false, err
+			}
+		}
+		if !yield(it, nil) {
 			stopped = true
 			return true, errStop
 		}
-		gotFinal = endsStream(ev, first)
+		gotFinal = EndsReplies(MethodSendStreamingMessage, ri)
 		first = false
 		return gotFinal, nil
 	})
