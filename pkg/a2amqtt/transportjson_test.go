@@ -111,3 +111,19 @@ func TestIsSingleResult(t *testing.T) {
 		}
 	}
 }
+
+func TestIsStreamResult(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"statusUpdate":{"taskId":"t","status":{"state":"TASK_STATE_WORKING"}}}`: true,
+		`{"artifactUpdate":{"taskId":"t"}}`:                                       true,
+		`{"task":{"id":"t"}}`:                                                     true,
+		`{"message":{"parts":[]}}`:                                                true,
+		`{"statusUpdate":{},"task":{}}`:                                           false,
+		`{"kind":"status-update","taskId":"t"}`:                                   false,
+		`{"artifactUpdate":[]}`:                                                   false,
+	} {
+		if got := isStreamResult(json.RawMessage(in)); got != want {
+			t.Errorf("isStreamResult(%s) = %v, want %v", in, got, want)
+		}
+	}
+}
