@@ -211,35 +211,8 @@ func rawStreamItem(c call, rep *reply, first bool) (StreamItem, ReplyItem, error
 	if len(rep.resp.Result) == 0 {
 		return StreamItem{}, ReplyItem{}, fmt.Errorf("a2amqtt: reply to %s has neither result nor error", c.method)
 	}
-	if isStreamResult(rep.resp.Result) {
-		var kind struct {
-			Task *struct {
-				Status struct {
-					State a2a.TaskState `json:"state"`
-				} `json:"status"`
-			} `json:"task"`
-			Message      *struct{} `json:"message"`
-			StatusUpdate *struct {
-				Status struct {
-					State a2a.TaskState `json:"state"`
-				} `json:"status"`
-			} `json:"statusUpdate"`
-			ArtifactUpdate *struct{} `json:"artifactUpdate"`
-		}
-		if err := json.Unmarshal(rep.resp.Result, &kind); err == nil {
-			item := ReplyItem{Kind: ReplyOther, First: first}
-			switch {
-			case kind.Task != nil:
-				item.Kind, item.State = ReplyTask, kind.Task.Status.State
-			case kind.Message != nil:
-				item.Kind = ReplyMessage
-			case kind.StatusUpdate != nil:
-				item.Kind, item.State = ReplyStatusUpdate, kind.StatusUpdate.Status.State
-			case kind.ArtifactUpdate != nil:
-				item.Kind = ReplyArtifactUpdate
-			}
-			return StreamItem{JSON: rep.resp.Result, More: rep.more}, item, nil
-		}
+	if ri, ok := rawReplyItem(rep.resp.Result, first); ok {
+		return StreamItem{JSON: rep.resp.Result, More: rep.more}, ri, nil
 	}
 	ev, rpcErr, err := decodeStreamReply(resultEnvelope(rep.resp.Result))
 	switch {
@@ -251,6 +224,48 @@ func rawStreamItem(c call, rep *reply, first bool) (StreamItem, ReplyItem, error
 		return StreamItem{}, ReplyItem{}, fmt.Errorf("a2amqtt: reply to %s has neither result nor error", c.method)
 	}
 	return StreamItem{Event: ev, More: rep.more}, replyItemOf(ev, first), nil
+}
+
+// rawReplyItem reads what ends a stream from a result in the v1.0 shape: the kind of event (the
+// only member's name) and, for a Task or a status update, its state, decoded alone. ok false:
+// the result is in another shape.
+func rawReplyItem(result json.RawMessage, first bool) (ReplyItem, bool) {
+	var state struct {
+		Status struct {
+			State a2a.TaskState `json:"state"`
+		} `json:"status"`
+	}
+	var kind struct {
+		Task         *json.RawMessage `json:"task"`
+		StatusUpdate *json.RawMessage `json:"statusUpdate"`
+	}
+	item := ReplyItem{First: first}
+	switch onlyObjectMember(result) {
+	case "artifactUpdate":
+		item.Kind = ReplyArtifactUpdate
+		return item, true
+	case "message":
+		item.Kind = ReplyMessage
+		return item, true
+	case "task":
+		item.Kind = ReplyTask
+	case "statusUpdate":
+		item.Kind = ReplyStatusUpdate
+	default:
+		return item, false
+	}
+	if json.Unmarshal(result, &kind) != nil {
+		return item, false
+	}
+	member := kind.Task
+	if member == nil {
+		member = kind.StatusUpdate
+	}
+	if member == nil || json.Unmarshal(*member, &state) != nil {
+		return item, false
+	}
+	item.State = state.Status.State
+	return item, true
 }
 
 // eventsOf is a stream's events alone.

@@ -65,17 +65,6 @@ func isSingleResult(result json.RawMessage) bool {
 	return key == "task" || key == "message"
 }
 
-// isStreamResult reports whether a stream's result is one event in the v1.0 shape (an object
-// whose only member is "task", "message", "statusUpdate" or "artifactUpdate", holding an
-// object): what a2a-go encodes for that event.
-func isStreamResult(result json.RawMessage) bool {
-	switch onlyObjectMember(result) {
-	case "task", "message", "statusUpdate", "artifactUpdate":
-		return true
-	}
-	return false
-}
-
 // onlyObjectMember is the name of a JSON object's only member when that member holds an
 // object, else "". It scans the bytes (encoding/json has accepted them already, as the reply's
 // result) without decoding them.
