@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -90,6 +91,14 @@ func (s *sseStream) event(id json.RawMessage, result []byte, more bool) error {
 	f = append(f, `{"jsonrpc":"2.0","id":`...)
 	f = append(f, id...)
 	f = append(f, `,"result":`...)
+	if bytes.ContainsAny(result, "\r\n") {
+		// An agent's encoder may indent: a line break would end the SSE data line.
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, result); err != nil {
+			return err
+		}
+		result = compact.Bytes()
+	}
 	f = append(f, result...)
 	f = append(f, "}\n\n"...)
 	s.frame = f

@@ -20,8 +20,9 @@ import (
 // TestStreamRelayed: an HTTP caller's SendStreamingMessage gets, over SSE, every event of a
 // plain-paho agent in order, as the agent encoded it (a member a2a-go does not know is kept),
 // each with the caller's own JSON-RPC id and an event id, in a burst (the agent publishes them
-// back to back); an agent's error after its first events ends the stream with the error's code,
-// message and data; an error before any event is the stream's only event.
+// back to back); an event the agent indented arrives on one data line; an agent's error after
+// its first events ends the stream with the error's code, message and data; an error before any
+// event is the stream's only event.
 func TestStreamRelayed(t *testing.T) {
 	onBothBrokers(t, func(t *testing.T, kind string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -54,6 +55,11 @@ func TestStreamRelayed(t *testing.T) {
 		}
 		if !bytes.Contains(events[1].resp.Result, []byte(`"xVendorNote":"kept"`)) || !bytes.Contains(events[6].resp.Result, []byte("TASK_STATE_COMPLETED")) {
 			t.Fatalf("events not as the agent sent them: %s … %s", events[1].resp.Result, events[6].resp.Result)
+		}
+
+		events = streamRaw(t, ctx, endpoint, token, "call-12", "indented")
+		if len(events) != 1 || events[0].resp.Error != nil || !bytes.Contains(events[0].resp.Result, []byte("TASK_STATE_COMPLETED")) {
+			t.Fatalf("an indented event: %+v", events)
 		}
 
 		events = streamRaw(t, ctx, endpoint, token, "call-10", "fail after two")
@@ -112,6 +118,9 @@ func serveStreams(agent *brokertest.Client) {
 				replies = append(replies, artifact(i))
 			}
 			replies = append(replies, status("TASK_STATE_COMPLETED"))
+		case "indented":
+			// An agent whose encoder indents its JSON: the relay keeps each event on one data line.
+			replies = []string{result("{\n  \"statusUpdate\": {\n    \"taskId\": \"" + m.TaskID + "\",\n    \"contextId\": \"" + m.ContextID + "\",\n    \"status\": {\"state\": \"TASK_STATE_COMPLETED\"}\n  }\n}")}
 		case "fail after two":
 			replies = []string{status("TASK_STATE_WORKING"), artifact(0), failure}
 		default:
