@@ -18,6 +18,12 @@ import (
 // whose envelope or params a2a-go would refuse or read differently, goes through a2a-go's server
 // as before; a failed call too, so that its error reaches the caller exactly as on that path.
 
+// The JSON-RPC methods the gateway answers itself (A2A v1.0 names, as a2a-go's server reads them).
+const (
+	methodSendMessage          = "SendMessage"
+	methodSendStreamingMessage = "SendStreamingMessage"
+)
+
 // rpcEnvelope is a JSON-RPC request, its id and params kept raw.
 type rpcEnvelope struct {
 	JSONRPC string          `json:"jsonrpc"`
@@ -37,16 +43,8 @@ func callErrorOf(ctx context.Context) error {
 
 // sendFast answers a SendMessage request. answered false: the request is a2a-go's to answer,
 // with callErr (when not nil) as the call's outcome.
-func sendFast(ctx context.Context, w http.ResponseWriter, t *a2amqtt.Transport, body []byte) (answered bool, callErr error) {
-	var env rpcEnvelope
-	if json.Unmarshal(body, &env) != nil || env.JSONRPC != "2.0" || env.Method != "SendMessage" || !scalarID(env.ID) {
-		return false, nil
-	}
-	var req a2a.SendMessageRequest
-	if json.Unmarshal(env.Params, &req) != nil {
-		return false, nil
-	}
-	result, err := t.SendMessageJSON(ctx, nil, &req)
+func sendFast(ctx context.Context, w http.ResponseWriter, t *a2amqtt.Transport, env *rpcEnvelope, req *a2a.SendMessageRequest) (answered bool, callErr error) {
+	result, err := t.SendMessageJSON(ctx, nil, req)
 	if err != nil {
 		return false, err
 	}
@@ -59,6 +57,18 @@ func sendFast(ctx context.Context, w http.ResponseWriter, t *a2amqtt.Transport, 
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(out)
 	return true, nil
+}
+
+// readSend reads a request's envelope and, for the two methods the gateway answers itself
+// (SendMessage, SendStreamingMessage), its params; ok false: the request is a2a-go's to answer.
+func readSend(body []byte) (env rpcEnvelope, req a2a.SendMessageRequest, ok bool) {
+	if json.Unmarshal(body, &env) != nil || env.JSONRPC != "2.0" || !scalarID(env.ID) {
+		return env, req, false
+	}
+	if env.Method != methodSendMessage && env.Method != methodSendStreamingMessage {
+		return env, req, false
+	}
+	return env, req, json.Unmarshal(env.Params, &req) == nil
 }
 
 // scalarID reports whether a raw JSON-RPC id is a string or a number (a2a-go's server takes a

@@ -232,18 +232,29 @@ func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithValue(r.Context(), errorSlotKey{}, slot)
 	transport := req.Transport(identity.Of(tgt))
 	ctx = withTransport(ctx, transport)
-	if readErr == nil {
-		answered, callErr := sendFast(ctx, w, transport, body)
+	var out http.ResponseWriter = w
+	if env, sendReq, fast := readSend(body); readErr == nil && fast {
+		var answered, started bool
+		var callErr error
+		if env.Method == methodSendStreamingMessage {
+			answered, started, callErr = in.streamFast(ctx, w, transport, &env, &sendReq)
+		} else {
+			answered, callErr = sendFast(ctx, w, transport, &env, &sendReq)
+		}
 		if answered {
 			return
 		}
 		if callErr != nil {
 			ctx = context.WithValue(ctx, callErrorKey{}, callErr)
 		}
+		if started {
+			// The stream's events went out: a2a-go adds its error event to them.
+			out = headersSent{w}
+		}
 	}
 	// a2a-go's server reads the body as it came, a read error (a body over the bound) included.
 	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{readErr}))
-	in.jsonrpc.ServeHTTP(&errorWriter{ResponseWriter: w, slot: slot}, r.WithContext(ctx))
+	in.jsonrpc.ServeHTTP(&errorWriter{ResponseWriter: out, slot: slot}, r.WithContext(ctx))
 }
 
 // errReader returns err (io.EOF when nil) at every read.

@@ -80,6 +80,10 @@ func (forwarder) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTaskRe
 }
 
 func (forwarder) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
+	if err := callErrorOf(ctx); err != nil {
+		// The fast path made the call (streamfast.go): its error, after the events it wrote.
+		return func(yield func(a2a.Event, error) bool) { yield(nil, keep(ctx, err)) }
+	}
 	return keepSeq(ctx, transportOf(ctx).SendStreamingMessage(ctx, nil, req))
 }
 

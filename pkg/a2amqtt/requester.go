@@ -265,6 +265,8 @@ type reply struct {
 	resp      rpcResponse
 	event     a2a.Event
 	responder string
+	// more: another reply of the exchange had arrived when this one was handed on.
+	more bool
 }
 
 // errStop ends an exchange early without error.
@@ -447,6 +449,7 @@ func (r *Requester) stream(ctx context.Context, c call, ex *exchange, first *pah
 				if err != nil {
 					return err
 				}
+				rep.more = ex.box.pending()
 				done, err := handle(rep)
 				if err != nil || done {
 					if errors.Is(err, errStop) {
@@ -572,6 +575,13 @@ func (m *mailbox) takeOrReset() *paho.Publish {
 	default:
 	}
 	return m.tryTake() // put between the two
+}
+
+// pending reports whether an item is waiting.
+func (m *mailbox) pending() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.items) > 0
 }
 
 func (m *mailbox) tryTake() *paho.Publish {

@@ -160,38 +160,155 @@ func foldEvent(task *a2a.Task, req *a2a.SendMessageRequest, ev a2a.Event) *a2a.T
 // than the stream idle timeout, the task is fetched with GetTask instead of
 // republishing (the profile forbids republishing after the first item).
 func (t *Transport) SendStreamingMessage(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
-	return func(yield func(a2a.Event, error) bool) {
+	return eventsOf(t.SendStreamingMessageItems(ctx, params, req))
+}
+
+// StreamItem is one event of a stream with what a relay needs to batch its writes.
+type StreamItem struct {
+	// Event is the event, decoded; nil when JSON holds it.
+	Event a2a.Event
+	// JSON is the event as the agent encoded it, an A2A v1.0 StreamResponse (SendStreamingMessageJSON
+	// only, and only for a reply in that shape); nil: encode Event.
+	JSON json.RawMessage
+	// More reports that the stream's next reply had already arrived when this one was handed
+	// on: a relay (the HTTP gateway's SSE writer) can write this event without flushing, as
+	// the next one follows at once.
+	More bool
+}
+
+// SendStreamingMessageItems is SendStreamingMessage with each event's StreamItem.
+func (t *Transport) SendStreamingMessageItems(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SendMessageRequest) iter.Seq2[StreamItem, error] {
+	return func(yield func(StreamItem, error) bool) {
 		req, err := prepareSend(req)
 		if err != nil {
-			yield(nil, err)
+			yield(StreamItem{}, err)
 			return
 		}
 		t.stream(ctx, params, t.sendCall(MethodSendStreamingMessage, req, true), yield)
 	}
 }
 
-// SubscribeToTask implements a2aclient.Transport.
-func (t *Transport) SubscribeToTask(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SubscribeToTaskRequest) iter.Seq2[a2a.Event, error] {
-	return func(yield func(a2a.Event, error) bool) {
-		if req == nil || req.ID == "" {
-			yield(nil, fmt.Errorf("a2amqtt: task id is required: %w", a2a.ErrInvalidParams))
+// SendStreamingMessageJSON is SendStreamingMessageItems with each event as the agent encoded it
+// (StreamItem.JSON) when it is an A2A v1.0 StreamResponse: the HTTP gateway's SSE relay writes it
+// on as it came, without decoding it into a2a-go types and encoding it again. Only what ends the
+// stream is read from it (the kind of event and its state). A reply in another shape (v0.3's) and
+// the task a stalled stream recovers with come decoded (StreamItem.Event).
+func (t *Transport) SendStreamingMessageJSON(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SendMessageRequest) iter.Seq2[StreamItem, error] {
+	return func(yield func(StreamItem, error) bool) {
+		req, err := prepareSend(req)
+		if err != nil {
+			yield(StreamItem{}, err)
 			return
 		}
-		t.stream(ctx, params, call{target: t.t, method: MethodSubscribeToTask, params: req, taskID: req.ID, stream: true, events: true}, yield)
+		c := t.sendCall(MethodSendStreamingMessage, req, true)
+		c.events = false // decodeReply keeps the result raw
+		t.stream(ctx, params, c, yield)
 	}
 }
 
-func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, c call, yield func(a2a.Event, error) bool) {
+// rawStreamItem is the StreamItem of a reply kept raw, and what ends the stream read from it.
+func rawStreamItem(c call, rep *reply, first bool) (StreamItem, ReplyItem, error) {
+	if len(rep.resp.Result) == 0 {
+		return StreamItem{}, ReplyItem{}, fmt.Errorf("a2amqtt: reply to %s has neither result nor error", c.method)
+	}
+	if ri, ok := rawReplyItem(rep.resp.Result, first); ok {
+		return StreamItem{JSON: rep.resp.Result, More: rep.more}, ri, nil
+	}
+	ev, rpcErr, err := decodeStreamReply(resultEnvelope(rep.resp.Result))
+	switch {
+	case err != nil:
+		return StreamItem{}, ReplyItem{}, fmt.Errorf("a2amqtt: reply to %s is not an A2A stream response: %w", c.method, err)
+	case rpcErr != nil:
+		return StreamItem{}, ReplyItem{}, rpcErr
+	case ev == nil:
+		return StreamItem{}, ReplyItem{}, fmt.Errorf("a2amqtt: reply to %s has neither result nor error", c.method)
+	}
+	return StreamItem{Event: ev, More: rep.more}, replyItemOf(ev, first), nil
+}
+
+// rawReplyItem reads what ends a stream from a result in the v1.0 shape: the kind of event (the
+// only member's name) and, for a Task or a status update, its state, decoded alone. ok false:
+// the result is in another shape.
+func rawReplyItem(result json.RawMessage, first bool) (ReplyItem, bool) {
+	var state struct {
+		Status struct {
+			State a2a.TaskState `json:"state"`
+		} `json:"status"`
+	}
+	var kind struct {
+		Task         *json.RawMessage `json:"task"`
+		StatusUpdate *json.RawMessage `json:"statusUpdate"`
+	}
+	item := ReplyItem{First: first}
+	switch onlyObjectMember(result) {
+	case "artifactUpdate":
+		item.Kind = ReplyArtifactUpdate
+		return item, true
+	case "message":
+		item.Kind = ReplyMessage
+		return item, true
+	case "task":
+		item.Kind = ReplyTask
+	case "statusUpdate":
+		item.Kind = ReplyStatusUpdate
+	default:
+		return item, false
+	}
+	if json.Unmarshal(result, &kind) != nil {
+		return item, false
+	}
+	member := kind.Task
+	if member == nil {
+		member = kind.StatusUpdate
+	}
+	if member == nil || json.Unmarshal(*member, &state) != nil {
+		return item, false
+	}
+	item.State = state.Status.State
+	return item, true
+}
+
+// eventsOf is a stream's events alone.
+func eventsOf(items iter.Seq2[StreamItem, error]) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		for it, err := range items {
+			if !yield(it.Event, err) {
+				return
+			}
+		}
+	}
+}
+
+// SubscribeToTask implements a2aclient.Transport.
+func (t *Transport) SubscribeToTask(ctx context.Context, params a2aclient.ServiceParams, req *a2a.SubscribeToTaskRequest) iter.Seq2[a2a.Event, error] {
+	return eventsOf(func(yield func(StreamItem, error) bool) {
+		if req == nil || req.ID == "" {
+			yield(StreamItem{}, fmt.Errorf("a2amqtt: task id is required: %w", a2a.ErrInvalidParams))
+			return
+		}
+		t.stream(ctx, params, call{target: t.t, method: MethodSubscribeToTask, params: req, taskID: req.ID, stream: true, events: true}, yield)
+	})
+}
+
+func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, c call, yield func(StreamItem, error) bool) {
 	stopped := false
 	gotFinal := false
 	first := true
 	err := t.r.doParams(ctx, c, params, func(rep *reply) (bool, error) {
-		ev := rep.event
-		if !yield(ev, nil) {
+		it, ri := StreamItem{Event: rep.event, More: rep.more}, ReplyItem{}
+		if c.events {
+			ri = replyItemOf(rep.event, first)
+		} else {
+			var err error
+			if it, ri, err = rawStreamItem(c, rep, first); err != nil {
+				return false, err
+			}
+		}
+		if !yield(it, nil) {
 			stopped = true
 			return true, errStop
 		}
-		gotFinal = endsStream(ev, first)
+		gotFinal = EndsReplies(MethodSendStreamingMessage, ri)
 		first = false
 		return gotFinal, nil
 	})
@@ -202,7 +319,7 @@ func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, 
 		// Recover with GetTask (profile: do not republish the request).
 		task, gerr := t.GetTask(ctx, params, &a2a.GetTaskRequest{ID: c.taskID})
 		if gerr == nil {
-			if !yield(task, nil) {
+			if !yield(StreamItem{Event: task}, nil) {
 				return
 			}
 			if stateEndsStream(task.Status.State) {
@@ -211,7 +328,7 @@ func (t *Transport) stream(ctx context.Context, params a2aclient.ServiceParams, 
 		}
 	}
 	if err != nil {
-		yield(nil, err)
+		yield(StreamItem{}, err)
 	}
 }
 

@@ -59,12 +59,19 @@ func (t *Transport) SendMessageJSON(ctx context.Context, params a2aclient.Servic
 
 // isSingleResult reports whether a SendMessage result is one Task or one Message in the v1.0
 // shape (an object whose only member is "task" or "message", holding an object): the result that
-// ends the call at once (EndsReplies) and needs no folding. It scans the bytes (encoding/json has
-// accepted them already, as the reply's result) without decoding them.
+// ends the call at once (EndsReplies) and needs no folding.
 func isSingleResult(result json.RawMessage) bool {
+	key := onlyObjectMember(result)
+	return key == "task" || key == "message"
+}
+
+// onlyObjectMember is the name of a JSON object's only member when that member holds an
+// object, else "". It scans the bytes (encoding/json has accepted them already, as the reply's
+// result) without decoding them.
+func onlyObjectMember(result json.RawMessage) string {
 	p := bytes.TrimSpace(result)
 	if len(p) == 0 || p[0] != '{' {
-		return false
+		return ""
 	}
 	keys, depth, expectKey := 0, 0, false
 	var first []byte
@@ -89,12 +96,12 @@ func isSingleResult(result json.RawMessage) bool {
 				}
 			}
 			if j >= len(p) {
-				return false
+				return ""
 			}
 			if depth == 1 && expectKey {
 				keys++
 				if keys > 1 {
-					return false
+					return ""
 				}
 				first = p[i+1 : j]
 				expectKey = false
@@ -102,7 +109,10 @@ func isSingleResult(result json.RawMessage) bool {
 			i = j
 		}
 	}
-	return keys == 1 && valueObject && (string(first) == "task" || string(first) == "message")
+	if keys != 1 || !valueObject {
+		return ""
+	}
+	return string(first)
 }
 
 // resultEnvelope wraps a raw result as the JSON-RPC response decodeStreamReply reads.

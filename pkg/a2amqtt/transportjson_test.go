@@ -111,3 +111,28 @@ func TestIsSingleResult(t *testing.T) {
 		}
 	}
 }
+
+func TestRawReplyItem(t *testing.T) {
+	for in, want := range map[string]*ReplyItem{
+		`{"statusUpdate":{"taskId":"t","status":{"state":"TASK_STATE_WORKING"}}}`:         {Kind: ReplyStatusUpdate, State: a2a.TaskStateWorking},
+		`{"statusUpdate":{"status":{"state":"TASK_STATE_COMPLETED"},"final":true}}`:       {Kind: ReplyStatusUpdate, State: a2a.TaskStateCompleted},
+		`{"task":{"id":"t","status":{"state":"TASK_STATE_INPUT_REQUIRED"},"history":[]}}`: {Kind: ReplyTask, State: a2a.TaskStateInputRequired},
+		`{"artifactUpdate":{"taskId":"t","artifact":{"parts":[{"text":"}"}]}}}`:           {Kind: ReplyArtifactUpdate},
+		`{"message":{"parts":[]}}`:              {Kind: ReplyMessage},
+		`{"statusUpdate":{},"task":{}}`:         nil,
+		`{"kind":"status-update","taskId":"t"}`: nil,
+		`{"artifactUpdate":[]}`:                 nil,
+	} {
+		got, ok := rawReplyItem(json.RawMessage(in), true)
+		if want == nil {
+			if ok {
+				t.Errorf("rawReplyItem(%s) = %+v, want none", in, got)
+			}
+			continue
+		}
+		want.First = true
+		if !ok || got != *want {
+			t.Errorf("rawReplyItem(%s) = %+v %v, want %+v", in, got, ok, *want)
+		}
+	}
+}

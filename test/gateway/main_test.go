@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -116,6 +117,9 @@ type stack struct {
 	passwords     map[string]string
 	usernames     map[string]string
 	svc           *convservice.Service
+	// wrap, when set, wraps the handler of the gateways made after it is set (a benchmark's
+	// timestamps).
+	wrap func(http.Handler) http.Handler
 }
 
 func newStack(t testing.TB, ctx context.Context, kind, httpAgentURL string, edit ...func(*convservice.Config)) *stack {
@@ -266,7 +270,11 @@ func (st *stack) gatewayReplica(t testing.TB, ctx context.Context) *replica {
 	pool := gateway.NewPool(conn, dir)
 	in := gateway.NewInbound(gateway.InboundConfig{Directory: dir, Pool: pool, BrokerURL: st.brokerURL,
 		Auth: &gateway.TokenReviewer{Reviews: kube.AuthenticationV1().TokenReviews()}, MaxBodyBytes: 64 << 10})
-	srv := httptest.NewServer(in)
+	var handler http.Handler = in
+	if st.wrap != nil {
+		handler = st.wrap(in)
+	}
+	srv := httptest.NewServer(handler)
 	out := gateway.NewOutbound(gateway.OutboundConfig{Conn: conn, Directory: dir})
 	stop := func() {
 		srv.CloseClientConnections()
