@@ -7,7 +7,8 @@
 #   hack/bench-fleet-kind.sh    (KIND_CLUSTER=a2a-fleet; FLEETKIND_BACKEND=table|dynsec,
 #                                FLEETKIND_SIGNING=on|off, FLEETKIND_SIZES=1000,10000,
 #                                FLEETKIND_IDLE_SECONDS=60 (the broker's idle window per batch),
-#                                FLEETKIND_EMPTY_DISK=on|off (the broker pod and its volume deleted),
+#                                FLEETKIND_RESTARTS=pod,empty-disk (broker restarts in order: the pod
+#                                deleted; the pod and its volume's claim deleted),
 #                                FLEETKIND_PROFILE_DIR=dir (kube-apiserver's pprof during the last
 #                                rollout, perf record of Mosquitto during the last batches), ...)
 # Every rollout step also prints the kind node's CPU by cgroup (each pod's containers, kubelet,

@@ -43,21 +43,33 @@ const (
 
 // settings are the benchmark's knobs (environment variables; make bench-fleet-kind sets them).
 type settings struct {
-	backend   string        // table (the quickstart's default) or dynsec (config/mosquitto/dynsec)
-	signing   bool          // the operator signs every card (the quickstart's default)
-	sizes     []int         // fleet sizes to reach, in order (each rollout adds to the previous)
-	changes   int           // changes per per-change batch
-	requests  int           // requests per data-plane series
-	clients   int           // connected clients when the broker pod is deleted (0: not done)
-	dataBase  int           // the small fleet the data plane is measured at first
-	idleFor   time.Duration // the broker's idle window before a per-change batch (≥ 2 autosave periods)
-	profiles  string        // where the kube-apiserver and Mosquitto profiles go ("": none taken)
-	emptyDisk bool          // after the pod deletion, the pod and its volume deleted too
+	backend  string        // table (the quickstart's default) or dynsec (config/mosquitto/dynsec)
+	signing  bool          // the operator signs every card (the quickstart's default)
+	sizes    []int         // fleet sizes to reach, in order (each rollout adds to the previous)
+	changes  int           // changes per per-change batch
+	requests int           // requests per data-plane series
+	clients  int           // connected clients when the broker pod is deleted (0: not done)
+	dataBase int           // the small fleet the data plane is measured at first
+	idleFor  time.Duration // the broker's idle window before a per-change batch (≥ 2 autosave periods)
+	profiles string        // where the kube-apiserver and Mosquitto profiles go ("": none taken)
+	restarts []string      // broker restarts in order: "pod" (the pod deleted), "empty-disk" (the pod and its volume)
 }
 
 func settingsFromEnv(b *testing.B) settings {
 	s := settings{backend: "table", signing: true, sizes: []int{1000, 10000}, changes: 20, requests: 300, clients: 1000, dataBase: 100,
-		idleFor: 60 * time.Second, profiles: os.Getenv("FLEETKIND_PROFILE_DIR"), emptyDisk: os.Getenv("FLEETKIND_EMPTY_DISK") != "off"}
+		idleFor: 60 * time.Second, profiles: os.Getenv("FLEETKIND_PROFILE_DIR"), restarts: []string{"pod", "empty-disk"}}
+	if v, ok := os.LookupEnv("FLEETKIND_RESTARTS"); ok {
+		s.restarts = nil
+		for f := range strings.SplitSeq(v, ",") {
+			switch f = strings.TrimSpace(f); f {
+			case "pod", "empty-disk":
+				s.restarts = append(s.restarts, f)
+			case "":
+			default:
+				b.Fatalf("FLEETKIND_RESTARTS %q: want pod and/or empty-disk, comma-separated", v)
+			}
+		}
+	}
 	if v := os.Getenv("FLEETKIND_IDLE_SECONDS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 2 {
@@ -183,9 +195,8 @@ func (r *bench) run(ctx context.Context) {
 		dp.compare(r, r.s.dataBase, last)
 	}
 	if r.s.clients > 0 {
-		r.brokerPodDeleted(ctx, last, false)
-		if r.s.emptyDisk {
-			r.brokerPodDeleted(ctx, last, true)
+		for _, restart := range r.s.restarts {
+			r.brokerPodDeleted(ctx, last, restart == "empty-disk")
 		}
 	}
 	r.logf("load average at the end: %s", LoadAverage())
@@ -684,10 +695,18 @@ func (r *bench) logNodeCPU(ctx context.Context, title string, before, after Cgro
 	}
 	shares, total := Attribute(before, after, label)
 	lines := []string{fmt.Sprintf("node CPU by cgroup, %s (%d Agents): %.1f CPU-s, %.2f ms per Agent", title, n, total.Seconds(), float64(total.Microseconds())/1000/float64(n))}
+	var small time.Duration
+	smallN := 0
 	for _, sh := range shares {
+		if sh.CPU < 50*time.Millisecond {
+			small += sh.CPU
+			smallN++
+			continue
+		}
 		lines = append(lines, fmt.Sprintf("  %-60s %8.1f CPU-s %8.2f ms/Agent %5.1f %%", sh.Label, sh.CPU.Seconds(),
 			float64(sh.CPU.Microseconds())/1000/float64(n), 100*sh.CPU.Seconds()/max(total.Seconds(), 1e-9)))
 	}
+	lines = append(lines, fmt.Sprintf("  %-60s %8.2f CPU-s", fmt.Sprintf("(%d cgroups under 0.05 CPU-s each)", smallN), small.Seconds()))
 	r.logf("%s", strings.Join(lines, "\n"))
 }
 
