@@ -156,16 +156,16 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ct
 	if !agent.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.finalize(ctx, agent)
 	}
-	// A reconcile that adds the finalizer is the Agent's first: the update succeeds only on the
-	// current object, and nothing the operator writes for an Agent comes before its finalizer.
-	first := controllerutil.AddFinalizer(agent, AgentFinalizer)
-	if first {
+	// Nothing the operator writes for an Agent comes before its finalizer. The installs add it at
+	// admission (a MutatingAdmissionPolicy, config/default and the chart), which saves the API
+	// server this update per Agent; without the policy the operator adds it here.
+	if controllerutil.AddFinalizer(agent, AgentFinalizer) {
 		if err := r.Client.Update(ctx, agent); err != nil {
 			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
 		}
 	}
 
-	s := &agentReconcile{before: agent.DeepCopy(), agent: agent, first: first}
+	s := &agentReconcile{before: agent.DeepCopy(), agent: agent, first: isFirstReconcile(agent)}
 	defer func() {
 		if err := r.writeStatus(ctx, s); err != nil {
 			retErr = errors.Join(retErr, err)
@@ -203,9 +203,20 @@ type agentReconcile struct {
 	before, agent *a2av1.Agent
 	view          *tenancy.View
 	holder        *a2av1.Agent
-	// first: this reconcile added the finalizer (the operator has written nothing else for the
-	// Agent yet, credentials included).
+	// first: the operator has written nothing for the Agent yet, credentials included (see
+	// isFirstReconcile).
 	first bool
+}
+
+// isFirstReconcile says the operator has not written the Agent's status yet, so it has written
+// nothing else for it either: status is dropped at create (the status subresource), and every
+// reconcile past the finalizer writes status.observedGeneration (writeStatus), before or with
+// anything it wrote. Whether the finalizer came from admission or from this reconcile does not
+// matter. A reconcile that reads a cache which has not seen its predecessor's status write yet
+// takes the Agent for new too; the only consequence is that a missing Secret is not looked up
+// on the API server, and the Secret's create then finds it (createTaken).
+func isFirstReconcile(agent *a2av1.Agent) bool {
+	return agent.Status.ObservedGeneration == 0
 }
 
 // reconcileHeld runs the credentials, the broker registration and the workload of an Agent that

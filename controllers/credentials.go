@@ -128,7 +128,7 @@ type agentCredentials struct {
 // rolls (Recreate: the old pods drain and go before new ones start), and only then does the
 // broker get it; the new pods' refused CONNECTs retry meanwhile.
 //
-// first says this is the Agent's first reconcile (see secretOf).
+// first says the operator has written nothing for the Agent yet (isFirstReconcile, secretOf).
 func (u *agentCredentials) prepare(ctx context.Context, agent *a2av1.Agent, first bool) (*pendingCredentials, error) {
 	secret, exists, err := u.secretOf(ctx, agent, first && agent.Status.CredentialsSecret == "")
 	if err != nil {
@@ -420,9 +420,9 @@ func (u *agentCredentials) persist(ctx context.Context, agent *a2av1.Agent, p *p
 }
 
 // createTaken handles a Secret create that found the name taken (secretOf did not ask the API
-// server for a new Agent): a foreign Secret is a credentialsConflictError; the Agent's own
-// (its finalizer was removed by hand, and the cache had not seen the Secret) gets the password
-// the broker has just been given.
+// server for a new Agent): a foreign Secret is a credentialsConflictError; the Agent's own (a
+// reconcile that read the Agent before its first status write reached the cache, and the Secret
+// before its create did) gets the password the broker has just been given.
 func (u *agentCredentials) createTaken(ctx context.Context, agent *a2av1.Agent, secret *corev1.Secret) error {
 	found := &corev1.Secret{}
 	if err := u.apiReader.Get(ctx, client.ObjectKeyFromObject(secret), found); err != nil {
