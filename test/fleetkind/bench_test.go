@@ -243,8 +243,11 @@ func (r *bench) install(ctx context.Context) {
 		}
 	}
 	// A namespace no Tenant binds holds at most 1 000 Agents: a Tenant binds the fleet's, with
-	// room for the largest size and the per-change Agents.
-	maxAgents := int32(slices.Max(append(r.s.sizes, r.s.dataBase)) + 10*r.s.changes + 100)
+	// room for the largest size and the per-change Agents, and far enough above them that the
+	// operator's quota stays on its count: within the count's slack of the limit (128) every
+	// reconcile lists and ranks the Tenant's Agents: in a run with no per-change Agents (100 of
+	// headroom) that took the operator from 6.4 to 21.7 ms of CPU per Agent at 10 000.
+	maxAgents := int32(slices.Max(append(r.s.sizes, r.s.dataBase)) + 10*r.s.changes + 1000)
 	tenant := &a2av1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: fleetNamespace}, Spec: a2av1.TenantSpec{
 		OrgID: fleetOrg, Namespaces: []string{fleetNamespace}, Limits: &a2av1.TenantLimits{MaxAgents: &maxAgents}}}
 	if err := env.Client.Create(ctx, tenant); err != nil && !apierrors.IsAlreadyExists(err) {
