@@ -5,7 +5,14 @@
 # change, the broker pod deleted under FLEETKIND_CLIENTS connected clients, request latency at
 # fleet size. It reads the containers' cgroups on the kind node through the project's dockerd.
 #   hack/bench-fleet-kind.sh    (KIND_CLUSTER=a2a-fleet; FLEETKIND_BACKEND=table|dynsec,
-#                                FLEETKIND_SIGNING=on|off, FLEETKIND_SIZES=1000,10000, ...)
+#                                FLEETKIND_SIGNING=on|off, FLEETKIND_SIZES=1000,10000,
+#                                FLEETKIND_IDLE_SECONDS=60 (the broker's idle window per batch),
+#                                FLEETKIND_RESTARTS=pod,empty-disk (broker restarts in order: the pod
+#                                deleted; the pod and its volume's claim deleted),
+#                                FLEETKIND_PROFILE_DIR=dir (kube-apiserver's pprof during the last
+#                                rollout, perf record of Mosquitto during the last batches), ...)
+# Every rollout step also prints the kind node's CPU by cgroup (each pod's containers, kubelet,
+# containerd, the rest), adding up to the node's total.
 # It applies this tree's config/quickstart: the images loaded must be built from the same tree
 # (make bench-fleet-kind builds and loads the release first). It uninstalls any earlier install
 # first and leaves its own in place (for a look afterwards).

@@ -82,7 +82,16 @@ if "$kind" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
 fi
 if ! "$kind" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; then
 	etcd_tag="$(docker image ls --format '{{.Tag}}' a2a-fleet.local/k8s/etcd | head -1)"
-	config="$KIND_STATE/cluster.yaml"
+	config="$KIND_STATE/cluster-$KIND_CLUSTER.yaml"
+	# KIND_ETCD_DIR: etcd's data in a host folder (e.g. on /dev/shm) instead of the node's /var
+	# volume, for a benchmark cluster on a host whose disk is short of room.
+	etcd_mount=""
+	if [[ -n ${KIND_ETCD_DIR:-} ]]; then
+		mkdir -p "$KIND_ETCD_DIR"
+		etcd_mount="  extraMounts:
+  - hostPath: $KIND_ETCD_DIR
+    containerPath: /var/lib/etcd"
+	fi
 	cat >"$config" <<CONFIG
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
@@ -95,6 +104,7 @@ networking:
 nodes:
 - role: control-plane
   image: $KIND_NODE_IMAGE
+$etcd_mount
 kubeadmConfigPatches:
 - |
   kind: ClusterConfiguration

@@ -169,6 +169,13 @@ func (r *registry) poke() {
 	}
 }
 
+// resyncPauseFactor is how many times a resync's own duration the registry waits before the next
+// one. A resync reads the whole fleet; a burst of watch events (a rollout: three writes per new
+// Agent) would otherwise run them back to back, a core's share growing with the fleet. The pause
+// bounds the registry to 1/(1+factor) of a core in a burst, costs microseconds on a small fleet,
+// and the events within it coalesce into the next pass (poke's one-slot channel).
+const resyncPauseFactor = 4
+
 func (r *registry) run(ctx context.Context) {
 	t := time.NewTicker(r.resyncEvery)
 	defer t.Stop()
@@ -179,7 +186,15 @@ func (r *registry) run(ctx context.Context) {
 		case <-r.kick:
 		case <-t.C:
 		}
+		start := time.Now()
 		r.resync(ctx)
+		pause := time.NewTimer(resyncPauseFactor * time.Since(start))
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return
+		case <-pause.C:
+		}
 	}
 }
 

@@ -2,9 +2,11 @@ package fleetkind
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,4 +108,71 @@ func TestPercentileAndPerChange(t *testing.T) {
 	if got := PerChange(time.Millisecond, time.Second, time.Second, time.Second, 5); got != 0 {
 		t.Fatalf("PerChange below idle: got %v, want 0", got)
 	}
+}
+
+// The node's CPU split over its leaf cgroups adds up to the root's: parents are not counted twice,
+// leaves with one label are summed, a leaf new since the first read counts from zero, and what no
+// leaf holds is Unattributed.
+func TestAttributeAddsUpToTheNode(t *testing.T) {
+	id := func(c byte) string { return strings.Repeat(string(c), 64) }
+	out := func(root, kubelet, a1, a2, b int) string {
+		return fmt.Sprintf(". %d\n./kubelet.slice %d\n./kubelet.slice/kubelet.service %d\n"+
+			"./kubelet.slice/kubepods/pod1/cri-containerd-%s.scope %d\n./kubelet.slice/kubepods/pod2/cri-containerd-%s.scope %d\n"+
+			"./kubelet.slice/kubepods %d\n./kubelet.slice/kubepods/pod1 %d\n./kubelet.slice/kubepods/pod2 %d\n./kubelet.slice/kubepods/pod3/%s %d\n",
+			root, kubelet+a1+a2+b, kubelet, id('a'), a1, id('c'), a2, a1+a2+b, a1, a2, id('b'), b)
+	}
+	before, err := ParseCgroupTree(out(1000, 100, 200, 300, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(before, "./kubelet.slice/kubepods/pod3/"+id('b')) // b started after the first read
+	after, err := ParseCgroupTree(out(2000, 150, 500, 400, 250))
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := func(path string) string {
+		switch ContainerID(path) {
+		case id('a'), id('c'):
+			return "ns/replica"
+		case id('b'):
+			return "ns/other"
+		}
+		return strings.TrimPrefix(path, "./")
+	}
+	shares, total := Attribute(before, after, label)
+	want := []CPUShare{{"ns/replica", 400 * time.Microsecond}, {Unattributed, 300 * time.Microsecond},
+		{"ns/other", 250 * time.Microsecond}, {"kubelet.slice/kubelet.service", 50 * time.Microsecond}}
+	if total != 1000*time.Microsecond || !slices.Equal(shares, want) {
+		t.Fatalf("got %v (total %v), want %v (total 1ms)", shares, total, want)
+	}
+	if _, err := ParseCgroupTree("./x 5\n"); err == nil {
+		t.Fatal("a tree without its root: want an error")
+	}
+}
+
+// The idle rate with a periodic burst: the mean counts the burst, the median of one-second rates
+// does not.
+func TestRatesMeanAndMedian(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	var cpu []time.Duration
+	var at []time.Time
+	c := time.Duration(0)
+	for i := range 11 {
+		cpu, at = append(cpu, c), append(at, t0.Add(time.Duration(i)*time.Second))
+		c += time.Millisecond
+		if i == 4 {
+			c += 20 * time.Millisecond // a save
+		}
+	}
+	got := Rates(cpu, at)
+	if got.Samples != 10 || abs(got.Median-0.001) > 1e-9 || abs(got.Mean-0.003) > 1e-9 {
+		t.Fatalf("got %+v, want mean 0.003, median 0.001 over 10 samples", got)
+	}
+}
+
+func abs(f float64) float64 {
+	if f < 0 {
+		return -f
+	}
+	return f
 }

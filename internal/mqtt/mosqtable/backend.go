@@ -488,7 +488,10 @@ func (b *Backend) importMirror(ctx context.Context, before Status) (Status, erro
 		return Status{}, fmt.Errorf("mosqtable: export the mirror: %w", err)
 	}
 	start := time.Now()
-	parts := splitTable(t, b.cfg.MaxBatch)
+	parts, err := splitTable(t, b.cfg.MaxBatch, importPartBytes)
+	if err != nil {
+		return Status{}, err
+	}
 	id := fmt.Sprintf("%s-%d", b.nonce, b.seq.Add(1))
 	var resp Response
 	for i, part := range parts {
@@ -509,41 +512,76 @@ func (b *Backend) importMirror(ctx context.Context, before Status) (Status, erro
 	return resp.Status, nil
 }
 
-// splitTable cuts t into parts of at most n objects each (a client with its password), so that
-// every import message stays far below the broker's max_packet_size (1 MiB in
-// config/mosquitto: ≈ 0.3 KiB per object).
-func splitTable(t embedded.Table, n int) []embedded.Table {
+// importPartBytes bounds the encoded objects of one import message: a quarter of the broker's
+// max_packet_size (1 MiB in config/mosquitto), so that the message with its envelope stays far
+// below it whatever the objects weigh. An Agent's role grows with its callers (0.3 KiB for a small
+// one, over 1 KiB with selectors and grants): a count alone (MaxBatch) let a 10 000-Agent table's
+// parts exceed the limit, and the broker dropped the admin connection at every attempt.
+const importPartBytes = 256 << 10
+
+// splitTable cuts t into parts of at most maxObjects objects (a client with its password counts
+// as one) whose encodings add up to at most maxBytes (an object larger than maxBytes goes alone
+// into a part), so that every import message stays below the broker's max_packet_size.
+func splitTable(t embedded.Table, maxObjects, maxBytes int) ([]embedded.Table, error) {
 	var parts []embedded.Table
-	cur := func() *embedded.Table {
-		if len(parts) == 0 {
+	size := 0
+	cur := func(weight int) *embedded.Table {
+		if len(parts) > 0 {
+			p := &parts[len(parts)-1]
+			if len(p.State.Roles)+len(p.State.Groups)+len(p.State.Clients) >= maxObjects || (size > 0 && size+weight > maxBytes) {
+				parts = append(parts, embedded.Table{})
+				size = 0
+			}
+		} else {
 			parts = append(parts, embedded.Table{})
 		}
 		p := &parts[len(parts)-1]
-		if len(p.State.Roles)+len(p.State.Groups)+len(p.State.Clients) >= n {
-			parts = append(parts, embedded.Table{})
-			p = &parts[len(parts)-1]
-		}
 		if p.State.Roles == nil {
 			p.Version, p.State, p.Credentials = t.Version, acl.NewState(nil, nil, nil), map[string]*embedded.Credential{}
 			p.State.DefaultACL = t.State.DefaultACL
 		}
+		size += weight
 		return p
 	}
-	cur()
+	weigh := func(key string, objects ...any) (int, error) {
+		n := len(key) + 8
+		for _, o := range objects {
+			b, err := json.Marshal(o)
+			if err != nil {
+				return 0, fmt.Errorf("mosqtable: encode %q for the import: %w", key, err)
+			}
+			n += len(b) + len(key) + 8
+		}
+		return n, nil
+	}
+	cur(0)
 	for _, k := range slices.Sorted(maps.Keys(t.State.Roles)) {
-		cur().State.Roles[k] = t.State.Roles[k]
+		w, err := weigh(k, t.State.Roles[k])
+		if err != nil {
+			return nil, err
+		}
+		cur(w).State.Roles[k] = t.State.Roles[k]
 	}
 	for _, k := range slices.Sorted(maps.Keys(t.State.Groups)) {
-		cur().State.Groups[k] = t.State.Groups[k]
+		w, err := weigh(k, t.State.Groups[k])
+		if err != nil {
+			return nil, err
+		}
+		cur(w).State.Groups[k] = t.State.Groups[k]
 	}
 	for _, k := range slices.Sorted(maps.Keys(t.State.Clients)) {
-		p := cur()
+		c, hasCredential := t.Credentials[k]
+		w, err := weigh(k, t.State.Clients[k], c)
+		if err != nil {
+			return nil, err
+		}
+		p := cur(w)
 		p.State.Clients[k] = t.State.Clients[k]
-		if c, ok := t.Credentials[k]; ok {
+		if hasCredential {
 			p.Credentials[k] = c
 		}
 	}
-	return parts
+	return parts, nil
 }
 
 // Status asks the plugin for its state.

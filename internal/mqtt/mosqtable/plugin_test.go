@@ -137,7 +137,10 @@ func TestImportInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parts := splitTable(table, 7)
+	parts, err := splitTable(table, 7, importPartBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(parts) != 8 { // 50 objects, 7 per part
 		t.Fatalf("%d parts, want 8", len(parts))
 	}
@@ -166,6 +169,63 @@ func TestImportInParts(t *testing.T) {
 	}
 	if r := control(t, p, "admin", Request{ID: "z", Op: OpImport, Table: &parts[1], Import: "y", Part: 1}); r.Error == "" {
 		t.Error("a part out of order was accepted")
+	}
+}
+
+// Import parts are bounded in bytes, not only in objects: roles with many rules (an Agent with
+// callers and selectors) would make a part of MaxBatch objects larger than the broker's
+// max_packet_size, which drops the admin connection at every attempt. Every part here stays
+// within the byte budget, and the parts together are the whole table.
+func TestImportPartsStayUnderTheByteBudget(t *testing.T) {
+	mirror, err := embedded.NewStore(embedded.StoreConfig{KeepHashes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mirror.Close()
+	var cmds []acl.Command
+	for i := range 40 {
+		role, user := fmt.Sprintf("a2a:r%02d", i), fmt.Sprintf("a2a:u%02d", i)
+		var rules []acl.ACL
+		for j := range 30 {
+			rules = append(rules, acl.ACL{Type: acl.PublishClientSend, Topic: fmt.Sprintf("a2a/v1/org/unit%d/agent%05d/request/#", j%10, j), Allow: true})
+		}
+		cmds = append(cmds,
+			acl.Command{Op: acl.OpCreateRole, Role: role, ACLs: rules},
+			acl.Command{Op: acl.OpCreateClient, Username: user, Password: "pw"},
+			acl.Command{Op: acl.OpAddClientRole, Username: user, Role: role})
+	}
+	if err := mirror.Execute(t.Context(), cmds); err != nil {
+		t.Fatal(err)
+	}
+	table, err := mirror.ExportTable(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := json.Marshal(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 16 << 10
+	if len(whole) < 3*budget {
+		t.Fatalf("the table encodes to %d bytes: too small to need parts of %d", len(whole), budget)
+	}
+	parts, err := splitTable(table, 1000, budget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles, clients := 0, 0
+	for i, part := range parts {
+		b, err := json.Marshal(part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > budget+1024 { // the part's own envelope: version, default ACL
+			t.Errorf("part %d of %d encodes to %d bytes, over the budget %d", i+1, len(parts), len(b), budget)
+		}
+		roles, clients = roles+len(part.State.Roles), clients+len(part.State.Clients)
+	}
+	if roles != 40 || clients != 40 || len(parts) < 3 {
+		t.Fatalf("%d parts hold %d roles and %d clients, want all 40 of each in at least 3 parts", len(parts), roles, clients)
 	}
 }
 
