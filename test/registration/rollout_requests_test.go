@@ -286,7 +286,7 @@ func TestFinalizerPolicyKeepsTheFinalizerThroughServerSideApply(t *testing.T) {
 			"spec": map[string]any{"orgID": "acme", "unitID": "ssa",
 				"card": map[string]any{"name": "applied", "description": description}},
 		}}
-		if err := k8s.Patch(ctx, u, client.Apply, client.FieldOwner("user"), client.ForceOwnership); err != nil {
+		if err := k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("user"), client.ForceOwnership); err != nil {
 			t.Fatalf("server-side apply: %v", err)
 		}
 		got := &a2av1.Agent{}
