@@ -24,14 +24,7 @@ func TestSendMessageReplyHandedOn(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		st := newStack(t, ctx, kind, startHTTPAgent(t))
-		u, err := url.Parse(st.brokerURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agent := brokertest.MustDial(t, u.Host, brokertest.Options{Username: st.usernames["direct"], Password: st.passwords["direct"], ClientID: ref("direct").ClientID()})
-		if rc := agent.Subscribe(ref("direct").RequestTopic()); rc >= 0x80 {
-			t.Fatalf("subscribe: %#x", rc)
-		}
+		agent := st.plainPahoAgent(t, "direct")
 		go func() {
 			for p := range agent.Messages() {
 				var req struct {
@@ -100,4 +93,20 @@ func postRaw(t testing.TB, ctx context.Context, url, token string, body []byte) 
 		t.Fatalf("POST %s: status %d, body %q is not JSON-RPC: %v", url, resp.StatusCode, raw, err)
 	}
 	return resp.StatusCode, out, raw
+}
+
+// plainPahoAgent connects a plain paho client (not the SDK) as the stack's agent name and
+// subscribes it to that agent's request topic: the responder the gateway's relays are proven
+// against.
+func (st *stack) plainPahoAgent(t *testing.T, name string) *brokertest.Client {
+	t.Helper()
+	u, err := url.Parse(st.brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := brokertest.MustDial(t, u.Host, brokertest.Options{Username: st.usernames[name], Password: st.passwords[name], ClientID: ref(name).ClientID()})
+	if rc := agent.Subscribe(ref(name).RequestTopic()); rc >= 0x80 {
+		t.Fatalf("subscribe: %#x", rc)
+	}
+	return agent
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -28,14 +27,7 @@ func TestStreamRelayed(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		st := newStack(t, ctx, kind, startHTTPAgent(t))
-		u, err := url.Parse(st.brokerURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agent := brokertest.MustDial(t, u.Host, brokertest.Options{Username: st.usernames["direct"], Password: st.passwords["direct"], ClientID: ref("direct").ClientID()})
-		if rc := agent.Subscribe(ref("direct").RequestTopic()); rc >= 0x80 {
-			t.Fatalf("subscribe: %#x", rc)
-		}
+		agent := st.plainPahoAgent(t, "direct")
 		go serveStreams(agent)
 		gw, _ := st.gateway(t, ctx)
 		endpoint := fmt.Sprintf("%s/agents/%s/%s/direct/", gw, org, unit)
