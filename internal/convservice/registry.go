@@ -169,12 +169,19 @@ func (r *registry) poke() {
 	}
 }
 
-// resyncPauseFactor is how many times a resync's own duration the registry waits before the next
-// one. A resync reads the whole fleet; a burst of watch events (a rollout: three writes per new
-// Agent) would otherwise run them back to back, a core's share growing with the fleet. The pause
-// bounds the registry to 1/(1+factor) of a core in a burst, costs microseconds on a small fleet,
-// and the events within it coalesce into the next pass (poke's one-slot channel).
-const resyncPauseFactor = 4
+// resyncPauseFactor is how many times a resync's reading of the fleet the registry waits before
+// the next resync. That read covers the whole fleet; a burst of watch events (a rollout: three
+// writes per new Agent) would otherwise run them back to back, a core's share growing with the
+// fleet. The pause bounds the read to 1/(1+factor) of a core in a burst, costs microseconds on a
+// small fleet, and the events within it coalesce into the next pass (poke's one-slot channel).
+// Only the read counts, never the subscribes and unsubscribes that follow it: those wait on the
+// broker (seconds while it restarts), and a pause four times that long would keep a newly gated
+// agent, or one whose ownership moved here, unserved for as long. resyncPauseMax bounds the pause
+// whatever the fleet.
+const (
+	resyncPauseFactor = 4
+	resyncPauseMax    = time.Second
+)
 
 func (r *registry) run(ctx context.Context) {
 	t := time.NewTicker(r.resyncEvery)
@@ -186,9 +193,7 @@ func (r *registry) run(ctx context.Context) {
 		case <-r.kick:
 		case <-t.C:
 		}
-		start := time.Now()
-		r.resync(ctx)
-		pause := time.NewTimer(resyncPauseFactor * time.Since(start))
+		pause := time.NewTimer(min(resyncPauseFactor*r.resync(ctx), resyncPauseMax))
 		select {
 		case <-ctx.Done():
 			pause.Stop()
@@ -290,12 +295,14 @@ func (r *registry) gatedFrom(ctx context.Context, view *tenancy.View, agents []a
 
 // resync applies the desired set: new agents are subscribed, gone ones
 // unsubscribed, policies replaced. A subscription the broker refuses (the
-// operator has not granted the gate role yet) is retried on the next pass.
-func (r *registry) resync(ctx context.Context) {
+// operator has not granted the gate role yet) is retried on the next pass. It returns
+// how long reading the desired set and comparing it took (run's pause).
+func (r *registry) resync(ctx context.Context) (read time.Duration) {
+	start := time.Now()
 	want, err := r.desired(ctx)
 	if err != nil {
 		r.log.Error(err, "read gated agents")
-		return
+		return time.Since(start)
 	}
 	byKey := make(map[string]*gatedAgent, len(want))
 	for _, g := range want {
@@ -315,6 +322,7 @@ func (r *registry) resync(ctx context.Context) {
 		}
 	}
 	r.mu.Unlock()
+	read = time.Since(start)
 	if r.ownersKick != nil {
 		// The set of gated agents may have changed: rebalance ownership.
 		select {
@@ -349,6 +357,7 @@ func (r *registry) resync(ctx context.Context) {
 	r.mu.RLock()
 	r.gauge.Set(float64(len(r.subs)))
 	r.mu.RUnlock()
+	return read
 }
 
 // dropStale unsubscribes a request topic this replica received a request on
