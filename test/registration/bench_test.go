@@ -3,6 +3,7 @@ package registration_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -33,7 +34,6 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
-	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/mosqtable"
@@ -77,58 +77,128 @@ func BenchmarkFleetRegistrationEmbedded(b *testing.B) {
 	}
 }
 
-// BenchmarkFleetCardSigning is the embedded fleet benchmark with card signing on and off in
-// the same run, one leg after the other (the rollout cost of signing every card:
-// docs/benchmarks.md). FLEET_SIGNING_ORDER is the order of the legs (default off,on,on,off: the
-// control plane keeps every earlier leg's fleet, so kube-apiserver's CPU per Agent grows from
-// leg to leg; in this order a linear drift weighs the same on both kinds, and the two legs of a
-// kind differing shows it).
+// BenchmarkFleetCardSigning is the fleet benchmark with card signing on and off in the same
+// run, one leg after the other, on each broker of FLEET_SIGNING_BROKERS (default
+// embedded,table): the embedded broker (the operator in a process of its own, the broker in it)
+// and Mosquitto 2.0.11 with the decision-table plugin (the shipped default; its own process, the
+// operator in the test process). It measures the rollout cost of signing every card
+// (docs/benchmarks.md). FLEET_SIGNING_ORDER is the order of the legs on each broker (default
+// off,on,on,off: the control plane keeps every earlier leg's fleet, so kube-apiserver's CPU per
+// Agent grows from leg to leg; in this order a linear drift weighs the same on both kinds, and
+// the two legs of a kind differing shows it).
 //
 // Wall time at this size moves with the machine's load more than signing costs, and so does
-// kube-apiserver's CPU per Agent (±5 % from leg to leg). The last leg reports, over the legs'
-// means: the CPU per Agent of every process of the run (operator and embedded broker,
+// kube-apiserver's CPU per Agent (±5 % from leg to leg). The last leg of each broker reports,
+// over the legs' means: the CPU per Agent of every process of the run (operator, broker,
 // benchmark, kube-apiserver, etcd), signing on ÷ off; and signing's share of the rollout's CPU,
-// the operator process's extra CPU per Agent with signing on over every process's CPU per Agent
-// with it off. Signing adds work to the operator process alone (it signs, and its embedded
-// broker carries the longer cards; kube-apiserver sees the same writes), so that share is the
-// figure the noise of the other processes does not drown; at 10 000 Agents and more the
-// benchmark fails when it exceeds 5 % (the target: signing costs the rollout ≤ 5 %).
+// the extra CPU per Agent with signing on of the processes signing adds work to (the operator,
+// which signs, and the broker, which carries the longer cards: one process on the embedded
+// broker, the test process and Mosquitto on the table) over every process's CPU per Agent with
+// it off. kube-apiserver sees the same writes either way, so that share is the figure the noise
+// of the other processes does not drown; at 10 000 Agents and more the benchmark fails when it
+// exceeds 5 % (the target: signing costs the rollout ≤ 5 %).
 //
 //	FLEET_SIZES=10000 go test ./test/registration -run '^$' -bench FleetCardSigning -benchtime 1x
 func BenchmarkFleetCardSigning(b *testing.B) {
 	order := strings.Split(cmp.Or(os.Getenv("FLEET_SIGNING_ORDER"), "off,on,on,off"), ",")
+	brokers := strings.Split(cmp.Or(os.Getenv("FLEET_SIGNING_BROKERS"), "embedded,table"), ",")
 	for _, n := range fleetSizes("FLEET_SIZES", "1000") {
-		legs := map[bool][]signingLeg{}
-		for leg, o := range order {
-			signing := strings.TrimSpace(o) == "on"
-			label := fmt.Sprintf("embedded-signing-%s-%d", map[bool]string{true: "on", false: "off"}[signing], leg+1)
-			b.Run(fmt.Sprintf("%d/%d-signing=%v", n, leg+1, signing), func(b *testing.B) {
-				for range b.N {
-					row := runFleetBenchmark(b, n, label, func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
-						c := startChildOperator(b, ctx, cp.Config, ns, copts.MaxConcurrentReconciles, signing)
-						return c, c.brokerAddr
-					})
-					applied := float64(n - row.witnesses)
-					l := signingLeg{all: row.cpu.total(row.separate) * 1000 / applied, operator: row.cpu.operator * 1000 / applied}
-					b.ReportMetric(l.all, "cpu-ms/agent-all")
-					legs[signing] = append(legs[signing], l)
-				}
-				if leg == len(order)-1 {
-					// The last leg reports the run's figures (a parent benchmark's log is not printed).
-					reportSigningCost(b, n, order, legs)
-				}
-			})
+		for _, broker := range brokers {
+			broker = strings.TrimSpace(broker)
+			start, ok := signingOperators[broker]
+			if !ok {
+				b.Fatalf("FLEET_SIGNING_BROKERS: unknown broker %q (embedded, table)", broker)
+			}
+			runSigningLegs(b, n, broker, order, start)
 		}
 	}
 }
 
-// signingLeg is one leg's CPU per Agent, in ms: every process of the run, and the operator's.
-type signingLeg struct{ all, operator float64 }
+// signingOperators start the operator, signing cards or not, on each broker of the signing
+// benchmark.
+var signingOperators = map[string]func(signing bool) operatorStarter{
+	"embedded": func(signing bool) operatorStarter {
+		return func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
+			c := startChildOperator(b, ctx, cp.Config, ns, copts.MaxConcurrentReconciles, signing)
+			return c, c.brokerAddr
+		}
+	},
+	"table": startTableOperator,
+}
+
+// runSigningLegs runs the legs of order on one broker and reports the cost of signing after the
+// last.
+func runSigningLegs(b *testing.B, n int, broker string, order []string, start func(signing bool) operatorStarter) {
+	legs := map[bool][]signingLeg{}
+	for leg, o := range order {
+		signing := strings.TrimSpace(o) == "on"
+		label := fmt.Sprintf("%s-signing-%s-%d", broker, map[bool]string{true: "on", false: "off"}[signing], leg+1)
+		b.Run(fmt.Sprintf("%d/%s/%d-signing=%v", n, broker, leg+1, signing), func(b *testing.B) {
+			for range b.N {
+				var ns map[string]string
+				var brokerAddr string
+				row := runFleetBenchmark(b, n, label, func(b *testing.B, ctx context.Context, namespaces map[string]string, copts controllers.Options) (fleetOperator, string) {
+					op, addr := start(signing)(b, ctx, namespaces, copts)
+					ns, brokerAddr = namespaces, addr
+					return op, addr
+				})
+				checkCardSigned(b, ns, brokerAddr, n, signing)
+				applied := float64(n - row.witnesses)
+				l := signingLeg{all: row.cpuTotal() * 1000 / applied, operator: row.cpu.operator * 1000 / applied, broker: row.brokerCPU * 1000 / applied}
+				b.ReportMetric(l.all, "cpu-ms/agent-all")
+				legs[signing] = append(legs[signing], l)
+			}
+			if leg == len(order)-1 {
+				// The last leg reports the run's figures (a parent benchmark's log is not printed).
+				reportSigningCost(b, n, broker, order, legs)
+			}
+		})
+	}
+}
+
+// checkCardSigned reads, as one of the fleet's agents (a witness, whose connection it takes
+// over), its own retained card from the broker and fails unless the card carries signatures
+// exactly when the leg signs: the leg measured what it says.
+func checkCardSigned(b *testing.B, ns map[string]string, brokerAddr string, n int, signing bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := benchAgent(ns, min(2, n-1)) // agent 2 reads its org's discovery topics (SameOrg)
+	s := &corev1.Secret{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: identity.CredentialsSecretName(a)}, s); err != nil {
+		b.Fatalf("card check: %v", err)
+	}
+	id := identity.Of(a)
+	c := brokertest.MustDial(b, brokerAddr, brokertest.Options{Username: identity.Username(id), Password: string(s.Data[identity.SecretKeyPassword]), ClientID: id.ClientID()})
+	defer c.Close()
+	if code := c.Subscribe(id.DiscoveryTopic()); code >= 0x80 {
+		b.Fatalf("card check: subscribe %s: %#x", id.DiscoveryTopic(), code)
+	}
+	p, err := c.Next(10 * time.Second)
+	if err != nil {
+		b.Fatalf("card check: no retained card on %s: %v", id.DiscoveryTopic(), err)
+	}
+	var card struct {
+		Signatures []json.RawMessage `json:"signatures"`
+	}
+	if err := json.Unmarshal(p.Payload, &card); err != nil {
+		b.Fatalf("card check: card on %s: %v", id.DiscoveryTopic(), err)
+	}
+	if signed := len(card.Signatures) > 0; signed != signing {
+		b.Fatalf("card check: the card on %s has %d signatures in a leg with signing %v", id.DiscoveryTopic(), len(card.Signatures), signing)
+	}
+}
+
+// signingLeg is one leg's CPU per Agent, in ms: every process of the run, the operator's, and
+// the broker's own process's (0 when the broker lives in the operator's).
+type signingLeg struct{ all, operator, broker float64 }
+
+// signers is the CPU per Agent of the processes signing adds work to: the operator and the broker.
+func (l signingLeg) signers() float64 { return l.operator + l.broker }
 
 func describeLegs(legs []signingLeg) string {
 	var out []string
 	for _, l := range legs {
-		out = append(out, fmt.Sprintf("%.2f/%.2f", l.all, l.operator))
+		out = append(out, fmt.Sprintf("%.2f/%.2f/%.2f", l.all, l.operator, l.broker))
 	}
 	return strings.Join(out, " ")
 }
@@ -137,29 +207,78 @@ func meanLeg(legs []signingLeg) (l signingLeg) {
 	for _, x := range legs {
 		l.all += x.all / float64(len(legs))
 		l.operator += x.operator / float64(len(legs))
+		l.broker += x.broker / float64(len(legs))
 	}
 	return l
 }
 
-// reportSigningCost reports, over the legs of one run, the CPU per Agent of every process,
-// signing on ÷ off, and signing's share of the rollout's CPU (the operator's extra CPU per Agent
-// over every process's CPU per Agent with signing off); it fails at 10 000 Agents and more when
-// that share exceeds 5 %.
-func reportSigningCost(b *testing.B, n int, order []string, legs map[bool][]signingLeg) {
+// reportSigningCost reports, over the legs of one run on one broker, the CPU per Agent of every
+// process, signing on ÷ off, and signing's share of the rollout's CPU (the operator's and the
+// broker's extra CPU per Agent over every process's CPU per Agent with signing off); it fails at
+// 10 000 Agents and more when that share exceeds 5 %.
+func reportSigningCost(b *testing.B, n int, broker string, order []string, legs map[bool][]signingLeg) {
 	if len(legs[true]) == 0 || len(legs[false]) == 0 {
 		return // a leg failed or the order lacks one kind: no ratio
 	}
 	on, off := meanLeg(legs[true]), meanLeg(legs[false])
 	ratio := on.all / off.all
-	share := (on.operator - off.operator) / off.all
+	share := (on.signers() - off.signers()) / off.all
 	b.ReportMetric(ratio, "signing-cpu-all-on/off")
 	b.ReportMetric(on.operator/off.operator, "signing-cpu-operator-on/off")
+	if off.broker > 0 {
+		b.ReportMetric(on.broker/off.broker, "signing-cpu-broker-on/off")
+	}
 	b.ReportMetric(100*share, "signing-share-%")
-	b.Logf("card signing at %d Agents (legs %s, %s): CPU per Agent of every process on %.2f ms ÷ off %.2f ms = %.3f; "+
-		"the operator's on %.2f ms ÷ off %.2f ms = %.3f; signing's share of the rollout's CPU (operator on − off) ÷ every process off = %+.1f %%; legs (every process / operator, ms): on %s, off %s",
-		n, strings.Join(order, ","), loadAvg(), on.all, off.all, ratio, on.operator, off.operator, on.operator/off.operator, 100*share, describeLegs(legs[true]), describeLegs(legs[false]))
+	b.Logf("card signing at %d Agents on %s (legs %s, %s): CPU per Agent of every process on %.2f ms ÷ off %.2f ms = %.3f; "+
+		"the operator's on %.2f ms ÷ off %.2f ms = %.3f; the broker process's on %.2f ms ÷ off %.2f ms; "+
+		"signing's share of the rollout's CPU (operator and broker on − off) ÷ every process off = %+.1f %%; legs (every process / operator / broker, ms): on %s, off %s",
+		n, broker, strings.Join(order, ","), loadAvg(), on.all, off.all, ratio, on.operator, off.operator, on.operator/off.operator,
+		on.broker, off.broker, 100*share, describeLegs(legs[true]), describeLegs(legs[false]))
 	if n >= 10000 && share > 0.05 {
-		b.Errorf("card signing costs the rollout of %d Agents %.1f %% of its CPU (the operator's extra CPU per Agent; target ≤ 5 %%)", n, 100*share)
+		b.Errorf("card signing costs the rollout of %d Agents on %s %.1f %% of its CPU (the operator's and the broker's extra CPU per Agent; target ≤ 5 %%)", n, broker, 100*share)
+	}
+}
+
+// operatorStarter starts the operator of a fleet run for its namespaces and returns it and the
+// address of its broker.
+type operatorStarter func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string)
+
+// brokerProcess is implemented by an operator whose broker runs in a process of its own: the run
+// counts that process's CPU too.
+type brokerProcess interface{ brokerPID() int }
+
+// withMosquitto is an operator whose broker is a Mosquitto process.
+type withMosquitto struct {
+	fleetOperator
+	broker *brokertest.Mosquitto
+}
+
+func (o withMosquitto) brokerPID() int { return o.broker.PID() }
+
+// startTableOperator starts, per run, Mosquitto 2.0.11 with the decision-table plugin and the
+// operator in the test process against it, signing cards when signing is set (with a key
+// generated into org0's namespace); both end with the run.
+func startTableOperator(signing bool) operatorStarter {
+	return func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
+		broker := brokertest.StartMosquitto(b, brokertest.MosquittoOptions{Table: &brokertest.TableOptions{}})
+		user, pass := broker.TableAdmin()
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		others := &collateralCounter{}
+		backend, err := mosqtable.Connect(cctx, mosqtable.Config{URL: broker.URL(), Username: user, Password: pass, Logger: quiet, Timeout: time.Minute, OnKick: others.observe})
+		cancel()
+		if err != nil {
+			b.Fatalf("connect decision table: %v", err)
+		}
+		b.Cleanup(func() {
+			_ = backend.Close(context.Background())
+			broker.Kill()
+		})
+		var signer *registration.CardSigning
+		if signing {
+			signer = &registration.CardSigning{Secret: client.ObjectKey{Namespace: ns["org0"], Name: "card-signing-keys"}, Generate: true, Reader: k8s}
+		}
+		op := startInProcessOperator(b, ctx, ns, copts, registration.BrokerConfig{URL: broker.URL(), Backend: backend, CardSigning: signer}, others)
+		return withMosquitto{op, broker}, broker.Addr()
 	}
 }
 
@@ -176,16 +295,16 @@ func startEmbeddedOperator(b *testing.B, ctx context.Context, ns map[string]stri
 		b.Fatalf("start embedded broker: %v", err)
 	}
 	b.Cleanup(func() { _ = srv.Close() })
-	return startInProcessOperator(b, ctx, ns, copts, srv.Backend(), srv.URL(), &others), srv.Addr()
+	return startInProcessOperator(b, ctx, ns, copts, registration.BrokerConfig{URL: srv.URL(), Backend: srv.Backend()}, &others), srv.Addr()
 }
 
-// startInProcessOperator runs the operator in the test process, as cmd/manager does.
-func startInProcessOperator(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options, backend acl.Backend, brokerURL string, others *collateralCounter) fleetOperator {
+// startInProcessOperator runs the operator in the test process, as cmd/manager does, on the
+// broker of bc.
+func startInProcessOperator(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options, bc registration.BrokerConfig, others *collateralCounter) fleetOperator {
 	cfg := rest.CopyConfig(cp.Config)
 	writes := operatorClientConfig(cfg)
-	cp.StartOperatorWith(b, ctx, testenv.Operator{Config: cfg, Namespaces: ns,
-		Broker: registration.BrokerConfig{URL: brokerURL, Backend: backend}, Controllers: copts})
-	return inProcessOperator{operatorCounters{backend: backend, others: others, writes: writes}}
+	cp.StartOperatorWith(b, ctx, testenv.Operator{Config: cfg, Namespaces: ns, Broker: bc, Controllers: copts})
+	return inProcessOperator{operatorCounters{backend: bc.Backend, others: others, writes: writes}}
 }
 
 // BenchmarkFleetRegistration runs the fleet on Mosquitto 2.0.11 with dynsec (the operator in the
@@ -206,7 +325,8 @@ func BenchmarkFleetRegistration(b *testing.B) {
 					b.Fatalf("connect dynsec: %v", err)
 				}
 				runFleetBenchmark(b, n, "mosquitto", func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
-					return startInProcessOperator(b, ctx, ns, copts, backend, broker.URL(), &others), broker.Addr()
+					op := startInProcessOperator(b, ctx, ns, copts, registration.BrokerConfig{URL: broker.URL(), Backend: backend}, &others)
+					return withMosquitto{op, broker}, broker.Addr()
 				})
 				_ = backend.Close(context.Background())
 				broker.Kill()
@@ -223,20 +343,7 @@ func BenchmarkFleetRegistrationTable(b *testing.B) {
 	for _, n := range fleetSizes("TABLE_FLEET_SIZES", "1000,10000") {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			for range b.N {
-				broker := brokertest.StartMosquitto(b, brokertest.MosquittoOptions{Table: &brokertest.TableOptions{}})
-				user, pass := broker.TableAdmin()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				var others collateralCounter
-				backend, err := mosqtable.Connect(ctx, mosqtable.Config{URL: broker.URL(), Username: user, Password: pass, Logger: quiet, Timeout: time.Minute, OnKick: others.observe})
-				cancel()
-				if err != nil {
-					b.Fatalf("connect decision table: %v", err)
-				}
-				runFleetBenchmark(b, n, "table", func(b *testing.B, ctx context.Context, ns map[string]string, copts controllers.Options) (fleetOperator, string) {
-					return startInProcessOperator(b, ctx, ns, copts, backend, broker.URL(), &others), broker.Addr()
-				})
-				_ = backend.Close(context.Background())
-				broker.Kill()
+				runFleetBenchmark(b, n, "table", startTableOperator(false))
 			}
 		})
 	}
@@ -294,6 +401,8 @@ type fleetRow struct {
 	brokerClients, aclsPerAgnt float64
 	apiReads                   map[string]int // the operator's GETs and LISTs by resource (no watches)
 	cpu                        cpuSample      // CPU seconds of the run, by process
+	brokerCPU                  float64        // CPU seconds of the broker's own process (Mosquitto; 0 when it lives in the operator's)
+	brokerSeparate             bool           // the broker ran in a process of its own
 	controllers                map[string]controllerStats
 	separate                   bool // the operator ran in a process of its own
 }
@@ -304,13 +413,18 @@ func (r fleetRow) describeCPU(elapsed time.Duration) string {
 	if !r.separate {
 		procs = fmt.Sprintf("test process (operator, broker runtime, benchmark) %.1f s", r.cpu.self)
 	}
-	total := r.cpu.total(r.separate)
+	if r.brokerSeparate {
+		procs += fmt.Sprintf(", Mosquitto %.1f s", r.brokerCPU)
+	}
 	return fmt.Sprintf("CPU over %.1f s: %s, kube-apiserver %.1f s, etcd %.1f s (%.2f cores of 2)",
-		elapsed.Seconds(), procs, r.cpu.apiserver, r.cpu.etcd, total/elapsed.Seconds())
+		elapsed.Seconds(), procs, r.cpu.apiserver, r.cpu.etcd, r.cpuTotal()/elapsed.Seconds())
 }
 
+// cpuTotal is the CPU seconds of every process of the run, the broker's own process included.
+func (r fleetRow) cpuTotal() float64 { return r.cpu.total(r.separate) + r.brokerCPU }
+
 // runFleetBenchmark applies a fleet of n Agents, reports its metrics and returns its row.
-func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator func(*testing.B, context.Context, map[string]string, controllers.Options) (fleetOperator, string)) fleetRow {
+func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator operatorStarter) fleetRow {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	debug.FreeOSMemory()
@@ -364,7 +478,11 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 	}
 	before := snap(false)
 	meter := newCPUMeter(cp.Config, op.pid())
-	cpuBefore := meter.sample()
+	brokerPID := 0
+	if p, ok := op.(brokerProcess); ok {
+		brokerPID = p.brokerPID()
+	}
+	cpuBefore, brokerBefore := meter.sample(), cpuSeconds(brokerPID)
 	waitSnap := func(s operatorSnapshot) waitSample {
 		w := waitSample{at: time.Now(), cpu: readCPUTimes(), pressure: readPressure(), delayOperator: runDelay(meter.operator),
 			delayAPI: runDelay(meter.apiserver), delayEtcd: runDelay(meter.etcd), operatorAPI: s.API}
@@ -386,7 +504,7 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 	tracker.wait(b, ctx, n)
 	elapsed := time.Since(start)
 	stopProgress()
-	cpuUsed := meter.sample().minus(cpuBefore)
+	cpuUsed, brokerUsed := meter.sample().minus(cpuBefore), cpuSeconds(brokerPID)-brokerBefore
 	after := snap(false)
 	waitsAfter := waitSnap(after)
 	if os.Getenv("FLEET_CPUPROFILE_DIR") != "" {
@@ -417,6 +535,7 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 		backendKicks: int(after.Kicks - before.Kicks),
 		load:         loadAvg(), brokerClients: float64(observed.Clients), aclsPerAgnt: float64(observed.ACLEntries) / float64(n),
 		apiReads: map[string]int{}, cpu: cpuUsed, controllers: controllerDelta(before.Controllers, after.Controllers),
+		brokerCPU: brokerUsed, brokerSeparate: brokerPID != 0,
 	}
 	for k, v := range after.Reads {
 		if d := v - before.Reads[k]; d > 0 {
@@ -445,6 +564,9 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 	}
 	b.ReportMetric(row.cpu.apiserver*1000/applied, "cpu-ms/agent-apiserver")
 	b.ReportMetric(row.cpu.etcd*1000/applied, "cpu-ms/agent-etcd")
+	if row.brokerSeparate {
+		b.ReportMetric(row.brokerCPU*1000/applied, "cpu-ms/agent-mosquitto")
+	}
 	b.Logf("%s", row)
 	b.Logf("%s", row.describeCPU(elapsed))
 	b.Logf("controllers: %s", describeControllers(row.controllers, applied))
@@ -452,7 +574,7 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator fun
 	workers := cmp.Or(copts.MaxConcurrentReconciles, controllers.DefaultMaxConcurrentReconciles)
 	b.Logf("waits: the fleet was created in %.1f s (%d writers); the Agent controller's %d workers were busy %.0f %% of the run; %s",
 		created.Seconds(), fleetWriters, workers, 100*agentCtl.ReconcileSeconds/(float64(workers)*elapsed.Seconds()),
-		describeWaits(waitsBefore, waitsAfter, agentCtl.ReconcileSeconds, agentCtl.Reconciles, applied, row.cpu.total(row.separate)))
+		describeWaits(waitsBefore, waitsAfter, agentCtl.ReconcileSeconds, agentCtl.Reconciles, applied, row.cpuTotal()))
 	b.Logf("operator reads per agent (cache misses and API reader): %s; memory with the fleet Ready: %s", perAgent(row.apiReads, applied), memory)
 	if len(kicked) > 0 {
 		b.Errorf("collateral kicks: applying the fleet disconnected witness agents %v", kicked)
