@@ -111,6 +111,10 @@ type AgentReconciler struct {
 	// Graph is the caller graph Client carries (tenancy.WithCallerGraph): after each Agent change
 	// it applies, it wakes the Agents whose caller relations the change can touch.
 	Graph *tenancy.CallerGraph
+	// Counts are the Agent counts and order Client carries (tenancy.WithAgentCounts): after each
+	// deletion they apply, the Agents refused for their Tenant's maxAgents look again (nil: at
+	// the deletion's event).
+	Counts *tenancy.AgentCounts
 
 	metrics *metrics
 

@@ -140,7 +140,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	resync := cmp.Or(opts.ResyncPeriod, DefaultResyncPeriod)
 	// The reconcilers' reads count a Tenant's Agents from an informer-kept count instead of
 	// listing them all in every reconcile (tenancy.AgentCounts).
-	c := tenancy.WithAgentCounts(mgr.GetClient(), tenancy.NewAgentCounts(mgr.GetCache()))
+	counts := tenancy.NewAgentCounts(mgr.GetCache())
+	c := tenancy.WithAgentCounts(mgr.GetClient(), counts)
 	// Their caller relations come from one caller graph, kept by the Agent informer.
 	graph := opts.CallerGraph
 	if graph == nil {
@@ -193,6 +194,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		PresenceEvents:       opts.PresenceEvents,
 		PoolsUnsupported:     opts.PoolsUnsupported,
 		Graph:                graph,
+		Counts:               counts,
 		metrics:              m,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up agent controller: %w", err)

@@ -50,9 +50,6 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Agent in line takes over.
 		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(e.agentsSharingIdentity),
 			builder.WithPredicates(identityHolderChangePredicate())).
-		// A deleted Agent frees a place under its Tenant's maxAgents: the Agents waiting for one
-		// look again at once.
-		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(e.agentsOverTheLimit), builder.WithPredicates(deletedPredicate())).
 		// Pool ownership follows the oldest member: members appearing or leaving move it.
 		Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(e.poolMembers), builder.WithPredicates(createOrDeletePredicate())).
 		// Tenancy: which namespace may claim which org, unit and pool.
@@ -75,6 +72,14 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Agents it selects both change. The graph says which, once it has applied the change (so
 		// their reconciles read it).
 		b = b.WatchesRawSource(callerGraphSource(r.Graph))
+	}
+	// A deleted Agent frees a place under its Tenant's maxAgents: the Agents waiting for one look
+	// again at once, once the limit's decision can see the place free (the counts it ranks by
+	// have applied the deletion).
+	if r.Counts != nil {
+		b = b.WatchesRawSource(agentLimitSource(r.Counts, e))
+	} else {
+		b = b.Watches(&a2av1.Agent{}, handler.EnqueueRequestsFromMapFunc(e.agentsOverTheLimit), builder.WithPredicates(deletedPredicate()))
 	}
 	if r.Shared != nil {
 		b = b.WatchesRawSource(r.Shared.agentWakeups())
@@ -279,6 +284,19 @@ func callerGraphSource(g *tenancy.CallerGraph) source.Source {
 	})
 }
 
+// agentLimitSource enqueues the Agents refused for their Tenant's maxAgents after each deletion
+// counts have applied.
+func agentLimitSource(counts *tenancy.AgentCounts, e *agentEvents) source.Source {
+	return source.Func(func(ctx context.Context, q workqueueOf) error {
+		counts.SubscribeDeletions(func(string) {
+			for _, req := range e.agentsOverTheLimit(ctx, nil) {
+				q.Add(req)
+			}
+		})
+		return nil
+	})
+}
+
 // tenantHandler maps a Tenant event to the Agents of every namespace whose binding it can change:
 // the namespaces the old or new Tenant selects, those named like its org (the zero-config rule),
 // and those of other Tenants of the same org (precedence).
@@ -389,6 +407,10 @@ func (e *agentEvents) agentsForGrant(ctx context.Context, g *a2av1.AgentGrant, q
 func (e *agentEvents) agentsForNamespace(ctx context.Context, obj client.Object) []reconcile.Request {
 	var q requests
 	q.addAll(e.agentsIn(ctx, obj.GetName()))
+	// A namespace leaving a Tenant frees places under the Tenant's maxAgents.
+	for _, r := range e.agentsOverTheLimit(ctx, obj) {
+		q.add(r.Namespace, r.Name)
+	}
 	return q.out
 }
 

@@ -45,7 +45,9 @@ type View struct {
 	claimants  memo[a2amqtt.AgentRef, []*a2av1.Agent]
 	holders    memo[a2amqtt.AgentRef, *a2av1.Agent]
 	poolOwners memo[string, string]
-	// quotas are the maxAgents standings by scope ("tenant/{name}", "namespace/{name}").
+	// scopes are the namespaces counted against each maxAgents, and quotas the standings against
+	// it where they are counted or listed, by scope ("tenant/{name}", "namespace/{name}").
+	scopes memo[string, agentScope]
 	quotas memo[string, agentQuota]
 }
 

@@ -79,9 +79,22 @@ type agentQuota struct {
 	scope  string
 }
 
+// agentScope is the namespaces whose Agents count against one maxAgents (a Tenant's bound
+// namespaces, or one namespace no Tenant binds), with the limit and the scope's name.
+type agentScope struct {
+	max        int
+	name       string
+	namespaces []string
+}
+
 // withinAgentLimit reports whether agent is among the oldest limits.maxAgents Agents of its
 // scope (every Agent object of the Tenant's bound namespaces, or of its namespace when no Tenant
 // binds it, counts), with a message when it is not.
+//
+// With a reader that ranks Agents (AgentRanker: an ordered index kept by the informer's events)
+// the place is a lookup, whatever the distance to the limit. Without one, or while it cannot
+// tell (not synced, or the Agent not in it yet), the scope's Agents are counted, and near the
+// limit listed and ranked exactly, once per view.
 func (v *View) withinAgentLimit(ctx context.Context, agent *a2av1.Agent) (bool, string, error) {
 	ns, err := v.Namespace(ctx, agent.Namespace)
 	if err != nil {
@@ -92,9 +105,18 @@ func (v *View) withinAgentLimit(ctx context.Context, agent *a2av1.Agent) (bool, 
 	if t != nil {
 		key = "tenant/" + t.Name
 	}
+	scope, err := v.scopeOf(ctx, key, t, agent.Namespace)
+	if err != nil {
+		return false, "", err
+	}
+	if r, ok := v.reader.(AgentRanker); ok {
+		if before, total, ok := r.AgentStanding(agent, scope.namespaces); ok {
+			return limitVerdict(scope, before, total)
+		}
+	}
 	q, ok := v.quotas.get(key)
 	if !ok {
-		if q, err = v.quotaOf(ctx, t, agent.Namespace); err != nil {
+		if q, err = v.quotaOf(ctx, scope, agent.Namespace); err != nil {
 			return false, "", err
 		}
 		v.quotas.put(key, q)
@@ -108,39 +130,55 @@ func (v *View) withinAgentLimit(ctx context.Context, agent *a2av1.Agent) (bool, 
 		// Not in the cache yet (a fresh create): the newest of all.
 		rank = q.count
 	}
-	if rank < q.max {
-		return true, "", nil
-	}
-	return false, fmt.Sprintf("%s holds %d Agents and allows %d (limits.maxAgents): this Agent is one of the newest beyond the limit", q.scope, max(q.count, rank+1), q.max), nil
+	return limitVerdict(scope, rank, max(q.count, rank+1))
 }
 
-func (v *View) quotaOf(ctx context.Context, t *a2av1.Tenant, namespace string) (agentQuota, error) {
+// limitVerdict decides an Agent with before Agents ahead of it in a scope of total.
+func limitVerdict(scope agentScope, before, total int) (bool, string, error) {
+	if before < scope.max {
+		return true, "", nil
+	}
+	return false, fmt.Sprintf("%s holds %d Agents and allows %d (limits.maxAgents): this Agent is one of the newest beyond the limit", scope.name, total, scope.max), nil
+}
+
+// scopeOf resolves the scope key names (t's namespaces, or namespace alone when t is nil), once
+// per view.
+func (v *View) scopeOf(ctx context.Context, key string, t *a2av1.Tenant, namespace string) (agentScope, error) {
+	if s, ok := v.scopes.get(key); ok {
+		return s, nil
+	}
 	limits := ResolveLimits(t)
-	q := agentQuota{max: int(*limits.MaxAgents), scope: "namespace " + namespace + " (bound by no Tenant)"}
-	namespaces := []string{namespace}
+	s := agentScope{max: int(*limits.MaxAgents), name: "namespace " + namespace + " (bound by no Tenant)", namespaces: []string{namespace}}
 	if t != nil {
-		q.scope = "Tenant " + t.Name
+		s.name = "Tenant " + t.Name
 		var all corev1.NamespaceList
 		if err := v.reader.List(ctx, &all, client.UnsafeDisableDeepCopy); err != nil {
-			return q, fmt.Errorf("list namespaces: %w", err)
+			return s, fmt.Errorf("list namespaces: %w", err)
 		}
-		namespaces = namespaces[:0]
+		s.namespaces = s.namespaces[:0]
 		for i := range all.Items {
 			if b := v.bindings.TenantFor(&all.Items[i]); b != nil && b.Name == t.Name {
-				namespaces = append(namespaces, all.Items[i].Name)
+				s.namespaces = append(s.namespaces, all.Items[i].Name)
 			}
 		}
-		if !slices.Contains(namespaces, namespace) {
-			namespaces = append(namespaces, namespace)
+		if !slices.Contains(s.namespaces, namespace) {
+			s.namespaces = append(s.namespaces, namespace)
 		}
 	}
-	if n, ok := countAgents(v.reader, namespaces); ok && n+countSlack < q.max {
+	v.scopes.put(key, s)
+	return s, nil
+}
+
+// quotaOf counts scope's Agents, and near the limit lists and ranks them exactly.
+func (v *View) quotaOf(ctx context.Context, scope agentScope, namespace string) (agentQuota, error) {
+	q := agentQuota{max: scope.max, scope: scope.name}
+	if n, ok := countAgents(v.reader, scope.namespaces); ok && n+countSlack < q.max {
 		// Clear of the limit: every Agent fits, and a count is enough (no list, no ranking).
 		q.count = n
 		return q, nil
 	}
 	var members []*a2av1.Agent
-	for _, ns := range namespaces {
+	for _, ns := range scope.namespaces {
 		var list a2av1.AgentList
 		// Read-only use of the cache's objects: no deep copies.
 		if err := v.reader.List(ctx, &list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
