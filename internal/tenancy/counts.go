@@ -2,12 +2,10 @@ package tenancy
 
 import (
 	"context"
+	"hash/maphash"
 	"slices"
-	"strings"
 	"sync"
-	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,9 +35,8 @@ type AgentRanker interface {
 // fleet's waits" and "The Tenant limit's decision"). Here a place is a binary search per
 // namespace of the scope.
 //
-// Each namespace's Agents are a slice sorted in AgentPrecedes order: a new Agent is the newest
-// almost always, so it is appended; a deletion moves the pointers after it (8 bytes an Agent,
-// microseconds at 10 000), once per deletion, not per reconcile.
+// Each namespace's Agents are a tree in AgentPrecedes order whose nodes know their subtree's
+// size (placeTree): an event and a place are O(log n) each.
 type AgentCounts struct {
 	cache cache.Informers
 	once  sync.Once
@@ -48,23 +45,19 @@ type AgentCounts struct {
 	synced func() bool
 
 	mu sync.RWMutex
-	by map[string][]*agentPlace
+	by map[string]*placeTree
+	// seed makes the trees' priorities (hashes of the Agents' UIDs) unpredictable to whoever
+	// names Agents, so that no sequence of creates can unbalance them.
+	seed maphash.Seed
 
 	subMu sync.Mutex
 	subs  []func(namespace string)
 }
 
-// agentPlace is what the order of an Agent within its namespace depends on (all immutable).
-type agentPlace struct {
-	created time.Time
-	name    string
-	uid     types.UID
-}
-
 // NewAgentCounts returns a counter of c's Agents. It registers its event handler on first use
 // (the cache is running by then).
 func NewAgentCounts(c cache.Informers) *AgentCounts {
-	return &AgentCounts{cache: c, by: map[string][]*agentPlace{}}
+	return &AgentCounts{cache: c, by: map[string]*placeTree{}, seed: maphash.MakeSeed()}
 }
 
 // watch registers the event handler once; it reports whether the handler has synced.
@@ -91,10 +84,14 @@ func (a *AgentCounts) AgentCount(namespace string) (int, bool) {
 	}
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return len(a.by[namespace]), true
+	t, ok := a.by[namespace]
+	if !ok {
+		return 0, true
+	}
+	return t.len(), true
 }
 
-// AgentStanding implements AgentRanker: a binary search per namespace.
+// AgentStanding implements AgentRanker: O(log n) per namespace.
 func (a *AgentCounts) AgentStanding(agent *a2av1.Agent, namespaces []string) (before, total int, ok bool) {
 	if !a.watch() {
 		return 0, 0, false
@@ -102,41 +99,36 @@ func (a *AgentCounts) AgentStanding(agent *a2av1.Agent, namespaces []string) (be
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	own := a.by[agent.Namespace]
-	i := placeBefore(own, agent.Namespace, agent)
-	if i == len(own) || own[i].uid != agent.UID || own[i].name != agent.Name {
+	if own == nil {
+		return 0, 0, false
+	}
+	p, i := own.find(agent.CreationTimestamp.Time, agent.Name)
+	if p == nil || p.uid != agent.UID {
 		// Not here (yet): the handler trails the cache by the events it has not handled.
 		return 0, 0, false
 	}
+	if !slices.Contains(namespaces, agent.Namespace) {
+		namespaces = append(slices.Clip(namespaces), agent.Namespace)
+	}
+	at := agent.CreationTimestamp.Time
 	for _, ns := range namespaces {
-		places := a.by[ns]
-		total += len(places)
+		t := a.by[ns]
+		if t == nil {
+			continue
+		}
+		total += t.len()
 		if ns == agent.Namespace {
 			before += i
-		} else {
-			before += placeBefore(places, ns, agent)
+			continue
 		}
-	}
-	if !slices.Contains(namespaces, agent.Namespace) {
-		before += i
-		total += len(own)
+		// Another namespace's Agents created in the same second precede the Agent when their
+		// namespace sorts first (AgentPrecedes).
+		nsFirst := ns < agent.Namespace
+		before += t.countBefore(func(p *agentPlace) bool {
+			return p.created.Before(at) || (nsFirst && p.created.Equal(at))
+		})
 	}
 	return before, total, true
-}
-
-// placeBefore is how many of places (namespace ns's, sorted) precede agent (AgentPrecedes).
-func placeBefore(places []*agentPlace, ns string, agent *a2av1.Agent) int {
-	at := agent.CreationTimestamp.Time
-	i, _ := slices.BinarySearchFunc(places, agent, func(p *agentPlace, _ *a2av1.Agent) int {
-		switch {
-		case !p.created.Equal(at):
-			return p.created.Compare(at)
-		case ns != agent.Namespace:
-			return strings.Compare(ns, agent.Namespace)
-		default:
-			return strings.Compare(p.name, agent.Name)
-		}
-	})
-	return i
 }
 
 // SubscribeDeletions calls f with an Agent's namespace after each deletion the counts have
@@ -197,40 +189,25 @@ func (a *AgentCounts) OnDelete(obj any) {
 	}
 }
 
-// find is where o's place is, or would be, in its namespace (caller holds mu).
-func (a *AgentCounts) find(o client.Object) ([]*agentPlace, int, bool) {
-	places := a.by[o.GetNamespace()]
-	at := o.GetCreationTimestamp().Time
-	i, found := slices.BinarySearchFunc(places, o, func(p *agentPlace, _ client.Object) int {
-		if !p.created.Equal(at) {
-			return p.created.Compare(at)
-		}
-		return strings.Compare(p.name, o.GetName())
-	})
-	return places, i, found
-}
-
 func (a *AgentCounts) insert(o client.Object) {
-	places, i, found := a.find(o)
-	p := &agentPlace{created: o.GetCreationTimestamp().Time, name: o.GetName(), uid: o.GetUID()}
-	if found {
-		places[i] = p
-		return
+	t := a.by[o.GetNamespace()]
+	if t == nil {
+		t = &placeTree{}
+		a.by[o.GetNamespace()] = t
 	}
-	a.by[o.GetNamespace()] = slices.Insert(places, i, p)
+	t.put(agentPlace{created: o.GetCreationTimestamp().Time, name: o.GetName(), uid: o.GetUID()},
+		maphash.String(a.seed, string(o.GetUID())))
 }
 
 func (a *AgentCounts) remove(o client.Object) {
-	places, i, found := a.find(o)
-	if !found || places[i].uid != o.GetUID() {
+	t := a.by[o.GetNamespace()]
+	if t == nil {
 		return
 	}
-	places = slices.Delete(places, i, i+1)
-	if len(places) == 0 {
+	t.remove(o.GetCreationTimestamp().Time, o.GetName(), o.GetUID())
+	if t.len() == 0 {
 		delete(a.by, o.GetNamespace())
-		return
 	}
-	a.by[o.GetNamespace()] = places
 }
 
 // countingClient is a client whose reads also count and rank Agents (AgentCounter, AgentRanker).

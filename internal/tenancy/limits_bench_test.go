@@ -204,6 +204,36 @@ func BenchmarkAgentLimitPerReconcile(b *testing.B) {
 	}
 }
 
+// BenchmarkAgentCountsEvents is what the ordered index costs the informer's event handler: per
+// op, the oldest Agent of a namespace of n is deleted (the worst place: every pointer after it
+// moves) and a new newest one added (appended), as a rolling replacement does.
+func BenchmarkAgentCountsEvents(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			counts := syncedCounts()
+			at := func(i int) *a2av1.Agent {
+				return &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("agent-%07d", i), Namespace: "team-a",
+					UID: types.UID(fmt.Sprint(i)), CreationTimestamp: metav1.NewTime(time.Unix(1_700_000_000+int64(i/50), 0))}}
+			}
+			live := make([]*a2av1.Agent, 0, n)
+			for i := range n {
+				live = append(live, at(i))
+				counts.OnAdd(live[i], true)
+			}
+			next := n
+			for b.Loop() {
+				counts.OnDelete(live[0])
+				live = append(live[1:], at(next))
+				counts.OnAdd(live[len(live)-1], false)
+				next++
+			}
+			if got, _ := counts.AgentCount("team-a"); got != n {
+				b.Fatalf("%d Agents counted, want %d", got, n)
+			}
+		})
+	}
+}
+
 // processCPU is the CPU time this process has used (user and system), in ns.
 func processCPU(b *testing.B) int64 {
 	var ru syscall.Rusage
