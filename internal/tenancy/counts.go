@@ -31,12 +31,10 @@ type AgentRanker interface {
 // handler (AgentCounter, AgentRanker). The Tenant limit (limits.maxAgents) needs a Tenant's
 // Agent count in every reconcile, and near the limit the Agent's place among them (the oldest
 // maxAgents are within it): listing and sorting them from the cache copied every Agent of the
-// Tenant each time, O(fleet) per reconcile and O(fleet²) per rollout (docs/benchmarks.md, "The
-// fleet's waits" and "The Tenant limit's decision"). Here a place is a binary search per
-// namespace of the scope.
-//
-// Each namespace's Agents are a tree in AgentPrecedes order whose nodes know their subtree's
-// size (placeTree): an event and a place are O(log n) each.
+// Tenant each time, O(fleet) per reconcile and O(fleet²) per rollout (docs/scale.md, "What is not
+// linear"). Here each namespace's Agents are a tree in AgentPrecedes order whose nodes know their
+// subtree's size (placeTree): an event is O(log n), and so is an Agent's place per namespace of
+// its scope.
 type AgentCounts struct {
 	cache cache.Informers
 	once  sync.Once
