@@ -11,9 +11,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 )
 
 // TestAgentLimitAtTheLimit: a Tenant over two namespaces holding more Agents than its maxAgents,
@@ -110,4 +112,74 @@ func TestAgentLimitAtTheLimit(t *testing.T) {
 
 	relabel(nsB, nil)
 	expect("the namespace leaving the Tenant frees the place of its Agent", "a2", "a3", "a4", "a5")
+}
+
+// TestAgentOrderFollowsTheCache: the ordered index the limit decides from (tenancy.AgentCounts on
+// a real informer) places every Agent where a list and sort of the same cache does, as Agents
+// come and go over two namespaces.
+func TestAgentOrderFollowsTheCache(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nsA, nsB := plainNamespace(t), plainNamespace(t)
+	c, err := cache.New(restCfg, cache.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	counts := tenancy.NewAgentCounts(c)
+	scope := []string{nsA, nsB}
+	agree := func(what string) {
+		t.Helper()
+		eventually(t, what, func() error {
+			var all []*a2av1.Agent
+			for _, ns := range scope {
+				var l a2av1.AgentList
+				if err := c.List(ctx, &l, client.InNamespace(ns)); err != nil {
+					return err
+				}
+				for i := range l.Items {
+					all = append(all, &l.Items[i])
+				}
+			}
+			slices.SortFunc(all, func(a, b *a2av1.Agent) int {
+				if tenancy.AgentPrecedes(a, b) {
+					return -1
+				}
+				return 1
+			})
+			for i, a := range all {
+				before, total, ok := counts.AgentStanding(a, scope)
+				if !ok || before != i || total != len(all) {
+					return fmt.Errorf("%s/%s: placed %d of %d (ok %v), the cache sorts it %d of %d", a.Namespace, a.Name, before, total, ok, i, len(all))
+				}
+			}
+			return nil
+		})
+	}
+	for i := range 8 {
+		ns := []string{nsA, nsB}[i%2]
+		if err := applyYAML(ns, agentManifest(fmt.Sprintf("o%d", i), "ord-"+nsA, "u", nil, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agree("places after creates")
+	for _, k := range []client.ObjectKey{{Namespace: nsA, Name: "o0"}, {Namespace: nsB, Name: "o3"}} {
+		if err := k8s.Delete(ctx, &a2av1.Agent{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the deleted Agents are gone", func() error {
+		var l a2av1.AgentList
+		if err := c.List(ctx, &l, client.InNamespace(nsA)); err != nil {
+			return err
+		}
+		if len(l.Items) != 3 {
+			return fmt.Errorf("%d Agents in %s", len(l.Items), nsA)
+		}
+		return nil
+	})
+	agree("places after deletes")
 }
