@@ -138,8 +138,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	resync := cmp.Or(opts.ResyncPeriod, DefaultResyncPeriod)
-	// The reconcilers' reads count a Tenant's Agents from an informer-kept count instead of
-	// listing them all in every reconcile (tenancy.AgentCounts).
+	// The reconcilers' reads count a Tenant's Agents, and place an Agent among them for its
+	// maxAgents, from an informer-kept index instead of listing them all in every reconcile
+	// (tenancy.AgentCounts).
 	counts := tenancy.NewAgentCounts(mgr.GetCache())
 	c := tenancy.WithAgentCounts(mgr.GetClient(), counts)
 	// Their caller relations come from one caller graph, kept by the Agent informer.
