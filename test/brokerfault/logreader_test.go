@@ -38,21 +38,23 @@ const (
 // it writes that client's messages, and publishes the line on the log topic from inside that
 // loop; delivered to the same client, it starts a second loop over the client's messages inside
 // the first, and the first then runs on freed ones: SIGSEGV (db__message_remove,
-// db__msg_store_remove), in 2.0.11 as in 2.0.20. Without the sender plugin the broker dies;
-// with it (the shipped configuration) the line is not delivered and the broker serves on.
+// db__msg_store_remove), in 2.0.11 as in 2.0.20. On both backends (the decision table,
+// dynsec): without the sender plugin the broker dies, which shows the load reaches the fault;
+// with it (the shipped configurations) the line is not delivered and the broker serves on.
 func TestLogReaderFloodedWithRetainedMessages(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
+		backend   string // table or dynsec
 		sender    bool
 		wantCrash bool
 	}{
-		{name: "table plugin alone: Mosquitto crashes", sender: false, wantCrash: true},
-		{name: "sender plugin before the table (shipped)", sender: true, wantCrash: false},
+		{name: "table plugin alone: Mosquitto crashes", backend: "table", sender: false, wantCrash: true},
+		{name: "sender plugin before the table (shipped)", backend: "table", sender: true, wantCrash: false},
+		{name: "dynsec alone: Mosquitto crashes", backend: "dynsec", sender: false, wantCrash: true},
+		{name: "sender plugin before dynsec (shipped)", backend: "dynsec", sender: true, wantCrash: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{
-				Table: &brokertest.TableOptions{InMemory: true, WithoutSenderPlugin: !tc.sender}})
-			admin, password := m.TableAdmin()
+			m, admin, password := startBroker(t, tc.backend, tc.sender)
 			publishFlood(t, m.Addr(), admin, password)
 
 			reader := dialPausable(t, m.Addr(), admin, password, "log-reader")
@@ -125,6 +127,42 @@ func TestLogReaderFloodedWithRetainedMessages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startBroker starts Mosquitto with the backend's plugin, and the sender plugin before it when
+// sender is set, and returns the broker and an admin that may publish the flood and read the log.
+func startBroker(t *testing.T, backend string, sender bool) (*brokertest.Mosquitto, string, string) {
+	t.Helper()
+	if backend == "table" {
+		m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{
+			Table: &brokertest.TableOptions{InMemory: true, WithoutSenderPlugin: !sender}})
+		user, password := m.TableAdmin()
+		return m, user, password
+	}
+	m := brokertest.StartMosquitto(t, brokertest.MosquittoOptions{DynSec: &brokertest.DynSecOptions{WithoutSenderPlugin: !sender}})
+	user, password := m.DynSecAdmin()
+	// dynsec's initial admin role reads and subscribes to everything ($SYS included) but may
+	// publish only its control topic: a role of the test's own adds the flood's topics.
+	admin := brokertest.MustDial(t, m.Addr(), brokertest.Options{Username: user, Password: password, ClientID: "dynsec-admin", IgnoreMessages: true})
+	defer admin.Close()
+	cmds := fmt.Sprintf(`{"commands":[{"command":"createRole","rolename":"flood","acls":[{"acltype":"publishClientSend","topic":"flood/#","allow":true}]},`+
+		`{"command":"addClientRole","username":%q,"rolename":"flood"}]}`, user)
+	// QoS 0: Mosquitto 2.0.11 answers a $CONTROL message on its response topic, not with a
+	// PUBACK; and addClientRole kicks the admin's own connection, so the answer may not come.
+	_, _ = admin.PublishWith(&paho.Publish{Topic: "$CONTROL/dynamic-security/v1", Payload: []byte(cmds)})
+	granted := waitFor(t, 10*time.Second, func() bool {
+		c, err := brokertest.Dial(t, m.Addr(), brokertest.Options{Username: user, Password: password, ClientID: "dynsec-grant-check", IgnoreMessages: true})
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		r, err := c.PublishWith(&paho.Publish{Topic: "flood/check", QoS: 1, Payload: []byte("x")})
+		return err == nil && r != nil && r.ReasonCode < 0x80
+	})
+	if !granted {
+		t.Fatalf("the dynsec admin may not publish on flood/# after the role was added\nbroker log:\n%s", tail(m.Log()))
+	}
+	return m, user, password
 }
 
 // publishFlood stores floodMessages retained messages of floodPayload bytes under flood/.
