@@ -61,7 +61,7 @@ func TestLogReaderFloodedWithRetainedMessages(t *testing.T) {
 			reader.conn.pause()
 			subscribed := make(chan error, 1)
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
 				// One SUBSCRIBE, as the operator's session sends its filters: the log topic
 				// and the retained flood.
