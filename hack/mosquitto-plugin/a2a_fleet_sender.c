@@ -30,8 +30,8 @@
  *    db__msg_store_remove). Refusing the two lines to every reader keeps the log topic out of the
  *    walk; they still reach the broker's other log destinations (stdout).
  *
- * Load it BEFORE the dynamic-security plugin, so its ACL callback sees every check first (it
- * always defers the decision itself to dynsec):
+ * Load it BEFORE the dynamic-security plugin, so its ACL callback sees every check first (but
+ * for the two refusals above it defers every decision to dynsec):
  *
  *   plugin /usr/lib/mosquitto_a2a_fleet_sender.so
  *   plugin /usr/lib/mosquitto_dynamic_security.so
