@@ -17,8 +17,21 @@
  *    (context__send_will -> db__messages_easy_queue -> subs__send); every other event resets
  *    the recognition.
  *
- * Load it BEFORE the dynamic-security plugin, so its ACL callback sees every check first (it
- * always defers the decision itself to dynsec):
+ *  - Two of the broker's own log lines are not delivered on $SYS/broker/log/#: "Outgoing
+ *    messages are being dropped for client ..." and "Dropping too large outgoing PUBLISH ...".
+ *    Mosquitto (2.0.11 to 2.0.20) publishes a log line synchronously, from inside the call that
+ *    logs it, and it logs these two while it walks one client's outgoing messages
+ *    (db__message_write_inflight_out_latest -> send__publish -> packet__queue, when the client's
+ *    socket queue holds max_queued_messages packets). Delivered to a subscriber of the log topic,
+ *    the line starts a second walk of that subscriber's messages inside the first; when the
+ *    subscriber is the client being walked (the operator reads $SYS/broker/log/N and receives
+ *    every retained card on one connection), the outer walk then continues on messages the inner
+ *    one sent and freed, and the broker dies with SIGSEGV (db__message_remove,
+ *    db__msg_store_remove). Refusing the two lines to every reader keeps the log topic out of the
+ *    walk; they still reach the broker's other log destinations (stdout).
+ *
+ * Load it BEFORE the dynamic-security plugin, so its ACL callback sees every check first (but
+ * for the two refusals above it defers every decision to dynsec):
  *
  *   plugin /usr/lib/mosquitto_a2a_fleet_sender.so
  *   plugin /usr/lib/mosquitto_dynamic_security.so
@@ -75,6 +88,26 @@ static bool denied_unstamped(const char *topic)
 	for(int i = 0; i < deny_filter_count; i++){
 		bool match = false;
 		if(mosquitto_topic_matches_sub(deny_filters[i], topic, &match) == MOSQ_ERR_SUCCESS && match){
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Log lines Mosquitto logs while it writes a client's outgoing messages (see the top comment):
+ * never delivered on the log topic. */
+static const char *const walk_log_lines[] = {
+	"Outgoing messages are being dropped for client ",
+	"Dropping too large outgoing PUBLISH",
+};
+
+static bool is_walk_log_line(const char *topic, const void *payload, uint32_t payloadlen)
+{
+	if(strncmp(topic, "$SYS/broker/log/", strlen("$SYS/broker/log/")) != 0 || payload == NULL){
+		return false;
+	}
+	for(size_t i = 0; i < sizeof(walk_log_lines)/sizeof(walk_log_lines[0]); i++){
+		if(memmem(payload, payloadlen, walk_log_lines[i], strlen(walk_log_lines[i])) != NULL){
 			return true;
 		}
 	}
@@ -195,6 +228,9 @@ static int on_acl_check(int event, void *event_data, void *userdata)
 			last_write.pending = last_write.topic != NULL;
 			break;
 		case MOSQ_ACL_READ:
+			if(is_walk_log_line(ed->topic, ed->payload, ed->payloadlen)){
+				return MOSQ_ERR_ACL_DENIED;
+			}
 			if(last_write.pending && strcmp(last_write.topic, ed->topic) == 0 && denied_unstamped(ed->topic)){
 				if(!last_write.logged){
 					const char *id = mosquitto_client_id(last_write.client);
