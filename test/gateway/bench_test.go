@@ -27,8 +27,9 @@ import (
 // interleaved so that all see the same load, and reports each pair's medians and their ratio
 // (docs/benchmarks.md): the SDK's requester over MQTT against a2a-go's JSON-RPC client through
 // the gateway (what a user of each sees), and a raw paho client against net/http, both with the
-// same request encoding and reply decoding (rawclients_test.go: the transports alone). A third
-// call for each HTTP client, against an endpoint that answers at once from memory, is the HTTP
+// same request encoding and reply decoding (rawclients_test.go: the transports alone); and
+// net/http with the SDK's own decoder against the SDK's requester. A further call for each of
+// the first two HTTP clients, against an endpoint that answers at once from memory, is the HTTP
 // hop alone.
 //
 //	go test ./test/gateway -run '^$' -bench GatewayOverhead -benchtime 400x
@@ -57,6 +58,9 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			viaFloor := floorClient(b, ctx, card, floorURL, token)
 			floorRaw := newRawHTTP(gw, "direct", token)
 			floorRaw.endpoint = floorURL + "/"
+			// net/http with the SDK's decoder: the same client weight as the SDK's requester.
+			httpSDKDecode := newRawHTTP(gw, "direct", token)
+			httpSDKDecode.decode = a2amqtt.DecodeResponse
 			clients := []struct {
 				name string
 				send func(ctx context.Context) (any, error)
@@ -77,6 +81,9 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 					return marks.timed(ctx, "raw-", func(ctx context.Context) (any, error) { return httpRaw.send(ctx, "hello") })
 				}},
 				{"raw-hop", func(ctx context.Context) (any, error) { return floorRaw.send(ctx, "hello") }},
+				{"sdkdec-http", func(ctx context.Context) (any, error) {
+					return marks.timed(ctx, "sdkdec-", func(ctx context.Context) (any, error) { return httpSDKDecode.send(ctx, "hello") })
+				}},
 			}
 			call := func(send func(context.Context) (any, error)) time.Duration {
 				start := time.Now()
@@ -115,6 +122,8 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 				// The ratio a gateway that added nothing but the hop would reach.
 				b.ReportMetric(float64(m+f)/float64(m), prefix+"hop-only-ratio")
 			}
+			// net/http with the SDK's decoder against the SDK's requester.
+			b.ReportMetric(float64(med["sdkdec-http"])/float64(med["mqtt"]), "sdkdec-http/mqtt")
 			// Connections opened during the timed calls through the gateway (0: every call reused
 			// a kept-alive one).
 			b.ReportMetric(float64(marks.newConns.Load()), "http-new-conns")
@@ -151,7 +160,9 @@ func (streamer) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[
 // BenchmarkGatewayStreaming measures streaming through the gateway: each iteration streams 200
 // artifact updates from the same MQTT agent (an SDK responder) to an MQTT client and, through
 // the gateway, to a2a-go's HTTP client (SSE), interleaved; it reports both event rates and
-// their ratio (docs/benchmarks.md).
+// their ratio (docs/benchmarks.md). The same iterations stream to a raw paho client and an SSE
+// reader on net/http that decode each event alike (rawclients_test.go), and to an SSE reader
+// with the SDK's decoder, whose rate is read against the SDK's requester.
 //
 //	go test ./test/gateway -run '^$' -bench GatewayStreaming -benchtime 50x
 func BenchmarkGatewayStreaming(b *testing.B) {
@@ -199,15 +210,20 @@ func BenchmarkGatewayStreaming(b *testing.B) {
 				}
 				return time.Since(start)
 			}
+			// An SSE reader with the SDK's decoder: the same client weight as the SDK's requester.
+			httpSDKDecode := newRawHTTP(gw, "direct", st.token(b, ctx, "caller"))
+			httpSDKDecode.decode = a2amqtt.DecodeResponse
 			rawStream(mqttRaw.stream)
 			rawStream(httpRaw.stream)
-			var mq, ht, rm, rh time.Duration
+			rawStream(httpSDKDecode.stream)
+			var mq, ht, rm, rh, sh time.Duration
 			b.ResetTimer()
 			for range b.N {
 				mq += stream(viaMQTT.SendStreamingMessage(ctx, nil, userMsg(uuid.NewString(), "", "go")))
 				ht += stream(viaHTTP.SendStreamingMessage(ctx, userMsg(uuid.NewString(), "", "go")))
 				rm += rawStream(mqttRaw.stream)
 				rh += rawStream(httpRaw.stream)
+				sh += rawStream(httpSDKDecode.stream)
 			}
 			b.StopTimer()
 			perSecond := func(d time.Duration) float64 { return float64(events*b.N) / d.Seconds() }
@@ -217,6 +233,8 @@ func BenchmarkGatewayStreaming(b *testing.B) {
 			b.ReportMetric(perSecond(rm), "raw-mqtt-events/s")
 			b.ReportMetric(perSecond(rh), "raw-http-events/s")
 			b.ReportMetric(perSecond(rh)/perSecond(rm), "raw-http/mqtt")
+			b.ReportMetric(perSecond(sh), "sdkdec-http-events/s")
+			b.ReportMetric(perSecond(sh)/perSecond(mq), "sdkdec-http/mqtt")
 		})
 	}
 }

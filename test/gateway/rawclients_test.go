@@ -88,6 +88,9 @@ type rawHTTP struct {
 	// newConns counts the calls that did not reuse a kept-alive connection, chunked the
 	// SendMessage responses that came without a Content-Length.
 	newConns, chunked atomic.Int64
+	// decode reads one JSON-RPC response: rawEvent, or the SDK's a2amqtt.DecodeResponse (the
+	// requester's own one-pass decoder) to weigh the same as the SDK's requester.
+	decode func([]byte) (a2a.Event, error)
 }
 
 func newRawHTTP(gatewayURL, agent, token string) *rawHTTP {
@@ -95,6 +98,7 @@ func newRawHTTP(gatewayURL, agent, token string) *rawHTTP {
 		hc:       &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: time.Minute},
 		endpoint: fmt.Sprintf("%s/agents/%s/%s/%s/", gatewayURL, org, unit, agent),
 		auth:     "Bearer " + token,
+		decode:   rawEvent,
 	}
 }
 
@@ -140,7 +144,7 @@ func (c *rawHTTP) send(ctx context.Context, text string) (a2a.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rawEvent(raw)
+	return c.decode(raw)
 }
 
 // stream makes one SendStreamingMessage call and reads its SSE events (one "data:" line each, as
@@ -161,7 +165,7 @@ func (c *rawHTTP) stream(ctx context.Context, text string) (int, error) {
 		if !ok {
 			continue
 		}
-		ev, err := rawEvent(data)
+		ev, err := c.decode(data)
 		if err != nil {
 			return n, err
 		}
