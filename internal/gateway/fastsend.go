@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 
@@ -24,12 +26,18 @@ const (
 	methodSendStreamingMessage = "SendStreamingMessage"
 )
 
-// rpcEnvelope is a JSON-RPC request, its id and params kept raw.
+// rpcEnvelope is a JSON-RPC request, its id kept raw.
 type rpcEnvelope struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
 	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params"`
+}
+
+// sendEnvelope is a JSON-RPC request whose params are read as a SendMessage's, in the same pass
+// as the envelope (the params are not copied out and scanned a second time).
+type sendEnvelope struct {
+	rpcEnvelope
+	Params *a2a.SendMessageRequest `json:"params"`
 }
 
 // callErrorKey carries the error of a call the fast path made to a2a-go's server, which answers
@@ -48,27 +56,34 @@ func sendFast(ctx context.Context, w http.ResponseWriter, t *a2amqtt.Transport, 
 	if err != nil {
 		return false, err
 	}
-	out := make([]byte, 0, len(result)+len(env.ID)+32)
-	out = append(out, `{"jsonrpc":"2.0","id":`...)
-	out = append(out, env.ID...)
-	out = append(out, `,"result":`...)
-	out = append(out, result...)
-	out = append(out, "}\n"...)
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
+	// The response in four writes to net/http's buffered writer (no copy of the result), with
+	// its length given: a result larger than the writer's buffer still goes out in one piece,
+	// not chunked.
+	const head, mid, tail = `{"jsonrpc":"2.0","id":`, `,"result":`, "}\n"
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(head)+len(env.ID)+len(mid)+len(result)+len(tail)))
+	_, _ = io.WriteString(w, head)
+	_, _ = w.Write(env.ID)
+	_, _ = io.WriteString(w, mid)
+	_, _ = w.Write(result)
+	_, _ = io.WriteString(w, tail)
 	return true, nil
 }
 
 // readSend reads a request's envelope and, for the two methods the gateway answers itself
 // (SendMessage, SendStreamingMessage), its params; ok false: the request is a2a-go's to answer.
-func readSend(body []byte) (env rpcEnvelope, req a2a.SendMessageRequest, ok bool) {
-	if json.Unmarshal(body, &env) != nil || env.JSONRPC != "2.0" || !scalarID(env.ID) {
-		return env, req, false
+func readSend(body []byte) (env rpcEnvelope, req *a2a.SendMessageRequest, ok bool) {
+	// One pass: the params of another method, read as a SendMessage's, are dropped (that
+	// request goes to a2a-go's server, which reads the body again).
+	var send sendEnvelope
+	if json.Unmarshal(body, &send) != nil || send.JSONRPC != "2.0" || !scalarID(send.ID) || send.Params == nil {
+		return send.rpcEnvelope, nil, false
 	}
-	if env.Method != methodSendMessage && env.Method != methodSendStreamingMessage {
-		return env, req, false
+	if send.Method != methodSendMessage && send.Method != methodSendStreamingMessage {
+		return send.rpcEnvelope, nil, false
 	}
-	return env, req, json.Unmarshal(env.Params, &req) == nil
+	return send.rpcEnvelope, send.Params, true
 }
 
 // scalarID reports whether a raw JSON-RPC id is a string or a number (a2a-go's server takes a

@@ -227,7 +227,7 @@ func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes))
+	body, readErr := readBody(w, r, in.cfg.MaxBodyBytes)
 	slot := &errorSlot{}
 	ctx := context.WithValue(r.Context(), errorSlotKey{}, slot)
 	transport := req.Transport(identity.Of(tgt))
@@ -237,9 +237,9 @@ func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
 		var answered, started bool
 		var callErr error
 		if env.Method == methodSendStreamingMessage {
-			answered, started, callErr = in.streamFast(ctx, w, transport, &env, &sendReq)
+			answered, started, callErr = in.streamFast(ctx, w, transport, &env, sendReq)
 		} else {
-			answered, callErr = sendFast(ctx, w, transport, &env, &sendReq)
+			answered, callErr = sendFast(ctx, w, transport, &env, sendReq)
 		}
 		if answered {
 			return
@@ -255,6 +255,23 @@ func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
 	// a2a-go's server reads the body as it came, a read error (a body over the bound) included.
 	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{readErr}))
 	in.jsonrpc.ServeHTTP(&errorWriter{ResponseWriter: out, slot: slot}, r.WithContext(ctx))
+}
+
+// readBody reads a request's body, at most limit bytes, into a buffer of the length the
+// request declares when it declares one (io.ReadAll would grow its buffer from 512 bytes).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if r.ContentLength <= 0 || r.ContentLength > limit {
+		return io.ReadAll(body)
+	}
+	// One byte more than declared, so that the read goes on to the body's end: net/http then
+	// watches the connection, and the request's context ends if the caller goes away.
+	buf := make([]byte, r.ContentLength+1)
+	n, err := io.ReadFull(body, buf)
+	if int64(n) == r.ContentLength && errors.Is(err, io.ErrUnexpectedEOF) {
+		err = nil // the whole declared body, then its end
+	}
+	return buf[:n], err
 }
 
 // errReader returns err (io.EOF when nil) at every read.

@@ -3,6 +3,7 @@ package a2amqtt
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"unicode/utf8"
 
@@ -84,6 +85,24 @@ func decodeStreamReply(payload []byte) (ev a2a.Event, rpcErr *RPCError, err erro
 		}
 	}
 	return decodeStreamReplyA2A(payload)
+}
+
+// DecodeResponse decodes a JSON-RPC response whose result is an A2A event (a SendMessage
+// result, or an event of a stream) as the requester decodes a reply: in one pass, where a2a-go's
+// a2a.StreamResponse takes two, accepting and refusing what that decoder does. A JSON-RPC
+// error comes back as *RPCError. For a reader of such responses from another transport (an SSE
+// stream's data lines, an HTTP body).
+func DecodeResponse(payload []byte) (a2a.Event, error) {
+	ev, rpcErr, err := decodeStreamReply(payload)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("a2amqtt: decode response: %w", err)
+	case rpcErr != nil:
+		return nil, rpcErr
+	case ev == nil:
+		return nil, errors.New("a2amqtt: response has neither result nor error")
+	}
+	return ev, nil
 }
 
 // decodeStreamReplyA2A is decodeStreamReply through a2a-go's a2a.StreamResponse.

@@ -3,6 +3,7 @@ package a2amqtt
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
 
@@ -62,5 +63,44 @@ func TestStreamEventMatchesA2AGo(t *testing.T) {
 	}
 	if _, err := wrapEvent(nil); err == nil {
 		t.Error("wrapEvent(nil) accepted")
+	}
+}
+
+// DecodeResponse reads a JSON-RPC response as a2a-go's decoder does: the same event out of every
+// event type, the error object as *RPCError, and the same inputs refused.
+func TestDecodeResponseMatchesA2AGo(t *testing.T) {
+	task := &a2a.Task{ID: "t", ContextID: "c", Status: a2a.TaskStatus{State: a2a.TaskStateWorking}}
+	msg := a2a.NewMessageForTask(a2a.MessageRoleAgent, task, a2a.NewTextPart("x"))
+	for _, ev := range []a2a.Event{
+		msg,
+		&a2a.Task{ID: "t", ContextID: "c", Status: a2a.TaskStatus{State: a2a.TaskStateCompleted}, History: []*a2a.Message{msg}},
+		a2a.NewStatusUpdateEvent(task, a2a.TaskStateCompleted, nil),
+		a2a.NewArtifactUpdateEvent(task, "a", a2a.NewTextPart("chunk")),
+	} {
+		result, err := json.Marshal(a2a.StreamResponse{Event: ev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload := append(append([]byte(`{"jsonrpc":"2.0","id":7,"result":`), result...), '}')
+		var env struct {
+			Result a2a.StreamResponse `json:"result"`
+		}
+		if err := json.Unmarshal(payload, &env); err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeResponse(payload)
+		if err != nil || !reflect.DeepEqual(got, env.Result.Event) {
+			t.Errorf("%T decoded as %#v (%v), a2a-go: %#v", ev, got, err, env.Result.Event)
+		}
+	}
+	_, err := DecodeResponse([]byte(`{"jsonrpc":"2.0","id":7,"error":{"code":-32001,"message":"no such task"}}`))
+	var rpcErr *RPCError
+	if !errors.As(err, &rpcErr) || rpcErr.Code != -32001 || rpcErr.Message != "no such task" {
+		t.Errorf("an error response: %v", err)
+	}
+	for _, bad := range []string{`{"jsonrpc":"2.0","id":7}`, `{"jsonrpc":"2.0","id":7,"result":{"other":1}}`, `not json`} {
+		if ev, err := DecodeResponse([]byte(bad)); err == nil {
+			t.Errorf("%s accepted as %#v", bad, ev)
+		}
 	}
 }

@@ -23,9 +23,14 @@ import (
 )
 
 // BenchmarkGatewayOverhead measures what the gateway adds to a call: each iteration sends one
-// SendMessage to the same MQTT agent ("direct", not governed) from an MQTT client (the SDK's
-// requester) and from an HTTP client (a2a-go's JSON-RPC client through the gateway), interleaved
-// so that both see the same load; it reports both medians and their ratio (docs/benchmarks.md).
+// SendMessage to the same MQTT agent ("direct", not governed) from two pairs of clients,
+// interleaved so that all see the same load, and reports each pair's medians and their ratio
+// (docs/benchmarks.md): the SDK's requester over MQTT against a2a-go's JSON-RPC client through
+// the gateway (what a user of each sees), and a raw paho client against net/http, both with the
+// same request encoding and reply decoding (rawclients_test.go: the transports alone); and
+// net/http with the SDK's own decoder against the SDK's requester. A further call for each of
+// the first two HTTP clients, against an endpoint that answers at once from memory, is the HTTP
+// hop alone.
 //
 //	go test ./test/gateway -run '^$' -bench GatewayOverhead -benchtime 400x
 func BenchmarkGatewayOverhead(b *testing.B) {
@@ -35,66 +40,95 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			defer cancel()
 			st := newStack(b, ctx, kind, startHTTPAgent(b))
 			st.startMQTTAgent(b, ctx, "direct", false)
-			var marks callMarks
+			marks := newCallMarks()
 			st.wrap = marks.wrap
 			gw, _ := st.gateway(b, ctx)
-			viaHTTP, card := httpClient(b, ctx, gw, "direct", st.token(b, ctx, "caller"))
+			token := st.token(b, ctx, "caller")
+			viaHTTP, card := httpClient(b, ctx, gw, "direct", token)
 			viaMQTT := st.requesterAs(b, ctx, "mqttclient").Transport(ref("direct"))
-			// The floor: the same HTTP client and call against a JSON-RPC endpoint that answers
+			httpRaw := newRawHTTP(gw, "direct", token)
+			mqttRaw := st.rawMQTTAs(b, "rawclient", "direct")
+			// The floor: the same HTTP clients and call against a JSON-RPC endpoint that answers
 			// at once with the agent's own reply (no gateway, no bus): the HTTP hop alone.
 			canned, err := viaMQTT.SendMessage(ctx, nil, userMsg(uuid.NewString(), "", "hello"))
 			if err != nil {
 				b.Fatal(err)
 			}
-			viaFloor := floorClient(b, ctx, card, a2a.StreamResponse{Event: canned}, st.token(b, ctx, "caller"))
-			call := func(send func() (a2a.SendMessageResult, error)) time.Duration {
+			floorURL := floorServer(b, a2a.StreamResponse{Event: canned})
+			viaFloor := floorClient(b, ctx, card, floorURL, token)
+			floorRaw := newRawHTTP(gw, "direct", token)
+			floorRaw.endpoint = floorURL + "/"
+			// net/http with the SDK's decoder: the same client weight as the SDK's requester.
+			httpSDKDecode := newRawHTTP(gw, "direct", token)
+			httpSDKDecode.decode = a2amqtt.DecodeResponse
+			clients := []struct {
+				name string
+				send func(ctx context.Context) (any, error)
+			}{
+				{"mqtt", func(ctx context.Context) (any, error) {
+					return viaMQTT.SendMessage(ctx, nil, userMsg(uuid.NewString(), "", "hello"))
+				}},
+				{"http", func(ctx context.Context) (any, error) {
+					return marks.timed(ctx, "", func(ctx context.Context) (any, error) {
+						return viaHTTP.SendMessage(ctx, userMsg(uuid.NewString(), "", "hello"))
+					})
+				}},
+				{"hop", func(ctx context.Context) (any, error) {
+					return viaFloor.SendMessage(ctx, userMsg(uuid.NewString(), "", "hello"))
+				}},
+				{"raw-mqtt", func(ctx context.Context) (any, error) { return mqttRaw.send(ctx, "hello") }},
+				{"raw-http", func(ctx context.Context) (any, error) {
+					return marks.timed(ctx, "raw-", func(ctx context.Context) (any, error) { return httpRaw.send(ctx, "hello") })
+				}},
+				{"raw-hop", func(ctx context.Context) (any, error) { return floorRaw.send(ctx, "hello") }},
+				{"sdkdec-http", func(ctx context.Context) (any, error) {
+					return marks.timed(ctx, "sdkdec-", func(ctx context.Context) (any, error) { return httpSDKDecode.send(ctx, "hello") })
+				}},
+			}
+			call := func(send func(context.Context) (any, error)) time.Duration {
 				start := time.Now()
-				res, err := send()
+				res, err := send(ctx)
 				d := time.Since(start)
 				if task, ok := res.(*a2a.Task); err != nil || !ok || task.Status.State != a2a.TaskStateCompleted {
 					b.Fatalf("call: %v %v", res, err)
 				}
 				return d
 			}
-			// Warm both paths (the gateway's caller connection is made on first use).
+			// Warm every path (the gateway's caller connection is made on first use).
 			for range 5 {
-				call(func() (a2a.SendMessageResult, error) {
-					return viaHTTP.SendMessage(ctx, userMsg(uuid.NewString(), "", "warm"))
-				})
-				call(func() (a2a.SendMessageResult, error) {
-					return viaMQTT.SendMessage(ctx, nil, userMsg(uuid.NewString(), "", "warm"))
-				})
-				call(func() (a2a.SendMessageResult, error) {
-					return viaFloor.SendMessage(ctx, userMsg(uuid.NewString(), "", "warm"))
-				})
+				for _, c := range clients {
+					call(c.send)
+				}
 			}
-			mq, ht, fl := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+			marks.reset()
+			httpRaw.chunked.Store(0)
+			p50 := make([][]time.Duration, len(clients))
 			b.ResetTimer()
 			for range b.N {
-				mq = append(mq, call(func() (a2a.SendMessageResult, error) {
-					return viaMQTT.SendMessage(ctx, nil, userMsg(uuid.NewString(), "", "hello"))
-				}))
-				ht = append(ht, call(func() (a2a.SendMessageResult, error) {
-					return marks.timed(ctx, func(ctx context.Context) (a2a.SendMessageResult, error) {
-						return viaHTTP.SendMessage(ctx, userMsg(uuid.NewString(), "", "hello"))
-					})
-				}))
-				fl = append(fl, call(func() (a2a.SendMessageResult, error) {
-					return viaFloor.SendMessage(ctx, userMsg(uuid.NewString(), "", "hello"))
-				}))
+				for i, c := range clients {
+					p50[i] = append(p50[i], call(c.send))
+				}
 			}
 			b.StopTimer()
-			slices.Sort(mq)
-			slices.Sort(ht)
-			slices.Sort(fl)
-			p50m, p50h, p50f := mq[len(mq)/2], ht[len(ht)/2], fl[len(fl)/2]
-			b.ReportMetric(float64(p50m.Microseconds()), "mqtt-p50-µs")
-			b.ReportMetric(float64(p50h.Microseconds()), "http-p50-µs")
-			b.ReportMetric(float64(p50h)/float64(p50m), "http/mqtt")
-			// What the gateway adds beyond the hop, and the ratio a gateway that added nothing
-			// but the hop would reach.
-			b.ReportMetric(float64(p50f.Microseconds()), "hop-p50-µs")
-			b.ReportMetric(float64(p50m+p50f)/float64(p50m), "hop-only-ratio")
+			med := make(map[string]time.Duration, len(clients))
+			for i, c := range clients {
+				slices.Sort(p50[i])
+				med[c.name] = p50[i][len(p50[i])/2]
+				b.ReportMetric(float64(med[c.name].Microseconds()), c.name+"-p50-µs")
+			}
+			for _, prefix := range []string{"", "raw-"} {
+				m, h, f := med[prefix+"mqtt"], med[prefix+"http"], med[prefix+"hop"]
+				b.ReportMetric(float64(h)/float64(m), prefix+"http/mqtt")
+				// The ratio a gateway that added nothing but the hop would reach.
+				b.ReportMetric(float64(m+f)/float64(m), prefix+"hop-only-ratio")
+			}
+			// net/http with the SDK's decoder against the SDK's requester.
+			b.ReportMetric(float64(med["sdkdec-http"])/float64(med["mqtt"]), "sdkdec-http/mqtt")
+			// Connections opened during the timed calls through the gateway (0: every call reused
+			// a kept-alive one).
+			b.ReportMetric(float64(marks.newConns.Load()), "http-new-conns")
+			// Responses through the gateway without a Content-Length (chunked).
+			b.ReportMetric(float64(httpRaw.chunked.Load())/float64(b.N), "raw-http-chunked")
 			marks.report(b)
 		})
 	}
@@ -126,7 +160,9 @@ func (streamer) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[
 // BenchmarkGatewayStreaming measures streaming through the gateway: each iteration streams 200
 // artifact updates from the same MQTT agent (an SDK responder) to an MQTT client and, through
 // the gateway, to a2a-go's HTTP client (SSE), interleaved; it reports both event rates and
-// their ratio (docs/benchmarks.md).
+// their ratio (docs/benchmarks.md). The same iterations stream to a raw paho client and an SSE
+// reader on net/http that decode each event alike (rawclients_test.go), and to an SSE reader
+// with the SDK's decoder, whose rate is read against the SDK's requester.
 //
 //	go test ./test/gateway -run '^$' -bench GatewayStreaming -benchtime 50x
 func BenchmarkGatewayStreaming(b *testing.B) {
@@ -162,25 +198,51 @@ func BenchmarkGatewayStreaming(b *testing.B) {
 				}
 				return time.Since(start)
 			}
-			var mq, ht time.Duration
+			// The like-for-like pair (rawclients_test.go): an SSE reader on net/http and a raw paho
+			// client, each event decoded by the same code.
+			httpRaw := newRawHTTP(gw, "direct", st.token(b, ctx, "caller"))
+			mqttRaw := st.rawMQTTAs(b, "rawclient", "direct")
+			rawStream := func(stream func(context.Context, string) (int, error)) time.Duration {
+				start := time.Now()
+				n, err := stream(ctx, "go")
+				if err != nil || n < events+2 {
+					b.Fatalf("raw stream: %d events, want %d: %v", n, events+2, err)
+				}
+				return time.Since(start)
+			}
+			// An SSE reader with the SDK's decoder: the same client weight as the SDK's requester.
+			httpSDKDecode := newRawHTTP(gw, "direct", st.token(b, ctx, "caller"))
+			httpSDKDecode.decode = a2amqtt.DecodeResponse
+			rawStream(mqttRaw.stream)
+			rawStream(httpRaw.stream)
+			rawStream(httpSDKDecode.stream)
+			var mq, ht, rm, rh, sh time.Duration
 			b.ResetTimer()
 			for range b.N {
 				mq += stream(viaMQTT.SendStreamingMessage(ctx, nil, userMsg(uuid.NewString(), "", "go")))
 				ht += stream(viaHTTP.SendStreamingMessage(ctx, userMsg(uuid.NewString(), "", "go")))
+				rm += rawStream(mqttRaw.stream)
+				rh += rawStream(httpRaw.stream)
+				sh += rawStream(httpSDKDecode.stream)
 			}
 			b.StopTimer()
 			perSecond := func(d time.Duration) float64 { return float64(events*b.N) / d.Seconds() }
 			b.ReportMetric(perSecond(mq), "mqtt-events/s")
 			b.ReportMetric(perSecond(ht), "http-events/s")
 			b.ReportMetric(perSecond(ht)/perSecond(mq), "http/mqtt")
+			b.ReportMetric(perSecond(rm), "raw-mqtt-events/s")
+			b.ReportMetric(perSecond(rh), "raw-http-events/s")
+			b.ReportMetric(perSecond(rh)/perSecond(rm), "raw-http/mqtt")
+			b.ReportMetric(perSecond(sh), "sdkdec-http-events/s")
+			b.ReportMetric(perSecond(sh)/perSecond(mq), "sdkdec-http/mqtt")
 		})
 	}
 }
 
-// floorClient is a2a-go's HTTP client (as httpClient makes it, token included) for a JSON-RPC
-// endpoint on loopback that reads each request's envelope and answers it with result, encoded
-// once beforehand: an HTTP round trip with no gateway and no bus behind it.
-func floorClient(b *testing.B, ctx context.Context, card *a2a.AgentCard, result a2a.StreamResponse, token string) *a2aclient.Client {
+// floorServer is a JSON-RPC endpoint on loopback that reads each request's envelope and
+// answers it with result, encoded once beforehand: an HTTP round trip with no gateway and no bus
+// behind it. It returns the endpoint's URL.
+func floorServer(b *testing.B, result a2a.StreamResponse) string {
 	b.Helper()
 	encoded, err := json.Marshal(result)
 	if err != nil {
@@ -202,8 +264,15 @@ func floorClient(b *testing.B, ctx context.Context, card *a2a.AgentCard, result 
 		_, _ = w.Write(append(out, "}\n"...))
 	}))
 	b.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// floorClient is a2a-go's HTTP client (as httpClient makes it, token included) for the
+// floorServer at url.
+func floorClient(b *testing.B, ctx context.Context, card *a2a.AgentCard, url, token string) *a2aclient.Client {
+	b.Helper()
 	floor := *card
-	floor.SupportedInterfaces = []*a2a.AgentInterface{a2a.NewAgentInterface(srv.URL+"/", a2a.TransportProtocolJSONRPC)}
+	floor.SupportedInterfaces = []*a2a.AgentInterface{a2a.NewAgentInterface(url+"/", a2a.TransportProtocolJSONRPC)}
 	hc := &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}, Timeout: time.Minute}
 	c, err := a2aclient.NewFromCard(ctx, &floor, a2aclient.WithJSONRPCTransport(hc))
 	if err != nil {
@@ -215,14 +284,25 @@ func floorClient(b *testing.B, ctx context.Context, card *a2a.AgentCard, result 
 
 // callMarks times the steps of one HTTP call through the gateway, everything in one process
 // (monotonic clock): the client's request written, the gateway's handler entered and left, the
-// response's first byte read, the client's call returned. It reports each step's median.
+// response's first byte read, the client's call returned. It reports each step's median, per
+// client (a metric name prefix).
 type callMarks struct {
 	entered, left atomic.Int64 // handler, ns since start
+	newConns      atomic.Int64 // calls that did not reuse a kept-alive connection
 	start         time.Time
-	steps         [5][]time.Duration
+	steps         map[string]*[5][]time.Duration
+	order         []string
 }
 
+func newCallMarks() *callMarks { return &callMarks{steps: map[string]*[5][]time.Duration{}} }
+
 func (m *callMarks) since() int64 { return int64(time.Since(m.start)) }
+
+func (m *callMarks) reset() {
+	m.newConns.Store(0)
+	clear(m.steps)
+	m.order = nil
+}
 
 func (m *callMarks) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -232,8 +312,8 @@ func (m *callMarks) wrap(next http.Handler) http.Handler {
 	})
 }
 
-// timed runs one call and records its steps.
-func (m *callMarks) timed(ctx context.Context, send func(context.Context) (a2a.SendMessageResult, error)) (a2a.SendMessageResult, error) {
+// timed runs one call of the client named prefix and records its steps.
+func (m *callMarks) timed(ctx context.Context, prefix string, send func(context.Context) (any, error)) (any, error) {
 	m.start = time.Now()
 	m.entered.Store(0)
 	m.left.Store(0)
@@ -241,23 +321,33 @@ func (m *callMarks) timed(ctx context.Context, send func(context.Context) (a2a.S
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote.Store(m.since()) },
 		GotFirstResponseByte: func() { firstByte.Store(m.since()) },
+		GotConn: func(info httptrace.GotConnInfo) {
+			if !info.Reused {
+				m.newConns.Add(1)
+			}
+		},
 	})
 	res, err := send(ctx)
 	done := m.since()
 	marks := []int64{0, wrote.Load(), m.entered.Load(), m.left.Load(), firstByte.Load(), done}
-	for i := range m.steps {
-		m.steps[i] = append(m.steps[i], time.Duration(marks[i+1]-marks[i]))
+	steps := m.steps[prefix]
+	if steps == nil {
+		steps = &[5][]time.Duration{}
+		m.steps[prefix] = steps
+		m.order = append(m.order, prefix)
+	}
+	for i := range steps {
+		steps[i] = append(steps[i], time.Duration(marks[i+1]-marks[i]))
 	}
 	return res, err
 }
 
 func (m *callMarks) report(b *testing.B) {
 	names := [5]string{"encode+write", "to-handler", "handler", "to-client", "read+decode"}
-	for i, ds := range m.steps {
-		if len(ds) == 0 {
-			continue
+	for _, prefix := range m.order {
+		for i, ds := range m.steps[prefix] {
+			slices.Sort(ds)
+			b.ReportMetric(float64(ds[len(ds)/2])/1e3, prefix+"step-"+names[i]+"-µs")
 		}
-		slices.Sort(ds)
-		b.ReportMetric(float64(ds[len(ds)/2])/1e3, "step-"+names[i]+"-µs")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +43,11 @@ func TestSendMessageReplyHandedOn(t *testing.T) {
 				_ = json.Unmarshal(p.Payload, &req)
 				id, _ := json.Marshal(req.ID)
 				m := req.Params.Message
-				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"task":{"id":%q,"contextId":%q,"status":{"state":"TASK_STATE_COMPLETED"},"xVendorNote":"kept"}}}`, id, m.TaskID, m.ContextID)
+				note := "kept"
+				if len(m.Parts) > 0 && m.Parts[0].Text == "big" {
+					note = strings.Repeat("k", 16<<10)
+				}
+				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"task":{"id":%q,"contextId":%q,"status":{"state":"TASK_STATE_COMPLETED"},"xVendorNote":%q}}}`, id, m.TaskID, m.ContextID, note)
 				if len(m.Parts) > 0 && m.Parts[0].Text == "fail" {
 					body = fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32001,"message":"no such task here","data":{"hint":"ask again"}}}`, id)
 				}
@@ -69,6 +74,23 @@ func TestSendMessageReplyHandedOn(t *testing.T) {
 		status, resp, raw = postRaw(t, ctx, endpoint, token, sendBody("", "", "fail"))
 		if resp.Error == nil || resp.Error.Code != -32001 || resp.Error.Message != "no such task here" || !bytes.Contains(resp.Error.Data, []byte("ask again")) {
 			t.Fatalf("an agent's error: %d %s", status, raw)
+		}
+
+		// A result larger than net/http's response buffer goes out with its length, not chunked.
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(sendBody("", "", "big")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		big, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer big.Body.Close()
+		raw, _ = io.ReadAll(big.Body)
+		if big.StatusCode != 200 || big.ContentLength != int64(len(raw)) || len(big.TransferEncoding) != 0 || !bytes.Contains(raw, []byte(strings.Repeat("k", 16<<10))) {
+			t.Fatalf("a large result: status %d, Content-Length %d, Transfer-Encoding %v, %d bytes read", big.StatusCode, big.ContentLength, big.TransferEncoding, len(raw))
 		}
 	})
 }

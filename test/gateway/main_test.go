@@ -83,7 +83,8 @@ func ref(name string) a2amqtt.AgentRef {
 }
 
 // The fleet. "client" is an HTTP caller's identity (ServiceAccount "caller" acts as it);
-// "mqttclient" calls from the bus (the baseline); "memory" (governed) and "direct" (not governed)
+// "mqttclient" calls from the bus (the baseline), "rawclient" too with a raw paho client (the
+// benchmarks' like-for-like pair, rawclients_test.go); "memory" (governed) and "direct" (not governed)
 // are MQTT agents exposed over HTTP; "httpagent" (governed) is an HTTP agent served by a2a-go's
 // server that the gateway holds on the bus; "outsider" is in another unit, so the others'
 // callers rules (SameUnit) do not admit it.
@@ -95,6 +96,7 @@ func fleet(httpAgentURL string) []agentSpec {
 	return []agentSpec{
 		{"client", unit, "", "{serviceAccounts: [caller]}"},
 		{"mqttclient", unit, "", ""},
+		{"rawclient", unit, "", ""},
 		{"memory", unit, "gated", "{expose: true}"},
 		{"direct", unit, "", "{expose: true}"},
 		{"httpagent", unit, "gated", fmt.Sprintf("{url: %q}", httpAgentURL)},
