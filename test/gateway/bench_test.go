@@ -40,12 +40,16 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			defer cancel()
 			st := newStack(b, ctx, kind, startHTTPAgent(b))
 			st.startMQTTAgent(b, ctx, "direct", false)
+			// The governed path: the same agent behind the conversation service (a policy, the
+			// service's admission and history), reached the same way by both transports.
+			st.startMQTTAgent(b, ctx, "memory", true)
 			marks := newCallMarks()
 			st.wrap = marks.wrap
 			gw, _ := st.gateway(b, ctx)
 			token := st.token(b, ctx, "caller")
 			viaHTTP, card := httpClient(b, ctx, gw, "direct", token)
-			viaMQTT := st.requesterAs(b, ctx, "mqttclient").Transport(ref("direct"))
+			requester := st.requesterAs(b, ctx, "mqttclient")
+			viaMQTT := requester.Transport(ref("direct"))
 			httpRaw := newRawHTTP(gw, "direct", token)
 			mqttRaw := st.rawMQTTAs(b, "rawclient", "direct")
 			// The floor: the same HTTP clients and call against a JSON-RPC endpoint that answers
@@ -61,6 +65,10 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			// net/http with the SDK's decoder: the same client weight as the SDK's requester.
 			httpSDKDecode := newRawHTTP(gw, "direct", token)
 			httpSDKDecode.decode = a2amqtt.DecodeResponse
+			govHTTP, _ := httpClient(b, ctx, gw, "memory", token)
+			govMQTT := requester.Transport(ref("memory"))
+			govSDKDecode := newRawHTTP(gw, "memory", token)
+			govSDKDecode.decode = a2amqtt.DecodeResponse
 			clients := []struct {
 				name string
 				send func(ctx context.Context) (any, error)
@@ -84,6 +92,13 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 				{"sdkdec-http", func(ctx context.Context) (any, error) {
 					return marks.timed(ctx, "sdkdec-", func(ctx context.Context) (any, error) { return httpSDKDecode.send(ctx, "hello") })
 				}},
+				{"gov-mqtt", func(ctx context.Context) (any, error) {
+					return govMQTT.SendMessage(ctx, nil, userMsg(uuid.NewString(), "", "hello"))
+				}},
+				{"gov-http", func(ctx context.Context) (any, error) {
+					return govHTTP.SendMessage(ctx, userMsg(uuid.NewString(), "", "hello"))
+				}},
+				{"gov-sdkdec-http", func(ctx context.Context) (any, error) { return govSDKDecode.send(ctx, "hello") }},
 			}
 			call := func(send func(context.Context) (any, error)) time.Duration {
 				start := time.Now()
@@ -124,6 +139,12 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			}
 			// net/http with the SDK's decoder against the SDK's requester.
 			b.ReportMetric(float64(med["sdkdec-http"])/float64(med["mqtt"]), "sdkdec-http/mqtt")
+			// The governed path (through the conversation service), a2a-go's client and net/http
+			// with the SDK's decoder against the SDK's requester, and what the hop alone would make.
+			gm := med["gov-mqtt"]
+			b.ReportMetric(float64(med["gov-http"])/float64(gm), "gov-http/mqtt")
+			b.ReportMetric(float64(med["gov-sdkdec-http"])/float64(gm), "gov-sdkdec-http/mqtt")
+			b.ReportMetric(float64(gm+med["hop"])/float64(gm), "gov-hop-only-ratio")
 			// Connections opened during the timed calls through the gateway (0: every call reused
 			// a kept-alive one).
 			b.ReportMetric(float64(marks.newConns.Load()), "http-new-conns")
@@ -184,7 +205,8 @@ func BenchmarkGatewayStreaming(b *testing.B) {
 			defer resp.Close(context.Background())
 			gw, _ := st.gateway(b, ctx)
 			viaHTTP, _ := httpClient(b, ctx, gw, "direct", st.token(b, ctx, "caller"))
-			viaMQTT := st.requesterAs(b, ctx, "mqttclient").Transport(ref("direct"))
+			requester := st.requesterAs(b, ctx, "mqttclient")
+			viaMQTT := requester.Transport(ref("direct"))
 			stream := func(seq iter.Seq2[a2a.Event, error]) time.Duration {
 				start, n := time.Now(), 0
 				for _, err := range seq {
