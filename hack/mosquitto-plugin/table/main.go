@@ -12,6 +12,9 @@
 //	admin_password       its password, or
 //	admin_password_file  a file holding it (a mounted Secret)
 //	state_dir            where the table is kept (bbolt); empty: memory only
+//
+// Environment (diagnostics, off by default): A2A_FLEET_TABLE_TRACE=1 logs every control message
+// and disk round (mosqtable.PluginConfig.Trace); profile.go's variables take profiles.
 package main
 
 /*
@@ -72,6 +75,7 @@ func a2aTableInit(keys, values **C.char, n C.int) C.uintptr_t {
 			C.a2a_table_kick(u)
 			C.free(unsafe.Pointer(u))
 		},
+		Trace: os.Getenv("A2A_FLEET_TABLE_TRACE") != "",
 		Publish: func(topic string, payload []byte) {
 			t := C.CString(topic)
 			data := C.CBytes(payload)

@@ -44,6 +44,8 @@ type journal struct {
 	// generation is the plugin's request counter: each round stores the value it had before
 	// the round collected its names, so the stored one never claims a change the disk lacks.
 	generation func() uint64
+	// trace logs every round (PluginConfig.Trace).
+	trace bool
 
 	mu      sync.Mutex
 	roles   map[string]struct{}
@@ -68,7 +70,7 @@ type stored struct {
 }
 
 // openJournal opens (or creates) the table file and returns what it holds.
-func openJournal(dir string, store *embedded.Store, generation func() uint64, logf func(string, ...any)) (*journal, stored, error) {
+func openJournal(dir string, store *embedded.Store, generation func() uint64, logf func(string, ...any), trace bool) (*journal, stored, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, stored{}, fmt.Errorf("mosqtable: state dir: %w", err)
 	}
@@ -84,7 +86,7 @@ func openJournal(dir string, store *embedded.Store, generation func() uint64, lo
 		_ = db.Close()
 		return nil, stored{}, err
 	}
-	j := &journal{db: db, store: store, logf: logf, generation: generation, wake: make(chan struct{}, 1), flushes: make(chan chan error),
+	j := &journal{db: db, store: store, logf: logf, generation: generation, trace: trace, wake: make(chan struct{}, 1), flushes: make(chan chan error),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	j.reset()
 	j.lastGen = st.generation
@@ -260,7 +262,12 @@ func (j *journal) write() error {
 	case full != "":
 		err = j.writeAll(full, gen)
 	case len(names.Roles)+len(names.Groups)+len(names.Clients) > 0:
-		err = j.writeSome(names, gen)
+		start := time.Now()
+		var pages int
+		pages, err = j.writeSome(names, gen)
+		if j.trace {
+			j.logf("%s", traceRound(names, pages, time.Since(start)))
+		}
 	case gen != j.lastGen:
 		// Every change it counts is on disk already (its names were taken by an earlier round).
 		err = j.db.Update(func(tx *bolt.Tx) error {
@@ -312,20 +319,24 @@ func (j *journal) writeAll(epoch string, gen uint64) error {
 	})
 }
 
-func (j *journal) writeSome(names acl.Names, gen uint64) error {
+// writeSome writes the named objects; it returns the pages the round wrote.
+func (j *journal) writeSome(names acl.Names, gen uint64) (int, error) {
 	t, err := j.store.ExportTable(&names)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if len(t.Unhashed) > 0 {
 		j.changed(acl.Names{Clients: t.Unhashed})
 	}
-	return j.db.Update(func(tx *bolt.Tx) error {
+	var pages int
+	err = j.db.Update(func(tx *bolt.Tx) error {
 		if err := putTable(tx, t, &names); err != nil {
 			return err
 		}
+		tx.OnCommit(func() { st := tx.Stats(); pages = int(st.GetWrite()) })
 		return tx.Bucket(bucketMeta).Put(keyGeneration, []byte(strconv.FormatUint(gen, 10)))
 	})
+	return pages, err
 }
 
 // putTable writes t's objects; with names, each named object absent from t is deleted.
