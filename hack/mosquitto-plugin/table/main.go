@@ -75,7 +75,6 @@ func a2aTableInit(keys, values **C.char, n C.int) C.uintptr_t {
 			C.a2a_table_kick(u)
 			C.free(unsafe.Pointer(u))
 		},
-		Trace: os.Getenv("A2A_FLEET_TABLE_TRACE") != "",
 		Publish: func(topic string, payload []byte) {
 			t := C.CString(topic)
 			data := C.CBytes(payload)
@@ -83,6 +82,9 @@ func a2aTableInit(keys, values **C.char, n C.int) C.uintptr_t {
 			C.free(data)
 			C.free(unsafe.Pointer(t))
 		},
+	}
+	if os.Getenv("A2A_FLEET_TABLE_TRACE") != "" {
+		cfg.Trace = os.Stderr
 	}
 	ks := unsafe.Slice(keys, int(n))
 	vs := unsafe.Slice(values, int(n))

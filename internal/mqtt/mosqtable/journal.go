@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,8 +45,8 @@ type journal struct {
 	// generation is the plugin's request counter: each round stores the value it had before
 	// the round collected its names, so the stored one never claims a change the disk lacks.
 	generation func() uint64
-	// trace logs every round (PluginConfig.Trace).
-	trace bool
+	// trace gets every round (PluginConfig.Trace; nil: none).
+	trace io.Writer
 
 	mu      sync.Mutex
 	roles   map[string]struct{}
@@ -70,7 +71,7 @@ type stored struct {
 }
 
 // openJournal opens (or creates) the table file and returns what it holds.
-func openJournal(dir string, store *embedded.Store, generation func() uint64, logf func(string, ...any), trace bool) (*journal, stored, error) {
+func openJournal(dir string, store *embedded.Store, generation func() uint64, logf func(string, ...any), trace io.Writer) (*journal, stored, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, stored{}, fmt.Errorf("mosqtable: state dir: %w", err)
 	}
@@ -265,8 +266,8 @@ func (j *journal) write() error {
 		start := time.Now()
 		var pages int
 		pages, err = j.writeSome(names, gen)
-		if j.trace {
-			j.logf("%s", traceRound(names, pages, time.Since(start)))
+		if j.trace != nil {
+			traceRound(j.trace, names, pages, time.Since(start))
 		}
 	case gen != j.lastGen:
 		// Every change it counts is on disk already (its names were taken by an earlier round).

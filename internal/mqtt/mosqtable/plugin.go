@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,10 +34,12 @@ type PluginConfig struct {
 	Publish func(topic string, payload []byte)
 	// Logf writes to the broker's log.
 	Logf func(format string, args ...any)
-	// Trace logs one line per control message (its sender, op, commands, sizes and time, and
-	// the CONNECT and ACL checks since the previous one) and one per disk round: what a change
-	// brings to the broker, counted. Off by default (the plugin's A2A_FLEET_TABLE_TRACE).
-	Trace bool
+	// Trace, when set, gets one line per control message (its sender, op, commands, sizes and
+	// time, and the CONNECT and ACL checks since the previous one) and one per disk round: what
+	// a change brings to the broker, counted. Nil by default (the plugin's
+	// A2A_FLEET_TABLE_TRACE sets its stderr). Not the broker's log: the disk rounds run off the
+	// broker's thread, and Mosquitto's logging is not for other threads.
+	Trace io.Writer
 }
 
 // Plugin is the decision table inside the broker. Every method runs on Mosquitto's single
@@ -160,7 +163,7 @@ func (p *Plugin) Allows(username string, access acl.Access, topic string) bool {
 	if username == "" {
 		return false
 	}
-	if p.cfg.Trace {
+	if p.cfg.Trace != nil {
 		p.traced.check(access)
 	}
 	return p.store.Allows(username, access, topic)
@@ -186,7 +189,7 @@ func (p *Plugin) Status() Status {
 // result is published on ResponseTopic. Only the admin is answered at all.
 func (p *Plugin) Control(sender string, payload []byte) []byte {
 	var req Request
-	if !p.cfg.Trace {
+	if p.cfg.Trace == nil {
 		return p.control(sender, payload, &req)
 	}
 	start := time.Now()

@@ -2,6 +2,7 @@ package mosqtable
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -24,7 +25,7 @@ func (c *traceCounts) check(a acl.Access) {
 
 // countAuth counts a CONNECT for Trace; it is always true (it sits in Authenticate's checks).
 func (p *Plugin) countAuth() bool {
-	if p.cfg.Trace {
+	if p.cfg.Trace != nil {
 		p.traced.auths++
 	}
 	return true
@@ -38,12 +39,12 @@ func (p *Plugin) trace(sender string, payload []byte, req Request, out []byte, t
 	}
 	c := p.traced
 	p.traced = traceCounts{}
-	p.cfg.Logf("a2a-fleet table trace: control from %s op=%s commands=%d [%s] in=%dB out=%dB took=%s; since the last: %d CONNECT, checks publish=%d receive=%d subscribe=%d unsubscribe=%d",
-		sender, req.Op, len(req.Commands), strings.Join(ops, ","), len(payload), len(out), took,
+	fmt.Fprintf(p.cfg.Trace, "%s a2a-fleet table trace: control from %s op=%s commands=%d [%s] in=%dB out=%dB took=%s; since the last: %d CONNECT, checks publish=%d receive=%d subscribe=%d unsubscribe=%d\n",
+		time.Now().UTC().Format(time.RFC3339Nano), sender, req.Op, len(req.Commands), strings.Join(ops, ","), len(payload), len(out), took,
 		c.auths, c.checks[acl.Publish], c.checks[acl.Receive], c.checks[acl.Subscribe], c.checks[acl.Unsubscribe])
 }
 
-// traceRound describes one disk round for Trace.
-func traceRound(n acl.Names, pages int, took time.Duration) string {
-	return fmt.Sprintf("a2a-fleet table trace: disk round roles=%d groups=%d clients=%d, %d page writes, took=%s", len(n.Roles), len(n.Groups), len(n.Clients), pages, took)
+// traceRound writes one disk round to w (Trace).
+func traceRound(w io.Writer, n acl.Names, pages int, took time.Duration) {
+	fmt.Fprintf(w, "%s a2a-fleet table trace: disk round roles=%d groups=%d clients=%d, %d page writes, took=%s\n", time.Now().UTC().Format(time.RFC3339Nano), len(n.Roles), len(n.Groups), len(n.Clients), pages, took)
 }
