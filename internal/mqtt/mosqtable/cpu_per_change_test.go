@@ -178,7 +178,7 @@ func newSharedRoles(n int) *sharedRoles {
 
 // memberACL is what a scope's callers may do to member i: publish to its request topic.
 func memberACL(i int) acl.ACL {
-	return acl.ACL{Type: acl.PublishClientSend, Topic: fmt.Sprintf("a2a/v1/rpc/o/u%d/agent-%05d/request", i%10, i), Allow: true}
+	return acl.ACL{Type: acl.PublishClientSend, Topic: fmt.Sprintf("rpc/o/u%d/agent-%05d/request", i%10, i), Allow: true}
 }
 
 func (s *sharedRoles) create() []acl.Command {

@@ -182,7 +182,7 @@ func (p *Plugin) Status() Status {
 	p.mu.Lock()
 	epoch := p.epoch
 	p.mu.Unlock()
-	return Status{Loaded: p.loaded.Load(), Epoch: epoch, Boot: p.boot, Generation: p.gen.Load(), Clients: c, Roles: r, Groups: g}
+	return Status{Loaded: p.loaded.Load(), Epoch: epoch, Boot: p.boot, Generation: p.gen.Load(), RoleEdits: true, Clients: c, Roles: r, Groups: g}
 }
 
 // Control answers one message on ControlTopic from sender (the publisher's username); the
@@ -228,6 +228,11 @@ func (p *Plugin) handle(req Request) Response {
 	case OpExecute:
 		if !p.loaded.Load() {
 			resp.Error = ErrTableNotLoaded
+			return resp
+		}
+		if err := applyEdits(p.store, &req, p.gen.Load()); err != nil {
+			p.cfg.Logf("a2a-fleet table: %s: %v", ErrStaleEdit, err)
+			resp.Error = ErrStaleEdit
 			return resp
 		}
 		outs, err := p.store.ExecuteEach(context.Background(), req.Commands)
