@@ -73,7 +73,7 @@ func (w *profileWindow) stop() {
 		return
 	}
 	time.Sleep(2500 * time.Millisecond)
-	list, err := r.env.Exec(ctx, cluster.Namespace, w.pod, "mosquitto", "sh", "-c", "cd "+w.dir+" && ls *-1.pprof *-1.txt")
+	list, err := r.env.Exec(ctx, cluster.Namespace, w.pod, "mosquitto", "sh", "-c", "cd "+w.dir+" && ls *.pprof *.txt")
 	if err != nil {
 		r.b.Logf("plugin profile: %v", err)
 		return

@@ -223,13 +223,22 @@ type Desired struct {
 // their relative order, which is what dynsec's ordered insert does).
 func Canonical(acls []ACL) []ACL {
 	out := append([]ACL(nil), acls...)
-	sort.SliceStable(out, func(i, j int) bool {
-		ti, tj := aclTypeOrder[out[i].Type], aclTypeOrder[out[j].Type]
-		if ti != tj {
-			return ti < tj
+	less := func(a, b ACL) bool {
+		ta, tb := aclTypeOrder[a.Type], aclTypeOrder[b.Type]
+		if ta != tb {
+			return ta < tb
 		}
-		return out[i].Priority > out[j].Priority
-	})
+		return a.Priority > b.Priority
+	}
+	// A stable sort leaves a sorted list as it is: a list already in order (a role as stored,
+	// with a rule more) costs one pass instead of a sort.
+	sorted := true
+	for i := 1; i < len(out) && sorted; i++ {
+		sorted = !less(out[i], out[i-1])
+	}
+	if !sorted {
+		sort.SliceStable(out, func(i, j int) bool { return less(out[i], out[j]) })
+	}
 	return out
 }
 
