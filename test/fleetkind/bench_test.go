@@ -594,10 +594,18 @@ func (r *bench) perChange(ctx context.Context, size int) {
 	r.perChangeSeen = append(r.perChangeSeen, perChangeRow{size, add, rot})
 	if n := len(r.perChangeSeen); n > 1 {
 		first, last := r.perChangeSeen[0], r.perChangeSeen[n-1]
+		addRatio := float64(last.add) / float64(max(first.add, 1))
 		r.logf("per change ratio %d/%d: new Agent %.2f, rotation %.2f", last.size, first.size,
-			float64(last.add)/float64(max(first.add, 1)), float64(last.rot)/float64(max(first.rot, 1)))
+			addRatio, float64(last.rot)/float64(max(first.rot, 1)))
+		b.ReportMetric(addRatio, "new-agent-broker-cpu-ratio")
+		if addRatio > maxPerChangeRatio {
+			b.Errorf("a new Agent costs the broker %.2f× more CPU at %d configured than at %d (want ≤ %.1f×: a change must not grow with the table)", addRatio, last.size, first.size, maxPerChangeRatio)
+		}
 	}
 }
+
+// maxPerChangeRatio bounds a new Agent's broker CPU at the largest size over the smallest's.
+const maxPerChangeRatio = 1.3
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 

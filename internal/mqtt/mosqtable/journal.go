@@ -34,6 +34,10 @@ var (
 	// bucketRoleEdits holds edits of large roles (roleedit.go): key role name, 0, sequence
 	// (big-endian), so a role's edits follow its name in order.
 	bucketRoleEdits = []byte("roleEdits")
+	// bucketLargeRoles holds the roles of minEditRules rules or more, apart from the others:
+	// bbolt rewrites a whole leaf when one key of it changes, and a new Agent's small role
+	// inserted beside a unit's large one would rewrite that one with it.
+	bucketLargeRoles = []byte("largeRoles")
 	// keyEpochEdits holds the epoch instead of keyEpoch in a file that may hold role edits: a
 	// plugin from before them finds no epoch, hence no table, and fails closed until the
 	// operator imports one, instead of loading the large roles without their last edits.
@@ -137,13 +141,15 @@ func readTable(db *bolt.DB) (stored, error) {
 		}
 		t = &embedded.Table{Version: embedded.TableVersion, State: acl.NewState(nil, nil, nil)}
 		var creds map[string]json.RawMessage
-		if err := readBucket(tx, bucketRoles, func(k string, v []byte) error {
-			var r acl.Role
-			err := json.Unmarshal(v, &r)
-			t.State.Roles[k] = r
-			return err
-		}); err != nil {
-			return err
+		for _, b := range [][]byte{bucketRoles, bucketLargeRoles} {
+			if err := readBucket(tx, b, func(k string, v []byte) error {
+				var r acl.Role
+				err := json.Unmarshal(v, &r)
+				t.State.Roles[k] = r
+				return err
+			}); err != nil {
+				return err
+			}
 		}
 		if err := readBucket(tx, bucketGroups, func(k string, v []byte) error {
 			var g acl.Group
@@ -324,7 +330,7 @@ func (j *journal) writeAll(epoch string, gen uint64) error {
 		j.changed(acl.Names{Clients: t.Unhashed})
 	}
 	err = j.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketRoles, bucketGroups, bucketClients, bucketCreds, bucketRoleEdits} {
+		for _, name := range [][]byte{bucketMeta, bucketRoles, bucketGroups, bucketClients, bucketCreds, bucketRoleEdits, bucketLargeRoles} {
 			if tx.Bucket(name) != nil {
 				if err := tx.DeleteBucket(name); err != nil {
 					return err
@@ -388,7 +394,7 @@ func (j *journal) writeSome(names acl.Names, gen uint64) (int, error) {
 // putTable writes t's objects; with names, each named object absent from t is deleted.
 func putTable(tx *bolt.Tx, t embedded.Table, names *acl.Names) error {
 	buckets := map[string]*bolt.Bucket{}
-	for _, name := range [][]byte{bucketMeta, bucketRoles, bucketGroups, bucketClients, bucketCreds} {
+	for _, name := range [][]byte{bucketMeta, bucketRoles, bucketGroups, bucketClients, bucketCreds, bucketLargeRoles} {
 		b, err := tx.CreateBucketIfNotExists(name)
 		if err != nil {
 			return err
@@ -403,7 +409,14 @@ func putTable(tx *bolt.Tx, t embedded.Table, names *acl.Names) error {
 		return buckets[string(bucket)].Put([]byte(k), data)
 	}
 	for k, v := range t.State.Roles {
-		if err := put(bucketRoles, k, v); err != nil {
+		in, other := bucketRoles, bucketLargeRoles
+		if len(v.ACLs) >= minEditRules {
+			in, other = other, in
+		}
+		if err := put(in, k, v); err != nil {
+			return err
+		}
+		if err := buckets[string(other)].Delete([]byte(k)); err != nil {
 			return err
 		}
 	}
@@ -440,8 +453,10 @@ func putTable(tx *bolt.Tx, t embedded.Table, names *acl.Names) error {
 		}
 		return nil
 	}
-	if err := del(bucketRoles, names.Roles, func(k string) bool { _, ok := t.State.Roles[k]; return ok }); err != nil {
-		return err
+	for _, b := range [][]byte{bucketRoles, bucketLargeRoles} {
+		if err := del(b, names.Roles, func(k string) bool { _, ok := t.State.Roles[k]; return ok }); err != nil {
+			return err
+		}
 	}
 	if err := del(bucketGroups, names.Groups, func(k string) bool { _, ok := t.State.Groups[k]; return ok }); err != nil {
 		return err
