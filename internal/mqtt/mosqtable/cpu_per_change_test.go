@@ -24,14 +24,18 @@ import (
 // fleet benchmark on kind reads from the container's cgroup, at 1 000 and 10 000 configured
 // clients (TABLE_CLIENTS), in the same run. Per size: a fresh broker is filled, let go idle,
 // its idle CPU is measured, then CHANGES (default 200) new agents (a role, a client with a
-// password and the link: one message, as the operator sends them) and as many password
-// rotations (one message each) are sent one at a time; the process's CPU over each batch and
+// password and the link: one message; its retained card; and, for the two thirds whose callers
+// are SameUnit or SameOrg, its unit's or org's shared role with one rule more, as the operator's
+// shared controller sends it: sharedRoles) and as many password rotations (one message each)
+// are sent one at a time; the process's CPU over each batch and
 // the settle after it (every thread's schedstat), less the idle CPU over the same time, is
 // divided by the changes. The largest size's cost per new agent must stay within 1.5× the
 // smallest's.
 //
 // BROKER_PERF=dir records each batch with `perf record -g` into dir (perf must be installed
 // and allowed to attach): `perf report -i dir/<size>-<kind>.data` says where the time goes.
+// A2A_FLEET_TABLE_PROFILE_DIR=dir takes the plugin's own CPU and allocation profiles of the
+// new-agent batch into dir (<size>-new-agent-*.pprof).
 //
 //	go test ./internal/mqtt/mosqtable -run '^$' -bench BrokerCPUPerChange -benchtime 1x -timeout 30m
 func BenchmarkBrokerCPUPerChange(b *testing.B) {
