@@ -12,6 +12,9 @@
 //	admin_password       its password, or
 //	admin_password_file  a file holding it (a mounted Secret)
 //	state_dir            where the table is kept (bbolt); empty: memory only
+//
+// Environment (diagnostics, off by default): A2A_FLEET_TABLE_TRACE=1 logs every control message
+// and disk round (mosqtable.PluginConfig.Trace); profile.go's variables take profiles.
 package main
 
 /*
@@ -79,6 +82,9 @@ func a2aTableInit(keys, values **C.char, n C.int) C.uintptr_t {
 			C.free(data)
 			C.free(unsafe.Pointer(t))
 		},
+	}
+	if os.Getenv("A2A_FLEET_TABLE_TRACE") != "" {
+		cfg.Trace = os.Stderr
 	}
 	ks := unsafe.Slice(keys, int(n))
 	vs := unsafe.Slice(values, int(n))

@@ -319,14 +319,22 @@ func (b *Backend) executeBatch(ctx context.Context, cmds []acl.Command) ([]embed
 		if err := b.ensureSynced(ctx); err != nil {
 			return nil, err
 		}
+		req := Request{Op: OpExecute, Commands: cmds}
+		if attempt == 1 && b.origin.roleEdits {
+			// Large shared roles go as edits of the mirror's, which is the plugin's table of
+			// generation origin.gen (synced).
+			req.Commands, req.Edits = roleEdits(ctx, b.mirror, cmds)
+			req.Base = b.origin.gen
+		}
 		exchange := b.exchanges.Add(1)
-		resp, err := b.request(ctx, Request{Op: OpExecute, Commands: cmds})
+		resp, err := b.request(ctx, req)
 		if err != nil {
 			// The broker may or may not have applied them: read it again next time.
 			b.synced = false
 			return nil, err
 		}
-		if resp.Error == ErrTableNotLoaded && attempt == 1 {
+		if (resp.Error == ErrTableNotLoaded || resp.Error == ErrStaleEdit) && attempt == 1 {
+			// Nothing was applied: read the plugin's table again, then send the lists whole.
 			b.synced = false
 			continue
 		}
@@ -407,6 +415,8 @@ const (
 type origin struct {
 	epoch, boot string
 	gen         uint64
+	// roleEdits: the plugin takes role edits (Status.RoleEdits).
+	roleEdits bool
 }
 
 // decideSync picks the action for the plugin's status st, given the mirror's origin o and
@@ -475,7 +485,7 @@ func (b *Backend) sync(ctx context.Context) error {
 		}
 		got = resp.Status
 	}
-	b.origin = origin{epoch: got.Epoch, boot: got.Boot, gen: got.Generation}
+	b.origin = origin{epoch: got.Epoch, boot: got.Boot, gen: got.Generation, roleEdits: got.RoleEdits}
 	b.synced, b.syncedLink, b.confirmed = true, link, exchange
 	return nil
 }

@@ -2,6 +2,7 @@ package mosqtable
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,14 +24,18 @@ import (
 // fleet benchmark on kind reads from the container's cgroup, at 1 000 and 10 000 configured
 // clients (TABLE_CLIENTS), in the same run. Per size: a fresh broker is filled, let go idle,
 // its idle CPU is measured, then CHANGES (default 200) new agents (a role, a client with a
-// password and the link: one message, as the operator sends them) and as many password
-// rotations (one message each) are sent one at a time; the process's CPU over each batch and
+// password and the link: one message; its retained card; and, for the two thirds whose callers
+// are SameUnit or SameOrg, its unit's or org's shared role with one rule more, as the operator's
+// shared controller sends it: sharedRoles) and as many password rotations (one message each)
+// are sent one at a time; the process's CPU over each batch and
 // the settle after it (every thread's schedstat), less the idle CPU over the same time, is
 // divided by the changes. The largest size's cost per new agent must stay within 1.5× the
 // smallest's.
 //
 // BROKER_PERF=dir records each batch with `perf record -g` into dir (perf must be installed
 // and allowed to attach): `perf report -i dir/<size>-<kind>.data` says where the time goes.
+// A2A_FLEET_TABLE_PROFILE_DIR=dir takes the plugin's own CPU and allocation profiles of the
+// new-agent batch into dir (<size>-new-agent-*.pprof).
 //
 //	go test ./internal/mqtt/mosqtable -run '^$' -bench BrokerCPUPerChange -benchtime 1x -timeout 30m
 func BenchmarkBrokerCPUPerChange(b *testing.B) {
@@ -83,6 +88,8 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 		ExtraConfig: fmt.Sprintf("persistence true\npersistence_location %s/\nautosave_interval 3600\n", b.TempDir())})
 	be := connect(b, m)
 	execute(b, be, fleet(n))
+	shared := newSharedRoles(n)
+	execute(b, be, shared.create())
 	if err := be.mirror.Flush(); err != nil {
 		b.Fatal(err)
 	}
@@ -118,11 +125,17 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 		main = float64(after.main-before.main) / 1e6 / float64(changes)
 		return all, main
 	}
+	profile := startProfileWindow(b)
 	newAll, newMain := batch("new-agent", func(i int) []acl.Command {
 		_, c := agent(n + i)
 		publishCard(b, cards, n+i) // the operator publishes the new Agent's card, retained
+		// The shared controller's message: the scope's role with the new member.
+		if role := shared.join(n + i); role != nil {
+			execute(b, be, role)
+		}
 		return c
 	})
+	profile(fmt.Sprintf("%d-new-agent", n))
 	rotAll, rotMain := batch("rotation", func(i int) []acl.Command {
 		return []acl.Command{{Op: acl.OpSetClientPassword, Username: fmt.Sprintf("a2a:o/u/agent-%05d", i), Password: fmt.Sprintf("rotated-%d", i)}}
 	})
@@ -137,6 +150,84 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 		n, newAll, newMain, rotAll, rotMain, idleRate*1e3, changes, loadAvg())
 	m.Kill()
 	return newAll
+}
+
+// sharedRoles models the operator's shared roles (internal/registration): each unit's and the
+// org's role hold one rule per member of that scope (an agent whose callers are SameUnit or
+// SameOrg: a third of the fleet each, units of a tenth), and a new member's role is sent whole
+// (modifyRole carrying the full list, which kicks nobody), as the shared controller sends it.
+type sharedRoles struct {
+	members map[string][]acl.ACL
+}
+
+func sharedRoleOf(i int) string {
+	switch i % 3 {
+	case 1:
+		return fmt.Sprintf("a2a:unit:o/u%d", i%10)
+	case 2:
+		return "a2a:org:o"
+	}
+	return ""
+}
+
+func newSharedRoles(n int) *sharedRoles {
+	s := &sharedRoles{members: map[string][]acl.ACL{}}
+	for i := range n {
+		if role := sharedRoleOf(i); role != "" {
+			s.members[role] = append(s.members[role], memberACL(i))
+		}
+	}
+	return s
+}
+
+// memberACL is what a scope's callers may do to member i: publish to its request topic.
+func memberACL(i int) acl.ACL {
+	return acl.ACL{Type: acl.PublishClientSend, Topic: fmt.Sprintf("rpc/o/u%d/agent-%05d/request", i%10, i), Allow: true}
+}
+
+func (s *sharedRoles) create() []acl.Command {
+	var cmds []acl.Command
+	for _, role := range slices.Sorted(maps.Keys(s.members)) {
+		cmds = append(cmds, acl.Command{Op: acl.OpCreateRole, Role: role, ACLs: slices.Clone(s.members[role])})
+	}
+	return cmds
+}
+
+// join adds agent i to its scope's role and returns the command that sends the role (nil when
+// its callers are None).
+func (s *sharedRoles) join(i int) []acl.Command {
+	role := sharedRoleOf(i)
+	if role == "" {
+		return nil
+	}
+	s.members[role] = append(s.members[role], memberACL(i))
+	return []acl.Command{{Op: acl.OpModifyRole, Role: role, ACLs: slices.Clone(s.members[role])}}
+}
+
+// startProfileWindow, when A2A_FLEET_TABLE_PROFILE_DIR is set (the broker inherits it: the
+// plugin's profile windows, hack/mosquitto-plugin/table/profile.go), starts one; the returned
+// function ends it and renames its files after name.
+func startProfileWindow(b testing.TB) func(name string) {
+	dir := os.Getenv("A2A_FLEET_TABLE_PROFILE_DIR")
+	if dir == "" {
+		return func(string) {}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "start"), nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	return func(name string) {
+		if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(2500 * time.Millisecond)
+		for _, f := range []string{"cpu-1.pprof", "allocs-1.pprof", "allocs-1-before.pprof", "gc-1.txt"} {
+			_ = os.Rename(filepath.Join(dir, f), filepath.Join(dir, name+"-"+f))
+		}
+		if gc, err := os.ReadFile(filepath.Join(dir, name+"-gc-1.txt")); err == nil {
+			b.Logf("%s: %s", name, gc)
+		}
+	}
 }
 
 // publishCard publishes agent i's card (≈ 1 KiB, retained), as the operator does.

@@ -1,9 +1,12 @@
 package mosqtable
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,6 +31,17 @@ var (
 	bucketClients = []byte("clients")
 	bucketCreds   = []byte("credentials")
 	keyEpoch      = []byte("epoch")
+	// bucketRoleEdits holds edits of large roles (roleedit.go): key role name, 0, sequence
+	// (big-endian), so a role's edits follow its name in order.
+	bucketRoleEdits = []byte("roleEdits")
+	// bucketLargeRoles holds the roles of minEditRules rules or more, apart from the others:
+	// bbolt rewrites a whole leaf when one key of it changes, and a new Agent's small role
+	// inserted beside a unit's large one would rewrite that one with it.
+	bucketLargeRoles = []byte("largeRoles")
+	// keyEpochEdits holds the epoch instead of keyEpoch in a file that may hold role edits: a
+	// plugin from before them finds no epoch, hence no table, and fails closed until the
+	// operator imports one, instead of loading the large roles without their last edits.
+	keyEpochEdits = []byte("epochWithRoleEdits")
 	keyGeneration = []byte("generation")
 	keyDefault    = []byte("defaultACLAccess")
 	keyVersion    = []byte("version")
@@ -44,6 +58,8 @@ type journal struct {
 	// generation is the plugin's request counter: each round stores the value it had before
 	// the round collected its names, so the stored one never claims a change the disk lacks.
 	generation func() uint64
+	// trace gets every round (PluginConfig.Trace; nil: none).
+	trace io.Writer
 
 	mu      sync.Mutex
 	roles   map[string]struct{}
@@ -52,6 +68,11 @@ type journal struct {
 	full    string // non-empty: rewrite everything under this epoch
 	lastErr error
 	lastGen uint64 // the generation on disk
+
+	// written is, per large role, its list as the disk holds it (its record and its edits),
+	// and edits the count of its edit records (writer goroutine only).
+	written map[string][]acl.ACL
+	edits   map[string]int
 
 	wake    chan struct{}
 	flushes chan chan error
@@ -68,7 +89,7 @@ type stored struct {
 }
 
 // openJournal opens (or creates) the table file and returns what it holds.
-func openJournal(dir string, store *embedded.Store, generation func() uint64, logf func(string, ...any)) (*journal, stored, error) {
+func openJournal(dir string, store *embedded.Store, generation func() uint64, logf func(string, ...any), trace io.Writer) (*journal, stored, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, stored{}, fmt.Errorf("mosqtable: state dir: %w", err)
 	}
@@ -84,10 +105,11 @@ func openJournal(dir string, store *embedded.Store, generation func() uint64, lo
 		_ = db.Close()
 		return nil, stored{}, err
 	}
-	j := &journal{db: db, store: store, logf: logf, generation: generation, wake: make(chan struct{}, 1), flushes: make(chan chan error),
+	j := &journal{db: db, store: store, logf: logf, generation: generation, trace: trace, wake: make(chan struct{}, 1), flushes: make(chan chan error),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	j.reset()
 	j.lastGen = st.generation
+	j.forgetWritten()
 	go j.run()
 	return j, st, nil
 }
@@ -103,22 +125,31 @@ func readTable(db *bolt.DB) (stored, error) {
 	var gen uint64
 	err := db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
-		if meta == nil || meta.Get(keyEpoch) == nil {
+		if meta == nil {
 			return nil
 		}
-		epoch = string(meta.Get(keyEpoch))
+		e := meta.Get(keyEpochEdits)
+		if e == nil {
+			e = meta.Get(keyEpoch)
+		}
+		if e == nil {
+			return nil
+		}
+		epoch = string(e)
 		if g := meta.Get(keyGeneration); g != nil {
 			gen, _ = strconv.ParseUint(string(g), 10, 64)
 		}
 		t = &embedded.Table{Version: embedded.TableVersion, State: acl.NewState(nil, nil, nil)}
 		var creds map[string]json.RawMessage
-		if err := readBucket(tx, bucketRoles, func(k string, v []byte) error {
-			var r acl.Role
-			err := json.Unmarshal(v, &r)
-			t.State.Roles[k] = r
-			return err
-		}); err != nil {
-			return err
+		for _, b := range [][]byte{bucketRoles, bucketLargeRoles} {
+			if err := readBucket(tx, b, func(k string, v []byte) error {
+				var r acl.Role
+				err := json.Unmarshal(v, &r)
+				t.State.Roles[k] = r
+				return err
+			}); err != nil {
+				return err
+			}
 		}
 		if err := readBucket(tx, bucketGroups, func(k string, v []byte) error {
 			var g acl.Group
@@ -134,6 +165,9 @@ func readTable(db *bolt.DB) (stored, error) {
 			t.State.Clients[k] = c
 			return err
 		}); err != nil {
+			return err
+		}
+		if err := readRoleEdits(tx, t.State.Roles); err != nil {
 			return err
 		}
 		creds = map[string]json.RawMessage{}
@@ -260,7 +294,12 @@ func (j *journal) write() error {
 	case full != "":
 		err = j.writeAll(full, gen)
 	case len(names.Roles)+len(names.Groups)+len(names.Clients) > 0:
-		err = j.writeSome(names, gen)
+		start := time.Now()
+		var pages int
+		pages, err = j.writeSome(names, gen)
+		if j.trace != nil {
+			traceRound(j.trace, names, pages, time.Since(start))
+		}
 	case gen != j.lastGen:
 		// Every change it counts is on disk already (its names were taken by an earlier round).
 		err = j.db.Update(func(tx *bolt.Tx) error {
@@ -290,8 +329,8 @@ func (j *journal) writeAll(epoch string, gen uint64) error {
 	if len(t.Unhashed) > 0 {
 		j.changed(acl.Names{Clients: t.Unhashed})
 	}
-	return j.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketRoles, bucketGroups, bucketClients, bucketCreds} {
+	err = j.db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketRoles, bucketGroups, bucketClients, bucketCreds, bucketRoleEdits, bucketLargeRoles} {
 			if tx.Bucket(name) != nil {
 				if err := tx.DeleteBucket(name); err != nil {
 					return err
@@ -308,30 +347,54 @@ func (j *journal) writeAll(epoch string, gen uint64) error {
 		if err := meta.Put(keyGeneration, []byte(strconv.FormatUint(gen, 10))); err != nil {
 			return err
 		}
-		return meta.Put(keyEpoch, []byte(epoch))
+		return meta.Put(keyEpochEdits, []byte(epoch))
 	})
+	j.forgetWritten()
+	if err == nil {
+		for k, r := range t.State.Roles {
+			if len(r.ACLs) >= minEditRules {
+				j.written[k] = r.ACLs
+			}
+		}
+	}
+	return err
 }
 
-func (j *journal) writeSome(names acl.Names, gen uint64) error {
+// writeSome writes the named objects; it returns the pages the round wrote.
+func (j *journal) writeSome(names acl.Names, gen uint64) (int, error) {
 	t, err := j.store.ExportTable(&names)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if len(t.Unhashed) > 0 {
 		j.changed(acl.Names{Clients: t.Unhashed})
 	}
-	return j.db.Update(func(tx *bolt.Tx) error {
+	var pages int
+	var done func()
+	err = j.db.Update(func(tx *bolt.Tx) error {
+		var err error
+		if done, err = j.putRoleEdits(tx, &t, &names); err != nil {
+			return err
+		}
 		if err := putTable(tx, t, &names); err != nil {
 			return err
 		}
+		tx.OnCommit(func() { st := tx.Stats(); pages = int(st.GetWrite()) })
 		return tx.Bucket(bucketMeta).Put(keyGeneration, []byte(strconv.FormatUint(gen, 10)))
 	})
+	if err != nil {
+		// What the disk holds of the large roles is not known: write them whole next time.
+		j.forgetWritten()
+	} else {
+		done()
+	}
+	return pages, err
 }
 
 // putTable writes t's objects; with names, each named object absent from t is deleted.
 func putTable(tx *bolt.Tx, t embedded.Table, names *acl.Names) error {
 	buckets := map[string]*bolt.Bucket{}
-	for _, name := range [][]byte{bucketMeta, bucketRoles, bucketGroups, bucketClients, bucketCreds} {
+	for _, name := range [][]byte{bucketMeta, bucketRoles, bucketGroups, bucketClients, bucketCreds, bucketLargeRoles} {
 		b, err := tx.CreateBucketIfNotExists(name)
 		if err != nil {
 			return err
@@ -346,7 +409,14 @@ func putTable(tx *bolt.Tx, t embedded.Table, names *acl.Names) error {
 		return buckets[string(bucket)].Put([]byte(k), data)
 	}
 	for k, v := range t.State.Roles {
-		if err := put(bucketRoles, k, v); err != nil {
+		in, other := bucketRoles, bucketLargeRoles
+		if len(v.ACLs) >= minEditRules {
+			in, other = other, in
+		}
+		if err := put(in, k, v); err != nil {
+			return err
+		}
+		if err := buckets[string(other)].Delete([]byte(k)); err != nil {
 			return err
 		}
 	}
@@ -383,8 +453,10 @@ func putTable(tx *bolt.Tx, t embedded.Table, names *acl.Names) error {
 		}
 		return nil
 	}
-	if err := del(bucketRoles, names.Roles, func(k string) bool { _, ok := t.State.Roles[k]; return ok }); err != nil {
-		return err
+	for _, b := range [][]byte{bucketRoles, bucketLargeRoles} {
+		if err := del(b, names.Roles, func(k string) bool { _, ok := t.State.Roles[k]; return ok }); err != nil {
+			return err
+		}
 	}
 	if err := del(bucketGroups, names.Groups, func(k string) bool { _, ok := t.State.Groups[k]; return ok }); err != nil {
 		return err
@@ -403,4 +475,140 @@ func setKeys(m map[string]struct{}) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// maxRoleEdits is how many edit records a role gathers before it is written whole again (its
+// edits deleted): a change writes its own rules plus, amortised, 1/maxRoleEdits of the role.
+const maxRoleEdits = 64
+
+func (j *journal) forgetWritten() {
+	j.written, j.edits = map[string][]acl.ACL{}, map[string]int{}
+}
+
+// putRoleEdits writes, for each large role of t whose list on disk is known, the change as an
+// edit record (RoleEdit) instead of the whole role, and takes those roles out of t and names
+// (putTable writes the rest whole). A role written whole loses its edit records. The returned
+// function records, once the transaction committed, what the disk holds.
+func (j *journal) putRoleEdits(tx *bolt.Tx, t *embedded.Table, names *acl.Names) (func(), error) {
+	edits, err := tx.CreateBucketIfNotExists(bucketRoleEdits)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return nil, err
+	}
+	if e := meta.Get(keyEpoch); e != nil {
+		// A file written before role edits: its epoch moves to the key they need.
+		if err := meta.Put(keyEpochEdits, append([]byte(nil), e...)); err != nil {
+			return nil, err
+		}
+		if err := meta.Delete(keyEpoch); err != nil {
+			return nil, err
+		}
+	}
+	written := map[string][]acl.ACL{}
+	counts := map[string]int{}
+	var whole []string
+	keepNames := names.Roles[:0:0]
+	for _, k := range names.Roles {
+		r, exists := t.State.Roles[k]
+		prev, known := j.written[k]
+		if exists && known && j.edits[k] < maxRoleEdits {
+			if e, ok := splice(prev, r.ACLs); ok {
+				seq, err := edits.NextSequence()
+				if err != nil {
+					return nil, err
+				}
+				data, err := json.Marshal(e)
+				if err != nil {
+					return nil, err
+				}
+				if err := edits.Put(roleEditKey(k, seq), data); err != nil {
+					return nil, err
+				}
+				written[k], counts[k] = r.ACLs, j.edits[k]+1
+				delete(t.State.Roles, k)
+				continue
+			}
+		}
+		// Written whole (or deleted) by putTable: its edits go.
+		if err := deleteRoleEdits(edits, k); err != nil {
+			return nil, err
+		}
+		keepNames = append(keepNames, k)
+		whole = append(whole, k)
+		if exists && len(r.ACLs) >= minEditRules {
+			written[k], counts[k] = r.ACLs, 0
+		}
+	}
+	names.Roles = keepNames
+	return func() {
+		for _, k := range whole {
+			delete(j.written, k)
+			delete(j.edits, k)
+		}
+		for k, l := range written {
+			j.written[k], j.edits[k] = l, counts[k]
+		}
+	}, nil
+}
+
+// splice is want as an edit of had, when at most half of want must be sent.
+func splice(had, want []acl.ACL) (RoleEdit, bool) {
+	keep := 0
+	for keep < len(had) && keep < len(want) && had[keep] == want[keep] {
+		keep++
+	}
+	end := 0
+	for end < len(had)-keep && end < len(want)-keep && had[len(had)-1-end] == want[len(want)-1-end] {
+		end++
+	}
+	insert := want[keep : len(want)-end]
+	if 2*len(insert) > len(want) {
+		return RoleEdit{}, false
+	}
+	return RoleEdit{Had: len(had), Keep: keep, KeepEnd: end, Insert: append([]acl.ACL(nil), insert...)}, true
+}
+
+func roleEditKey(role string, seq uint64) []byte {
+	k := make([]byte, 0, len(role)+9)
+	k = append(k, role...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+func deleteRoleEdits(b *bolt.Bucket, role string) error {
+	prefix := append([]byte(role), 0)
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readRoleEdits applies the edit records to the roles read (in each role's order).
+func readRoleEdits(tx *bolt.Tx, roles map[string]acl.Role) error {
+	return readBucket(tx, bucketRoleEdits, func(k string, v []byte) error {
+		if len(k) < 9 || k[len(k)-9] != 0 {
+			return errors.New("role edit without a role name")
+		}
+		name := k[:len(k)-9]
+		var e RoleEdit
+		if err := json.Unmarshal(v, &e); err != nil {
+			return err
+		}
+		r, ok := roles[name]
+		if !ok || len(r.ACLs) != e.Had || e.Keep < 0 || e.KeepEnd < 0 || e.Keep+e.KeepEnd > e.Had {
+			return fmt.Errorf("role edit of %d rules for role %q of %d", e.Had, name, len(r.ACLs))
+		}
+		list := make([]acl.ACL, 0, e.Keep+len(e.Insert)+e.KeepEnd)
+		list = append(list, r.ACLs[:e.Keep]...)
+		list = append(list, e.Insert...)
+		r.ACLs = append(list, r.ACLs[e.Had-e.KeepEnd:]...)
+		roles[name] = r
+		return nil
+	})
 }

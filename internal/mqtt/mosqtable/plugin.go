@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
@@ -32,6 +34,12 @@ type PluginConfig struct {
 	Publish func(topic string, payload []byte)
 	// Logf writes to the broker's log.
 	Logf func(format string, args ...any)
+	// Trace, when set, gets one line per control message (its sender, op, commands, sizes and
+	// time, and the CONNECT and ACL checks since the previous one) and one per disk round: what
+	// a change brings to the broker, counted. Nil by default (the plugin's
+	// A2A_FLEET_TABLE_TRACE sets its stderr). Not the broker's log: the disk rounds run off the
+	// broker's thread, and Mosquitto's logging is not for other threads.
+	Trace io.Writer
 }
 
 // Plugin is the decision table inside the broker. Every method runs on Mosquitto's single
@@ -48,6 +56,10 @@ type Plugin struct {
 
 	mu    sync.Mutex // guards epoch
 	epoch string
+
+	// traced counts, for Trace, what the broker asked since the last control message (broker
+	// thread only).
+	traced traceCounts
 
 	// staged is an import in parts, until its last (broker thread only).
 	staged       *embedded.Table
@@ -84,7 +96,7 @@ func StartPlugin(cfg PluginConfig) (*Plugin, error) {
 	p.store = store
 	store.AttachConnections(p.conns)
 	if cfg.StateDir != "" {
-		j, st, err := openJournal(cfg.StateDir, store, p.gen.Load, cfg.Logf)
+		j, st, err := openJournal(cfg.StateDir, store, p.gen.Load, cfg.Logf, cfg.Trace)
 		if err != nil {
 			_ = store.Close()
 			return nil, err
@@ -137,7 +149,7 @@ func (p *Plugin) Authenticate(conn ConnID, username, password, clientID string) 
 	case !p.loaded.Load() && !p.store.IsAdmin(username):
 		p.refused(clientID, "the broker has no decision table yet (only its admin may connect)")
 		return false
-	case !p.store.Authenticate(username, password, clientID):
+	case p.countAuth() && !p.store.Authenticate(username, password, clientID):
 		p.refused(clientID, "bad username or password, or a client ID the username may not use")
 		return false
 	}
@@ -150,6 +162,9 @@ func (p *Plugin) Authenticate(conn ConnID, username, password, clientID string) 
 func (p *Plugin) Allows(username string, access acl.Access, topic string) bool {
 	if username == "" {
 		return false
+	}
+	if p.cfg.Trace != nil {
+		p.traced.check(access)
 	}
 	return p.store.Allows(username, access, topic)
 }
@@ -167,21 +182,32 @@ func (p *Plugin) Status() Status {
 	p.mu.Lock()
 	epoch := p.epoch
 	p.mu.Unlock()
-	return Status{Loaded: p.loaded.Load(), Epoch: epoch, Boot: p.boot, Generation: p.gen.Load(), Clients: c, Roles: r, Groups: g}
+	return Status{Loaded: p.loaded.Load(), Epoch: epoch, Boot: p.boot, Generation: p.gen.Load(), RoleEdits: true, Clients: c, Roles: r, Groups: g}
 }
 
 // Control answers one message on ControlTopic from sender (the publisher's username); the
 // result is published on ResponseTopic. Only the admin is answered at all.
 func (p *Plugin) Control(sender string, payload []byte) []byte {
 	var req Request
+	if p.cfg.Trace == nil {
+		return p.control(sender, payload, &req)
+	}
+	start := time.Now()
+	out := p.control(sender, payload, &req)
+	p.trace(sender, payload, req, out, time.Since(start))
+	return out
+}
+
+// control decodes payload into req and answers it.
+func (p *Plugin) control(sender string, payload []byte, req *Request) []byte {
 	resp := Response{}
-	switch err := json.Unmarshal(payload, &req); {
+	switch err := json.Unmarshal(payload, req); {
 	case err != nil:
 		resp.Error = "invalid request: " + err.Error()
 	case !p.store.IsAdmin(sender):
 		resp.Error = "not authorised"
 	default:
-		resp = p.handle(req)
+		resp = p.handle(*req)
 	}
 	resp.ID = req.ID
 	resp.Status = p.Status()
@@ -202,6 +228,11 @@ func (p *Plugin) handle(req Request) Response {
 	case OpExecute:
 		if !p.loaded.Load() {
 			resp.Error = ErrTableNotLoaded
+			return resp
+		}
+		if err := applyEdits(p.store, &req, p.gen.Load()); err != nil {
+			p.cfg.Logf("a2a-fleet table: %s: %v", ErrStaleEdit, err)
+			resp.Error = ErrStaleEdit
 			return resp
 		}
 		outs, err := p.store.ExecuteEach(context.Background(), req.Commands)

@@ -53,10 +53,14 @@ const (
 // Request is one message to ControlTopic.
 type Request struct {
 	// ID is echoed in the Response (several operators may share the response topic).
-	ID       string          `json:"id"`
-	Op       string          `json:"op"`
-	Commands []acl.Command   `json:"commands,omitempty"`
-	Table    *embedded.Table `json:"table,omitempty"`
+	ID       string        `json:"id"`
+	Op       string        `json:"op"`
+	Commands []acl.Command `json:"commands,omitempty"`
+	// Edits carry some modifyRole lists of Commands as edits of the roles the plugin holds
+	// (RoleEdit); Base is the generation of the table they were made against.
+	Edits []RoleEdit      `json:"edits,omitempty"`
+	Base  uint64          `json:"base,omitempty"`
+	Table *embedded.Table `json:"table,omitempty"`
 	// Import names one import transfer; Part numbers its messages from 0; More says that
 	// parts follow (the one without it installs the table).
 	Import string `json:"import,omitempty"`
@@ -107,9 +111,12 @@ type Status struct {
 	// finds it below the last it saw, after a restart, knows the broker lost changes it had
 	// acknowledged (a crash before the disk round).
 	Generation uint64 `json:"generation"`
-	Clients    int    `json:"clients"`
-	Roles      int    `json:"roles"`
-	Groups     int    `json:"groups"`
+	// RoleEdits says the plugin takes Request.Edits. A plugin from before them does not send
+	// it, and would read an edited modifyRole as an empty list: the operator sends it none.
+	RoleEdits bool `json:"roleEdits,omitempty"`
+	Clients   int  `json:"clients"`
+	Roles     int  `json:"roles"`
+	Groups    int  `json:"groups"`
 }
 
 // ErrTableNotLoaded is the plugin's refusal of commands before it has a table.
