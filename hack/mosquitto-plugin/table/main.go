@@ -70,6 +70,10 @@ func plugin(h C.uintptr_t) *mosqtable.Plugin {
 func a2aTableInit(keys, values **C.char, n C.int) C.uintptr_t {
 	cfg := mosqtable.PluginConfig{
 		Logf: logf(C.MOSQ_LOG_NOTICE),
+		// The disk writer's goroutine must not call Mosquitto's logging (see PluginConfig).
+		BackgroundLogf: func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		},
 		Kick: func(username string) {
 			u := C.CString(username)
 			C.a2a_table_kick(u)

@@ -32,8 +32,14 @@ type PluginConfig struct {
 	// QoS 1, not retained): the connection events on PresenceTopic. It runs on the broker's
 	// thread. Nil: no events (the live set is still answered by OpPresence).
 	Publish func(topic string, payload []byte)
-	// Logf writes to the broker's log.
+	// Logf writes to the broker's log. It runs on the broker's thread only: Mosquitto's logging
+	// also publishes the line on $SYS/broker/log (log_dest topic), into its message store, which
+	// is not for other threads.
 	Logf func(format string, args ...any)
+	// BackgroundLogf writes what the plugin's own goroutines report (the disk writer's errors)
+	// where another thread may write (the plugin's stderr, the pod's log). Nil: dropped (the
+	// plugin's close still returns the disk's last error).
+	BackgroundLogf func(format string, args ...any)
 	// Trace, when set, gets one line per control message (its sender, op, commands, sizes and
 	// time, and the CONNECT and ACL checks since the previous one) and one per disk round: what
 	// a change brings to the broker, counted. Nil by default (the plugin's
@@ -76,6 +82,9 @@ func StartPlugin(cfg PluginConfig) (*Plugin, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
+	if cfg.BackgroundLogf == nil {
+		cfg.BackgroundLogf = func(string, ...any) {}
+	}
 	if cfg.Kick == nil {
 		cfg.Kick = func(string) {}
 	}
@@ -96,7 +105,7 @@ func StartPlugin(cfg PluginConfig) (*Plugin, error) {
 	p.store = store
 	store.AttachConnections(p.conns)
 	if cfg.StateDir != "" {
-		j, st, err := openJournal(cfg.StateDir, store, p.gen.Load, cfg.Logf, cfg.Trace)
+		j, st, err := openJournal(cfg.StateDir, store, p.gen.Load, cfg.BackgroundLogf, cfg.Trace)
 		if err != nil {
 			_ = store.Close()
 			return nil, err
