@@ -207,6 +207,14 @@ func TestAgentDeletedWhileOperatorDownIsCollected(t *testing.T) {
 		if err != nil || len(st.Clients) != 1 || len(st.Roles) != 1 {
 			t.Errorf("%s: the remaining Agent's objects: %v %v (%v)", b.name, st.Clients, st.Roles, err)
 		}
+		// The collector counts a pass's deletions once the pass returns, which may be after the
+		// objects are seen gone.
+		eventually(t, "the collector counts its deletions", func() error {
+			if n := run.Broker.OrphansDeleted(); n < 2 {
+				return fmt.Errorf("OrphansDeleted = %d", n)
+			}
+			return nil
+		})
 		if n := run.Broker.OrphansDeleted(); n != 2 {
 			t.Errorf("%s: OrphansDeleted = %d, want 2", b.name, n)
 		}
