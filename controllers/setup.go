@@ -72,6 +72,10 @@ type Options struct {
 	// and the controllers read; the binary shares it with the Registrar's reader
 	// (tenancy.WithCallerGraph). Nil: Setup makes its own.
 	CallerGraph *tenancy.CallerGraph
+	// AgentCounts, when set, is the Agent count and order index Setup's reads use (Tenant
+	// limits); the binary shares it with the Registrar's reader, so that both decide from one
+	// index. Nil: Setup makes its own.
+	AgentCounts *tenancy.AgentCounts
 }
 
 // PoolsUnsupportedOnMosquitto is Options.PoolsUnsupported for a Mosquitto broker (docs/broker.md).
@@ -141,7 +145,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	// The reconcilers' reads count a Tenant's Agents, and place an Agent among them for its
 	// maxAgents, from an informer-kept index instead of listing them all in every reconcile
 	// (tenancy.AgentCounts).
-	counts := tenancy.NewAgentCounts(mgr.GetCache())
+	counts := opts.AgentCounts
+	if counts == nil {
+		counts = tenancy.NewAgentCounts(mgr.GetCache())
+	}
 	c := tenancy.WithAgentCounts(mgr.GetClient(), counts)
 	// Their caller relations come from one caller graph, kept by the Agent informer.
 	graph := opts.CallerGraph

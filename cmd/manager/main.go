@@ -183,10 +183,12 @@ func run(o options) error {
 		return err
 	}
 	readyz := healthz.Checker(healthz.Ping)
-	// One caller graph for the controllers and the Registrar (Setup keeps it from the informer).
+	// One caller graph and one Agent count index for the controllers and the Registrar (Setup
+	// keeps the graph from the informer; the counts register their own handler).
 	copts.CallerGraph = tenancy.NewCallerGraph()
+	copts.AgentCounts = tenancy.NewAgentCounts(mgr.GetCache())
 	if o.broker.url != "" {
-		reader := tenancy.WithCallerGraph(mgr.GetClient(), copts.CallerGraph)
+		reader := tenancy.WithAgentCounts(tenancy.WithCallerGraph(mgr.GetClient(), copts.CallerGraph), copts.AgentCounts)
 		broker, err := brokerRuntime(ctx, mgr, reader, o.broker, o.gate, o.serviceSecret, o.orphanInterval)
 		if err != nil {
 			return err

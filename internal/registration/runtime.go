@@ -134,8 +134,10 @@ func NewBroker(cfg BrokerConfig) (*Broker, error) {
 		checkNow: make(chan struct{}, 1),
 		presence: newPresenceState(),
 	}
-	if cfg.Cache != nil {
-		// The Registrar's tenancy views count a Tenant's Agents instead of listing them.
+	if _, counted := cfg.Client.(tenancy.AgentRanker); !counted && cfg.Cache != nil {
+		// The Registrar's tenancy views count a Tenant's Agents instead of listing them. The
+		// operator passes a client carrying the controllers' index; a caller without one gets
+		// its own.
 		b.cfg.Client = tenancy.WithAgentCounts(cfg.Client, tenancy.NewAgentCounts(cfg.Cache))
 	}
 	if cfg.CardSigning != nil {

@@ -397,7 +397,17 @@ func (c graphClient) AgentCount(namespace string) (int, bool) {
 	return 0, false
 }
 
-// WithCallerGraph returns c, whose Views then read the caller relations from g.
+// AgentStanding passes the wrapped client's AgentRanker on, if it has one: without it a View
+// over this client would list and rank a Tenant's Agents in every reconcile near its limit.
+func (c graphClient) AgentStanding(agent *a2av1.Agent, namespaces []string) (before, total int, ok bool) {
+	if ranker, ok := c.Client.(AgentRanker); ok {
+		return ranker.AgentStanding(agent, namespaces)
+	}
+	return 0, 0, false
+}
+
+// WithCallerGraph returns c, whose Views then read the caller relations from g. It keeps what c
+// counts and ranks (WithAgentCounts), whichever was applied first.
 func WithCallerGraph(c client.Client, g *CallerGraph) client.Client {
 	return graphClient{Client: c, graph: g}
 }

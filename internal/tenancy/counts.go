@@ -215,7 +215,12 @@ type countingClient struct {
 }
 
 // WithAgentCounts returns c, whose Views then count a Tenant's Agents and place an Agent among
-// them with counts instead of listing them.
+// them with counts instead of listing them. It keeps c's caller graph (WithCallerGraph),
+// whichever was applied first: the graph's wrapper stays outermost and passes the counts on.
 func WithAgentCounts(c client.Client, counts *AgentCounts) client.Client {
+	if g, ok := c.(graphClient); ok {
+		g.Client = WithAgentCounts(g.Client, counts)
+		return g
+	}
 	return countingClient{Client: c, AgentCounts: counts}
 }

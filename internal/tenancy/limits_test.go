@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 )
@@ -334,6 +335,56 @@ func TestAgentCountsReadWhileTheyChange(t *testing.T) {
 	for i, a := range order {
 		if before, total, ok := f.counts.AgentStanding(a, limitsNamespaces); !ok || before != i || total != len(order) {
 			t.Fatalf("%s/%s: placed %d of %d (ok %v), exactly %d of %d", a.Namespace, a.Name, before, total, ok, i, len(order))
+		}
+	}
+}
+
+// The operator wraps its reader with both indexes, the caller graph's and the counts'
+// (controllers.Setup, the Registrar's reader), in either order: a View over it must still read
+// an Agent's place from the counts, never list the Tenant's Agents, and still find the graph.
+func TestAgentLimitReadsTheIndexThroughEitherWrapper(t *testing.T) {
+	ctx := context.Background()
+	f := newLimitsFleet(t, 3)
+	for range 60 {
+		f.step()
+	}
+	listed := 0
+	counted := interceptor.NewClient(f.reader.(client.WithWatch), interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*a2av1.AgentList); ok {
+				listed++
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+	graph := NewCallerGraph()
+	for name, reader := range map[string]client.Client{
+		"graph outside":  WithCallerGraph(WithAgentCounts(counted, f.counts), graph),
+		"counts outside": WithAgentCounts(WithCallerGraph(counted, graph), f.counts),
+	} {
+		if gr, ok := reader.(CallerGraphReader); !ok || gr.CallerGraph() != graph {
+			t.Fatalf("%s: the reader lost its caller graph", name)
+		}
+		listed = 0
+		v, err := (&Authorizer{Reader: reader}).View(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		beyond := 0
+		for _, a := range f.agents {
+			in, _, err := v.withinAgentLimit(ctx, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !in {
+				beyond++
+			}
+		}
+		if beyond == 0 {
+			t.Fatalf("%s: no Agent of %d beyond its limit: the fleet proves nothing", name, len(f.agents))
+		}
+		if listed != 0 {
+			t.Fatalf("%s: the View listed Agents %d times for %d decisions (%d beyond the limit) instead of reading the counts", name, listed, len(f.agents), beyond)
 		}
 	}
 }
