@@ -53,6 +53,11 @@ type Command struct {
 	Password string
 	// ACLs is the full list for createRole/modifyRole.
 	ACLs []ACL
+	// Splice, on a modifyRole without ACLs, gives the full list as an edit
+	// of the role's current one: the embedded store applies it in the time
+	// of the edit. Only the decision-table plugin sets it (from the edit its
+	// request carries); it is never encoded.
+	Splice *RoleSplice `json:"-"`
 	// ACL is the single rule of addRoleACL/removeRoleACL.
 	ACL ACL
 	// Priority of addClientRole/addGroupRole.

@@ -223,13 +223,7 @@ type Desired struct {
 // their relative order, which is what dynsec's ordered insert does).
 func Canonical(acls []ACL) []ACL {
 	out := append([]ACL(nil), acls...)
-	less := func(a, b ACL) bool {
-		ta, tb := aclTypeOrder[a.Type], aclTypeOrder[b.Type]
-		if ta != tb {
-			return ta < tb
-		}
-		return a.Priority > b.Priority
-	}
+	less := canonicalLess
 	// A stable sort leaves a sorted list as it is: a list already in order (a role as stored,
 	// with a rule more) costs one pass instead of a sort.
 	sorted := true
@@ -240,6 +234,16 @@ func Canonical(acls []ACL) []ACL {
 		sort.SliceStable(out, func(i, j int) bool { return less(out[i], out[j]) })
 	}
 	return out
+}
+
+// canonicalLess is the order of Canonical: type (dynsec's listing order),
+// then descending priority.
+func canonicalLess(a, b ACL) bool {
+	ta, tb := aclTypeOrder[a.Type], aclTypeOrder[b.Type]
+	if ta != tb {
+		return ta < tb
+	}
+	return a.Priority > b.Priority
 }
 
 // sortedRefs orders role references as dynsec does: priority descending,

@@ -180,6 +180,7 @@ func (s *Store) ImportTable(t Table) error {
 	s.state.DefaultACL = &d
 	s.creds = map[string]*credential{}
 	s.members, s.direct, s.roleGroups = map[string]map[string]struct{}{}, map[string]map[string]struct{}{}, map[string]map[string]struct{}{}
+	s.roleKeys = map[string]map[ruleKey]struct{}{}
 	creds := make(map[string]*credential, len(t.Credentials))
 	for u, c := range t.Credentials {
 		if c != nil {
@@ -197,6 +198,14 @@ func (s *Store) ImportTable(t Table) error {
 		_ = s.snap.changed()
 	}
 	return nil
+}
+
+// RoleLen is the number of rules of role name, and whether it exists.
+func (s *Store) RoleLen(name string) (int, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.state.Roles[name]
+	return len(r.ACLs), ok
 }
 
 // Size is the number of clients, roles and groups the store holds.
