@@ -516,6 +516,12 @@ func (j *journal) putRoleEdits(tx *bolt.Tx, t *embedded.Table, names *acl.Names)
 		prev, known := j.written[k]
 		if exists && known && j.edits[k] < maxRoleEdits {
 			if e, ok := splice(prev, r.ACLs); ok {
+				if len(e.Insert) == 0 && e.Keep+e.KeepEnd == e.Had && e.Had == len(r.ACLs) {
+					// The disk holds it already (a whole write of the table that ran after
+					// the change, and a round that names it again): no record.
+					delete(t.State.Roles, k)
+					continue
+				}
 				seq, err := edits.NextSequence()
 				if err != nil {
 					return nil, err
