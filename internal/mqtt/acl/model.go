@@ -87,6 +87,14 @@ func (a ACL) String() string {
 	return fmt.Sprintf("%s %s %q prio %d", verb, a.Type, a.Topic, a.Priority)
 }
 
+// PasswordHash is a password's at-rest form: PBKDF2-SHA512 of the password
+// with Salt and Iterations (dynsec's scheme, the decision table's on disk).
+type PasswordHash struct {
+	Salt       []byte `json:"salt"`
+	Iterations int    `json:"iterations"`
+	Hash       []byte `json:"hash"`
+}
+
 // Role is a named, ordered set of ACLs.
 type Role struct {
 	Name string `json:"rolename"`

@@ -406,6 +406,7 @@ func (s *Store) execute(ctx context.Context, cmds []acl.Command) ([]Outcome, err
 			if err != nil {
 				return nil, fmt.Errorf("embedded: %s: %w", c, err)
 			}
+			cr.withHash(&s.key, c.Password, c.PasswordHash, s.cfg.Iterations)
 			creds[i] = cr
 		}
 	}
@@ -474,7 +475,7 @@ func (s *Store) disconnect(ctx context.Context, cmds []acl.Command, targets [][]
 		if len(k.Usernames) == 0 {
 			continue
 		}
-		k.Command.Password = ""
+		k.Command.Password, k.Command.PasswordHash = "", nil
 		outs[i].Kicked, outs[i].ClientIDs = k.Usernames, k.ClientIDs
 		s.kicks.Add(1)
 		s.kickedUsernames.Add(uint64(len(k.Usernames)))
