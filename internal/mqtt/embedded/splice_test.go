@@ -102,3 +102,51 @@ func TestSplicedModifyRoleMatchesWholeList(t *testing.T) {
 		t.Fatalf("the sequence did not exercise both paths: %d in place, %d refused", inPlace, refusedEdits)
 	}
 }
+
+// BenchmarkModifyRoleByRules is what a new member of a shared role costs the store (the
+// store's command, its key set and the policy's index), as a splice and as the whole list, by
+// the size of the role: the splice's cost does not grow with the role, the whole list's does.
+//
+//	go test ./internal/mqtt/embedded -run '^$' -bench ModifyRoleByRules -benchtime 200x
+func BenchmarkModifyRoleByRules(b *testing.B) {
+	for _, rules := range []int{300, 3000, 30000} {
+		for _, how := range []string{"splice", "whole"} {
+			b.Run(fmt.Sprintf("%s/%d", how, rules), func(b *testing.B) {
+				ctx := context.Background()
+				s, err := NewStore(StoreConfig{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				member := func(i int) acl.ACL {
+					return acl.ACL{Type: acl.PublishClientSend, Topic: fmt.Sprintf("rpc/o/u%d/agent-%06d/request", i%10, i), Allow: true}
+				}
+				list := make([]acl.ACL, 0, rules+b.N)
+				for i := range rules {
+					list = append(list, member(i))
+				}
+				if err := s.Execute(ctx, []acl.Command{{Op: acl.OpCreateRole, Role: "a2a:org:o", ACLs: slices.Clone(list)},
+					{Op: acl.OpCreateClient, Username: "a2a:c", Password: "p"}, {Op: acl.OpAddClientRole, Username: "a2a:c", Role: "a2a:org:o"}}); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					a := member(rules + i)
+					c := acl.Command{Op: acl.OpModifyRole, Role: "a2a:org:o"}
+					if how == "splice" {
+						c.Splice = &acl.RoleSplice{Had: len(list), Keep: len(list), Insert: []acl.ACL{a}}
+					} else {
+						c.ACLs = append(slices.Clone(list), a) // the decoded request's list
+					}
+					list = append(list, a)
+					if err := s.Execute(ctx, []acl.Command{c}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				if d, _ := s.Check(ctx, "a2a:c", acl.Publish, list[len(list)-1].Topic); !d.Allow {
+					b.Fatalf("the last member is not granted: %v", d)
+				}
+			})
+		}
+	}
+}
