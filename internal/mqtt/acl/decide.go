@@ -100,6 +100,9 @@ type rolePolicy struct {
 	// role, before that role's patterns, whatever their priorities (dynsec
 	// keys them by topic; the first in priority order wins).
 	byType [len(aclTypeNames)]aclList
+	// spliceable: byType holds every ACL of the role, so an edit of the
+	// role's list maps onto edits of the per-type lists (splice.go).
+	spliceable bool
 }
 
 // aclList is one type's ACLs of a role, in priority order. Most roles hold
@@ -110,31 +113,58 @@ type aclList struct {
 	acls []ACL
 	// exact maps a topic to the first ACL whose filter is that very topic
 	// (no wildcard; for the literal subscribe types, every ACL), and wild
-	// holds the positions of the others, in order. Both are nil for a
-	// short list.
-	exact map[string]int
-	wild  []int
+	// holds the others, in order. Both are nil for a short list. Entries
+	// carry the ACL's rank instead of its position, so that an edit of the
+	// list (splice.go) inserts and removes entries without renumbering the
+	// rest: ranks[i] is acls[i]'s, strictly increasing, with gaps.
+	exact map[string]rankedACL
+	wild  []rankedACL
+	ranks []uint64
+	// dups: two ACLs share a key of exact (possible in a compiled State,
+	// never in a validated role); such a list is not spliced.
+	dups bool
+}
+
+// rankedACL is an indexed ACL with its rank: a lower rank comes first.
+type rankedACL struct {
+	rank uint64
+	acl  ACL
 }
 
 // indexFrom is the list length from which an aclList is indexed.
 const indexFrom = 16
 
+// rankStep is the gap between the ranks of neighbouring ACLs when a list is
+// (re)indexed: an edit inserts between two ranks, and about twenty inserts
+// at the same place go before the list is renumbered.
+const rankStep = 1 << 20
+
 func newACLList(acls []ACL, literal bool) aclList {
 	l := aclList{acls: acls}
-	if len(acls) < indexFrom {
-		return l
-	}
-	l.exact = make(map[string]int, len(acls))
-	for i, a := range acls {
-		if !literal && strings.ContainsAny(a.Topic, "+#") {
-			l.wild = append(l.wild, i)
-			continue
-		}
-		if _, seen := l.exact[a.Topic]; !seen {
-			l.exact[a.Topic] = i
-		}
+	if len(acls) >= indexFrom {
+		l.index(literal)
 	}
 	return l
+}
+
+// index (re)builds the list's index with evenly spaced ranks.
+func (l *aclList) index(literal bool) {
+	l.exact = make(map[string]rankedACL, len(l.acls))
+	l.wild, l.dups = nil, false
+	l.ranks = slices.Grow(l.ranks[:0], len(l.acls))[:len(l.acls)]
+	for i, a := range l.acls {
+		e := rankedACL{rank: uint64(i+1) * rankStep, acl: a}
+		l.ranks[i] = e.rank
+		if !literal && strings.ContainsAny(a.Topic, "+#") {
+			l.wild = append(l.wild, e)
+			continue
+		}
+		if _, seen := l.exact[a.Topic]; seen {
+			l.dups = true
+			continue
+		}
+		l.exact[a.Topic] = e
+	}
 }
 
 // first is the first ACL of the list that decides topic: literal lists
@@ -148,20 +178,20 @@ func (l *aclList) first(topic string, literal bool, matches func(filter, topic s
 		}
 		return ACL{}, false
 	}
-	at, found := l.exact[topic]
-	if found && !literal && !matches(l.acls[at].Topic, topic) {
+	hit, found := l.exact[topic]
+	if found && !literal && !matches(hit.acl.Topic, topic) {
 		found = false // an invalid filter (or topic) never matches
 	}
 	for _, w := range l.wild {
-		if found && w > at {
+		if found && w.rank > hit.rank {
 			break
 		}
-		if matches(l.acls[w].Topic, topic) {
-			return l.acls[w], true
+		if matches(w.acl.Topic, topic) {
+			return w.acl, true
 		}
 	}
 	if found {
-		return l.acls[at], true
+		return hit.acl, true
 	}
 	return ACL{}, false
 }
@@ -172,6 +202,7 @@ var aclTypeNames = [...]ACLType{PublishClientSend, PublishClientReceive, Subscri
 func compileRole(r Role) *rolePolicy {
 	rp := &rolePolicy{}
 	acls := Canonical(r.ACLs) // one allocation; the per-type slices share it
+	kept := 0
 	for i := 0; i < len(acls); {
 		j := i
 		for j < len(acls) && acls[j].Type == acls[i].Type {
@@ -189,9 +220,13 @@ func compileRole(r Role) *rolePolicy {
 			}
 			literal := acls[i].Type == SubscribeLiteral || acls[i].Type == UnsubscribeLiteral
 			rp.byType[t] = newACLList(list, literal)
+			kept += len(list)
 		}
 		i = j
 	}
+	// Positions of the role's list are those of the per-type lists only when
+	// nothing was left out (an invalid filter, an unknown type).
+	rp.spliceable = kept == len(acls)
 	return rp
 }
 

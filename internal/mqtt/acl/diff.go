@@ -51,8 +51,17 @@ type Command struct {
 	// Password for createClient/setClientPassword ("" on createClient: no
 	// password, the client cannot log in until one is set).
 	Password string
+	// PasswordHash, when set with Password, is its at-rest form computed by
+	// the sender: a store that keeps that form takes it instead of computing
+	// it again (the decision-table plugin; dynsec ignores it).
+	PasswordHash *PasswordHash `json:"PasswordHash,omitempty"`
 	// ACLs is the full list for createRole/modifyRole.
 	ACLs []ACL
+	// Splice, on a modifyRole without ACLs, gives the full list as an edit
+	// of the role's current one: the embedded store applies it in the time
+	// of the edit. Only the decision-table plugin sets it (from the edit its
+	// request carries); it is never encoded.
+	Splice *RoleSplice `json:"-"`
 	// ACL is the single rule of addRoleACL/removeRoleACL.
 	ACL ACL
 	// Priority of addClientRole/addGroupRole.

@@ -87,6 +87,14 @@ func (a ACL) String() string {
 	return fmt.Sprintf("%s %s %q prio %d", verb, a.Type, a.Topic, a.Priority)
 }
 
+// PasswordHash is a password's at-rest form: PBKDF2-SHA512 of the password
+// with Salt and Iterations (dynsec's scheme, the decision table's on disk).
+type PasswordHash struct {
+	Salt       []byte `json:"salt"`
+	Iterations int    `json:"iterations"`
+	Hash       []byte `json:"hash"`
+}
+
 // Role is a named, ordered set of ACLs.
 type Role struct {
 	Name string `json:"rolename"`
@@ -223,13 +231,7 @@ type Desired struct {
 // their relative order, which is what dynsec's ordered insert does).
 func Canonical(acls []ACL) []ACL {
 	out := append([]ACL(nil), acls...)
-	less := func(a, b ACL) bool {
-		ta, tb := aclTypeOrder[a.Type], aclTypeOrder[b.Type]
-		if ta != tb {
-			return ta < tb
-		}
-		return a.Priority > b.Priority
-	}
+	less := canonicalLess
 	// A stable sort leaves a sorted list as it is: a list already in order (a role as stored,
 	// with a rule more) costs one pass instead of a sort.
 	sorted := true
@@ -240,6 +242,16 @@ func Canonical(acls []ACL) []ACL {
 		sort.SliceStable(out, func(i, j int) bool { return less(out[i], out[j]) })
 	}
 	return out
+}
+
+// canonicalLess is the order of Canonical: type (dynsec's listing order),
+// then descending priority.
+func canonicalLess(a, b ACL) bool {
+	ta, tb := aclTypeOrder[a.Type], aclTypeOrder[b.Type]
+	if ta != tb {
+		return ta < tb
+	}
+	return a.Priority > b.Priority
 }
 
 // sortedRefs orders role references as dynsec does: priority descending,

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/pbkdf2"
 	"crypto/rand"
@@ -8,6 +9,8 @@ import (
 	"crypto/sha512"
 	"crypto/subtle"
 	"fmt"
+
+	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
 // credential is one user's password, in two forms:
@@ -66,6 +69,34 @@ func newCredential(k *verifierKey, password string, keepPlaintext bool) (*creden
 		c.pending = password
 	}
 	return c, nil
+}
+
+// HashPassword returns password's at-rest form with a new salt (PBKDF2-SHA512,
+// DefaultIterations): a sender attaches it to the command that sets the password
+// (acl.Command.PasswordHash), so that the stores the command reaches take it instead of each
+// computing its own (the slow part of a new client's cost).
+func HashPassword(password string) (*acl.PasswordHash, error) {
+	salt := make([]byte, 12)
+	if _, err := rand.Read(salt); err != nil {
+		return nil, fmt.Errorf("password salt: %w", err)
+	}
+	h, err := hashed(password, salt, DefaultIterations)
+	if err != nil {
+		return nil, err
+	}
+	return &acl.PasswordHash{Salt: salt, Iterations: DefaultIterations, Hash: h}, nil
+}
+
+// withHash gives c the at-rest form h, when h is at least as strong as the store's own
+// (iterations, salt and hash lengths): nothing is left to hash. A weaker one is ignored and
+// the store hashes the password itself. The form is taken as the sender's word that it is
+// the password's: only the table's admin sends commands, and it sets the password anyway.
+func (c *credential) withHash(k *verifierKey, password string, h *acl.PasswordHash, iterations int) {
+	if h == nil || h.Iterations < iterations || len(h.Salt) < 12 || len(h.Hash) != 64 {
+		return
+	}
+	c.Salt, c.Iterations, c.Hash = bytes.Clone(h.Salt), h.Iterations, bytes.Clone(h.Hash)
+	c.digest, c.pending = k.digest(c.Salt, password), ""
 }
 
 // hashed returns the PBKDF2 form of a pending credential (slow; call

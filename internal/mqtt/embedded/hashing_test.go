@@ -84,3 +84,58 @@ func TestEachPasswordIsHashedOnce(t *testing.T) {
 		t.Error("the exported hash of a2a:u2 is not its last password's")
 	}
 }
+
+// A password that comes with its at-rest form (acl.Command.PasswordHash, computed by the
+// sender) is not hashed again: the store keeps that form, exports it, and a store that loads
+// it (a restarted broker) accepts the password and nothing else. A form weaker than the
+// store's own (fewer iterations) is ignored and the store hashes the password itself.
+func TestGivenPasswordHashIsKept(t *testing.T) {
+	ctx := context.Background()
+	s, err := NewStore(StoreConfig{KeepHashes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	given, err := HashPassword("pw-given")
+	if err != nil {
+		t.Fatal(err)
+	}
+	weak := &acl.PasswordHash{Salt: given.Salt, Iterations: 1, Hash: make([]byte, 64)}
+	if err := s.Execute(ctx, []acl.Command{
+		{Op: acl.OpCreateClient, Username: "a2a:given", Password: "pw-given", PasswordHash: given},
+		{Op: acl.OpCreateClient, Username: "a2a:weak", Password: "pw-weak", PasswordHash: weak},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.hashes.Load(); got != 1 {
+		t.Fatalf("two passwords, one with its form: %d hashed by the store, want 1", got)
+	}
+	table, err := s.ExportTable(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := table.Credentials["a2a:given"]; c == nil || string(c.Hash) != string(given.Hash) || string(c.Salt) != string(given.Salt) {
+		t.Fatalf("exported %+v, want the given form", c)
+	}
+	if c := table.Credentials["a2a:weak"]; c == nil || c.Iterations != DefaultIterations || string(c.Hash) == string(weak.Hash) {
+		t.Fatalf("a weak form was kept: %+v", c)
+	}
+	if !s.Authenticate("a2a:given", "pw-given", "") || s.Authenticate("a2a:given", "pw-weak", "") {
+		t.Fatal("the given password is not the one accepted")
+	}
+	restarted, err := NewStore(StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.ImportTable(table); err != nil {
+		t.Fatal(err)
+	}
+	for user, pw := range map[string]string{"a2a:given": "pw-given", "a2a:weak": "pw-weak"} {
+		if !restarted.Authenticate(user, pw, "") || restarted.Authenticate(user, pw+"x", "") {
+			t.Errorf("%s after a reload from its exported form: the password is not (only) the one accepted", user)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -77,6 +78,10 @@ type Store struct {
 	members    map[string]map[string]struct{} // group → member usernames
 	direct     map[string]map[string]struct{} // role → usernames holding it directly
 	roleGroups map[string]map[string]struct{} // role → groups holding it
+	// roleKeys is, per role edited by a splice (built at its first), the
+	// type and topic of each of its rules: an edit is validated against it
+	// instead of the whole list. Any other change of the role drops it.
+	roleKeys map[string]map[ruleKey]struct{}
 
 	policy *acl.Policy // incremental: Execute syncs only what it touched
 
@@ -107,7 +112,7 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	s := &Store{
 		cfg: cfg, key: key, state: acl.NewState(nil, nil, nil), creds: map[string]*credential{},
 		members: map[string]map[string]struct{}{}, direct: map[string]map[string]struct{}{}, roleGroups: map[string]map[string]struct{}{},
-		policy: acl.NewPolicy(),
+		roleKeys: map[string]map[ruleKey]struct{}{}, policy: acl.NewPolicy(),
 	}
 	d := acl.DenyByDefault
 	s.state.DefaultACL = &d
@@ -401,6 +406,7 @@ func (s *Store) execute(ctx context.Context, cmds []acl.Command) ([]Outcome, err
 			if err != nil {
 				return nil, fmt.Errorf("embedded: %s: %w", c, err)
 			}
+			cr.withHash(&s.key, c.Password, c.PasswordHash, s.cfg.Iterations)
 			creds[i] = cr
 		}
 	}
@@ -420,7 +426,7 @@ func (s *Store) execute(ctx context.Context, cmds []acl.Command) ([]Outcome, err
 		}
 	}
 	names := touched.names()
-	s.policy.Sync(s.state, names)
+	s.syncPolicy(touched)
 	var targets [][]string
 	if conns := s.conns.Load(); conns != nil {
 		targets = make([][]string, len(cmds))
@@ -469,7 +475,7 @@ func (s *Store) disconnect(ctx context.Context, cmds []acl.Command, targets [][]
 		if len(k.Usernames) == 0 {
 			continue
 		}
-		k.Command.Password = ""
+		k.Command.Password, k.Command.PasswordHash = "", nil
 		outs[i].Kicked, outs[i].ClientIDs = k.Usernames, k.ClientIDs
 		s.kicks.Add(1)
 		s.kickedUsernames.Add(uint64(len(k.Usernames)))
@@ -480,8 +486,20 @@ func (s *Store) disconnect(ctx context.Context, cmds []acl.Command, targets [][]
 	}
 }
 
-// touchSet collects the names a batch changed, for the policy sync.
-type touchSet struct{ roles, groups, clients map[string]struct{} }
+// touchSet collects the names a batch changed, for the policy sync, and the
+// roles changed only by splices, with their splices in order (the policy
+// applies those in place).
+type touchSet struct {
+	roles, groups, clients map[string]struct{}
+	splices                map[string][]acl.RoleSplice
+}
+
+func (t *touchSet) splice(n string, sp acl.RoleSplice) {
+	if t.splices == nil {
+		t.splices = map[string][]acl.RoleSplice{}
+	}
+	t.splices[n] = append(t.splices[n], sp)
+}
 
 func (t *touchSet) role(n string)   { t.roles = add(t.roles, n) }
 func (t *touchSet) group(n string)  { t.groups = add(t.groups, n) }
@@ -495,8 +513,34 @@ func add(m map[string]struct{}, n string) map[string]struct{} {
 	return m
 }
 
+// names are every object the batch changed, spliced roles included.
 func (t *touchSet) names() acl.Names {
-	return acl.Names{Roles: keys(t.roles), Groups: keys(t.groups), Clients: keys(t.clients)}
+	roles := t.roles
+	if len(t.splices) > 0 {
+		roles = maps.Clone(t.roles)
+		for n := range t.splices {
+			roles = add(roles, n)
+		}
+	}
+	return acl.Names{Roles: keys(roles), Groups: keys(t.groups), Clients: keys(t.clients)}
+}
+
+// syncPolicy brings the policy up to date with the batch: the roles only
+// spliced are edited in place (compiled whole when the policy cannot), the
+// rest compiled from the state.
+func (s *Store) syncPolicy(t *touchSet) {
+	s.policy.Sync(s.state, acl.Names{Roles: keys(t.roles), Groups: keys(t.groups), Clients: keys(t.clients)})
+	for _, n := range keys(t.splices) {
+		if _, whole := t.roles[n]; whole {
+			continue // compiled above from its final list
+		}
+		for _, sp := range t.splices[n] {
+			if !s.policy.SpliceRole(n, sp) {
+				s.policy.Sync(s.state, acl.Names{Roles: []string{n}})
+				break
+			}
+		}
+	}
 }
 
 func keys[V any](m map[string]V) []string {
@@ -618,7 +662,14 @@ var handlers = map[acl.Op]handler{
 	acl.OpSetDefaultACLAccess: (*Store).applySetDefaultACLAccess,
 	acl.OpCreateRole:          (*Store).applyCreateRole,
 	acl.OpModifyRole: edit(roles, editOptions{missing: "Role does not exist", noKick: true}, func(s *Store, c acl.Command, r *acl.Role) *reply {
-		nr := acl.Role{Name: c.Role, ACLs: acl.Canonical(c.ACLs)}
+		list := c.ACLs
+		if c.Splice != nil && c.ACLs == nil {
+			if !c.Splice.Fits(len(r.ACLs)) {
+				return refusal("Role edit made for another list")
+			}
+			list = c.Splice.Apply(r.ACLs) // an edit that reorders the list: run as the whole list
+		}
+		nr := acl.Role{Name: c.Role, ACLs: acl.Canonical(list)}
 		if err := nr.Validate(); err != nil {
 			return refusal("Invalid ACL topic")
 		}
@@ -719,7 +770,7 @@ var (
 	roles = kind[acl.Role]{
 		name: func(c acl.Command) string { return c.Role }, notFound: "Role not found",
 		get:      func(s *Store, n string) (acl.Role, bool) { r, ok := s.state.Roles[n]; return r, ok },
-		put:      func(s *Store, n string, r acl.Role) { s.state.Roles[n] = r },
+		put:      func(s *Store, n string, r acl.Role) { s.state.Roles[n] = r; delete(s.roleKeys, n) },
 		touch:    (*touchSet).role,
 		affected: (*Store).holders,
 	}
@@ -795,6 +846,11 @@ func edit[T any](k kind[T], o editOptions, change func(s *Store, c acl.Command, 
 
 // apply runs one command (with mu held).
 func (s *Store) apply(c acl.Command, cred *credential, t *touchSet) reply {
+	if c.Op == acl.OpModifyRole && c.Splice != nil && c.ACLs == nil {
+		if r, ok := s.spliceRole(c.Role, *c.Splice, t); ok {
+			return r
+		}
+	}
 	f, ok := handlers[c.Op]
 	if !ok {
 		return refused("Unknown command", kickSet{})
@@ -833,6 +889,7 @@ func (s *Store) applyDeleteRole(c acl.Command, _ *credential, t *touchSet) reply
 	}
 	kicked := s.holders(c.Role)
 	delete(st.Roles, c.Role)
+	delete(s.roleKeys, c.Role)
 	t.role(c.Role)
 	for u := range s.direct[c.Role] {
 		cl := st.Clients[u]

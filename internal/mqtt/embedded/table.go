@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/presence"
@@ -180,6 +181,7 @@ func (s *Store) ImportTable(t Table) error {
 	s.state.DefaultACL = &d
 	s.creds = map[string]*credential{}
 	s.members, s.direct, s.roleGroups = map[string]map[string]struct{}{}, map[string]map[string]struct{}{}, map[string]map[string]struct{}{}
+	s.roleKeys = map[string]map[ruleKey]struct{}{}
 	creds := make(map[string]*credential, len(t.Credentials))
 	for u, c := range t.Credentials {
 		if c != nil {
@@ -197,6 +199,41 @@ func (s *Store) ImportTable(t Table) error {
 		_ = s.snap.changed()
 	}
 	return nil
+}
+
+// RoleLen is the number of rules of role name, and whether it exists.
+func (s *Store) RoleLen(name string) (int, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.state.Roles[name]
+	return len(r.ACLs), ok
+}
+
+// RoleEditSince returns role name's list as an edit of had (the rules it keeps at both ends of
+// had, and a copy of the ones between), when the edit holds at most half of the list: a writer
+// that keeps the list it wrote learns what changed by a comparison, without a copy of the role.
+// False when the role does not exist or the edit is larger.
+func (s *Store) RoleEditSince(name string, had []acl.ACL) (acl.RoleSplice, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.state.Roles[name]
+	if !ok {
+		return acl.RoleSplice{}, false
+	}
+	want := r.ACLs
+	keep := 0
+	for keep < len(had) && keep < len(want) && had[keep] == want[keep] {
+		keep++
+	}
+	end := 0
+	for end < len(had)-keep && end < len(want)-keep && had[len(had)-1-end] == want[len(want)-1-end] {
+		end++
+	}
+	insert := want[keep : len(want)-end]
+	if 2*len(insert) > len(want) {
+		return acl.RoleSplice{}, false
+	}
+	return acl.RoleSplice{Had: len(had), Keep: keep, KeepEnd: end, Insert: slices.Clone(insert)}, true
 }
 
 // Size is the number of clients, roles and groups the store holds.

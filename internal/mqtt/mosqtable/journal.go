@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -362,6 +363,23 @@ func (j *journal) writeAll(epoch string, gen uint64) error {
 
 // writeSome writes the named objects; it returns the pages the round wrote.
 func (j *journal) writeSome(names acl.Names, gen uint64) (int, error) {
+	// A large role whose list on disk is known is read as an edit of that list, compared in
+	// the store without a copy of the role (thousands of rules for an org's); the rest is
+	// exported.
+	var edited map[string]acl.RoleSplice
+	for _, k := range names.Roles {
+		if prev, known := j.written[k]; known && j.edits[k] < maxRoleEdits {
+			if e, ok := j.store.RoleEditSince(k, prev); ok {
+				if edited == nil {
+					edited = map[string]acl.RoleSplice{}
+				}
+				edited[k] = e
+			}
+		}
+	}
+	if edited != nil {
+		names.Roles = slices.DeleteFunc(slices.Clone(names.Roles), func(k string) bool { _, ok := edited[k]; return ok })
+	}
 	t, err := j.store.ExportTable(&names)
 	if err != nil {
 		return 0, err
@@ -373,7 +391,7 @@ func (j *journal) writeSome(names acl.Names, gen uint64) (int, error) {
 	var done func()
 	err = j.db.Update(func(tx *bolt.Tx) error {
 		var err error
-		if done, err = j.putRoleEdits(tx, &t, &names); err != nil {
+		if done, err = j.putRoleEdits(tx, &t, &names, edited); err != nil {
 			return err
 		}
 		if err := putTable(tx, t, &names); err != nil {
@@ -489,7 +507,7 @@ func (j *journal) forgetWritten() {
 // edit record (RoleEdit) instead of the whole role, and takes those roles out of t and names
 // (putTable writes the rest whole). A role written whole loses its edit records. The returned
 // function records, once the transaction committed, what the disk holds.
-func (j *journal) putRoleEdits(tx *bolt.Tx, t *embedded.Table, names *acl.Names) (func(), error) {
+func (j *journal) putRoleEdits(tx *bolt.Tx, t *embedded.Table, names *acl.Names, edited map[string]acl.RoleSplice) (func(), error) {
 	edits, err := tx.CreateBucketIfNotExists(bucketRoleEdits)
 	if err != nil {
 		return nil, err
@@ -509,6 +527,26 @@ func (j *journal) putRoleEdits(tx *bolt.Tx, t *embedded.Table, names *acl.Names)
 	}
 	written := map[string][]acl.ACL{}
 	counts := map[string]int{}
+	put := func(k string, e RoleEdit) error {
+		seq, err := edits.NextSequence()
+		if err != nil {
+			return err
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		return edits.Put(roleEditKey(k, seq), data)
+	}
+	for k, e := range edited {
+		if len(e.Insert) == 0 && e.Keep+e.KeepEnd == e.Had {
+			continue // unchanged since the disk's list
+		}
+		if err := put(k, RoleEdit{Had: e.Had, Keep: e.Keep, KeepEnd: e.KeepEnd, Insert: e.Insert}); err != nil {
+			return nil, err
+		}
+		counts[k] = j.edits[k] + 1
+	}
 	var whole []string
 	keepNames := names.Roles[:0:0]
 	for _, k := range names.Roles {
@@ -516,15 +554,13 @@ func (j *journal) putRoleEdits(tx *bolt.Tx, t *embedded.Table, names *acl.Names)
 		prev, known := j.written[k]
 		if exists && known && j.edits[k] < maxRoleEdits {
 			if e, ok := splice(prev, r.ACLs); ok {
-				seq, err := edits.NextSequence()
-				if err != nil {
-					return nil, err
+				if len(e.Insert) == 0 && e.Keep+e.KeepEnd == e.Had && e.Had == len(r.ACLs) {
+					// The disk holds it already (a whole write of the table that ran after
+					// the change, and a round that names it again): no record.
+					delete(t.State.Roles, k)
+					continue
 				}
-				data, err := json.Marshal(e)
-				if err != nil {
-					return nil, err
-				}
-				if err := edits.Put(roleEditKey(k, seq), data); err != nil {
+				if err := put(k, e); err != nil {
 					return nil, err
 				}
 				written[k], counts[k] = r.ACLs, j.edits[k]+1
@@ -550,6 +586,13 @@ func (j *journal) putRoleEdits(tx *bolt.Tx, t *embedded.Table, names *acl.Names)
 		}
 		for k, l := range written {
 			j.written[k], j.edits[k] = l, counts[k]
+		}
+		for k, e := range edited {
+			// The journal's own copy, edited in place: no copy of the role either.
+			j.written[k] = slices.Replace(j.written[k], e.Keep, e.Had-e.KeepEnd, e.Insert...)
+			if n, ok := counts[k]; ok {
+				j.edits[k] = n
+			}
 		}
 	}, nil
 }

@@ -3,6 +3,7 @@ package mosqtable
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
@@ -77,8 +78,12 @@ func editOf(ctx context.Context, current *embedded.Store, c acl.Command) (RoleEd
 	return splice(r.ACLs, c.ACLs)
 }
 
-// applyEdits rebuilds the full lists of req's edited modifyRoles from the table in store, which
-// must be at generation gen; an error leaves the request unapplied.
+// applyEdits turns req's edits into splices of its modifyRoles (acl.Command.Splice), which the
+// store applies in the time of the edit, checked against the table in store, which must be at
+// generation gen and hold each edited role with the length the edit was made for; an error
+// leaves the request unapplied. A role named by an earlier command of the request is never sent
+// as an edit (roleEdits): such an edit is refused too, so that every edit applies to the list it
+// was made against.
 func applyEdits(store *embedded.Store, req *Request, gen uint64) error {
 	if len(req.Edits) == 0 {
 		return nil
@@ -88,22 +93,18 @@ func applyEdits(store *embedded.Store, req *Request, gen uint64) error {
 	}
 	cmds := append([]acl.Command(nil), req.Commands...)
 	for _, e := range req.Edits {
-		if e.Command < 0 || e.Command >= len(cmds) || cmds[e.Command].Op != acl.OpModifyRole || cmds[e.Command].ACLs != nil {
+		if e.Command < 0 || e.Command >= len(cmds) || cmds[e.Command].Op != acl.OpModifyRole || cmds[e.Command].ACLs != nil || cmds[e.Command].Splice != nil {
 			return fmt.Errorf("edit of command %d: not a modifyRole without rules", e.Command)
 		}
 		c := &cmds[e.Command]
-		st, err := store.Observe(context.Background(), &acl.Names{Roles: []string{c.Role}})
-		if err != nil {
-			return err
+		if slices.ContainsFunc(cmds[:e.Command], func(o acl.Command) bool { return o.Role == c.Role }) {
+			return fmt.Errorf("edit of role %q: an earlier command of the request names it", c.Role)
 		}
-		r, ok := st.Roles[c.Role]
-		if !ok || len(r.ACLs) != e.Had || e.Keep < 0 || e.KeepEnd < 0 || e.Keep+e.KeepEnd > e.Had {
-			return fmt.Errorf("edit of role %q: it has %d rules, the edit was made for %d", c.Role, len(r.ACLs), e.Had)
+		sp := acl.RoleSplice{Had: e.Had, Keep: e.Keep, KeepEnd: e.KeepEnd, Insert: e.Insert}
+		if n, ok := store.RoleLen(c.Role); !ok || !sp.Fits(n) {
+			return fmt.Errorf("edit of role %q: it has %d rules, the edit was made for %d", c.Role, n, e.Had)
 		}
-		list := make([]acl.ACL, 0, e.Keep+len(e.Insert)+e.KeepEnd)
-		list = append(list, r.ACLs[:e.Keep]...)
-		list = append(list, e.Insert...)
-		c.ACLs = append(list, r.ACLs[e.Had-e.KeepEnd:]...)
+		c.Splice = &sp
 	}
 	req.Commands = cmds
 	return nil

@@ -267,3 +267,36 @@ func TestJournalWritesLargeRolesAsEdits(t *testing.T) {
 		t.Fatalf("after a restart the role has %d rules, want the %d it had", len(got), len(want))
 	}
 }
+
+// The backend sends each password it sets with its at-rest form, so that the plugin and the
+// mirror do not hash it again; the form is the password's (a store that loads it accepts the
+// password), and the caller's commands are left as they were.
+func TestBackendSendsPasswordHashes(t *testing.T) {
+	cmds := []acl.Command{
+		{Op: acl.OpCreateRole, Role: "a2a:r"},
+		{Op: acl.OpCreateClient, Username: "a2a:a", Password: "pw-a"},
+		{Op: acl.OpSetClientPassword, Username: "a2a:b", Password: "pw-b"},
+	}
+	out, err := withPasswordHashes(cmds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmds[1].PasswordHash != nil || cmds[2].PasswordHash != nil {
+		t.Fatal("the caller's commands were changed")
+	}
+	if out[0].PasswordHash != nil || out[1].PasswordHash == nil || out[2].PasswordHash == nil {
+		t.Fatalf("forms on %v %v %v, want on the two password commands only", out[0].PasswordHash, out[1].PasswordHash, out[2].PasswordHash)
+	}
+	s, err := embedded.NewStore(embedded.StoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := embedded.Table{Version: embedded.TableVersion, State: acl.NewState(nil, nil, []acl.Client{{Username: "a2a:a"}}),
+		Credentials: map[string]*embedded.Credential{"a2a:a": {Salt: out[1].PasswordHash.Salt, Iterations: out[1].PasswordHash.Iterations, Hash: out[1].PasswordHash.Hash}}}
+	if err := s.ImportTable(table); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Authenticate("a2a:a", "pw-a", "") || s.Authenticate("a2a:a", "pw-b", "") {
+		t.Fatal("the form sent is not the password's")
+	}
+}
