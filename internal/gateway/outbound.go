@@ -107,10 +107,19 @@ func (o *Outbound) Sync(ctx context.Context) error {
 	o.mu.Lock()
 	var drop []*heldAgent
 	for name, h := range o.held {
-		if ag, ok := want[name]; !ok || heldKey(ag) != h.key {
-			drop = append(drop, h)
-			delete(o.held, name)
+		ag, ok := want[name]
+		if ok && heldKey(ag) == h.key {
+			continue
 		}
+		// Said at INFO: Held no longer lists the agent from here on, while its connection
+		// drains (up to drainTimeout) before it closes.
+		why := "not assigned here or not answering"
+		if ok {
+			why = "its URL, request topic or UID changed"
+		}
+		o.log.Info("letting HTTP agent go", "agent", name, "reason", why)
+		drop = append(drop, h)
+		delete(o.held, name)
 	}
 	o.mu.Unlock()
 	for _, h := range drop {
