@@ -120,8 +120,9 @@ func TestTwoReplicasShareTheIdentities(t *testing.T) {
 		// read the Leases, and was taken over once by A (its online card, A's, its LWT); two
 		// replicas taking the session from each other in turn show many more.
 		time.Sleep(time.Second)
-		if n := presence(); n > 3 {
-			t.Errorf("the HTTP agent's presence changed %d times while the two replicas started (a takeover loop)", n)
+		startPresence := presence()
+		if startPresence > 3 {
+			t.Errorf("the HTTP agent's presence changed %d times while the two replicas started (a takeover loop)", startPresence)
 		}
 		tr := st.requesterAs(t, ctx, "mqttclient").Transport(ref("httpagent"))
 		if plan := taskOf(t)(tr.SendMessage(ctx, nil, userMsg(uuid.NewString(), "", "deploy v1"))); plan.Status.State != a2a.TaskStateInputRequired {
@@ -201,7 +202,7 @@ func TestTwoReplicasShareTheIdentities(t *testing.T) {
 		if held := b.out.Held(); !slices.Equal(held, []string{httpAgent}) {
 			t.Fatalf("B holds %v after the agent answered through it", held)
 		}
-		t.Logf("after A stopped: the first GetTask answered through B in %v; B held the HTTP agent after %v (seen not holding it %d times before)", inboundBack, <-heldByB, notHeld)
+		t.Logf("presence changes while the replicas started: %d; after A stopped: the first GetTask answered through B in %v; B held the HTTP agent after %v (seen not holding it %d times before)", startPresence, inboundBack, <-heldByB, notHeld)
 	})
 }
 
