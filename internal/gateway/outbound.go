@@ -38,6 +38,8 @@ type heldAgent struct {
 	key  string
 	conn *a2amqtt.Conn
 	resp *a2amqtt.Responder
+	// gate decides each reconnect of conn (nil: autopaho reconnects freely).
+	gate *reconnectGate
 }
 
 // Outbound holds, on the bus, the Agents whose workload is an HTTP A2A server.
@@ -83,6 +85,11 @@ func (o *Outbound) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if o.cfg.Ring != nil && !o.cfg.Ring.Ready() {
+		// The ring has not read the Leases yet: it sees this replica alone and would claim
+		// the agents another replica holds. Its first read calls Resync.
+		return nil
+	}
 	want := map[string]*a2av1.Agent{}
 	for i := range agents {
 		ag := &agents[i]
@@ -100,10 +107,19 @@ func (o *Outbound) Sync(ctx context.Context) error {
 	o.mu.Lock()
 	var drop []*heldAgent
 	for name, h := range o.held {
-		if ag, ok := want[name]; !ok || heldKey(ag) != h.key {
-			drop = append(drop, h)
-			delete(o.held, name)
+		ag, ok := want[name]
+		if ok && heldKey(ag) == h.key {
+			continue
 		}
+		// Said at INFO: Held no longer lists the agent from here on, while its connection
+		// drains (up to drainTimeout) before it closes.
+		why := "not assigned here or not answering"
+		if ok {
+			why = "its URL, request topic or UID changed"
+		}
+		o.log.Info("letting HTTP agent go", "agent", name, "reason", why)
+		drop = append(drop, h)
+		delete(o.held, name)
 	}
 	o.mu.Unlock()
 	for _, h := range drop {
@@ -164,6 +180,11 @@ func (o *Outbound) hold(ctx context.Context, ag *a2av1.Agent) (*heldAgent, error
 	if err != nil {
 		return nil, err
 	}
+	var gate *reconnectGate
+	if o.cfg.Ring != nil {
+		gate = newReconnectGate(ctx, creds, o.cfg.Ring, ref.ClientID(), o.log)
+		creds = gate
+	}
 	conn, err := a2amqtt.Connect(ctx, a2amqtt.Config{
 		BrokerURL: o.cfg.Conn.BrokerURL, Credentials: creds, Agent: ref, TLSFiles: o.cfg.Conn.TLSFiles,
 		// The manifest's card, with presence: the bus shows the agent online while the gateway
@@ -173,22 +194,28 @@ func (o *Outbound) hold(ctx context.Context, ag *a2av1.Agent) (*heldAgent, error
 		ConnectTimeout: connectTimeout, Logger: o.log,
 	})
 	if err != nil {
+		gate.close()
 		return nil, fmt.Errorf("connect as %s: %w", ref, err)
 	}
 	exec := &httpExecutor{remote: a2aclient.NewJSONRPCTransport(ag.Spec.HTTP.URL, o.cfg.HTTPClient)}
 	resp, err := a2amqtt.NewResponder(ctx, conn, a2amqtt.ResponderOptions{Executor: exec, RequestTopic: requestTopic(ag)})
 	if err != nil {
+		gate.close()
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("serve %s: %w", ref, err)
 	}
 	o.log.Info("holding HTTP agent", "agent", ref.String(), "url", ag.Spec.HTTP.URL, "topic", requestTopic(ag))
-	return &heldAgent{key: heldKey(ag), conn: conn, resp: resp}, nil
+	return &heldAgent{key: heldKey(ag), conn: conn, resp: resp, gate: gate}, nil
 }
 
 // drainTimeout bounds how long requests in flight may take to finish when an agent is let go.
 const drainTimeout = 20 * time.Second
 
+// release lets an agent go: its connection stops reconnecting first (the replica now assigned
+// the agent may take the session over while the requests in flight drain), then the responder
+// drains and the connection closes.
 func (o *Outbound) release(ctx context.Context, h *heldAgent) {
+	h.gate.close()
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
 	defer cancel()
 	_ = h.resp.Shutdown(dctx)

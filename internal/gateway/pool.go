@@ -31,6 +31,8 @@ type callerConn struct {
 	conn  *a2amqtt.Conn
 	req   *a2amqtt.Requester
 	err   error
+	// gate decides each reconnect of conn when the pool follows a ring (reconnect.go).
+	gate *reconnectGate
 	// inUse and lastUsed are guarded by Pool.mu: Sweep closes only idle connections.
 	inUse    int
 	lastUsed time.Time
@@ -46,6 +48,9 @@ type Pool struct {
 
 	mu    sync.Mutex
 	conns map[a2amqtt.AgentRef]*callerConn
+	// ring, when set (Ring.Follow), assigns the caller identities to replicas: a caller's
+	// connection that was taken over reconnects only while the ring still assigns it here.
+	ring *Ring
 }
 
 // NewPool returns an empty pool.
@@ -76,7 +81,7 @@ func (p *Pool) Requester(ctx context.Context, ag *a2av1.Agent) (*a2amqtt.Request
 		p.mu.Unlock()
 	}
 	if !ok {
-		cc.conn, cc.req, cc.err = p.connect(context.WithoutCancel(ctx), ag, ref)
+		cc.conn, cc.req, cc.gate, cc.err = p.connect(context.WithoutCancel(ctx), ag, ref)
 		close(cc.ready)
 		if cc.err != nil {
 			p.mu.Lock()
@@ -118,11 +123,17 @@ func (p *Pool) Sweep(ctx context.Context, idle time.Duration) int {
 	}
 	p.mu.Unlock()
 	for _, cc := range closing {
-		if cc.conn != nil {
-			_ = cc.conn.Close(ctx)
-		}
+		cc.close(ctx)
 	}
 	return len(closing)
+}
+
+// close stops the connection's reconnects, then disconnects it.
+func (cc *callerConn) close(ctx context.Context) {
+	cc.gate.close()
+	if cc.conn != nil {
+		_ = cc.conn.Close(ctx)
+	}
 }
 
 // Retain closes the connections of the caller identities keep refuses (those the ring moved to
@@ -141,9 +152,7 @@ func (p *Pool) Retain(ctx context.Context, keep func(a2amqtt.AgentRef) bool) int
 	p.mu.Unlock()
 	for _, cc := range closing {
 		<-cc.ready
-		if cc.conn != nil {
-			_ = cc.conn.Close(ctx)
-		}
+		cc.close(ctx)
 	}
 	return len(closing)
 }
@@ -155,10 +164,18 @@ func (p *Pool) Size() int {
 	return len(p.conns)
 }
 
-func (p *Pool) connect(ctx context.Context, ag *a2av1.Agent, ref a2amqtt.AgentRef) (*a2amqtt.Conn, *a2amqtt.Requester, error) {
+func (p *Pool) connect(ctx context.Context, ag *a2av1.Agent, ref a2amqtt.AgentRef) (*a2amqtt.Conn, *a2amqtt.Requester, *reconnectGate, error) {
 	creds, err := p.dir.Credentials(ctx, ag)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	p.mu.Lock()
+	ring := p.ring
+	p.mu.Unlock()
+	var gate *reconnectGate
+	if ring != nil {
+		gate = newReconnectGate(ctx, creds, ring, ref.ClientID(), p.cfg.Logger)
+		creds = gate
 	}
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
@@ -167,7 +184,8 @@ func (p *Pool) connect(ctx context.Context, ag *a2av1.Agent, ref a2amqtt.AgentRe
 		ConnectTimeout: connectTimeout, Logger: p.cfg.Logger,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect as %s: %w", ref, err)
+		gate.close()
+		return nil, nil, nil, fmt.Errorf("connect as %s: %w", ref, err)
 	}
 	retry := p.cfg.Retry
 	if retry.RateLimitRetries == 0 {
@@ -175,10 +193,11 @@ func (p *Pool) connect(ctx context.Context, ag *a2av1.Agent, ref a2amqtt.AgentRe
 	}
 	req, err := a2amqtt.NewRequester(cctx, conn, a2amqtt.RequesterOptions{Retry: retry})
 	if err != nil {
+		gate.close()
 		_ = conn.Close(context.Background())
-		return nil, nil, fmt.Errorf("requester for %s: %w", ref, err)
+		return nil, nil, nil, fmt.Errorf("requester for %s: %w", ref, err)
 	}
-	return conn, req, nil
+	return conn, req, gate, nil
 }
 
 // Close disconnects every caller connection.
@@ -189,8 +208,6 @@ func (p *Pool) Close(ctx context.Context) {
 	p.mu.Unlock()
 	for _, cc := range conns {
 		<-cc.ready
-		if cc.conn != nil {
-			_ = cc.conn.Close(ctx)
-		}
+		cc.close(ctx)
 	}
 }

@@ -68,6 +68,11 @@ type Ring struct {
 	members   []Member // sorted by ID; always includes this replica
 	renewed   time.Time
 	listeners []func()
+	// readAt is when the last successful read of the Leases began (zero before the first):
+	// the members are at least as recent as that moment. readDone is closed and replaced at
+	// every successful read, waking those that wait for a fresh view (OwnsAfterRead).
+	readAt   time.Time
+	readDone chan struct{}
 }
 
 // NewRing returns a ring in which only this replica is live until Run reads the Leases.
@@ -84,7 +89,37 @@ func NewRing(cfg RingConfig) *Ring {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Ring{cfg: cfg, members: []Member{{ID: cfg.ReplicaID, Address: cfg.Address}}}
+	return &Ring{cfg: cfg, members: []Member{{ID: cfg.ReplicaID, Address: cfg.Address}}, readDone: make(chan struct{})}
+}
+
+// Ready reports whether the Leases have been read at least once. Until then this replica sees
+// only itself and would claim every identity, including those another replica holds: nothing
+// is held on the ring's word before it is ready.
+func (r *Ring) Ready() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.readAt.IsZero()
+}
+
+// OwnsAfterRead reports whether this replica is assigned key in a view of the Leases read after
+// the call began: it waits (bounded by ctx) for the next successful read. A connection that was
+// taken over asks it before connecting again, so it never acts on the view it had before the
+// takeover (another replica may have joined since).
+func (r *Ring) OwnsAfterRead(ctx context.Context, key string) (bool, error) {
+	since := time.Now()
+	for {
+		r.mu.Lock()
+		fresh, done := !r.readAt.Before(since), r.readDone
+		r.mu.Unlock()
+		if fresh {
+			return r.Owns(key), nil
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return false, fmt.Errorf("wait for a fresh view of the gateway replicas: %w", ctx.Err())
+		}
+	}
 }
 
 // OnChange registers f, called (from Run's goroutine) whenever the live set changes.
@@ -196,7 +231,14 @@ func (r *Ring) read(ctx context.Context, now time.Time) (bool, error) {
 	})
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if slices.Equal(live, r.members) {
+	// The first read counts as a change: until it, nothing was held on the ring's word.
+	first := r.readAt.IsZero()
+	if now.After(r.readAt) {
+		r.readAt = now
+	}
+	close(r.readDone)
+	r.readDone = make(chan struct{})
+	if !first && slices.Equal(live, r.members) {
 		return false, nil
 	}
 	r.members = live
@@ -264,8 +306,14 @@ func (r *Ring) Leave(ctx context.Context) {
 
 // Follow makes pool and out follow the ring: on each change of the live set the pool lets go of
 // the callers another replica now serves and out syncs at once (letting go of the HTTP agents
-// that moved, holding the ones that came).
+// that moved, holding the ones that came); a caller's connection that was taken over reconnects
+// only while the ring, read again, still assigns the caller here (reconnect.go).
 func (r *Ring) Follow(ctx context.Context, pool *Pool, out *Outbound) {
+	if pool != nil {
+		pool.mu.Lock()
+		pool.ring = r
+		pool.mu.Unlock()
+	}
 	r.OnChange(func() {
 		if out != nil {
 			out.Resync()

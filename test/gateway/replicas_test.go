@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -45,7 +46,7 @@ func (st *stack) ringReplica(t testing.TB, ctx context.Context, id string) *ring
 	}
 	var handler http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
-	log := slog.New(slog.DiscardHandler)
+	log := replicaLogger(id)
 	rctx, cancel := context.WithCancel(ctx)
 	ring := gateway.NewRing(gateway.RingConfig{Client: leases, Namespace: st.ns, ReplicaID: id, Address: srv.URL,
 		TTL: 5 * time.Second, Interval: 200 * time.Millisecond, Logger: log})
@@ -103,6 +104,7 @@ func TestTwoReplicasShareTheIdentities(t *testing.T) {
 		st := newStack(t, ctx, kind, agentURL)
 		st.startMQTTAgent(t, ctx, "memory", true, 2*time.Second)
 		idA, idB := replicaIDs(ref("client").ClientID(), ref("httpagent").ClientID())
+		presence := st.presenceChanges(t, "httpagent")
 		a, b := st.ringReplica(t, ctx, idA), st.ringReplica(t, ctx, idB)
 		httpAgent := st.ns + "/httpagent"
 		testenv.Eventually(t, 30*time.Second, "both replicas see each other; only A holds the HTTP agent", func() error {
@@ -114,6 +116,14 @@ func TestTwoReplicasShareTheIdentities(t *testing.T) {
 			}
 			return nil
 		})
+		// The replicas started together: at most one of them held the agent before both had
+		// read the Leases, and was taken over once by A (its online card, A's, its LWT); two
+		// replicas taking the session from each other in turn show many more.
+		time.Sleep(time.Second)
+		startPresence := presence()
+		if startPresence > 3 {
+			t.Errorf("the HTTP agent's presence changed %d times while the two replicas started (a takeover loop)", startPresence)
+		}
 		tr := st.requesterAs(t, ctx, "mqttclient").Transport(ref("httpagent"))
 		if plan := taskOf(t)(tr.SendMessage(ctx, nil, userMsg(uuid.NewString(), "", "deploy v1"))); plan.Status.State != a2a.TaskStateInputRequired {
 			t.Fatalf("outbound through A: %s %q", plan.Status.State, said(plan))
@@ -192,7 +202,7 @@ func TestTwoReplicasShareTheIdentities(t *testing.T) {
 		if held := b.out.Held(); !slices.Equal(held, []string{httpAgent}) {
 			t.Fatalf("B holds %v after the agent answered through it", held)
 		}
-		t.Logf("after A stopped: the first GetTask answered through B in %v; B held the HTTP agent after %v (seen not holding it %d times before)", inboundBack, <-heldByB, notHeld)
+		t.Logf("presence changes while the replicas started: %d; after A stopped: the first GetTask answered through B in %v; B held the HTTP agent after %v (seen not holding it %d times before)", startPresence, inboundBack, <-heldByB, notHeld)
 	})
 }
 
@@ -258,5 +268,78 @@ func TestRingMembership(t *testing.T) {
 	t.Logf("a crashed replica left the ring after %v (TTL 2 s)", time.Since(crashed))
 	if owner := b.Owner("acme/sales/anything"); owner.ID != "b" {
 		t.Fatalf("alone, b is assigned %v", owner)
+	}
+}
+
+// replicaLogger is a replica's logger: silent, or on stderr at debug level when GW_DEBUG is set
+// (to read a failing run's connections and ring changes).
+func replicaLogger(id string) *slog.Logger {
+	if os.Getenv("GW_DEBUG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("replica", id)
+}
+
+// TestRingViewIsFresh: a ring is not ready (it sees only its own replica) until it has read the
+// Leases once; OwnsAfterRead answers from a read begun after the call, not from the view before.
+func TestRingViewIsFresh(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := cp.NewNamespace(t, ctx, "gw-fresh-")
+	leases, err := client.New(restCfg, client.Options{Scheme: gateway.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRing := func(id string) *gateway.Ring {
+		return gateway.NewRing(gateway.RingConfig{Client: leases, Namespace: ns, ReplicaID: id, Address: "http://" + id,
+			TTL: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	}
+	key := "acme/sales/httpagent"
+	winner, loser := replicaIDs(key)
+	a, b := newRing(loser), newRing(winner)
+	var changes atomic.Int32
+	a.OnChange(func() { changes.Add(1) })
+	if a.Ready() || !a.Owns(key) {
+		t.Fatalf("before any read: ready %v, owns %v (want not ready, and alone it is assigned everything)", a.Ready(), a.Owns(key))
+	}
+	if err := a.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !a.Ready() || changes.Load() != 1 {
+		t.Fatalf("after the first read: ready %v, %d changes (the first read is one)", a.Ready(), changes.Load())
+	}
+	// b joins; a has not read since: its view says a owns the key, a fresh one says b.
+	if err := b.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !a.Owns(key) {
+		t.Fatal("a's view changed without a read")
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	if _, err := a.OwnsAfterRead(short, key); err == nil {
+		t.Fatal("OwnsAfterRead answered without a read")
+	}
+	cancelShort()
+	got := make(chan bool, 1)
+	go func() {
+		owns, err := a.OwnsAfterRead(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- owns
+	}()
+	// Read until the waiter has its answer (it wants a read begun after its call).
+	for {
+		if err := a.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case owns := <-got:
+			if owns {
+				t.Fatalf("a fresh read assigns %s to a, want b (%s)", key, winner)
+			}
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
