@@ -62,6 +62,18 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			viaFloor := floorClient(b, ctx, card, floorURL, token)
 			floorRaw := newRawHTTP(gw, "direct", token)
 			floorRaw.endpoint = floorURL + "/"
+			// The hop taken apart (tcphop_test.go): no HTTP library on either side, then
+			// net/http's server alone.
+			cannedReply, err := json.Marshal(struct {
+				JSONRPC string             `json:"jsonrpc"`
+				ID      int                `json:"id"`
+				Result  a2a.StreamResponse `json:"result"`
+			}{"2.0", 1, a2a.StreamResponse{Event: canned}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tcpHop := newTCPClient(b, tcpFloor(b, append(cannedReply, '\n')), token)
+			tcpNetHTTPHop := newTCPClient(b, floorURL+"/", token)
 			// net/http with the SDK's decoder: the same client weight as the SDK's requester.
 			httpSDKDecode := newRawHTTP(gw, "direct", token)
 			httpSDKDecode.decode = a2amqtt.DecodeResponse
@@ -89,6 +101,8 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 					return marks.timed(ctx, "raw-", func(ctx context.Context) (any, error) { return httpRaw.send(ctx, "hello") })
 				}},
 				{"raw-hop", func(ctx context.Context) (any, error) { return floorRaw.send(ctx, "hello") }},
+				{"tcp-hop", func(ctx context.Context) (any, error) { return tcpHop.send(ctx, "hello") }},
+				{"tcp-nethttp-hop", func(ctx context.Context) (any, error) { return tcpNetHTTPHop.send(ctx, "hello") }},
 				{"sdkdec-http", func(ctx context.Context) (any, error) {
 					return marks.timed(ctx, "sdkdec-", func(ctx context.Context) (any, error) { return httpSDKDecode.send(ctx, "hello") })
 				}},
@@ -139,6 +153,9 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			}
 			// net/http with the SDK's decoder against the SDK's requester.
 			b.ReportMetric(float64(med["sdkdec-http"])/float64(med["mqtt"]), "sdkdec-http/mqtt")
+			// What net/http's server and its client each add to the hop (tcphop_test.go).
+			b.ReportMetric(float64((med["tcp-nethttp-hop"] - med["tcp-hop"]).Microseconds()), "nethttp-server-µs")
+			b.ReportMetric(float64((med["raw-hop"] - med["tcp-nethttp-hop"]).Microseconds()), "nethttp-client-µs")
 			// The governed path (through the conversation service), a2a-go's client and net/http
 			// with the SDK's decoder against the SDK's requester, and what the hop alone would make.
 			gm := med["gov-mqtt"]
