@@ -68,6 +68,11 @@ func sendFast(ctx context.Context, w http.ResponseWriter, t *a2amqtt.Transport, 
 	_, _ = io.WriteString(w, mid)
 	_, _ = w.Write(result)
 	_, _ = io.WriteString(w, tail)
+	// Out now, not once the handler has returned: releasing the caller's requester, ending the
+	// request's context and net/http's own bookkeeping come after the caller has its answer.
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 	return true, nil
 }
 

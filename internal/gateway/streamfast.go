@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -39,6 +40,10 @@ type sseStream struct {
 	done    bool
 	timer   *time.Timer
 	frame   []byte
+	// idBase and seq make the events' ids: the stream's own UUID and the event's number, so
+	// that an id is unique without a random UUID drawn for every event.
+	idBase []byte
+	seq    uint64
 }
 
 func newSSEStream(w http.ResponseWriter, keepAlive time.Duration) *sseStream {
@@ -85,8 +90,13 @@ func (s *sseStream) event(id json.RawMessage, result []byte, more bool) error {
 	defer s.mu.Unlock()
 	s.startLocked()
 	s.wrote = true
+	if s.idBase == nil {
+		s.idBase = append([]byte(uuid.NewString()), '-')
+	}
+	s.seq++
 	f := append(s.frame[:0], "id: "...)
-	f = append(f, uuid.NewString()...)
+	f = append(f, s.idBase...)
+	f = strconv.AppendUint(f, s.seq, 10)
 	f = append(f, "\ndata: "...)
 	f = append(f, `{"jsonrpc":"2.0","id":`...)
 	f = append(f, id...)

@@ -62,6 +62,18 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			viaFloor := floorClient(b, ctx, card, floorURL, token)
 			floorRaw := newRawHTTP(gw, "direct", token)
 			floorRaw.endpoint = floorURL + "/"
+			// The hop taken apart (tcphop_test.go): no HTTP library on either side, then
+			// net/http's server alone.
+			cannedReply, err := json.Marshal(struct {
+				JSONRPC string             `json:"jsonrpc"`
+				ID      int                `json:"id"`
+				Result  a2a.StreamResponse `json:"result"`
+			}{"2.0", 1, a2a.StreamResponse{Event: canned}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tcpHop := newTCPClient(b, tcpFloor(b, append(cannedReply, '\n')), token)
+			tcpNetHTTPHop := newTCPClient(b, floorURL+"/", token)
 			// net/http with the SDK's decoder: the same client weight as the SDK's requester.
 			httpSDKDecode := newRawHTTP(gw, "direct", token)
 			httpSDKDecode.decode = a2amqtt.DecodeResponse
@@ -89,6 +101,8 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 					return marks.timed(ctx, "raw-", func(ctx context.Context) (any, error) { return httpRaw.send(ctx, "hello") })
 				}},
 				{"raw-hop", func(ctx context.Context) (any, error) { return floorRaw.send(ctx, "hello") }},
+				{"tcp-hop", func(ctx context.Context) (any, error) { return tcpHop.send(ctx, "hello") }},
+				{"tcp-nethttp-hop", func(ctx context.Context) (any, error) { return tcpNetHTTPHop.send(ctx, "hello") }},
 				{"sdkdec-http", func(ctx context.Context) (any, error) {
 					return marks.timed(ctx, "sdkdec-", func(ctx context.Context) (any, error) { return httpSDKDecode.send(ctx, "hello") })
 				}},
@@ -139,6 +153,9 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			}
 			// net/http with the SDK's decoder against the SDK's requester.
 			b.ReportMetric(float64(med["sdkdec-http"])/float64(med["mqtt"]), "sdkdec-http/mqtt")
+			// What net/http's server and its client each add to the hop (tcphop_test.go).
+			b.ReportMetric(float64((med["tcp-nethttp-hop"] - med["tcp-hop"]).Microseconds()), "nethttp-server-µs")
+			b.ReportMetric(float64((med["raw-hop"] - med["tcp-nethttp-hop"]).Microseconds()), "nethttp-client-µs")
 			// The governed path (through the conversation service), a2a-go's client and net/http
 			// with the SDK's decoder against the SDK's requester, and what the hop alone would make.
 			gm := med["gov-mqtt"]
@@ -238,6 +255,8 @@ func BenchmarkGatewayStreaming(b *testing.B) {
 			rawStream(mqttRaw.stream)
 			rawStream(httpRaw.stream)
 			rawStream(httpSDKDecode.stream)
+			mqttRaw.firstEvent, httpRaw.firstEvent = nil, nil
+			httpRaw.bodyReads.Store(0)
 			var mq, ht, rm, rh, sh time.Duration
 			b.ResetTimer()
 			for range b.N {
@@ -257,6 +276,11 @@ func BenchmarkGatewayStreaming(b *testing.B) {
 			b.ReportMetric(perSecond(rh)/perSecond(rm), "raw-http/mqtt")
 			b.ReportMetric(perSecond(sh), "sdkdec-http-events/s")
 			b.ReportMetric(perSecond(sh)/perSecond(mq), "sdkdec-http/mqtt")
+			// The first event's latency (the request included): a lone event is not held back.
+			b.ReportMetric(median(mqttRaw.firstEvent).Seconds()*1e6, "raw-mqtt-first-event-µs")
+			b.ReportMetric(median(httpRaw.firstEvent).Seconds()*1e6, "raw-http-first-event-µs")
+			// Reads of the SSE body per event: how many events one write of the gateway carried.
+			b.ReportMetric(float64(httpRaw.bodyReads.Load())/float64((events+2)*b.N), "raw-http-reads/event")
 		})
 	}
 }
@@ -372,4 +396,13 @@ func (m *callMarks) report(b *testing.B) {
 			b.ReportMetric(float64(ds[len(ds)/2])/1e3, prefix+"step-"+names[i]+"-µs")
 		}
 	}
+}
+
+// median is the median of ds (which it sorts).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }

@@ -91,6 +91,22 @@ type rawHTTP struct {
 	// decode reads one JSON-RPC response: rawEvent, or the SDK's a2amqtt.DecodeResponse (the
 	// requester's own one-pass decoder) to weigh the same as the SDK's requester.
 	decode func([]byte) (a2a.Event, error)
+	// firstEvent holds each stream's time from the request to its first event decoded;
+	// bodyReads counts the reads of the streams' bodies (each a chunk of the response or less:
+	// how many events the gateway's writes carried together).
+	firstEvent []time.Duration
+	bodyReads  atomic.Int64
+}
+
+// countedBody counts the reads of a response body.
+type countedBody struct {
+	io.Reader
+	reads *atomic.Int64
+}
+
+func (c countedBody) Read(p []byte) (int, error) {
+	c.reads.Add(1)
+	return c.Reader.Read(p)
 }
 
 func newRawHTTP(gatewayURL, agent, token string) *rawHTTP {
@@ -150,12 +166,13 @@ func (c *rawHTTP) send(ctx context.Context, text string) (a2a.Event, error) {
 // stream makes one SendStreamingMessage call and reads its SSE events (one "data:" line each, as
 // a2a-go's server and the gateway write them) until the stream's last; it returns their count.
 func (c *rawHTTP) stream(ctx context.Context, text string) (int, error) {
+	start := time.Now()
 	resp, err := c.post(ctx, a2amqtt.MethodSendStreamingMessage, text)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	r, n := bufio.NewReaderSize(resp.Body, 16<<10), 0
+	r, n := bufio.NewReaderSize(countedBody{resp.Body, &c.bodyReads}, 16<<10), 0
 	for {
 		line, err := r.ReadSlice('\n')
 		if err != nil {
@@ -169,7 +186,9 @@ func (c *rawHTTP) stream(ctx context.Context, text string) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		n++
+		if n++; n == 1 {
+			c.firstEvent = append(c.firstEvent, time.Since(start))
+		}
 		if endsStream(ev) {
 			return n, nil
 		}
@@ -183,6 +202,8 @@ type rawMQTT struct {
 	c            *brokertest.Client
 	topic, reply string
 	seq          int64
+	// firstEvent holds each stream's time from the request to its first event decoded.
+	firstEvent []time.Duration
 }
 
 // rawMQTTAs connects fleet agent name as a raw MQTT requester of agent.
@@ -244,6 +265,7 @@ func (m *rawMQTT) send(ctx context.Context, text string) (a2a.Event, error) {
 // stream makes one SendStreamingMessage call and reads its replies until the stream's last; it
 // returns their count.
 func (m *rawMQTT) stream(ctx context.Context, text string) (int, error) {
+	start := time.Now()
 	corr, err := m.publish(a2amqtt.MethodSendStreamingMessage, text)
 	if err != nil {
 		return 0, err
@@ -252,6 +274,9 @@ func (m *rawMQTT) stream(ctx context.Context, text string) (int, error) {
 		ev, err := m.next(ctx, corr)
 		if err != nil {
 			return n - 1, err
+		}
+		if n == 1 {
+			m.firstEvent = append(m.firstEvent, time.Since(start))
 		}
 		if endsStream(ev) {
 			return n, nil

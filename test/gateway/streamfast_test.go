@@ -177,3 +177,92 @@ func streamRaw(t *testing.T, ctx context.Context, endpoint, token, rpcID, text s
 	}
 	return events
 }
+
+// TestStreamLoneEventFlushed: an event with nothing queued behind it reaches the HTTP caller at
+// once, not with the stream's next write: the agent publishes its first event, then holds the
+// rest of the stream until the caller has read that event over SSE (or until it gives up, which
+// fails the test).
+func TestStreamLoneEventFlushed(t *testing.T) {
+	onBothBrokers(t, func(t *testing.T, kind string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		st := newStack(t, ctx, kind, startHTTPAgent(t))
+		agent := st.plainPahoAgent(t, "direct")
+		release := make(chan struct{})
+		gaveUp := make(chan bool, 1)
+		go func() {
+			p := <-agent.Messages()
+			var req struct {
+				ID     json.RawMessage `json:"id"`
+				Params struct {
+					Message struct {
+						TaskID    string `json:"taskId"`
+						ContextID string `json:"contextId"`
+					} `json:"message"`
+				} `json:"params"`
+			}
+			_ = json.Unmarshal(p.Payload, &req)
+			m := req.Params.Message
+			publish := func(state string) {
+				body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"statusUpdate":{"taskId":%q,"contextId":%q,"status":{"state":%q}}}}`, req.ID, m.TaskID, m.ContextID, state)
+				_, _ = agent.PublishWith(&paho.Publish{Topic: p.Properties.ResponseTopic, QoS: 1, Payload: []byte(body),
+					Properties: &paho.PublishProperties{CorrelationData: p.Properties.CorrelationData}})
+			}
+			publish("TASK_STATE_WORKING")
+			select {
+			case <-release:
+				gaveUp <- false
+			case <-time.After(20 * time.Second):
+				gaveUp <- true
+			}
+			publish("TASK_STATE_COMPLETED")
+		}()
+		gw, _ := st.gateway(t, ctx)
+		endpoint := fmt.Sprintf("%s/agents/%s/%s/direct/", gw, org, unit)
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": "SendStreamingMessage", "params": userMsg("", "", "one")})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+st.token(t, ctx, "caller"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var states []string
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var ev struct {
+				Result struct {
+					StatusUpdate struct {
+						Status struct {
+							State string `json:"state"`
+						} `json:"status"`
+					} `json:"statusUpdate"`
+				} `json:"result"`
+			}
+			if err := json.Unmarshal([]byte(data), &ev); err != nil {
+				t.Fatalf("event %q: %v", data, err)
+			}
+			states = append(states, ev.Result.StatusUpdate.Status.State)
+			if len(states) == 1 {
+				close(release) // the first event arrived while the agent holds the rest
+			}
+		}
+		if err := sc.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if <-gaveUp {
+			t.Fatalf("the first event reached the caller only after the stream went on (%v): a lone event was held back", states)
+		}
+		if len(states) != 2 || states[0] != "TASK_STATE_WORKING" || states[1] != "TASK_STATE_COMPLETED" {
+			t.Fatalf("events %v, want working then completed", states)
+		}
+	})
+}
