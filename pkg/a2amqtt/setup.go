@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net/url"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,9 @@ import (
 //     SessionExpiry asks for a persistent one (Clean Start 0 from the first CONNECT on);
 //   - Request Problem Information asked for whenever a CONNECT property is set;
 //   - the password asked for at every attempt (a rotated one is used from the next reconnect);
-//   - ReconnectBackoff (immediate, then 250 ms doubling up to 5 s);
+//   - ReconnectBackoff (immediate, then 250 ms doubling up to 5 s), and the same growing delay
+//     before reconnecting after connections that keep being lost right after they came up
+//     (takeoverBackoff: two clients with one client ID);
 //   - quiet logs: a lost connection and its restoration are INFO, a dial error stays DEBUG until
 //     the broker has been unreachable for 30 s (then one WARN per distinct cause), a refused
 //     CONNECT is one WARN per distinct cause, a broker's DISCONNECT is INFO when expected
@@ -92,6 +95,10 @@ type ConnState struct {
 	everUp     atomic.Bool
 	downSince  atomic.Int64 // unix nanoseconds: since the last drop, or since the setup was built
 	connects   atomic.Int64
+	upSince    atomic.Int64 // unix nanoseconds: when the current (or last) connection came up
+	// shortLived counts the connections in a row that were lost within shortLivedConnection of
+	// coming up (takeoverBackoff).
+	shortLived atomic.Int32
 	lastErr    atomic.Pointer[error] // a Pointer, not a Value: see Conn.connErr
 	lastWarned atomic.Pointer[string]
 }
@@ -172,6 +179,11 @@ func (s ClientSetup) Config() (autopaho.ClientConfig, *ConnState) {
 		ConnectTimeout: s.ConnectTimeout,
 		ReconnectBackoff: func(attempt int) time.Duration {
 			d := ReconnectBackoff(attempt)
+			if attempt == 0 {
+				// autopaho asks for attempt 0 before each connection sequence: after a drop,
+				// this is where a connection that lived only moments waits.
+				d = takeoverBackoff(int(st.shortLived.Load()))
+			}
 			if s.RefusedRetry > 0 && d > s.RefusedRetry && st.refused() {
 				return s.RefusedRetry
 			}
@@ -217,8 +229,7 @@ func (s ClientSetup) Config() (autopaho.ClientConfig, *ConnState) {
 			}
 		},
 		OnConnectionDown: func() bool {
-			st.up.Store(false)
-			st.downSince.Store(time.Now().UnixNano())
+			st.markDown(s.ClientID)
 			reconnect := !stopping()
 			if reconnect {
 				// Expected in the life of any long-running client (broker restart, network
@@ -270,6 +281,7 @@ func (s *ConnState) refused() bool {
 // markUp records a new connection (on autopaho's goroutine; must not block).
 func (s *ConnState) markUp() {
 	n := s.connects.Add(1)
+	s.upSince.Store(time.Now().UnixNano())
 	s.up.Store(true)
 	s.lastErr.Store(nil)
 	s.lastWarned.Store(nil)
@@ -278,6 +290,47 @@ func (s *ConnState) markUp() {
 		s.log.Info("mqtt connection restored", "down_for", down.String())
 	}
 	s.everUp.Store(true)
+}
+
+// shortLivedConnection: a connection lost sooner than this after it came up counts towards
+// takeoverBackoff.
+const shortLivedConnection = 2 * time.Second
+
+// markDown records a lost connection; it returns how many connections in a row were lost within
+// shortLivedConnection of coming up (0 when this one lived longer).
+func (s *ConnState) markDown(clientID string) int {
+	s.up.Store(false)
+	now := time.Now()
+	s.downSince.Store(now.UnixNano())
+	if now.Sub(time.Unix(0, s.upSince.Load())) >= shortLivedConnection {
+		s.shortLived.Store(0)
+		return 0
+	}
+	n := int(s.shortLived.Add(1))
+	if n == 3 {
+		// Once per run of short connections: the usual cause is a second client with the same
+		// client ID (two processes of one Agent), each taking the session from the other.
+		s.log.Warn("mqtt connection lost right after connecting, several times in a row: is another client using this client ID? Reconnecting more slowly",
+			"client_id", clientID, "lost_within", shortLivedConnection.String())
+	}
+	return n
+}
+
+// takeoverBackoff is the delay before the connection sequence that follows a run of n short-lived
+// connections: 0 for none or one (a kick right after connecting is reconnected at once), then
+// 250 ms doubling up to 5 s, with up to a quarter more at random so that two such clients drift
+// apart.
+// Two clients with one client ID (MQTT lets the newer connection take the session over) would
+// otherwise take it from each other as fast as they can connect (hundreds of CONNECTs a second,
+// each one kicking the other), loading the broker and every client's reconnect logs; with it
+// they settle to one takeover every few seconds, and a restarted broker, or a kick of a
+// connection that had been up, is still reconnected at once.
+func takeoverBackoff(n int) time.Duration {
+	if n <= 1 {
+		return 0
+	}
+	d := ReconnectBackoff(n - 1)
+	return d + rand.N(d/4+1)
 }
 
 // connectWarnAfter is how long a dial error stays a DEBUG-level, expected reconnect.
