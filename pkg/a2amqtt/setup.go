@@ -90,12 +90,12 @@ const (
 
 // ConnState is what a ClientSetup connection reports to health checks and logs.
 type ConnState struct {
-	log        *slog.Logger
-	up         atomic.Bool
-	everUp     atomic.Bool
-	downSince  atomic.Int64 // unix nanoseconds: since the last drop, or since the setup was built
-	connects   atomic.Int64
-	upSince    atomic.Int64 // unix nanoseconds: when the current (or last) connection came up
+	log       *slog.Logger
+	up        atomic.Bool
+	everUp    atomic.Bool
+	downSince atomic.Int64 // unix nanoseconds: since the last drop, or since the setup was built
+	connects  atomic.Int64
+	upSince   atomic.Int64 // unix nanoseconds: when the current (or last) connection came up
 	// shortLived counts the connections in a row that were lost within shortLivedConnection of
 	// coming up (takeoverBackoff).
 	shortLived atomic.Int32
