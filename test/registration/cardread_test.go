@@ -83,7 +83,7 @@ func TestCardConnectionReadsEveryRetainedCardAfterRestart(t *testing.T) {
 	testenv.Eventually(t, 2*time.Minute, "every retained card read again after the restart", func() error {
 		return cardsKnown(op.Broker, topics)
 	})
-	t.Logf("the broker's drops for the operator after the restart: %d log lines", strings.Count(m.Log(), "Outgoing messages are being dropped"))
+	t.Logf("the broker logged %d drops of outgoing messages (both starts)", strings.Count(m.Log(), "Outgoing messages are being dropped"))
 }
 
 // cardsKnown fails while the card connection holds no card for some of topics.
