@@ -26,7 +26,8 @@ import (
 
 // cardConn is the operator's own MQTT connection (identity.OperatorUsername). It publishes the
 // retained registration cards, and it watches which cards the broker holds: it subscribes to
-// every discovery topic, and after every (re)connection it republishes the registration card of
+// every discovery topic's changes, reads the Agents' retained cards in paced chunks after every
+// (re)connection (readCards), and after every (re)connection it republishes the registration card of
 // each registered Agent whose card the broker no longer has (a broker restarted without
 // persistence loses retained messages; an Agent with no process behind it would otherwise stay
 // undiscoverable until its spec changes). It never overwrites a card that is there, so an
@@ -184,7 +185,9 @@ func (c *cardConn) connect(ctx context.Context) error {
 		},
 		ClientID: c.clientID,
 		Subscriptions: []paho.SubscribeOptions{
-			{Topic: a2amqtt.MethodFilter(a2amqtt.MethodDiscovery), QoS: 0},
+			// Every change to a card, but not the retained cards themselves (retain handling
+			// 2): readCards asks for those in paced chunks (see there).
+			{Topic: a2amqtt.MethodFilter(a2amqtt.MethodDiscovery), QoS: 0, RetainHandling: retainNotSent},
 			{Topic: identity.OperatorSyncTopic, QoS: 0},
 			{Topic: presence.MosquittoLogTopic, QoS: 1},
 			{Topic: presence.PluginTopic, QoS: 1},
@@ -192,7 +195,8 @@ func (c *cardConn) connect(ctx context.Context) error {
 		},
 		OnMessage: c.received,
 		OnDown:    c.forget,
-		OnReady: func(context.Context, *session.Link) {
+		OnReady: func(ctx context.Context, _ *session.Link) {
+			c.readCards(ctx)
 			c.wakeScan()
 			c.wakeSeal()
 		},
@@ -387,8 +391,79 @@ func (c *cardConn) scanLoop(ctx context.Context) {
 	}
 }
 
-// verifyChunk bounds one verification SUBSCRIBE (filters per packet).
-const verifyChunk = 100
+// retainNotSent is MQTT v5's retain handling 2: the broker sends no retained message when the
+// subscription is made.
+const retainNotSent = 2
+
+// cardReadChunk is how many discovery topics one SUBSCRIBE of a card read names, so how many
+// retained cards the broker writes to this connection at once. A broker bounds the packets it
+// holds unwritten for one client and drops the rest (Mosquitto: max_queued_messages, 1000 by
+// default, QoS 0 and 1 alike): one wildcard subscription over 10 000 retained cards loses
+// thousands. A tenth of Mosquitto's default leaves room for the live traffic (log lines, cards
+// the agents put back) that arrives meanwhile.
+const cardReadChunk = 100
+
+// readCards reads the retained card of every Agent's discovery topic after a (re)connection:
+// cardReadChunk topics per SUBSCRIBE, each chunk's cards received (a sync marker behind them)
+// before the next is asked for, so the broker never holds more than a chunk of them for this
+// connection. The wildcard subscription brings the changes from then on. Only the Agents' own
+// topics are read: every decision the card connection makes is about a registered Agent's card.
+func (c *cardConn) readCards(ctx context.Context) {
+	start := time.Now()
+	var agents a2av1.AgentList
+	if err := c.b.cfg.Client.List(ctx, &agents); err != nil {
+		c.b.log.Info("reading the agents' retained cards failed; the scan after the grace checks them", "err", err.Error())
+		return
+	}
+	topics := make([]string, 0, len(agents.Items))
+	seen := make(map[string]bool, len(agents.Items))
+	for i := range agents.Items {
+		t := identity.Of(&agents.Items[i]).DiscoveryTopic()
+		if !seen[t] {
+			seen[t] = true
+			topics = append(topics, t)
+		}
+	}
+	if err := c.readRetained(ctx, topics); err != nil {
+		if ctx.Err() == nil {
+			c.b.log.Info("reading the agents' retained cards failed; the scan after the grace checks them", "err", err.Error())
+		}
+		return
+	}
+	c.mu.Lock()
+	found := 0
+	for _, t := range topics {
+		if c.present[t] {
+			found++
+		}
+	}
+	c.mu.Unlock()
+	c.b.log.Info("read the agents' retained cards", "agents", len(topics), "cards", found, "seconds", time.Since(start).Seconds())
+}
+
+// readRetained subscribes to topics in chunks of cardReadChunk, so the broker sends their
+// retained cards again, and waits for each chunk's cards before it asks for the next.
+func (c *cardConn) readRetained(ctx context.Context, topics []string) error {
+	sess := c.sess.Load()
+	for start := 0; start < len(topics); start += cardReadChunk {
+		chunk := topics[start:min(start+cardReadChunk, len(topics))]
+		subs := make([]paho.SubscribeOptions, len(chunk))
+		for i, t := range chunk {
+			subs[i] = paho.SubscribeOptions{Topic: t, QoS: 0}
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := sess.Subscribe(rctx, &paho.Subscribe{Subscriptions: subs})
+		if err == nil {
+			err = c.sync(rctx)
+		}
+		_, _ = sess.Unsubscribe(rctx, &paho.Unsubscribe{Topics: chunk})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("read retained cards: %w", err)
+		}
+	}
+	return nil
+}
 
 // republishMissing republishes the cards of registered Agents whose discovery topic holds
 // nothing and returns how many.
@@ -419,8 +494,8 @@ func (c *cardConn) republishMissing(ctx context.Context) (int, error) {
 	if len(missing) == 0 {
 		return 0, nil
 	}
-	// A large burst of retained cards may have overflowed the broker's queue for this
-	// connection: ask again for exactly the missing ones before believing it.
+	// The broker may have dropped a card for this connection (live traffic beyond its queue,
+	// or the card read failed): ask again for exactly the missing ones before believing it.
 	if err := c.verify(ctx, missing); err != nil {
 		return 0, err
 	}
@@ -444,30 +519,15 @@ func (c *cardConn) republishMissing(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// verify subscribes to the candidate topics themselves (in chunks), so the broker sends their
-// retained cards again, and drops from missing every topic that has one.
+// verify reads the candidate topics' retained cards again (readRetained) and drops from missing
+// every topic that has one.
 func (c *cardConn) verify(ctx context.Context, missing map[string]*a2av1.Agent) error {
 	topics := make([]string, 0, len(missing))
 	for t := range missing {
 		topics = append(topics, t)
 	}
-	sess := c.sess.Load()
-	for start := 0; start < len(topics); start += verifyChunk {
-		chunk := topics[start:min(start+verifyChunk, len(topics))]
-		subs := make([]paho.SubscribeOptions, len(chunk))
-		for i, t := range chunk {
-			subs[i] = paho.SubscribeOptions{Topic: t, QoS: 0}
-		}
-		vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := sess.Subscribe(vctx, &paho.Subscribe{Subscriptions: subs})
-		if err == nil {
-			err = c.sync(vctx)
-		}
-		_, _ = sess.Unsubscribe(vctx, &paho.Unsubscribe{Topics: chunk})
-		cancel()
-		if err != nil {
-			return fmt.Errorf("verify missing cards: %w", err)
-		}
+	if err := c.readRetained(ctx, topics); err != nil {
+		return fmt.Errorf("verify missing cards: %w", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -925,6 +925,8 @@ func (r *bench) brokerPodDeleted(ctx context.Context, size int, emptyDisk bool) 
 	if emptyDisk {
 		suffix = "-empty-disk"
 	}
+	r.cardsAfterRestart(ctx, killed, emptyDisk, suffix)
+	r.brokerCrashes(ctx, suffix)
 	b.ReportMetric(allBack.Sub(killed).Seconds(), "s-all-clients-back"+suffix)
 	b.ReportMetric(float64(counts.refusedTopicAccepted.Load()+counts.wrongPasswordAccepted.Load()), "refused-accepted"+suffix)
 }
