@@ -92,7 +92,27 @@ func NewInbound(cfg InboundConfig) *Inbound {
 	in.mux.HandleFunc("POST /agents/{org}/{unit}/{agent}", in.serveRPC)
 	in.mux.HandleFunc("GET "+JWKSPath, in.serveJWKS)
 	in.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	in.mux.HandleFunc("GET /readyz", in.serveReady)
 	return in
+}
+
+// notReady says why this replica must not take requests yet: with a ring, until it has read
+// the replicas' Leases it sees only itself, so it would serve every caller's identity here,
+// taking each from the replica that holds it.
+func (in *Inbound) notReady() error {
+	if in.cfg.Ring != nil && !in.cfg.Ring.Ready() {
+		return errors.New("the gateway replicas' Leases have not been read yet, so which replica serves which caller is not known")
+	}
+	return nil
+}
+
+// serveReady is the readiness probe: 503 with the reason while notReady.
+func (in *Inbound) serveReady(w http.ResponseWriter, _ *http.Request) {
+	if err := in.notReady(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
 // ServeHTTP implements http.Handler.
@@ -205,6 +225,12 @@ func (in *Inbound) serveCard(w http.ResponseWriter, r *http.Request) {
 }
 
 func (in *Inbound) serveRPC(w http.ResponseWriter, r *http.Request) {
+	if err := in.notReady(); err != nil {
+		// Retryable: readiness keeps the Service's traffic away meanwhile; this is for a
+		// request that reaches the pod anyway (a peer's forward, a port-forward).
+		writeError(w, http.StatusServiceUnavailable, rpcerr.New(a2amqtt.A2AErrorResponderUnavailable, "the gateway is starting: "+err.Error(), nil))
+		return
+	}
 	if r.ContentLength > in.cfg.MaxBodyBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, refusal(a2a.ErrInvalidRequest,
 			fmt.Sprintf("request body of %d bytes is larger than the gateway accepts (%d bytes)", r.ContentLength, in.cfg.MaxBodyBytes)))
