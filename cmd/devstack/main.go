@@ -42,6 +42,7 @@ import (
 	"github.com/a2a-fleet/a2a-fleet/internal/controlplane"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/brokers"
 	"github.com/a2a-fleet/a2a-fleet/internal/registration"
+	"github.com/a2a-fleet/a2a-fleet/internal/tenancy"
 	"github.com/a2a-fleet/a2a-fleet/internal/version"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
@@ -52,8 +53,8 @@ import (
 // repaired after drift or a broker state loss, Events on its Secret), lost broker state is
 // detected and the Agents re-registered, missing cards are republished, and its Checker is the
 // operator's /readyz.
-func startBroker(o options, stateDir string, mgr ctrl.Manager) (*registration.Broker, string, func(), error) {
-	cfg := registration.BrokerConfig{Client: mgr.GetClient(), Cache: mgr.GetCache(),
+func startBroker(o options, stateDir string, mgr ctrl.Manager, reader client.Client) (*registration.Broker, string, func(), error) {
+	cfg := registration.BrokerConfig{Client: reader, Cache: mgr.GetCache(),
 		Recorder: mgr.GetEventRecorder("a2a-fleet-broker"), Log: ctrl.Log.WithName("broker"),
 		ServiceSecret: &serviceSecret, OrphanInterval: registration.DefaultOrphanInterval}
 	if o.cardSigningSecret != "" {
@@ -230,13 +231,17 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	broker, brokerURL, stopBroker, err := startBroker(o, stateDir, mgr)
+	// As cmd/manager: one caller graph and one Agent count index for the controllers and the
+	// Registrar.
+	graph, counts := tenancy.NewCallerGraph(), tenancy.NewAgentCounts(mgr.GetCache())
+	reader := tenancy.WithAgentCounts(tenancy.WithCallerGraph(mgr.GetClient(), graph), counts)
+	broker, brokerURL, stopBroker, err := startBroker(o, stateDir, mgr, reader)
 	if err != nil {
 		return err
 	}
 	defer stopBroker()
 	copts := controllers.Options{Registrar: broker.Registrar(), AgentResyncs: broker.AgentResyncs(), WorkloadBrokerURL: brokerURL, Gating: true,
-		Presence: broker, PresenceEvents: broker.PresenceEvents()}
+		Presence: broker, PresenceEvents: broker.PresenceEvents(), CallerGraph: graph, AgentCounts: counts}
 	if o.mosquittoURL != "" {
 		copts.PoolsUnsupported = controllers.PoolsUnsupportedOnMosquitto
 	}
