@@ -3,7 +3,6 @@ package tenancy
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 )
 
 // storeReader reads client-go informer stores (toolscache.Indexer, namespace-indexed, one per
@@ -195,7 +195,7 @@ func BenchmarkAgentLimitPerReconcile(b *testing.B) {
 				}
 				ratio := perReconcile[n] / perReconcile[lo]
 				b.ReportMetric(ratio, "ratio-to-smallest")
-				b.Logf("%s: %.2f µs of CPU per reconcile at %d Agents, %.2f µs at %d: ratio %.2f; %s", path, perReconcile[lo], lo, perReconcile[n], n, ratio, loadAvg())
+				b.Logf("%s: %.2f µs of CPU per reconcile at %d Agents, %.2f µs at %d: ratio %.2f; %s", path, perReconcile[lo], lo, perReconcile[n], n, ratio, hostload.Label())
 				if path == "ranked" && ratio > 1.5 {
 					b.Errorf("the Tenant limit costs a reconcile %.2f× more at %d Agents than at %d (want ≤ 1.5×)", ratio, n, lo)
 				}
@@ -241,15 +241,4 @@ func processCPU(b *testing.B) int64 {
 		b.Fatal(err)
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "load ?"
-	}
-	if f := strings.Fields(string(raw)); len(f) >= 3 {
-		return "load " + strings.Join(f[:3], " ")
-	}
-	return "load ?"
 }

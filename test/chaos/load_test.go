@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/google/uuid"
 
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 )
 
@@ -213,7 +213,7 @@ type report struct {
 func (l *load) stop(ctx context.Context, name string, started time.Time) report {
 	l.cancel()
 	l.wg.Wait()
-	rep := report{name: name, errors: map[string]int{}, outage: map[string]time.Duration{}, duration: time.Since(started), loadavg: loadavg()}
+	rep := report{name: name, errors: map[string]int{}, outage: map[string]time.Duration{}, duration: time.Since(started), loadavg: hostload.Average()}
 	l.ledger.mu.Lock()
 	defer l.ledger.mu.Unlock()
 	completions := map[string][]time.Time{}
@@ -258,15 +258,6 @@ func shorten(s string) string {
 		s = s[:160]
 	}
 	return s
-}
-
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(data))
-	return strings.Join(f[:3], " ")
 }
 
 // check logs the report as one evidence line and fails the test unless nothing was lost,

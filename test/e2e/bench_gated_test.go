@@ -17,6 +17,7 @@ import (
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 )
 
@@ -80,7 +81,7 @@ func BenchmarkServiceGatedFleet(b *testing.B) {
 
 	b.ResetTimer()
 	for range b.N {
-		b.Logf("load average before: %s", loadavg())
+		b.Logf("load average before: %s", hostload.Average())
 		svc, _ := start("gated-base", len(gatedNames))
 		baseIdle, baseRedisIdle := idleCPU(b, ctx, redisAddr, "gated-base")
 		base := benchRun(b, ctx, tr, "gated-base")
@@ -140,7 +141,7 @@ spec:
 			b.ReportMetric(baseRedisIdle, "base-idle-redis-cpu-ms/s")
 			b.ReportMetric(fleetRedisIdle, "fleet-idle-redis-cpu-ms/s")
 		}
-		b.Logf("load average after: %s", loadavg())
+		b.Logf("load average after: %s", hostload.Average())
 	}
 }
 

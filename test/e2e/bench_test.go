@@ -28,6 +28,7 @@ import (
 
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
 	"github.com/a2a-fleet/a2a-fleet/internal/convstore"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/redistest"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
@@ -195,15 +196,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func loadavg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 // labeled runs fn with the pprof label part=name: the goroutines fn starts
 // (a broker connection's, a service's workers) inherit it, so a profile of
 // the whole process splits by part (go tool pprof -tagfocus part=service).
@@ -367,7 +359,7 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		b.Logf("load average before: %s", loadavg())
+		b.Logf("load average before: %s", hostload.Average())
 		direct := benchRun(b, ctx, r.Transport(ref("direct")), "direct")
 		var relay *bareRelay
 		labeled("relay", func() { relay = startBareRelay(b, ctx, st, ref("raw"), nil) })
@@ -431,7 +423,7 @@ func BenchmarkProxyVsDirect(b *testing.B) {
 		for _, l := range lines {
 			b.Logf("%s", l)
 		}
-		b.Logf("load average after: %s", loadavg())
+		b.Logf("load average after: %s", hostload.Average())
 	}
 }
 
@@ -518,10 +510,10 @@ func BenchmarkReplicas(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		b.Logf("load average before: %s", loadavg())
+		b.Logf("load average before: %s", hostload.Average())
 		one := run(1)
 		two := run(2)
-		b.Logf("load average after: %s", loadavg())
+		b.Logf("load average after: %s", hostload.Average())
 		for name, res := range map[string]benchResult{"1-replica": one, "2-replicas": two} {
 			b.ReportMetric(float64(res.p50.Microseconds()), name+"-p50-µs")
 			b.ReportMetric(float64(res.p99.Microseconds()), name+"-p99-µs")
@@ -562,7 +554,7 @@ func BenchmarkHistoryModes(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		b.Logf("load average before: %s", loadavg())
+		b.Logf("load average before: %s", hostload.Average())
 		sum := map[string]benchResult{}
 		for i, mode := range []string{"Summaries", "Messages", "Summaries", "Messages"} {
 			pol.patch(b, ctx, fmt.Sprintf(`{"spec":{"history":{"mode":%q}}}`, mode))
@@ -572,7 +564,7 @@ func BenchmarkHistoryModes(b *testing.B) {
 				c.Store = "bolt:" + filepath.Join(b.TempDir(), "hist.db")
 			})
 			res := benchRun(b, ctx, r.Transport(ref("raw")), fmt.Sprintf("%s-%d", strings.ToLower(mode), i/2+1))
-			b.Logf("%s run %d: p50 %s p99 %s %.0f req/s cpu %s/req (load %s)", mode, i/2+1, res.p50, res.p99, res.rps, res.cpu, loadavg())
+			b.Logf("%s run %d: p50 %s p99 %s %.0f req/s cpu %s/req (load %s)", mode, i/2+1, res.p50, res.p99, res.rps, res.cpu, hostload.Average())
 			if mode == "Messages" {
 				time.Sleep(500 * time.Millisecond) // one stats refresh
 				contexts := gauge(svc, "a2a_conversation_active_contexts")
@@ -599,7 +591,7 @@ func BenchmarkHistoryModes(b *testing.B) {
 		b.ReportMetric(float64(m.p99)/float64(s.p99), "p99-messages/summaries")
 		b.ReportMetric(m.rps/s.rps, "rps-messages/summaries")
 		b.ReportMetric(float64(m.cpu)/float64(s.cpu), "cpu-messages/summaries")
-		b.Logf("load average after: %s", loadavg())
+		b.Logf("load average after: %s", hostload.Average())
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/examples/agents"
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
@@ -218,7 +219,7 @@ func BenchmarkCallerRate(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		b.Logf("load average before: %s", loadavg())
+		b.Logf("load average before: %s", hostload.Average())
 		one := requesters["client"][0].Transport(ref("memory"))
 		run(one, 50) // warm up
 		began := time.Now()
@@ -238,7 +239,7 @@ func BenchmarkCallerRate(b *testing.B) {
 		wg.Wait()
 		replicaRate := float64(parallel*calls/5) / time.Since(began).Seconds()
 		b.Logf("one sequential caller: %.0f calls/s (p50 %s, p90 %s); %d callers at once: %.0f calls/s (%.1f sequential callers' worth); load average %s",
-			seqRate, seq[len(seq)/2].Round(10*time.Microsecond), seq[len(seq)*9/10].Round(10*time.Microsecond), parallel, replicaRate, replicaRate/seqRate, loadavg())
+			seqRate, seq[len(seq)/2].Round(10*time.Microsecond), seq[len(seq)*9/10].Round(10*time.Microsecond), parallel, replicaRate, replicaRate/seqRate, hostload.Average())
 		b.ReportMetric(seqRate, "sequential-calls/s")
 		b.ReportMetric(replicaRate, "replica-calls/s")
 	}

@@ -29,6 +29,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/pkg/a2amqtt"
 	"github.com/a2a-fleet/a2a-fleet/test/cluster"
 )
@@ -176,7 +177,7 @@ func cmpOr(a, b string) string {
 
 func (r *bench) run(ctx context.Context) {
 	b := r.b
-	r.logf("load average at the start: %s; backend %s, card signing %v, sizes %v", LoadAverage(), r.s.backend, r.s.signing, r.s.sizes)
+	r.logf("load average at the start: %s; backend %s, card signing %v, sizes %v", hostload.Average(), r.s.backend, r.s.signing, r.s.sizes)
 	r.install(ctx)
 	b.Cleanup(func() {
 		if b.Failed() {
@@ -211,7 +212,7 @@ func (r *bench) run(ctx context.Context) {
 			r.brokerPodDeleted(ctx, last, restart == "empty-disk")
 		}
 	}
-	r.logf("load average at the end: %s", LoadAverage())
+	r.logf("load average at the end: %s", hostload.Average())
 }
 
 // install removes an earlier install and the benchmark's namespaces, applies the quickstart (with
@@ -482,7 +483,7 @@ func (r *bench) rollout(ctx context.Context, size int) {
 	}
 	from := r.created
 	n := size - from
-	load := LoadAverage()
+	load := hostload.Average()
 	before, self := r.usage(ctx), selfCPU()
 	treeBefore, err := r.node.ReadTree(ctx)
 	if err != nil {
@@ -506,7 +507,7 @@ func (r *bench) rollout(ctx context.Context, size int) {
 		r.b.Fatal(err)
 	}
 	line := fmt.Sprintf("rollout %d→%d (%s, signing %v): %d Agents Ready in %.1f s (created in %.1f s), %.2f ms per Agent; load %s → %s; CPU per Agent:",
-		from, size, r.s.backend, r.s.signing, n, wall.Seconds(), created.Seconds(), float64(wall.Microseconds())/1000/float64(n), load, LoadAverage())
+		from, size, r.s.backend, r.s.signing, n, wall.Seconds(), created.Seconds(), float64(wall.Microseconds())/1000/float64(n), load, hostload.Average())
 	total := time.Duration(0)
 	for _, role := range roles {
 		d := after[role.name].CPU - before[role.name].CPU
@@ -591,7 +592,7 @@ func (r *bench) perChange(ctx context.Context, size int) {
 	rot := PerChange(u3.CPU-u2.CPU, rate(idle.Mean), rotFor, time.Second, r.s.changes)
 	rotWithSaves := PerChange(u3.CPU-u2.CPU, rate(idle.Median), rotFor, time.Second, r.s.changes)
 	r.logf("per change at %d configured (%s, load %s): a new Agent %.0f µs of broker CPU, a rotated password %.0f µs (idle subtracted at its mean rate %.0f µs/s over %.0f s, autosaves included); with the autosaves that fell into the batch counted as the changes' (idle subtracted at its median one-second rate %.0f µs/s): %.0f µs and %.0f µs (%d of each, %.1f s and %.1f s)",
-		size, r.s.backend, LoadAverage(), us(add), us(rot), idle.Mean*1e6, r.s.idleFor.Seconds(), idle.Median*1e6, us(addWithSaves), us(rotWithSaves), r.s.changes, addFor.Seconds(), rotFor.Seconds())
+		size, r.s.backend, hostload.Average(), us(add), us(rot), idle.Mean*1e6, r.s.idleFor.Seconds(), idle.Median*1e6, us(addWithSaves), us(rotWithSaves), r.s.changes, addFor.Seconds(), rotFor.Seconds())
 	b.ReportMetric(us(add), fmt.Sprintf("broker-µs/add-at-%d", size))
 	b.ReportMetric(us(rot), fmt.Sprintf("broker-µs/rotation-at-%d", size))
 	r.perChangeSeen = append(r.perChangeSeen, perChangeRow{size, add, rot})
@@ -704,7 +705,7 @@ func (r *bench) profileAPIServer(ctx context.Context, size int) {
 		r.b.Logf("kube-apiserver profile: %v", err)
 		return
 	}
-	r.b.Logf("kube-apiserver profile written: %s (%d bytes, load %s)", path, len(data), LoadAverage())
+	r.b.Logf("kube-apiserver profile written: %s (%d bytes, load %s)", path, len(data), hostload.Average())
 }
 
 // logNodeCPU prints where the node's CPU went between two reads of its cgroup tree: every pod's
@@ -913,7 +914,7 @@ func (r *bench) brokerPodDeleted(ctx context.Context, size int, emptyDisk bool) 
 		return fmt.Sprintf("%.1f s", time.Unix(0, nanos).Sub(newReady).Seconds())
 	}
 	r.logf("%s with %d configured and %d connected (load %s): new pod Ready %.1f s after the deletion; every client back %.1f s after the deletion (%.1f s after Ready; fewest connected %d); the prober's first refused publish on the new broker %s after Ready, first allowed publish %s after Ready",
-		what, size, n, LoadAverage(), newReady.Sub(killed).Seconds(), allBack.Sub(killed).Seconds(), allBack.Sub(newReady).Seconds(), minUp,
+		what, size, n, hostload.Average(), newReady.Sub(killed).Seconds(), allBack.Sub(killed).Seconds(), allBack.Sub(newReady).Seconds(), minUp,
 		since(counts.firstEnforcedAfter.Load()), since(counts.firstAllowedAfter.Load()))
 	r.logf("enforcement during the window: refused-topic publishes %d tried, %d accepted; wrong-password CONNECTs %d tried, %d accepted; prober CONNECTs refused %d (fail closed before the table), unreachable %d",
 		counts.refusedTopicTried.Load()-refusedBefore, counts.refusedTopicAccepted.Load(), counts.wrongPasswordTried.Load()-wrongBefore, counts.wrongPasswordAccepted.Load(),
@@ -1086,7 +1087,7 @@ func (d *dataPlane) measure(ctx context.Context, r *bench, size int) {
 	viaSvc := d.series(ctx, r.b, d.viaSvc, r.s.requests)
 	d.results[size] = [2]Latencies{direct, viaSvc}
 	r.logf("data plane with %d fleet Agents configured (+3): direct p50 %.2f ms p99 %.2f ms; through the conversation service p50 %.2f ms p99 %.2f ms (%d requests each, load %s)",
-		size, ms(direct.P50), ms(direct.P99), ms(viaSvc.P50), ms(viaSvc.P99), direct.N, LoadAverage())
+		size, ms(direct.P50), ms(direct.P99), ms(viaSvc.P50), ms(viaSvc.P99), direct.N, hostload.Average())
 }
 
 func (d *dataPlane) compare(r *bench, small, large int) {

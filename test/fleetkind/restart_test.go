@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/test/cluster"
 )
 
@@ -71,7 +72,7 @@ func (r *bench) cardsAfterRestart(ctx context.Context, since time.Time, emptyDis
 	seconds, _ := read["seconds"].(float64)
 	drops := r.brokerLogCount(ctx, since, brokerDropMsg)
 	r.logf("cards after the restart (load %s): the operator read %.0f retained cards of %.0f Agents (%d in the cluster) in %.2f s; the missing-card scan republished %.0f; broker log lines %q since the deletion: %d",
-		LoadAverage(), found, looked, len(agents.Items), seconds, republished, brokerDropMsg, drops)
+		hostload.Average(), found, looked, len(agents.Items), seconds, republished, brokerDropMsg, drops)
 	b.ReportMetric(found, "cards-read"+suffix)
 	b.ReportMetric(republished, "cards-republished"+suffix)
 	if int(looked) != len(agents.Items) {

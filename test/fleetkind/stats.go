@@ -141,16 +141,6 @@ func PerChange(busy, idle time.Duration, busyFor, idleFor time.Duration, changes
 	return max(busy-idleShare, 0) / time.Duration(changes)
 }
 
-// LoadAverage is /proc/loadavg's 1, 5 and 15 minute figures.
-func LoadAverage() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
 // cgroupTreeScript prints "PATH USAGE_USEC" for every cgroup of the kind node's unified (v2)
 // hierarchy, the path relative to the node's root ("." is the root: every process of the node).
 // On a hybrid cgroup v1 host the unified hierarchy is mounted at /sys/fs/cgroup/unified and

@@ -33,6 +33,7 @@ import (
 	a2av1 "github.com/a2a-fleet/a2a-fleet/api/v1alpha1"
 	"github.com/a2a-fleet/a2a-fleet/controllers"
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/internal/identity"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/dynsec"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/embedded"
@@ -232,7 +233,7 @@ func reportSigningCost(b *testing.B, n int, broker string, order []string, legs 
 	b.Logf("card signing at %d Agents on %s (legs %s, %s): CPU per Agent of every process on %.2f ms ÷ off %.2f ms = %.3f; "+
 		"the operator's on %.2f ms ÷ off %.2f ms = %.3f; the broker process's on %.2f ms ÷ off %.2f ms; "+
 		"signing's share of the rollout's CPU (operator and broker on − off) ÷ every process off = %+.1f %%; legs (every process / operator / broker, ms): on %s, off %s",
-		n, broker, strings.Join(order, ","), loadAvg(), on.all, off.all, ratio, on.operator, off.operator, on.operator/off.operator,
+		n, broker, strings.Join(order, ","), hostload.Label(), on.all, off.all, ratio, on.operator, off.operator, on.operator/off.operator,
 		on.broker, off.broker, 100*share, describeLegs(legs[true]), describeLegs(legs[false]))
 	if n >= 10000 && share > 0.05 {
 		b.Errorf("card signing costs the rollout of %d Agents on %s %.1f %% of its CPU (the operator's and the broker's extra CPU per Agent; target ≤ 5 %%)", n, broker, 100*share)
@@ -533,7 +534,7 @@ func runFleetBenchmark(b *testing.B, n int, brokerName string, startOperator ope
 		reads:    float64(stats.Reads-before.Stats.Reads) / applied,
 		writesBy: map[string]int{}, collateral: len(kicked),
 		backendKicks: int(after.Kicks - before.Kicks),
-		load:         loadAvg(), brokerClients: float64(observed.Clients), aclsPerAgnt: float64(observed.ACLEntries) / float64(n),
+		load:         hostload.Label(), brokerClients: float64(observed.Clients), aclsPerAgnt: float64(observed.ACLEntries) / float64(n),
 		apiReads: map[string]int{}, cpu: cpuUsed, controllers: controllerDelta(before.Controllers, after.Controllers),
 		brokerCPU: brokerUsed, brokerSeparate: brokerPID != 0,
 	}
@@ -932,16 +933,4 @@ func writeHeapProfileTo(path string) error {
 		return fmt.Errorf("heap profile: %w", err)
 	}
 	return nil
-}
-
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(raw))
-	if len(f) < 3 {
-		return "?"
-	}
-	return "load " + strings.Join(f[:3], " ")
 }

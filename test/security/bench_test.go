@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/convservice"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/pkg/rpcerr"
 	"github.com/a2a-fleet/a2a-fleet/test/testenv"
 )
@@ -67,7 +68,7 @@ func BenchmarkFloodIsolation(b *testing.B) {
 				ratio := float64(p(loaded, 90)) / float64(p(quiet, 90))
 				b.Logf("%s %s: victim p50 %s -> %s, p90 %s -> %s (%.2fx); flood %d requests in %s (%.0f/s), %.0f rate limited; loadavg %s",
 					kind, mode.name, p(quiet, 50), p(loaded, 50), p(quiet, 90), p(loaded, 90), ratio,
-					sent, elapsed.Round(time.Millisecond), float64(sent)/elapsed.Seconds(), limited, loadavg())
+					sent, elapsed.Round(time.Millisecond), float64(sent)/elapsed.Seconds(), limited, hostload.Average())
 				b.ReportMetric(ratio, mode.name+"-p90-ratio")
 			}
 		})
@@ -166,12 +167,4 @@ func p(d []time.Duration, q int) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[(len(s)-1)*q/100]
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
@@ -87,7 +88,7 @@ func BenchmarkMessageCostByClients(b *testing.B) {
 				b.ReportMetric(fill.Seconds(), "s-to-fill")
 				b.ReportMetric(float64(size)/1024, "config-KiB")
 				b.Logf("%d clients: one 500-command message %.2f s (%.1f ms/command); filling took %.1f s (%d commands); config %d KiB; %s",
-					n, msg.Seconds(), msg.Seconds()*1000/500, fill.Seconds(), len(cmds), size/1024, loadAvg())
+					n, msg.Seconds(), msg.Seconds()*1000/500, fill.Seconds(), len(cmds), size/1024, hostload.Label())
 				_ = be.Close(context.Background())
 				cancel()
 				m.Kill()
@@ -133,16 +134,4 @@ func readProcAccount(b *testing.B, pid int) procAccount {
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	a.cpu = time.Duration(ut+st) * 10 * time.Millisecond
 	return a
-}
-
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "load ?"
-	}
-	f := strings.Fields(string(raw))
-	if len(f) < 3 {
-		return "load ?"
-	}
-	return "load " + strings.Join(f[:3], " ")
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
@@ -234,7 +235,7 @@ func BenchmarkChangeCostByClients(b *testing.B) {
 			}
 			ratio := cpuPerCmd[n] / cpuPerCmd[lo]
 			b.ReportMetric(ratio, "cpu-ratio-to-smallest")
-			b.Logf("broker CPU per command: %.1f µs at %d clients, %.1f µs at %d: ratio %.2f; %s", cpuPerCmd[lo], lo, cpuPerCmd[n], n, ratio, loadAvg())
+			b.Logf("broker CPU per command: %.1f µs at %d clients, %.1f µs at %d: ratio %.2f; %s", cpuPerCmd[lo], lo, cpuPerCmd[n], n, ratio, hostload.Label())
 			if ratio > 1.5 {
 				b.Errorf("a change costs the broker %.2f× more at %d configured clients than at %d: the cost is not flat (want ≤ 1.5×)", ratio, n, lo)
 			}
@@ -286,7 +287,7 @@ func measureChangeCost(b *testing.B, n int) float64 {
 	b.ReportMetric(fill.Seconds(), "s-to-fill")
 	b.Logf("%d clients: broker RSS %.1f MiB after the fill", n, float64(rss)/(1<<20))
 	b.Logf("%d clients: per command the broker's thread used %.1f µs (median of %d messages of %d commands; all: %.1f), the round trip %.1f µs; the process wrote %.2f KiB per command (its disk writer); filling %d commands took %.1f s; %s",
-		n, cpu, probes, agents*3, cpus, wall, perCmdWritten/1024, n*3, fill.Seconds(), loadAvg())
+		n, cpu, probes, agents*3, cpus, wall, perCmdWritten/1024, n*3, fill.Seconds(), hostload.Label())
 	_ = be.Close(context.Background())
 	m.Kill()
 	return cpu
@@ -363,17 +364,6 @@ func waitIdle(b testing.TB, pid int) {
 		last = now
 	}
 	b.Fatal("the broker did not go idle after the fill")
-}
-
-func loadAvg() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "load ?"
-	}
-	if f := strings.Fields(string(raw)); len(f) >= 3 {
-		return "load " + strings.Join(f[:3], " ")
-	}
-	return "load ?"
 }
 
 // A broker that crashed before its disk round lost changes it had acknowledged: it comes back at

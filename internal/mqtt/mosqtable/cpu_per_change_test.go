@@ -16,6 +16,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
+	"github.com/a2a-fleet/a2a-fleet/internal/hostload"
 	"github.com/a2a-fleet/a2a-fleet/internal/mqtt/acl"
 )
 
@@ -70,7 +71,7 @@ func BenchmarkBrokerCPUPerChange(b *testing.B) {
 			}
 			ratio := perAgent[n] / perAgent[lo]
 			b.ReportMetric(ratio, "new-agent-ratio-to-smallest")
-			b.Logf("broker process CPU per new agent: %.3f ms at %d, %.3f ms at %d: ratio %.2f; %s", perAgent[lo], lo, perAgent[n], n, ratio, loadAvg())
+			b.Logf("broker process CPU per new agent: %.3f ms at %d, %.3f ms at %d: ratio %.2f; %s", perAgent[lo], lo, perAgent[n], n, ratio, hostload.Label())
 			if ratio > 1.5 {
 				b.Errorf("a new agent costs the broker process %.2f× more at %d configured clients than at %d (want ≤ 1.5×)", ratio, n, lo)
 			}
@@ -147,7 +148,7 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 	b.ReportMetric(newMain, "broker-thread-ms/new-agent")
 	b.ReportMetric(rotMain, "broker-thread-ms/rotation")
 	b.Logf("%d clients: broker process CPU per new agent %.3f ms (its thread %.3f), per rotation %.3f ms (its thread %.3f); idle %.2f ms/s subtracted; %d each; %s",
-		n, newAll, newMain, rotAll, rotMain, idleRate*1e3, changes, loadAvg())
+		n, newAll, newMain, rotAll, rotMain, idleRate*1e3, changes, hostload.Label())
 	m.Kill()
 	return newAll
 }
