@@ -19,6 +19,22 @@ type RoleSplice struct {
 	Insert  []ACL `json:"insert,omitempty"`
 }
 
+// SpliceOf is want as an edit of had: the rules both lists start with and end with are kept,
+// the ones between are inserted (a copy). pays reports whether the insert is at most half of
+// want: a larger edit is as long as the whole list, which is then sent or stored instead.
+func SpliceOf(had, want []ACL) (sp RoleSplice, pays bool) {
+	keep := 0
+	for keep < len(had) && keep < len(want) && had[keep] == want[keep] {
+		keep++
+	}
+	end := 0
+	for end < len(had)-keep && end < len(want)-keep && had[len(had)-1-end] == want[len(want)-1-end] {
+		end++
+	}
+	insert := want[keep : len(want)-end]
+	return RoleSplice{Had: len(had), Keep: keep, KeepEnd: end, Insert: slices.Clone(insert)}, len(insert) <= keep+end
+}
+
 // Fits reports whether sp is an edit of a list of n rules.
 func (sp RoleSplice) Fits(n int) bool {
 	return sp.Had == n && sp.Keep >= 0 && sp.KeepEnd >= 0 && sp.Keep+sp.KeepEnd <= sp.Had

@@ -7,19 +7,6 @@ import (
 	"testing"
 )
 
-// spliceOf is want as an edit of had (common head and tail kept).
-func spliceOf(had, want []ACL) RoleSplice {
-	keep := 0
-	for keep < len(had) && keep < len(want) && had[keep] == want[keep] {
-		keep++
-	}
-	end := 0
-	for end < len(had)-keep && end < len(want)-keep && had[len(had)-1-end] == want[len(want)-1-end] {
-		end++
-	}
-	return RoleSplice{Had: len(had), Keep: keep, KeepEnd: end, Insert: slices.Clone(want[keep : len(want)-end])}
-}
-
 // spliceWorld is one random sequence's vocabulary: long lists of few types
 // (so that they are indexed), literal and wildcard filters, and a few
 // priorities (so that edits land between equal and different ones).
@@ -133,10 +120,10 @@ func TestSpliceRoleMatchesCompile(t *testing.T) {
 				want = sp.Apply(role.ACLs)
 			case 1: // may hold two rules of a type on a topic
 				want = w.edited(role.ACLs, true)
-				sp = spliceOf(role.ACLs, want)
+				sp, _ = SpliceOf(role.ACLs, want)
 			default:
 				want = w.edited(role.ACLs, false)
-				sp = spliceOf(role.ACLs, want)
+				sp, _ = SpliceOf(role.ACLs, want)
 			}
 			what := fmt.Sprintf("seed %d step %d: %d rules, edit %+v", seed, step, len(role.ACLs), sp)
 			if !p.SpliceRole(role.Name, sp) {

@@ -327,7 +327,7 @@ func (b *Backend) executeBatch(ctx context.Context, cmds []acl.Command) ([]embed
 		if attempt == 1 && b.origin.roleEdits {
 			// Large shared roles go as edits of the mirror's, which is the plugin's table of
 			// generation origin.gen (synced).
-			req.Commands, req.Edits = roleEdits(ctx, b.mirror, cmds)
+			req.Commands, req.Edits = roleEdits(b.mirror, cmds)
 			req.Base = b.origin.gen
 		}
 		exchange := b.exchanges.Add(1)

@@ -542,7 +542,7 @@ func (j *journal) putRoleEdits(tx *bolt.Tx, t *embedded.Table, names *acl.Names,
 		if len(e.Insert) == 0 && e.Keep+e.KeepEnd == e.Had {
 			continue // unchanged since the disk's list
 		}
-		if err := put(k, RoleEdit{Had: e.Had, Keep: e.Keep, KeepEnd: e.KeepEnd, Insert: e.Insert}); err != nil {
+		if err := put(k, roleEditOf(e)); err != nil {
 			return nil, err
 		}
 		counts[k] = j.edits[k] + 1
@@ -553,14 +553,14 @@ func (j *journal) putRoleEdits(tx *bolt.Tx, t *embedded.Table, names *acl.Names,
 		r, exists := t.State.Roles[k]
 		prev, known := j.written[k]
 		if exists && known && j.edits[k] < maxRoleEdits {
-			if e, ok := splice(prev, r.ACLs); ok {
+			if e, ok := acl.SpliceOf(prev, r.ACLs); ok {
 				if len(e.Insert) == 0 && e.Keep+e.KeepEnd == e.Had && e.Had == len(r.ACLs) {
 					// The disk holds it already (a whole write of the table that ran after
 					// the change, and a round that names it again): no record.
 					delete(t.State.Roles, k)
 					continue
 				}
-				if err := put(k, e); err != nil {
+				if err := put(k, roleEditOf(e)); err != nil {
 					return nil, err
 				}
 				written[k], counts[k] = r.ACLs, j.edits[k]+1
@@ -595,23 +595,6 @@ func (j *journal) putRoleEdits(tx *bolt.Tx, t *embedded.Table, names *acl.Names,
 			}
 		}
 	}, nil
-}
-
-// splice is want as an edit of had, when at most half of want must be sent.
-func splice(had, want []acl.ACL) (RoleEdit, bool) {
-	keep := 0
-	for keep < len(had) && keep < len(want) && had[keep] == want[keep] {
-		keep++
-	}
-	end := 0
-	for end < len(had)-keep && end < len(want)-keep && had[len(had)-1-end] == want[len(want)-1-end] {
-		end++
-	}
-	insert := want[keep : len(want)-end]
-	if 2*len(insert) > len(want) {
-		return RoleEdit{}, false
-	}
-	return RoleEdit{Had: len(had), Keep: keep, KeepEnd: end, Insert: append([]acl.ACL(nil), insert...)}, true
 }
 
 func roleEditKey(role string, seq uint64) []byte {

@@ -1,7 +1,6 @@
 package mosqtable
 
 import (
-	"context"
 	"fmt"
 	"slices"
 
@@ -40,13 +39,13 @@ const minEditRules = 16
 // roleEdits returns cmds with each large modifyRole's list replaced by an edit of the role in
 // current (nil ACLs on the wire), and the edits; edits is nil when none pays off. A role that
 // an earlier command of the batch touches is sent whole (the edit is of the batch's start).
-func roleEdits(ctx context.Context, current *embedded.Store, cmds []acl.Command) ([]acl.Command, []RoleEdit) {
+func roleEdits(current *embedded.Store, cmds []acl.Command) ([]acl.Command, []RoleEdit) {
 	var edits []RoleEdit
 	var wire []acl.Command
 	touched := map[string]bool{}
 	for i, c := range cmds {
 		if c.Op == acl.OpModifyRole && len(c.ACLs) >= minEditRules && !touched[c.Role] {
-			if e, ok := editOf(ctx, current, c); ok {
+			if e, ok := editOf(current, c); ok {
 				if wire == nil {
 					wire = append([]acl.Command(nil), cmds...)
 				}
@@ -66,16 +65,14 @@ func roleEdits(ctx context.Context, current *embedded.Store, cmds []acl.Command)
 }
 
 // editOf is c's list as an edit of the role in current, when that is at most half as long.
-func editOf(ctx context.Context, current *embedded.Store, c acl.Command) (RoleEdit, bool) {
-	st, err := current.Observe(ctx, &acl.Names{Roles: []string{c.Role}})
-	if err != nil {
-		return RoleEdit{}, false
-	}
-	r, ok := st.Roles[c.Role]
-	if !ok {
-		return RoleEdit{}, false
-	}
-	return splice(r.ACLs, c.ACLs)
+func editOf(current *embedded.Store, c acl.Command) (RoleEdit, bool) {
+	sp, ok := current.RoleEditTo(c.Role, c.ACLs)
+	return roleEditOf(sp), ok
+}
+
+// roleEditOf is sp as the wire's and the disk's record.
+func roleEditOf(sp acl.RoleSplice) RoleEdit {
+	return RoleEdit{Had: sp.Had, Keep: sp.Keep, KeepEnd: sp.KeepEnd, Insert: sp.Insert}
 }
 
 // applyEdits turns req's edits into splices of its modifyRoles (acl.Command.Splice), which the

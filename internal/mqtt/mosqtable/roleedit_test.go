@@ -97,7 +97,7 @@ func TestRoleEditsRebuildTheCommandsList(t *testing.T) {
 				{Op: acl.OpCreateClient, Username: "a2a:" + name},
 				{Op: acl.OpModifyRole, Role: role, ACLs: want},
 			}
-			wire, edits := roleEdits(context.Background(), mirror, cmds)
+			wire, edits := roleEdits(mirror, cmds)
 			if len(edits) != 1 || wire[1].ACLs != nil || cmds[1].ACLs == nil {
 				t.Fatalf("want one edit of command 1 (the caller's commands untouched): %+v", edits)
 			}
@@ -133,7 +133,7 @@ func TestRoleEditsAgainstAnotherTableAreRefused(t *testing.T) {
 		{Op: acl.OpCreateClient, Username: "a2a:late"},
 		{Op: acl.OpModifyRole, Role: role, ACLs: memberRules(seq(0, 101)...)},
 	}
-	wire, edits := roleEdits(context.Background(), mirror, cmds)
+	wire, edits := roleEdits(mirror, cmds)
 	if len(edits) != 1 {
 		t.Fatalf("edits: %+v", edits)
 	}
