@@ -30,11 +30,16 @@ import (
 // shared controller sends it: sharedRoles) and as many password rotations (one message each)
 // are sent one at a time; the process's CPU over each batch and
 // the settle after it (every thread's schedstat), less the idle CPU over the same time, is
-// divided by the changes. The largest size's cost per new agent must stay within 1.5× the
+// divided by the changes, and so are the threads' runs (the wake-ups: the broker's thread, the
+// Go runtime's sysmon and scheduler threads, the disk writer; one line per batch breaks them
+// down by thread). CHANGE_GAP pauses after each change, as an operator's reconciles do (see
+// changeGapFromEnv). The largest size's cost per new agent must stay within 1.5× the
 // smallest's.
 //
 // BROKER_PERF=dir records each batch with `perf record -g` into dir (perf must be installed
-// and allowed to attach): `perf report -i dir/<size>-<kind>.data` says where the time goes.
+// and allowed to attach): `perf report -i dir/<size>-<kind>.data` says where the time goes;
+// with BROKER_STRACE=1 it records the threads' sleeps, wake-ups and syncs with strace instead
+// (dir/<size>-<kind>.strace).
 // A2A_FLEET_TABLE_PROFILE_DIR=dir takes the plugin's own CPU and allocation profiles of the
 // new-agent batch into dir (<size>-new-agent-*.pprof).
 //
@@ -110,13 +115,17 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 	const idleFor = 5 * time.Second
 	idle0, t0 := processCPU(b, pid), time.Now()
 	time.Sleep(idleFor)
-	idleRate := float64(processCPU(b, pid).all-idle0.all) / float64(time.Since(t0))
+	idle1 := processCPU(b, pid)
+	idleRate := float64(idle1.all-idle0.all) / float64(time.Since(t0))
+	idleRuns := float64(idle1.runs-idle0.runs) / time.Since(t0).Seconds()
+	changeGap := changeGapFromEnv(b)
 
-	batch := func(kind string, one func(i int) []acl.Command) (all, main float64) {
+	batch := func(kind string, one func(i int) []acl.Command) (all, main, runs float64) {
 		stopPerf := startPerf(b, pid, fmt.Sprintf("%d-%s", n, kind))
 		before, start := processCPU(b, pid), time.Now()
 		for i := range changes {
 			execute(b, be, one(i))
+			time.Sleep(changeGap)
 		}
 		// The disk writer and the hasher run after the reply: let them finish.
 		time.Sleep(2 * time.Second)
@@ -124,10 +133,13 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 		stopPerf()
 		all = (float64(after.all-before.all) - idleRate*float64(elapsed)) / 1e6 / float64(changes)
 		main = float64(after.main-before.main) / 1e6 / float64(changes)
-		return all, main
+		runs = (float64(after.runs-before.runs) - idleRuns*elapsed.Seconds()) / float64(changes)
+		b.Logf("%d clients, %s, %s apart: %.3f ms and %.1f thread runs per change (idle %.1f runs/s subtracted): %s",
+			n, kind, changeGap, all, runs, idleRuns, threadsSince(pid, before, after, changes))
+		return all, main, runs
 	}
 	profile := startProfileWindow(b)
-	newAll, newMain := batch("new-agent", func(i int) []acl.Command {
+	newAll, newMain, newRuns := batch("new-agent", func(i int) []acl.Command {
 		_, c := agent(n + i)
 		publishCard(b, cards, n+i) // the operator publishes the new Agent's card, retained
 		// The shared controller's message: the scope's role with the new member.
@@ -137,7 +149,7 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 		return c
 	})
 	profile(fmt.Sprintf("%d-new-agent", n))
-	rotAll, rotMain := batch("rotation", func(i int) []acl.Command {
+	rotAll, rotMain, rotRuns := batch("rotation", func(i int) []acl.Command {
 		return []acl.Command{{Op: acl.OpSetClientPassword, Username: fmt.Sprintf("a2a:o/u/agent-%05d", i), Password: fmt.Sprintf("rotated-%d", i)}}
 	})
 	save := saveCost(b, m, pid)
@@ -147,10 +159,29 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 	b.ReportMetric(rotAll, "ms/rotation")
 	b.ReportMetric(newMain, "broker-thread-ms/new-agent")
 	b.ReportMetric(rotMain, "broker-thread-ms/rotation")
+	b.ReportMetric(newRuns, "thread-runs/new-agent")
+	b.ReportMetric(rotRuns, "thread-runs/rotation")
 	b.Logf("%d clients: broker process CPU per new agent %.3f ms (its thread %.3f), per rotation %.3f ms (its thread %.3f); idle %.2f ms/s subtracted; %d each; %s",
 		n, newAll, newMain, rotAll, rotMain, idleRate*1e3, changes, hostload.Label())
 	m.Kill()
 	return newAll
+}
+
+// changeGapFromEnv is CHANGE_GAP: the pause after each change (0 by default: back to back).
+// The operator sends a change when its Agent's reconcile runs, tens of milliseconds or more
+// apart on kind; after such a pause the plugin's Go runtime has gone to sleep (sysmon in its
+// deep sleep, the scheduler's threads parked) and each change wakes it again, which back-to-back
+// changes share (docs/benchmarks.md).
+func changeGapFromEnv(b *testing.B) time.Duration {
+	env := os.Getenv("CHANGE_GAP")
+	if env == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(env)
+	if err != nil || d < 0 {
+		b.Fatalf("CHANGE_GAP=%q: want a duration such as 50ms", env)
+	}
+	return d
 }
 
 // sharedRoles models the operator's shared roles (internal/registration): each unit's and the
@@ -266,8 +297,16 @@ func saveCost(b testing.TB, m *brokertest.Mosquitto, pid int) float64 {
 	return costs[len(costs)/2]
 }
 
-// cpuAccount is a process's CPU time in ns: every thread's and the broker's own (the first).
-type cpuAccount struct{ all, main int64 }
+// cpuAccount is a process's CPU time in ns (every thread's, and the broker's own: the first)
+// and its threads' runs (the times the kernel put one on a core: each wake-up of the broker's
+// thread, the Go runtime's sysmon, a scheduler thread or the disk writer), in all and by
+// thread id.
+type cpuAccount struct {
+	all, main, runs int64
+	threads         map[string]threadAccount
+}
+
+type threadAccount struct{ ns, runs int64 }
 
 // processCPU sums the schedstat of every thread of pid (ns resolution, unlike /proc/PID/stat's
 // clock ticks).
@@ -277,7 +316,7 @@ func processCPU(b testing.TB, pid int) cpuAccount {
 	if err != nil {
 		b.Fatalf("broker's threads: %v", err)
 	}
-	var a cpuAccount
+	a := cpuAccount{threads: map[string]threadAccount{}}
 	for _, t := range tasks {
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
 		if err != nil {
@@ -289,11 +328,52 @@ func processCPU(b testing.TB, pid int) cpuAccount {
 		}
 		ns, _ := strconv.ParseInt(f[0], 10, 64)
 		a.all += ns
+		var runs int64
+		if len(f) >= 3 {
+			runs, _ = strconv.ParseInt(f[2], 10, 64)
+		}
+		a.runs += runs
+		a.threads[t.Name()] = threadAccount{ns: ns, runs: runs}
 		if t.Name() == strconv.Itoa(pid) {
 			a.main = ns
 		}
 	}
 	return a
+}
+
+// threadsSince is, per change, what each thread of pid did between before and after (the
+// broker's own thread first, then by runs), as one log line.
+func threadsSince(pid int, before, after cpuAccount, changes int) string {
+	type row struct {
+		tid string
+		d   threadAccount
+	}
+	var rows []row
+	for tid, a := range after.threads {
+		d := threadAccount{ns: a.ns - before.threads[tid].ns, runs: a.runs - before.threads[tid].runs}
+		if d.runs > 0 {
+			rows = append(rows, row{tid, d})
+		}
+	}
+	main := strconv.Itoa(pid)
+	slices.SortFunc(rows, func(x, y row) int {
+		if (x.tid == main) != (y.tid == main) {
+			if x.tid == main {
+				return -1
+			}
+			return 1
+		}
+		return int(y.d.runs - x.d.runs)
+	})
+	var parts []string
+	for _, r := range rows {
+		name := "thread " + r.tid
+		if r.tid == main {
+			name = "the broker's thread"
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f runs %.3f ms", name, float64(r.d.runs)/float64(changes), float64(r.d.ns)/1e6/float64(changes)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // startPerf records pid with perf into $BROKER_PERF/name.data when BROKER_PERF is set; the
@@ -307,6 +387,12 @@ func startPerf(b testing.TB, pid int, name string) func() {
 		b.Fatal(err)
 	}
 	cmd := exec.Command("perf", "record", "-q", "-g", "-F", "999", "-p", strconv.Itoa(pid), "-o", filepath.Join(dir, name+".data"))
+	if os.Getenv("BROKER_STRACE") != "" {
+		// Which thread sleeps and wakes how often: sysmon's nanosleeps, the scheduler's futexes,
+		// the writer's syncs (strace slows every call it records: its CPU figures are not the
+		// benchmark's).
+		cmd = exec.Command("strace", "-f", "-tt", "-e", "trace=nanosleep,futex,epoll_wait,fdatasync,pwrite64", "-p", strconv.Itoa(pid), "-o", filepath.Join(dir, name+".strace"))
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("perf record: %v", err)
