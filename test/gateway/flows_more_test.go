@@ -364,7 +364,7 @@ func TestHistoryDigestAcrossTheGateway(t *testing.T) {
 
 			// The same caller on MQTT (the gateway's connection as that identity let go first:
 			// one client id per identity) reads the context on the service.
-			if pool.Sweep(ctx, 0) == 0 {
+			if sweepIdle(ctx, pool, 1) == 0 {
 				t.Fatal("the gateway held no caller connection")
 			}
 			mq := st.requesterAs(t, ctx, "client")

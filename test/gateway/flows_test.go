@@ -319,7 +319,7 @@ func TestRefusals(t *testing.T) {
 
 		// Idle caller connections are let go (the outsider's and the caller's), and made again
 		// at the next request.
-		if n := pool.Sweep(ctx, 0); n != 2 || pool.Size() != 0 {
+		if n := sweepIdle(ctx, pool, 2); n != 2 || pool.Size() != 0 {
 			t.Fatalf("sweep closed %d, %d left; want 2 and 0", n, pool.Size())
 		}
 		status, resp = post(t, ctx, endpoint, token, sendBody(uuid.NewString(), "", "after the sweep"))

@@ -257,6 +257,21 @@ type replica struct {
 	stop func()
 }
 
+// sweepIdle closes the pool's idle caller connections and returns how many it closed, waiting
+// (up to 5 s) until want of them have been: a handler lets its connection go when it returns,
+// just after it flushed the reply the test has already read.
+func sweepIdle(ctx context.Context, pool *gateway.Pool, want int) int {
+	deadline := time.Now().Add(5 * time.Second)
+	swept := 0
+	for {
+		swept += pool.Sweep(ctx, 0)
+		if swept >= want || time.Now().After(deadline) {
+			return swept
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // gatewayReplica is gateway with a stop function that ends the replica as a killed pod would:
 // its HTTP connections cut, its MQTT connections closed.
 func (st *stack) gatewayReplica(t testing.TB, ctx context.Context) *replica {
