@@ -764,6 +764,10 @@ type writeCounter struct {
 	// timed are the requests other than watches and the time each kind took, from the request
 	// until its response's headers (what the caller waits for).
 	timed map[string]apiTiming
+	// refused are the writes the apiserver refused because the operator's informer lagged: 409
+	// (a stale resourceVersion: it had not yet seen the object's last change; the reconcile
+	// retries) and 404 (the object is gone: a reconcile queued before it went, which ignores it).
+	refused map[string]int
 }
 
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -785,6 +789,14 @@ func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 		}
 		start := time.Now()
 		resp, err := rt.RoundTrip(req)
+		if err == nil && req.Method != http.MethodGet && (resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusNotFound) {
+			w.mu.Lock()
+			if w.refused == nil {
+				w.refused = map[string]int{}
+			}
+			w.refused[key]++
+			w.mu.Unlock()
+		}
 		if !watch {
 			w.mu.Lock()
 			if w.timed == nil {
@@ -804,6 +816,12 @@ func (w *writeCounter) snapshotTimed() map[string]apiTiming {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return maps.Clone(w.timed)
+}
+
+func (w *writeCounter) snapshotRefused() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.refused)
 }
 
 func (w *writeCounter) snapshotReads() map[string]int {

@@ -261,9 +261,15 @@ func TestAgentCreatedWithItsFinalizer(t *testing.T) {
 		if len(st.Clients)+len(st.Roles) > 0 {
 			t.Errorf("%s: after the deletion the broker still has %d client(s) and %d role(s) of the Agent", b.name, len(st.Clients), len(st.Roles))
 		}
-		// The finalizer's removal, the one write of the deletion.
-		if got := counted.snapshot()["PUT agents"]; got != 1 {
-			t.Errorf("%s: PUT agents %d over the Agent's life, want 1 (the finalizer's removal)", b.name, got)
+		// The finalizer's removal, the one write of the deletion the apiserver takes. A removal
+		// it refuses because the informer lagged (409: the last status patch not yet seen, then
+		// retried; 404: a reconcile queued before the Agent went) is counted apart.
+		puts, refused := counted.snapshot()["PUT agents"], counted.snapshotRefused()["PUT agents"]
+		if puts-refused != 1 {
+			t.Errorf("%s: PUT agents %d over the Agent's life (%d refused: 409 or 404), want 1 accepted (the finalizer's removal)", b.name, puts, refused)
+		}
+		if refused > 0 {
+			t.Logf("%s: %d removal(s) of the finalizer refused for a lagging informer", b.name, refused)
 		}
 	})
 }
