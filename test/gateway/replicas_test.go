@@ -34,7 +34,9 @@ type ringReplica struct {
 	stop func()
 }
 
-func (st *stack) ringReplica(t testing.TB, ctx context.Context, id string) *ringReplica {
+// ringClients are what a replica of the ring reads with: the cached reader of Agents and
+// Secrets, and a client of the Leases it writes its membership to.
+func (st *stack) ringClients(t testing.TB, ctx context.Context) (client.Reader, client.Client) {
 	t.Helper()
 	reader, err := gateway.NewCachedReader(ctx, restCfg, st.ns)
 	if err != nil {
@@ -44,6 +46,12 @@ func (st *stack) ringReplica(t testing.TB, ctx context.Context, id string) *ring
 	if err != nil {
 		t.Fatal(err)
 	}
+	return reader, leases
+}
+
+func (st *stack) ringReplica(t testing.TB, ctx context.Context, id string) *ringReplica {
+	t.Helper()
+	reader, leases := st.ringClients(t, ctx)
 	var handler http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	log := replicaLogger(id)

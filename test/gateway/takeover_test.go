@@ -11,7 +11,6 @@ import (
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/google/uuid"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/a2a-fleet/a2a-fleet/internal/brokertest"
 	"github.com/a2a-fleet/a2a-fleet/internal/gateway"
@@ -28,14 +27,7 @@ type steppedReplica struct {
 
 func (st *stack) steppedReplica(t testing.TB, ctx context.Context, id string) *steppedReplica {
 	t.Helper()
-	reader, err := gateway.NewCachedReader(ctx, restCfg, st.ns)
-	if err != nil {
-		t.Fatalf("gateway reader: %v", err)
-	}
-	leases, err := client.New(restCfg, client.Options{Scheme: gateway.NewScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reader, leases := st.ringClients(t, ctx)
 	log := replicaLogger(id)
 	ring := gateway.NewRing(gateway.RingConfig{Client: leases, Namespace: st.ns, ReplicaID: id, Address: "http://" + id,
 		TTL: 5 * time.Second, Logger: log})
