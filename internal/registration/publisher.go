@@ -196,6 +196,13 @@ func (c *cardConn) connect(ctx context.Context) error {
 		OnMessage: c.received,
 		OnDown:    c.forget,
 		OnReady: func(ctx context.Context, _ *session.Link) {
+			// The first link can be ready before run has stored the session that everything
+			// below publishes and subscribes on (ci: a nil Session in readRetained).
+			select {
+			case <-c.sessReady:
+			case <-ctx.Done():
+				return
+			}
 			c.readCards(ctx)
 			c.wakeScan()
 			c.wakeSeal()

@@ -51,7 +51,9 @@ type Config struct {
 	// must not block for long).
 	OnMessage func(*paho.Publish)
 	// OnReady runs in its own goroutine every time a link becomes ready;
-	// ctx ends when that link goes down (or the session ends).
+	// ctx ends when that link goes down (or the session ends). The first
+	// call may come before Start has returned: a callback that uses the
+	// caller's stored *Session waits until the caller has stored it.
 	OnReady func(ctx context.Context, l *Link)
 	// OnDown is called when a ready or connecting link drops, before the
 	// reconnect (from autopaho's goroutine: must not block).
