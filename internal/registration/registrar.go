@@ -47,9 +47,12 @@ func (r *Registrar) Register(ctx context.Context, agent *a2av1.Agent, creds Cred
 	if err != nil {
 		return &StageError{Stage: StageACLs, Err: err}
 	}
-	// Observe once and diff against that same observation.
+	// Observe once and diff against that same observation. The backend's copy is enough: a
+	// change of another admin that it has not learnt of yet is repaired by the next reconcile,
+	// as one made between an Observe and its Execute always was, and a reconcile of an Agent
+	// whose objects are in place costs the broker nothing (a status round trip each before).
 	names := OwnNames(id)
-	if in.Observed, err = r.Backend.Observe(ctx, &names); err != nil {
+	if in.Observed, err = acl.ObserveCached(ctx, r.Backend, &names); err != nil {
 		return &StageError{Stage: StageACLs, Err: fmt.Errorf("observe ACL objects: %w", err)}
 	}
 	desired := Compile(in)
@@ -132,7 +135,7 @@ func (r *Registrar) Unregister(ctx context.Context, agent *a2av1.Agent) error {
 // subscribe grant away needs no kick either.
 func (r *Registrar) ApplyShared(ctx context.Context, k SharedKey, members []Member) error {
 	names := SharedNames(k)
-	observed, err := r.Backend.Observe(ctx, &names)
+	observed, err := acl.ObserveCached(ctx, r.Backend, &names) // see Register
 	if err != nil {
 		return fmt.Errorf("observe %s: %w", k, err)
 	}

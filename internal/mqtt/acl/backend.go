@@ -35,6 +35,27 @@ type Backend interface {
 	Stats() Stats
 }
 
+// CachedObserver is a Backend that keeps its own copy of the broker's state, fed by the broker's
+// answers (its own changes and, as they arrive, other writers'), and can observe from it without
+// asking the broker. Its State is the broker's as of the last change the backend learnt of: it
+// may lag another writer's change by the time that change's answer takes to reach it (and never
+// by more than the backend's bound on an unconfirmed copy). That is the guarantee a reconcile has
+// anyway between its Observe and its Execute; a change it misses is repaired by the next
+// reconcile of the same object, as today. Observe stays the read of "now", for everything that
+// must see a change the caller itself just learnt of (a test, a hand-made repair).
+type CachedObserver interface {
+	ObserveCached(ctx context.Context, only *Names) (State, error)
+}
+
+// ObserveCached observes from b's copy when b keeps one (CachedObserver), and asks the broker
+// otherwise.
+func ObserveCached(ctx context.Context, b Backend, only *Names) (State, error) {
+	if c, ok := b.(CachedObserver); ok {
+		return c.ObserveCached(ctx, only)
+	}
+	return b.Observe(ctx, only)
+}
+
 // Stats counts broker commands; "dynsec commands per agent" is
 // Mutations divided by the number of agents applied.
 type Stats struct {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,9 @@ type Config struct {
 	// MaxBatch is the most commands per message (default 1000): a message is applied on the
 	// broker's thread in one go, so it is kept to a few milliseconds.
 	MaxBatch int
+	// CachedReadFor bounds how long ObserveCached answers from the mirror after the plugin last
+	// confirmed it (default 1s; a status round trip a second at most, while reconciles run).
+	CachedReadFor time.Duration
 	// OnKick, when set, is called for every executed command that disconnected someone.
 	OnKick func(acl.Kick)
 	Logger *slog.Logger
@@ -68,6 +72,10 @@ type Backend struct {
 
 	pmu     sync.Mutex
 	pending map[string]chan Response
+	// foreign is the newest status that another admin's answer showed (every admin reads the
+	// one response topic), received since the last status this backend asked for (pmu): when
+	// it is beyond origin, the plugin holds a change the mirror lacks (ObserveCached).
+	foreign *Status
 
 	mu         sync.Mutex // one state-changing exchange at a time; guards the fields below
 	mirror     *embedded.Store
@@ -78,8 +86,9 @@ type Backend struct {
 	// (under mu); confirmed is the number of the last one whose answer showed the mirror to be
 	// the plugin's table (mu). A read that began before exchange confirmed was sent needs no
 	// status of its own: currentSince.
-	exchanges atomic.Uint64
-	confirmed uint64
+	exchanges   atomic.Uint64
+	confirmed   uint64
+	confirmedAt time.Time // when confirmed was last set (mu)
 
 	mutations, reads, roundTrips atomic.Uint64
 	kicks, kickedUsernames       atomic.Uint64
@@ -112,6 +121,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 1000
+	}
+	if cfg.CachedReadFor <= 0 {
+		cfg.CachedReadFor = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -258,6 +270,43 @@ func (b *Backend) Observe(ctx context.Context, only *acl.Names) (acl.State, erro
 	return b.mirror.Observe(ctx, only)
 }
 
+// ObserveCached implements acl.CachedObserver: the mirror, with no round trip, while the plugin
+// has shown nothing the mirror lacks: it was made or confirmed on the current admin connection
+// less than CachedReadFor ago, and no other admin's answer since showed a generation beyond it.
+// Otherwise it is Observe. Every admin's answer goes to every admin (ResponseTopic), in the
+// order the plugin applied the requests, so another admin's change reaches this backend in the
+// time its answer takes; the bound covers the rest.
+func (b *Backend) ObserveCached(ctx context.Context, only *acl.Names) (acl.State, error) {
+	if !b.mirrorConfirmed(ctx) {
+		if err := b.current(ctx); err != nil {
+			return acl.State{}, err
+		}
+	}
+	b.reads.Add(1)
+	return b.mirror.Observe(ctx, only)
+}
+
+// mirrorConfirmed reports whether ObserveCached may answer from the mirror as it is.
+func (b *Backend) mirrorConfirmed(ctx context.Context) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.synced || time.Since(b.confirmedAt) >= b.cfg.CachedReadFor {
+		return false
+	}
+	b.pmu.Lock()
+	f := b.foreign
+	b.pmu.Unlock()
+	if f != nil && (f.Boot != b.origin.boot || f.Epoch != b.origin.epoch || f.Generation > b.origin.gen || !f.Loaded) {
+		return false
+	}
+	sess := b.sess.Load()
+	if sess == nil {
+		return false
+	}
+	l, err := sess.Await(ctx)
+	return err == nil && l == b.syncedLink
+}
+
 // Check implements acl.Backend: the mirror's decision, the plugin's by construction.
 func (b *Backend) Check(ctx context.Context, username string, access acl.Access, topic string) (acl.Decision, error) {
 	if err := b.current(ctx); err != nil {
@@ -369,7 +418,7 @@ func (b *Backend) executeBatch(ctx context.Context, cmds []acl.Command) ([]embed
 			b.log.Info("the mirror diverged from the broker's table; reading it again", "err", err)
 			b.synced = false
 		} else {
-			b.confirmed = exchange
+			b.confirmed, b.confirmedAt = exchange, time.Now()
 		}
 		return resp.Outcomes, nil
 	}
@@ -454,6 +503,12 @@ func (b *Backend) sync(ctx context.Context) error {
 		link, _ = sess.Await(ctx)
 	}
 	exchange := b.exchanges.Add(1)
+	// Other admins' answers received before this status is asked for are older than it: it
+	// tells whether the mirror has their changes.
+	b.pmu.Lock()
+	b.foreign = nil
+	b.pmu.Unlock()
+	asked := time.Now()
 	st, err := b.request(ctx, Request{Op: OpStatus})
 	if err != nil {
 		b.synced = false
@@ -462,7 +517,7 @@ func (b *Backend) sync(ctx context.Context) error {
 	var got Status
 	switch decideSync(st.Status, b.origin, b.synced) {
 	case syncNone:
-		b.syncedLink, b.confirmed = link, exchange
+		b.syncedLink, b.confirmed, b.confirmedAt = link, exchange, asked
 		return nil
 	case syncAdopt:
 		got = st.Status
@@ -490,7 +545,7 @@ func (b *Backend) sync(ctx context.Context) error {
 		got = resp.Status
 	}
 	b.origin = origin{epoch: got.Epoch, boot: got.Boot, gen: got.Generation, roleEdits: got.RoleEdits}
-	b.synced, b.syncedLink, b.confirmed = true, link, exchange
+	b.synced, b.syncedLink, b.confirmed, b.confirmedAt = true, link, exchange, asked
 	return nil
 }
 
@@ -673,6 +728,10 @@ func (b *Backend) dispatch(p *paho.Publish) {
 	}
 	b.pmu.Lock()
 	ch, ok := b.pending[r.ID]
+	if !strings.HasPrefix(r.ID, b.nonce+"-") && (b.foreign == nil || r.Status.Generation >= b.foreign.Generation || r.Status.Boot != b.foreign.Boot) {
+		st := r.Status
+		b.foreign = &st // another admin's answer: what the plugin held after its request
+	}
 	b.pmu.Unlock()
 	if ok {
 		select {

@@ -102,3 +102,87 @@ func TestReadsShareAStatusSentAfterTheyBegan(t *testing.T) {
 	}
 	t.Logf("%d concurrent Observes: %d status round trips", readers, trips()-before)
 }
+
+// TestCachedReadsLearnOtherAdminsChangesFromTheirAnswers: ObserveCached (the reconciles' read)
+// answers from the mirror with no round trip while the plugin has shown nothing the mirror lacks;
+// another admin's change reaches it as that admin's answer on the shared response topic, and the
+// next cached read reads the table again and sees it; a mirror not confirmed for CachedReadFor
+// asks the plugin once. Counted in round trips.
+func TestCachedReadsLearnOtherAdminsChangesFromTheirAnswers(t *testing.T) {
+	m := startBroker(t)
+	user, pass := m.TableAdmin()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const cacheFor = 300 * time.Millisecond
+	be, err := Connect(ctx, Config{URL: m.URL(), Username: user, Password: pass, Timeout: 30 * time.Second, Logger: quiet, CachedReadFor: cacheFor})
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, m.Log())
+	}
+	t.Cleanup(func() { _ = be.Close(context.Background()) })
+	trips := func() uint64 { return be.Stats().RoundTrips }
+	observe := func() acl.State {
+		t.Helper()
+		st, err := be.ObserveCached(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+
+	_, cmds := agent(1)
+	execute(t, be, cmds)
+	before := trips()
+	for range 5 {
+		observe()
+	}
+	if got := trips() - before; got != 0 {
+		t.Fatalf("5 cached reads right after the backend's own change made %d round trips, want 0", got)
+	}
+
+	other := connect(t, m)
+	_, cmds2 := agent(2)
+	execute(t, other, cmds2)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		be.pmu.Lock()
+		f := be.foreign
+		be.pmu.Unlock()
+		if f != nil && f.Generation > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other admin's answer never reached the backend")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	before = trips()
+	if _, ok := observe().Clients["a2a:o/u/agent-00002"]; !ok {
+		t.Fatal("a cached read after the other admin's answer arrived does not show the client it created")
+	}
+	if got := trips() - before; got != 2 {
+		t.Errorf("the cached read after another admin's change made %d round trips, want 2 (a status, the export)", got)
+	}
+	before = trips()
+	observe()
+	if got := trips() - before; got != 0 {
+		t.Errorf("a cached read after the mirror caught up made %d round trips, want 0", got)
+	}
+
+	// Unconfirmed for longer than CachedReadFor: one status, then the mirror again.
+	time.Sleep(cacheFor + 50*time.Millisecond)
+	before = trips()
+	observe()
+	observe()
+	if got := trips() - before; got != 1 {
+		t.Errorf("two cached reads after the bound made %d round trips, want 1", got)
+	}
+
+	// Observe stays the read of "now": one status each.
+	before = trips()
+	if _, err := be.Observe(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := trips() - before; got != 1 {
+		t.Errorf("Observe made %d round trips, want 1", got)
+	}
+}
