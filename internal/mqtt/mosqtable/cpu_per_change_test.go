@@ -28,7 +28,8 @@ import (
 // password and the link: one message; its retained card; and, for the two thirds whose callers
 // are SameUnit or SameOrg, its unit's or org's shared role with one rule more, as the operator's
 // shared controller sends it: sharedRoles) and as many password rotations (one message each)
-// are sent one at a time; the process's CPU over each batch and
+// are sent one at a time, then as many status round trips (what a reconcile's read asked
+// before acl.ObserveCached); the process's CPU over each batch and
 // the settle after it (every thread's schedstat), less the idle CPU over the same time, is
 // divided by the changes, and so are the threads' runs (the wake-ups: the broker's thread, the
 // Go runtime's sysmon and scheduler threads, the disk writer; one line per batch breaks them
@@ -120,11 +121,11 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 	idleRuns := float64(idle1.runs-idle0.runs) / time.Since(t0).Seconds()
 	changeGap := changeGapFromEnv(b)
 
-	batch := func(kind string, one func(i int) []acl.Command) (all, main, runs float64) {
+	batch := func(kind string, one func(i int)) (all, main, runs float64) {
 		stopPerf := startPerf(b, pid, fmt.Sprintf("%d-%s", n, kind))
 		before, start := processCPU(b, pid), time.Now()
 		for i := range changes {
-			execute(b, be, one(i))
+			one(i)
 			time.Sleep(changeGap)
 		}
 		// The disk writer and the hasher run after the reply: let them finish.
@@ -139,19 +140,27 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 		return all, main, runs
 	}
 	profile := startProfileWindow(b)
-	newAll, newMain, newRuns := batch("new-agent", func(i int) []acl.Command {
+	newAll, newMain, newRuns := batch("new-agent", func(i int) {
 		_, c := agent(n + i)
+		execute(b, be, c)
 		publishCard(b, cards, n+i) // the operator publishes the new Agent's card, retained
 		// The shared controller's message: the scope's role with the new member.
 		if role := shared.join(n + i); role != nil {
 			execute(b, be, role)
 		}
-		return c
 	})
 	profile(fmt.Sprintf("%d-new-agent", n))
-	rotAll, rotMain, rotRuns := batch("rotation", func(i int) []acl.Command {
-		return []acl.Command{{Op: acl.OpSetClientPassword, Username: fmt.Sprintf("a2a:o/u/agent-%05d", i), Password: fmt.Sprintf("rotated-%d", i)}}
+	rotAll, rotMain, rotRuns := batch("rotation", func(i int) {
+		execute(b, be, []acl.Command{{Op: acl.OpSetClientPassword, Username: fmt.Sprintf("a2a:o/u/agent-%05d", i), Password: fmt.Sprintf("rotated-%d", i)}})
 	})
+	// A status round trip (what each reconcile's read asked before ObserveCached), for scale.
+	statusAll, _, statusRuns := batch("status", func(int) {
+		if _, err := be.Status(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.ReportMetric(statusAll, "ms/status")
+	b.ReportMetric(statusRuns, "thread-runs/status")
 	save := saveCost(b, m, pid)
 	b.ReportMetric(save, "ms/autosave")
 	b.Logf("%d clients (%d retained cards): one save of Mosquitto's persistence (its autosave, every 30 s in config/mosquitto) costs the process %.2f ms: %.3f ms/s at autosave_interval 30", n, n+changes, save, save/30)
