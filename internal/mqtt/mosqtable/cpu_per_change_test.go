@@ -41,6 +41,8 @@ import (
 // and allowed to attach): `perf report -i dir/<size>-<kind>.data` says where the time goes;
 // with BROKER_STRACE=1 it records the threads' sleeps, wake-ups and syncs with strace instead
 // (dir/<size>-<kind>.strace).
+// TABLE_IN_MEMORY=1 runs the plugin without its state_dir: the difference is the disk writer's
+// share (its rounds, their fdatasyncs and the runtime's polling meanwhile).
 // A2A_FLEET_TABLE_PROFILE_DIR=dir takes the plugin's own CPU and allocation profiles of the
 // new-agent batch into dir (<size>-new-agent-*.pprof).
 //
@@ -91,7 +93,7 @@ func measureCPUPerChange(b *testing.B, n, changes int) float64 {
 	// The shipped broker keeps retained cards and sessions on disk (config/mosquitto): its
 	// autosave is timed (autosave_interval 30), so it is set out of the batches' way here and
 	// measured on its own (saveCost).
-	m := brokertest.StartMosquitto(b, brokertest.MosquittoOptions{MaxPacketSize: 1 << 20, Table: &brokertest.TableOptions{},
+	m := brokertest.StartMosquitto(b, brokertest.MosquittoOptions{MaxPacketSize: 1 << 20, Table: &brokertest.TableOptions{InMemory: os.Getenv("TABLE_IN_MEMORY") != ""},
 		ExtraConfig: fmt.Sprintf("persistence true\npersistence_location %s/\nautosave_interval 3600\n", b.TempDir())})
 	be := connect(b, m)
 	execute(b, be, fleet(n))
