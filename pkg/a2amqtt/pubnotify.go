@@ -150,10 +150,17 @@ func (g *ackGate) PacketReceived(recv *packets.ControlPacket, pubs chan<- *packe
 }
 
 // ConAckReceived implements session.SessionManager: a session the broker did not resume
-// drops every message still waiting for its PUBACK.
+// drops every message still waiting for its PUBACK (dropAll wakes them). On a clean session the
+// loss is counted here too: a synchronous publish registered after the last connection's loss
+// had woken the others is woken only here, and publishWithin sends it again on this connection
+// (it did not before: the count had not moved, and it returned paho's "not fully acknowledged"
+// error). No publish of this connection is waiting yet: the CONNACK comes first.
 func (g *ackGate) ConAckReceived(w io.Writer, cp *packets.Connect, ca *packets.Connack) error {
 	err := g.SessionManager.ConAckReceived(w, cp, ca)
 	if !ca.SessionPresent {
+		if g.clean {
+			g.lost.Add(1)
+		}
 		g.dropAll()
 	}
 	return err
