@@ -299,6 +299,12 @@ func (b *Backend) mirrorConfirmed(ctx context.Context) bool {
 	if f != nil && (f.Boot != b.origin.boot || f.Epoch != b.origin.epoch || f.Generation > b.origin.gen || !f.Loaded) {
 		return false
 	}
+	return b.onSyncedLink(ctx)
+}
+
+// onSyncedLink reports whether the admin connection is up and is the one the mirror was last
+// synced on (mu held): a new connection may lead to a broker that restarted.
+func (b *Backend) onSyncedLink(ctx context.Context) bool {
 	sess := b.sess.Load()
 	if sess == nil {
 		return false
@@ -330,12 +336,8 @@ func (b *Backend) current(ctx context.Context) error {
 func (b *Backend) currentSince(ctx context.Context, asked uint64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.synced && b.confirmed > asked {
-		if sess := b.sess.Load(); sess != nil {
-			if l, err := sess.Await(ctx); err == nil && l == b.syncedLink {
-				return nil
-			}
-		}
+	if b.synced && b.confirmed > asked && b.onSyncedLink(ctx) {
+		return nil
 	}
 	return b.sync(ctx)
 }
@@ -444,12 +446,8 @@ func (b *Backend) reportKicks(ctx context.Context, cmds []acl.Command, outs []em
 // A new connection is synced first, whatever the mirror believes: the broker behind it may
 // have restarted.
 func (b *Backend) ensureSynced(ctx context.Context) error {
-	if b.synced {
-		if sess := b.sess.Load(); sess != nil {
-			if l, err := sess.Await(ctx); err == nil && l == b.syncedLink {
-				return nil
-			}
-		}
+	if b.synced && b.onSyncedLink(ctx) {
+		return nil
 	}
 	return b.sync(ctx)
 }
